@@ -1,0 +1,33 @@
+# Two commands set everything up on a fresh machine: `make up` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: up test install install-dev sim bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+install-dev: $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+
+# Start a local 3-node replicated log group in the foreground (Ctrl-C stops it).
+up: install
+	$(BIN)/dledger up
+
+# The whole test suite, including the simulator sweep (time-boxed) and canaries.
+test: install-dev
+	$(BIN)/python -m pytest
+
+sim: install-dev
+	$(BIN)/python -m chaos.sim --seeds 0-999 --nodes 3,5
+
+bench: install-dev
+	$(BIN)/python -m dledger.bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

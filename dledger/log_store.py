@@ -1,0 +1,55 @@
+"""The storage seams of a node: the log store and the hard-state store, as protocols.
+
+Owns only the contracts; the file-backed implementations live in ``commitlog`` and ``hardstate``,
+the in-memory ones (used by tests and the simulator) in ``memstore``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from dledger.raft.types import Entry, HardState
+
+
+class LogStore(Protocol):
+    """A durable, ordered log of Raft entries, 1-based and contiguous from first_index().
+
+    Contract:
+    - ``append(entries)``: entries are contiguous; if ``entries[0].index <= last_index()`` the
+      stored suffix from that index is truncated first. ``entries[0].index`` is never below
+      ``first_index()`` and never above ``last_index() + 1``. Written bytes may sit in the page
+      cache until ``sync()``.
+    - ``sync()``: everything appended so far is durable when it returns (one fsync per batch).
+    - ``term_at(first_index() - 1)`` is answered too (the term of the last retained-away entry,
+      0 when nothing was ever retained away), so replication can start at first_index().
+    - ``retain_from(index)``: may delete whole segments holding only entries below ``index``;
+      returns the new first_index() (which is <= index).
+    - ``position_of(index)``: the byte position of the entry in the logical commitlog, the same
+      on every replica that holds the same entries.
+    """
+
+    def first_index(self) -> int: ...
+
+    def last_index(self) -> int: ...
+
+    def term_at(self, index: int) -> int: ...
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> Sequence[Entry]: ...
+
+    def append(self, entries: Sequence[Entry]) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def position_of(self, index: int) -> int: ...
+
+    def retain_from(self, index: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class HardStateStore(Protocol):
+    """Term and vote; ``save`` returns only once the new state is durable."""
+
+    def load(self) -> HardState: ...
+
+    def save(self, state: HardState) -> None: ...

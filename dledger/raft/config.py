@@ -1,0 +1,62 @@
+"""Configuration of one Raft core: timing in ticks, flow-control bounds, options, canaries.
+
+Owns only values and their validation; the shell turns wall time into ticks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Canaries:
+    """Seeded bugs, for tests only: each breaks one safety rule so the checkers can prove they fire.
+
+    Never set in production; the runtime refuses them unless started with test faults enabled.
+    """
+
+    forget_vote: bool = False  # hard state handed to the shell never carries voted_for
+    commit_previous_term: bool = False  # commit entries of earlier terms by counting (Figure 8)
+    count_self_before_persist: bool = False  # leader counts its own copy before it is durable
+    truncate_on_append: bool = False  # follower cuts its log after every append, matched or not
+
+    def any(self) -> bool:
+        return any((self.forget_vote, self.commit_previous_term, self.count_self_before_persist,
+                    self.truncate_on_append))
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    node_id: str
+    voters: tuple[str, ...]  # every member of the group, this node included
+    election_ticks: int = 10  # election timeout is drawn from [election_ticks, 2 * election_ticks)
+    heartbeat_ticks: int = 1
+    check_quorum: bool = True
+    pre_vote: bool = True
+    preferred_leader: str | None = None
+    max_append_entries: int = 512  # per AppendRequest
+    max_append_bytes: int = 1 << 20  # per AppendRequest (at least one entry is always sent)
+    max_inflight: int = 32  # AppendRequests in flight per follower in the replicate state
+    max_uncommitted_bytes: int = 64 << 20  # proposals beyond this raise OverloadedError
+    max_apply_bytes: int = 4 << 20  # committed entries handed out in one Ready
+    canaries: Canaries = field(default_factory=Canaries)
+
+    def __post_init__(self) -> None:
+        if self.node_id not in self.voters:
+            raise ValueError(f"node {self.node_id!r} is not among the voters {self.voters}")
+        if len(set(self.voters)) != len(self.voters):
+            raise ValueError(f"duplicate voters in {self.voters}")
+        if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
+            raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
+        if self.preferred_leader is not None and self.preferred_leader not in self.voters:
+            raise ValueError(f"preferred leader {self.preferred_leader!r} is not a voter")
+        if self.max_inflight < 1 or self.max_append_entries < 1:
+            raise ValueError("max_inflight and max_append_entries must be >= 1")
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return tuple(v for v in self.voters if v != self.node_id)
+
+    @property
+    def quorum(self) -> int:
+        return len(self.voters) // 2 + 1

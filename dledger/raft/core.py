@@ -1,0 +1,555 @@
+"""The Raft consensus core of one node: election (pre-vote, check-quorum, leader lease on votes),
+log replication (probe/replicate with a bounded in-flight window, fast back-tracking), the
+commit rule (current-term entries only, counted after the leader's own copy is durable),
+leadership transfer and the preferred-leader option.
+
+Pure and deterministic: no I/O, no clock, no global randomness. Inputs are ``tick()``,
+``step(message)``, ``propose(data)`` and ``transfer_leadership(to)``; outputs are drained as one
+``Ready`` batch and acknowledged with ``advance(ready)`` (see types.Ready for the contract).
+The shell must not call ``step``/``tick``/``propose`` between ``ready()`` and ``advance()``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Sequence
+
+from dledger.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
+from dledger.raft.config import RaftConfig
+from dledger.raft.log import RaftLog
+from dledger.raft.progress import Progress, ProgressState
+from dledger.raft.quorum import VoteResult, committed_index, vote_result
+from dledger.raft.types import (
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    EntryKind,
+    FollowerStatus,
+    HardState,
+    Heartbeat,
+    HeartbeatResponse,
+    LogReader,
+    Message,
+    Ready,
+    Role,
+    Status,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+
+if TYPE_CHECKING:  # the core only uses the Random instance it is given, never the global one
+    import random
+
+_LEADER_EARLY = (AppendRequest, Heartbeat)
+
+
+class RaftCore:
+    def __init__(self, config: RaftConfig, log_reader: LogReader, hard_state: HardState,
+                 rng: random.Random, applied_index: int = 0) -> None:
+        self.config = config
+        self.id = config.node_id
+        self.rng = rng
+        self.log = RaftLog(log_reader, applied_index)
+        self.term = hard_state.term
+        self.voted_for = hard_state.voted_for
+        self._persisted_hard_state = HardState(hard_state.term, hard_state.voted_for)
+        self._pending_hard_state: HardState | None = None
+        self.role = Role.FOLLOWER
+        self.leader_id: str | None = None
+        self.votes: dict[str, bool] = {}
+        self.progress: dict[str, Progress] = {}
+        self.transferee: str | None = None
+        self.retain_index = 0  # lowest index any member still needs, learned from the leader
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_election_ticks = config.election_ticks
+        self.tick_count = 0
+        self._uncommitted: deque[tuple[int, int]] = deque()  # (last index, bytes) per proposal
+        self.uncommitted_bytes = 0
+        self._msgs: list[Message] = []
+        self._reset_election_timer()
+
+    # ======================================================================================
+    # inputs
+    # ======================================================================================
+
+    def tick(self) -> None:
+        self.tick_count += 1
+        self.election_elapsed += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        elif self.election_elapsed >= self.randomized_election_ticks:
+            self.election_elapsed = 0
+            self._start_election()
+
+    def propose(self, data: bytes) -> tuple[int, int]:
+        """Append data as a new entry on the leader; returns (term, index)."""
+        return self.propose_batch((data,))[0]
+
+    def propose_batch(self, items: Sequence[bytes]) -> list[tuple[int, int]]:
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id, self.term)
+        if self.transferee is not None:
+            raise LeadershipTransferInProgressError(f"transferring leadership to {self.transferee}")
+        size = sum(len(d) for d in items)
+        if self.uncommitted_bytes and self.uncommitted_bytes + size > self.config.max_uncommitted_bytes:
+            raise OverloadedError(f"{self.uncommitted_bytes} bytes uncommitted")
+        first = self.log.last_index() + 1
+        entries = [Entry(first + k, self.term, EntryKind.NORMAL, d) for k, d in enumerate(items)]
+        self._append_as_leader(entries)
+        return [(self.term, e.index) for e in entries]
+
+    def transfer_leadership(self, to: str) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id, self.term)
+        if to not in self.config.voters:
+            raise ValueError(f"{to!r} is not a member of the group")
+        if to == self.id or self.transferee == to:
+            return
+        self.transferee = to
+        self.election_elapsed = 0  # the transfer must finish within one election timeout
+        pr = self.progress[to]
+        if pr.match_index == self.log.last_index():
+            self._send(TimeoutNow(self.term, self.id, to))
+        else:
+            pr.needs_send = True
+
+    def campaign(self) -> None:
+        """Start an election now (as if the election timeout fired)."""
+        if self.role is not Role.LEADER:
+            self._start_election()
+
+    def step(self, m: Message) -> None:
+        if m.dst != self.id or m.src not in self.config.voters:
+            return
+        if m.term > self.term:
+            if not self._accept_higher_term(m):
+                return
+        elif m.term < self.term:
+            self._on_lower_term(m)
+            return
+        handler = _HANDLERS[type(m)]
+        handler(self, m)
+
+    # ======================================================================================
+    # output
+    # ======================================================================================
+
+    def has_ready(self) -> bool:
+        self._flush_appends()
+        return bool(
+            self._msgs
+            or self.log.unstable
+            or self._hard_state_changed()
+            or self.log.commit_index > self.log.handed_out_index
+        )
+
+    def ready(self) -> Ready:
+        self._flush_appends()
+        hs = None
+        if self._hard_state_changed():
+            self._pending_hard_state = HardState(self.term, self.voted_for)
+            hs = self._hard_state_for_shell()
+        entries = tuple(self.log.unstable)
+        committed = tuple(self.log.next_committed(self.config.max_apply_bytes))
+        if committed:
+            self.log.handed_out_index = committed[-1].index
+        early: list[Message] = []
+        late: list[Message] = []
+        for m in self._msgs:
+            # A leader's appends and heartbeats do not depend on its own persistence (it counts
+            # itself only after advance), so they may leave before the local fsync (Raft 10.2.1).
+            (early if hs is None and isinstance(m, _LEADER_EARLY) else late).append(m)
+        self._msgs = []
+        return Ready(hs, entries, tuple(early), tuple(late), committed,
+                     must_sync=hs is not None or bool(entries))
+
+    def advance(self, rd: Ready) -> None:
+        if rd.hard_state is not None and self._pending_hard_state is not None:
+            self._persisted_hard_state = self._pending_hard_state
+            self._pending_hard_state = None
+        if rd.entries:
+            self.log.stable_to(rd.entries[-1].index)
+            if self.role is Role.LEADER:
+                self._maybe_commit()
+        if rd.committed:
+            self.log.applied_to(rd.committed[-1].index)
+
+    def status(self) -> Status:
+        followers = tuple(
+            FollowerStatus(
+                node_id=peer,
+                match_index=pr.match_index,
+                next_index=pr.next_index,
+                state=pr.state.value,
+                last_contact_ticks=(self.tick_count - pr.last_contact_tick
+                                    if pr.last_contact_tick >= 0 else -1),
+                in_flight=len(pr.inflight),
+            )
+            for peer, pr in sorted(self.progress.items())
+        )
+        return Status(
+            node_id=self.id, role=self.role, term=self.term, leader_id=self.leader_id,
+            voted_for=self.voted_for, first_index=self.log.first_index(),
+            last_index=self.log.last_index(), commit_index=self.log.commit_index,
+            applied_index=self.log.applied_index, persisted_index=self.log.persisted_index(),
+            retain_index=self.safe_retain_index(), transferee=self.transferee,
+            followers=followers,
+        )
+
+    def safe_retain_index(self) -> int:
+        """Entries below this index may be deleted by retention on this node: every member
+        has them (as far as this node knows) and they are applied here."""
+        floor = min(self.log.applied_index + 1, self.log.persisted_index() + 1)
+        if self.role is Role.LEADER:
+            return min(floor, self._group_retain_index())
+        return min(floor, self.retain_index)
+
+    # ======================================================================================
+    # roles
+    # ======================================================================================
+
+    def _reset_election_timer(self) -> None:
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        n = self.config.election_ticks
+        self.randomized_election_ticks = n + self.rng.randrange(n)
+
+    def _become_follower(self, term: int, leader_id: str | None) -> None:
+        if term != self.term:
+            self.term = term
+            self.voted_for = None
+        self.role = Role.FOLLOWER
+        self.leader_id = leader_id
+        self.transferee = None
+        self.progress = {}
+        self.votes = {}
+        self._clear_uncommitted()
+        self._reset_election_timer()
+
+    def _become_pre_candidate(self) -> None:
+        self.role = Role.PRE_CANDIDATE
+        self.leader_id = None
+        self.votes = {self.id: True}
+        self._reset_election_timer()
+
+    def _become_candidate(self) -> None:
+        self.term += 1
+        self.voted_for = self.id
+        self.role = Role.CANDIDATE
+        self.leader_id = None
+        self.votes = {self.id: True}
+        self._reset_election_timer()
+
+    def _become_leader(self) -> None:
+        self.role = Role.LEADER
+        self.leader_id = self.id
+        self.votes = {}
+        self.transferee = None
+        self._reset_election_timer()
+        nxt = self.log.last_index() + 1
+        self.progress = {p: Progress(nxt, self.config.max_inflight) for p in self.config.peers}
+        self._clear_uncommitted()
+        # Raft 8: a no-op of the new term lets the leader learn (and commit) what is committed.
+        self._append_as_leader([Entry(nxt, self.term, EntryKind.NOOP, b"")])
+
+    def _start_election(self, transfer: bool = False) -> None:
+        if self.config.pre_vote and not transfer:
+            self._become_pre_candidate()
+            self._request_votes(pre_vote=True, transfer=False)
+        else:
+            self._become_candidate()
+            self._request_votes(pre_vote=False, transfer=transfer)
+
+    def _request_votes(self, pre_vote: bool, transfer: bool) -> None:
+        if self._tally() is VoteResult.WON:  # a group of one
+            self._on_election_won(pre_vote)
+            return
+        term = self.term + 1 if pre_vote else self.term
+        last_index = self.log.last_index()
+        last_term = self.log.last_term()
+        for peer in self.config.peers:
+            self._send(VoteRequest(term, self.id, peer, last_index, last_term, pre_vote, transfer))
+
+    def _tally(self) -> VoteResult:
+        return vote_result(self.config.voters, self.votes)
+
+    def _on_election_won(self, pre_vote: bool) -> None:
+        if pre_vote:
+            self._become_candidate()
+            self._request_votes(pre_vote=False, transfer=False)
+        else:
+            self._become_leader()
+
+    # ======================================================================================
+    # term rules
+    # ======================================================================================
+
+    def _accept_higher_term(self, m: Message) -> bool:
+        """A message from a higher term. Returns False if it must be ignored."""
+        if isinstance(m, VoteRequest):
+            in_lease = (self.config.check_quorum and self.leader_id is not None
+                        and self.election_elapsed < self.config.election_ticks)
+            if in_lease and not m.transfer:
+                # We heard from a live leader within the election timeout: a disruptive
+                # candidate (e.g. a rejoining partitioned node) must not depose it.
+                return False
+            if m.pre_vote:
+                return True  # answering a pre-vote never changes our term
+        if isinstance(m, VoteResponse) and m.pre_vote and m.granted:
+            return True  # granted pre-votes carry the term we are about to campaign in
+        leader = m.src if isinstance(m, (AppendRequest, Heartbeat, TimeoutNow)) else None
+        if isinstance(m, TimeoutNow):
+            leader = None
+        self._become_follower(m.term, leader)
+        return True
+
+    def _on_lower_term(self, m: Message) -> None:
+        if isinstance(m, (AppendRequest, Heartbeat)):
+            # Tell a stale leader about the newer term so it steps down.
+            self._send(HeartbeatResponse(self.term, self.id, m.src))
+        elif isinstance(m, VoteRequest) and m.pre_vote:
+            self._send(VoteResponse(self.term, self.id, m.src, granted=False, pre_vote=True))
+
+    # ======================================================================================
+    # handlers: elections
+    # ======================================================================================
+
+    def _on_vote_request(self, m: VoteRequest) -> None:
+        can_vote = (
+            self.voted_for == m.src
+            or (self.voted_for is None and self.leader_id is None)
+            or (m.pre_vote and m.term > self.term)
+        )
+        if can_vote and self.log.is_up_to_date(m.last_log_index, m.last_log_term):
+            self._send(VoteResponse(m.term, self.id, m.src, granted=True, pre_vote=m.pre_vote))
+            if not m.pre_vote:
+                self.voted_for = m.src
+                self.election_elapsed = 0
+        else:
+            self._send(VoteResponse(self.term, self.id, m.src, granted=False, pre_vote=m.pre_vote))
+
+    def _on_vote_response(self, m: VoteResponse) -> None:
+        expected = Role.PRE_CANDIDATE if m.pre_vote else Role.CANDIDATE
+        if self.role is not expected:
+            return
+        self.votes[m.src] = m.granted
+        result = self._tally()
+        if result is VoteResult.WON:
+            self._on_election_won(m.pre_vote)
+        elif result is VoteResult.LOST:
+            self._become_follower(self.term, None)
+
+    def _on_timeout_now(self, m: TimeoutNow) -> None:
+        if self.role is not Role.LEADER:
+            self._start_election(transfer=True)
+
+    # ======================================================================================
+    # handlers: replication (follower side)
+    # ======================================================================================
+
+    def _follow(self, leader_id: str) -> None:
+        if self.role is not Role.FOLLOWER:
+            self._become_follower(self.term, leader_id)
+        self.leader_id = leader_id
+        self.election_elapsed = 0
+
+    def _on_append_request(self, m: AppendRequest) -> None:
+        self._follow(m.src)
+        log = self.log
+        if m.prev_log_index < log.commit_index:
+            # Everything up to our commit index already matches; answer where we are.
+            self._send(AppendResponse(self.term, self.id, m.src, True, log.commit_index))
+            return
+        if not log.match_term(m.prev_log_index, m.prev_log_term):
+            hint = log.last_index_with_term_at_most(min(m.prev_log_index, log.last_index()),
+                                                    m.prev_log_term)
+            self._send(AppendResponse(self.term, self.id, m.src, False, m.prev_log_index,
+                                      conflict_term=log.term_at(hint), conflict_index=hint))
+            return
+        last_new = m.prev_log_index + len(m.entries)
+        if self.config.canaries.truncate_on_append and m.entries:
+            conflict = m.entries[0].index
+        else:
+            conflict = log.find_conflict(m.entries)
+        if conflict:
+            # Only entries that disagree with the leader are cut: a stale or reordered append
+            # whose entries all match never truncates what we already have.
+            assert conflict > log.commit_index or self.config.canaries.truncate_on_append, \
+                f"{self.id}: conflict at {conflict} <= commit {log.commit_index}"
+            log.append(m.entries[conflict - m.entries[0].index:])
+        log.commit_to(min(m.leader_commit, last_new))
+        self._send(AppendResponse(self.term, self.id, m.src, True, last_new))
+
+    def _on_heartbeat(self, m: Heartbeat) -> None:
+        self._follow(m.src)
+        self.log.commit_to(min(m.commit, self.log.last_index()))
+        if m.retain_index > self.retain_index:
+            self.retain_index = m.retain_index
+        self._send(HeartbeatResponse(self.term, self.id, m.src))
+
+    # ======================================================================================
+    # handlers: replication (leader side)
+    # ======================================================================================
+
+    def _on_append_response(self, m: AppendResponse) -> None:
+        pr = self._active_progress(m.src)
+        if pr is None:
+            return
+        if not m.success:
+            hint = m.conflict_index
+            if m.conflict_term > 0:
+                hint = self.log.last_index_with_term_at_most(m.conflict_index, m.conflict_term)
+            if pr.maybe_decrease_to(m.index, hint):
+                if pr.state is ProgressState.REPLICATE:
+                    pr.become_probe()
+                pr.needs_send = True
+            return
+        was_probe = pr.state is ProgressState.PROBE
+        updated = pr.maybe_update(m.index)
+        if was_probe and (updated or pr.match_index == m.index):
+            pr.become_replicate()
+        if updated:
+            self._maybe_commit()
+            if self.transferee == m.src and pr.match_index == self.log.last_index():
+                self._send(TimeoutNow(self.term, self.id, m.src))
+
+    def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        pr = self._active_progress(m.src)
+        if pr is None:
+            return
+        pr.probe_sent = False
+        if pr.state is ProgressState.REPLICATE and pr.is_paused():
+            pr.free_first_one()  # a response was lost: let one more append out
+        if pr.match_index < self.log.last_index():
+            pr.needs_send = True
+
+    def _active_progress(self, peer: str) -> Progress | None:
+        if self.role is not Role.LEADER:
+            return None
+        pr = self.progress.get(peer)
+        if pr is not None:
+            pr.recent_active = True
+            pr.last_contact_tick = self.tick_count
+        return pr
+
+    # ======================================================================================
+    # leader internals
+    # ======================================================================================
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        if self.election_elapsed >= self.config.election_ticks:
+            self.election_elapsed = 0
+            if self.config.check_quorum and not self._quorum_active():
+                self._become_follower(self.term, None)  # we may be partitioned: step down
+                return
+            if self.transferee is not None:
+                self.transferee = None  # the transfer did not finish in time: abort it
+            else:
+                self._maybe_hand_to_preferred()
+            for pr in self.progress.values():
+                pr.recent_active = False
+        if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            self._broadcast_heartbeat()
+
+    def _quorum_active(self) -> bool:
+        active = 1 + sum(1 for pr in self.progress.values() if pr.recent_active)
+        return active >= self.config.quorum
+
+    def _maybe_hand_to_preferred(self) -> None:
+        preferred = self.config.preferred_leader
+        if preferred is None or preferred == self.id or self.transferee is not None:
+            return
+        pr = self.progress[preferred]
+        if pr.recent_active:
+            self.transfer_leadership(preferred)
+
+    def _broadcast_heartbeat(self) -> None:
+        retain = self._group_retain_index()
+        for peer, pr in self.progress.items():
+            commit = min(self.log.commit_index, pr.match_index)
+            self._send(Heartbeat(self.term, self.id, peer, commit, retain))
+
+    def _group_retain_index(self) -> int:
+        matches = [pr.match_index for pr in self.progress.values()]
+        return min(matches, default=self.log.last_index()) + 1
+
+    def _append_as_leader(self, entries: list[Entry]) -> None:
+        self.log.append(entries)
+        size = sum(len(e.data) for e in entries)
+        self._uncommitted.append((entries[-1].index, size))
+        self.uncommitted_bytes += size
+        if self.config.canaries.count_self_before_persist:
+            self._maybe_commit()
+
+    def _self_match_index(self) -> int:
+        if self.config.canaries.count_self_before_persist:
+            return self.log.last_index()
+        return self.log.persisted_index()
+
+    def _maybe_commit(self) -> None:
+        matches = [self._self_match_index()] + [pr.match_index for pr in self.progress.values()]
+        index = committed_index(matches)
+        if index <= self.log.commit_index:
+            return
+        # Raft 5.4.2: only an entry of the current term is committed by counting replicas;
+        # earlier entries commit indirectly with it (the Figure 8 rule).
+        if self.log.term_at(index) != self.term and not self.config.canaries.commit_previous_term:
+            return
+        self.log.commit_to(index)
+        while self._uncommitted and self._uncommitted[0][0] <= index:
+            self.uncommitted_bytes -= self._uncommitted.popleft()[1]
+
+    def _clear_uncommitted(self) -> None:
+        self._uncommitted.clear()
+        self.uncommitted_bytes = 0
+
+    def _flush_appends(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        last = self.log.last_index()
+        for peer, pr in self.progress.items():
+            while not pr.is_paused() and (pr.next_index <= last or pr.needs_send):
+                if not self._send_append(peer, pr, last):
+                    break
+
+    def _send_append(self, peer: str, pr: Progress, last: int) -> bool:
+        prev = pr.next_index - 1
+        if prev < self.log.first_index() - 1:
+            return False  # the follower needs entries retention deleted; nothing to send
+        hi = min(last + 1, pr.next_index + self.config.max_append_entries)
+        entries = self.log.slice(pr.next_index, hi, self.config.max_append_bytes)
+        self._send(AppendRequest(self.term, self.id, peer, prev, self.log.term_at(prev),
+                                 tuple(entries), self.log.commit_index))
+        pr.sent(entries[-1].index if entries else prev)
+        return True
+
+    # ======================================================================================
+    # plumbing
+    # ======================================================================================
+
+    def _send(self, m: Message) -> None:
+        self._msgs.append(m)
+
+    def _hard_state_changed(self) -> bool:
+        hs = self._persisted_hard_state
+        return hs.term != self.term or hs.voted_for != self.voted_for
+
+    def _hard_state_for_shell(self) -> HardState:
+        if self.config.canaries.forget_vote:
+            return HardState(self.term, None)
+        return HardState(self.term, self.voted_for)
+
+
+_HANDLERS = {
+    VoteRequest: RaftCore._on_vote_request,
+    VoteResponse: RaftCore._on_vote_response,
+    AppendRequest: RaftCore._on_append_request,
+    AppendResponse: RaftCore._on_append_response,
+    Heartbeat: RaftCore._on_heartbeat,
+    HeartbeatResponse: RaftCore._on_heartbeat_response,
+    TimeoutNow: RaftCore._on_timeout_now,
+}

@@ -1,0 +1,153 @@
+"""The core's view of its log: durable entries (read through a LogReader) plus unstable entries
+not yet handed to the shell for persistence, and the commit and applied indexes.
+
+Owns log-matching logic (term lookups, conflict search, truncate-and-append) and the rule that
+the commit index never moves backwards. Pure: the only reads go through the LogReader seam.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dledger.raft.types import Entry, LogReader
+
+
+class RaftLog:
+    def __init__(self, stable: LogReader, applied_index: int = 0) -> None:
+        self.stable = stable
+        self.unstable: list[Entry] = []
+        self.unstable_offset = stable.last_index() + 1  # index of unstable[0]
+        floor = stable.first_index() - 1  # retained-away entries were committed and applied
+        self.applied_index = max(applied_index, floor)
+        self.commit_index = self.applied_index
+        self.handed_out_index = self.applied_index  # committed entries given to the shell
+
+    # -- indexes -------------------------------------------------------------------------
+
+    def first_index(self) -> int:
+        return self.stable.first_index()
+
+    def last_index(self) -> int:
+        if self.unstable:
+            return self.unstable_offset + len(self.unstable) - 1
+        return self.stable.last_index()
+
+    def last_term(self) -> int:
+        return self.term_at(self.last_index())
+
+    def persisted_index(self) -> int:
+        """Last index that is durable (written by the shell) and still part of this log."""
+        return min(self.stable.last_index(), self.unstable_offset - 1)
+
+    # -- terms ---------------------------------------------------------------------------
+
+    def term_at(self, index: int) -> int:
+        """Term at index; raises IndexError past the end or below first_index() - 1."""
+        if index >= self.unstable_offset and self.unstable:
+            k = index - self.unstable_offset
+            if k >= len(self.unstable):
+                raise IndexError(f"index {index} past last index {self.last_index()}")
+            return self.unstable[k].term
+        if index > self.stable.last_index():
+            raise IndexError(f"index {index} past last index {self.last_index()}")
+        return self.stable.term_at(index)
+
+    def match_term(self, index: int, term: int) -> bool:
+        if index < self.first_index() - 1:
+            return True  # retained away: committed, so it matches every later leader's log
+        if index > self.last_index():
+            return False
+        return self.term_at(index) == term
+
+    def is_up_to_date(self, last_index: int, last_term: int) -> bool:
+        """Raft 5.4.1: the candidate's log is at least as up-to-date as ours."""
+        my_term = self.last_term()
+        return last_term > my_term or (last_term == my_term and last_index >= self.last_index())
+
+    def last_index_with_term_at_most(self, hi: int, term: int) -> int:
+        """Largest index <= hi whose term is <= term (terms never decrease along the log),
+        or first_index() - 1 if there is none. Used by fast back-tracking on both sides."""
+        lo = self.first_index() - 1
+        hi = min(hi, self.last_index())
+        if hi <= lo or self.term_at(hi) <= term:
+            return max(hi, lo)
+        # invariant: term_at(lo) <= term (or lo is the floor), term_at(hi) > term
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.term_at(mid) <= term:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def slice(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        """Entries [lo, hi), at least one if lo < hi, within max_bytes."""
+        hi = min(hi, self.last_index() + 1)
+        out: list[Entry] = []
+        if lo >= hi:
+            return out
+        stable_hi = min(hi, self.unstable_offset)
+        if lo < stable_hi:
+            out.extend(self.stable.entries(lo, stable_hi, max_bytes))
+            if len(out) < stable_hi - lo:
+                return out
+        if hi > self.unstable_offset:
+            size = sum(e.size_bytes for e in out)
+            start = max(lo, self.unstable_offset) - self.unstable_offset
+            for e in self.unstable[start : hi - self.unstable_offset]:
+                size += e.size_bytes
+                if out and size > max_bytes:
+                    break
+                out.append(e)
+        return out
+
+    def next_committed(self, max_bytes: int) -> list[Entry]:
+        """Committed entries not yet handed out for applying."""
+        return self.slice(self.handed_out_index + 1, self.commit_index + 1, max_bytes)
+
+    # -- writes --------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Truncate after entries[0].index - 1 and append (the new entries become unstable)."""
+        if not entries:
+            return
+        after = entries[0].index - 1
+        if after == self.last_index():
+            if not self.unstable:
+                self.unstable_offset = after + 1
+            self.unstable.extend(entries)
+        elif after < self.unstable_offset:
+            self.unstable = list(entries)
+            self.unstable_offset = after + 1
+        else:
+            del self.unstable[after + 1 - self.unstable_offset :]
+            self.unstable.extend(entries)
+
+    def find_conflict(self, entries: Sequence[Entry]) -> int:
+        """Index of the first entry that is new or disagrees with our log; 0 if all match."""
+        for e in entries:
+            if not self.match_term(e.index, e.term):
+                return e.index
+        return 0
+
+    def commit_to(self, index: int) -> bool:
+        """Raise the commit index (never lowers it). Returns True if it moved."""
+        if index <= self.commit_index:
+            return False
+        assert index <= self.last_index(), (index, self.last_index())
+        self.commit_index = index
+        return True
+
+    def stable_to(self, last_persisted: int) -> None:
+        """The shell persisted every unstable entry up to last_persisted."""
+        if not self.unstable or last_persisted < self.unstable_offset:
+            return
+        drop = last_persisted - self.unstable_offset + 1
+        del self.unstable[:drop]
+        self.unstable_offset = last_persisted + 1
+
+    def applied_to(self, index: int) -> None:
+        if index > self.applied_index:
+            self.applied_index = index

@@ -1,0 +1,201 @@
+"""Plain data of the Raft core: entries, hard state, messages, Ready, status.
+
+Owns the vocabulary shared by the core, the shells (runtime, simulator) and the wire codec.
+Everything here is an immutable value; nothing here does I/O or keeps time.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, Union
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre_candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+class EntryKind(enum.IntEnum):
+    NORMAL = 0  # application data (broker messages and control entries)
+    NOOP = 1  # appended by every new leader so it can commit its term (Raft 5.4.2, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    index: int
+    term: int
+    kind: EntryKind
+    data: bytes
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.data) + 24
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be durable before any reply that depends on it: term and vote."""
+
+    term: int = 0
+    voted_for: str | None = None
+
+
+# --- messages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    term: int
+    src: str
+    dst: str
+    last_log_index: int
+    last_log_term: int
+    pre_vote: bool = False
+    transfer: bool = False  # a leadership-transfer campaign: voters skip the leader-lease check
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    term: int
+    src: str
+    dst: str
+    granted: bool
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    term: int
+    src: str
+    dst: str
+    prev_log_index: int
+    prev_log_term: int
+    entries: tuple[Entry, ...]
+    leader_commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    term: int
+    src: str
+    dst: str
+    success: bool
+    # success: the last index known to match the leader's log (prev_log_index + len(entries)).
+    # failure: the prev_log_index that was rejected (lets the leader drop stale rejections).
+    index: int
+    # Fast back-tracking hints on failure (Raft thesis 5.3 / etcd): the follower's term at
+    # prev_log_index (0 when its log is shorter) and the first index it holds of that term
+    # (or its last_index + 1 when shorter).
+    conflict_term: int = 0
+    conflict_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    term: int
+    src: str
+    dst: str
+    # min(leader commit, follower match index): safe for the follower to commit up to.
+    commit: int
+    # The lowest index any member of the group still needs (retention never deletes it).
+    retain_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    term: int
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leadership transfer: the target campaigns at once, skipping pre-vote."""
+
+    term: int
+    src: str
+    dst: str
+
+
+Message = Union[
+    VoteRequest, VoteResponse, AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse, TimeoutNow
+]
+
+
+# --- output -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """One batch of work for the shell, in this order:
+
+    1. send ``early_messages`` (leader appends and heartbeats: safe before local persistence,
+       because the leader counts its own copy only after ``advance``);
+    2. persist ``hard_state`` (if not None) and ``entries`` (if ``entries[0].index`` is not past
+       the stored last index, truncate the stored suffix from there first); fsync when
+       ``must_sync`` in sync flush mode;
+    3. send ``messages``;
+    4. apply ``committed`` in order;
+    5. call ``advance(ready)``.
+    """
+
+    hard_state: HardState | None
+    entries: tuple[Entry, ...]
+    early_messages: tuple[Message, ...]
+    messages: tuple[Message, ...]
+    committed: tuple[Entry, ...]
+    must_sync: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerStatus:
+    node_id: str
+    match_index: int
+    next_index: int
+    state: str  # "probe" or "replicate"
+    last_contact_ticks: int  # ticks since the last message from this follower (-1: never)
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    node_id: str
+    role: Role
+    term: int
+    leader_id: str | None
+    voted_for: str | None
+    first_index: int
+    last_index: int
+    commit_index: int
+    applied_index: int
+    persisted_index: int
+    retain_index: int
+    transferee: str | None
+    followers: tuple[FollowerStatus, ...] = field(default_factory=tuple)
+
+
+# --- seams --------------------------------------------------------------------------------
+
+
+class LogReader(Protocol):
+    """Read access to the durable (persisted) log, implemented by the shell's log store.
+
+    The core reads older entries through it (to replicate to lagging followers, to apply after a
+    restart). Indexes are 1-based; an empty log has first_index() == last_index() + 1.
+    """
+
+    def first_index(self) -> int: ...
+
+    def last_index(self) -> int: ...
+
+    def term_at(self, index: int) -> int:
+        """Term of the entry at index; 0 for index 0 (before the log). Raises IndexError if the
+        index is retained away or past the end."""
+        ...
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> Sequence[Entry]:
+        """Entries [lo, hi), at least one if lo < hi, stopping before max_bytes is exceeded."""
+        ...

@@ -1,0 +1,78 @@
+"""Keeps the pure modules pure: the Raft core imports nothing with I/O, time or global randomness
+(DESIGN.md sections 1 and 8). Checked on the source, so a lazy import inside a function counts."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PURE_PACKAGES = [ROOT / "dledger" / "raft"]
+# First-party modules a pure module may import (themselves checked the same way).
+PURE_FIRST_PARTY = {"dledger.errors"}
+ALLOWED_STDLIB = {"__future__", "collections", "dataclasses", "enum", "typing", "abc", "functools",
+                  "itertools", "bisect", "heapq", "math", "operator"}
+FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
+
+
+def _pure_files() -> list[Path]:
+    files = [f for pkg in PURE_PACKAGES for f in sorted(pkg.rglob("*.py"))]
+    files += [ROOT / (m.replace(".", "/") + ".py") for m in PURE_FIRST_PARTY]
+    return files
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _runtime_imports(tree: ast.Module) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        if _is_type_checking_block(node):
+            return  # imports for annotations only never run
+        if isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.module or "", node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def violations(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    bad = []
+    for name, line in _runtime_imports(tree):
+        top = name.split(".")[0]
+        if top == "dledger":
+            ok = name.startswith("dledger.raft") or name in PURE_FIRST_PARTY
+        else:
+            ok = top in ALLOWED_STDLIB
+        if not ok:
+            bad.append(f"{where}:{line} imports {name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in FORBIDDEN_CALLS:
+            bad.append(f"{where}:{node.lineno} calls {node.func.id}()")
+    return bad
+
+
+def test_raft_core_imports_nothing_with_io_time_or_global_randomness() -> None:
+    files = _pure_files()
+    assert len(files) >= 6, files
+    problems = [v for f in files for v in violations(f)]
+    assert problems == []
+
+
+def test_the_checker_fires_on_an_impure_module(tmp_path: Path) -> None:
+    bad = tmp_path / "impure.py"
+    bad.write_text("import os\nimport random\nfrom time import monotonic\n"
+                   "def f():\n    import asyncio\n    print(open('x'))\n")
+    found = " ".join(violations(bad))
+    for needle in ("imports os", "imports random", "imports time", "imports asyncio",
+                   "calls open()", "calls print()"):
+        assert needle in found
