@@ -129,6 +129,18 @@ class MemoryLogStore:
     def close(self) -> None:
         return None
 
+    # -- durability view (for the simulator's observer) --------------------------------------
+
+    def durable_last_index(self) -> int:
+        return self.base_index + len(self._durable)
+
+    def durable_term_at(self, index: int) -> int | None:
+        """Term of the entry at index in what would survive a power loss right now."""
+        k = index - self.base_index - 1
+        if k < 0 or k >= len(self._durable):
+            return None
+        return self._durable[k].term
+
     # -- test-only faults ------------------------------------------------------------------
 
     def power_loss(self, rng: random.Random | None = None, keep_ops: int | None = None) -> int:

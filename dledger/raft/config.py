@@ -17,11 +17,11 @@ class Canaries:
 
     forget_vote: bool = False  # hard state handed to the shell never carries voted_for
     commit_previous_term: bool = False  # commit entries of earlier terms by counting (Figure 8)
-    count_self_before_persist: bool = False  # leader counts its own copy before it is durable
+    ack_before_fsync: bool = False  # follower answers appends before its entries are durable
     truncate_on_append: bool = False  # follower cuts its log after every append, matched or not
 
     def any(self) -> bool:
-        return any((self.forget_vote, self.commit_previous_term, self.count_self_before_persist,
+        return any((self.forget_vote, self.commit_previous_term, self.ack_before_fsync,
                     self.truncate_on_append))
 
 

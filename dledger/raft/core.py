@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the core only uses the Random instance it is given, never t
     import random
 
 _LEADER_EARLY = (AppendRequest, Heartbeat)
+_CANARY_EARLY = (AppendRequest, Heartbeat, AppendResponse)
 
 
 class RaftCore:
@@ -157,10 +158,11 @@ class RaftCore:
             self.log.handed_out_index = committed[-1].index
         early: list[Message] = []
         late: list[Message] = []
+        # A leader's appends and heartbeats do not depend on its own persistence (it counts
+        # itself only after advance), so they may leave before the local fsync (Raft 10.2.1).
+        early_kinds = _CANARY_EARLY if self.config.canaries.ack_before_fsync else _LEADER_EARLY
         for m in self._msgs:
-            # A leader's appends and heartbeats do not depend on its own persistence (it counts
-            # itself only after advance), so they may leave before the local fsync (Raft 10.2.1).
-            (early if hs is None and isinstance(m, _LEADER_EARLY) else late).append(m)
+            (early if hs is None and isinstance(m, early_kinds) else late).append(m)
         self._msgs = []
         return Ready(hs, entries, tuple(early), tuple(late), committed,
                      must_sync=hs is not None or bool(entries))
@@ -482,16 +484,10 @@ class RaftCore:
         size = sum(len(e.data) for e in entries)
         self._uncommitted.append((entries[-1].index, size))
         self.uncommitted_bytes += size
-        if self.config.canaries.count_self_before_persist:
-            self._maybe_commit()
-
-    def _self_match_index(self) -> int:
-        if self.config.canaries.count_self_before_persist:
-            return self.log.last_index()
-        return self.log.persisted_index()
 
     def _maybe_commit(self) -> None:
-        matches = [self._self_match_index()] + [pr.match_index for pr in self.progress.values()]
+        # The leader's own copy counts only once it is durable (persisted_index, after advance).
+        matches = [self.log.persisted_index()] + [pr.match_index for pr in self.progress.values()]
         index = committed_index(matches)
         if index <= self.log.commit_index:
             return

@@ -1,0 +1,8 @@
+"""The deterministic simulator: many Raft cores in one process, one seed drives every fault."""
+
+from chaos.sim.observer import Observer, Violation
+from chaos.sim.runner import CANARIES, SeedResult, SweepSummary, run_seed, sweep
+from chaos.sim.world import FaultSettings, World
+
+__all__ = ["CANARIES", "FaultSettings", "Observer", "SeedResult", "SweepSummary", "Violation",
+           "World", "run_seed", "sweep"]

@@ -1,0 +1,375 @@
+"""The simulated world: Raft cores with in-memory disks, a lossy network, faults and clients,
+all driven by one seed (DESIGN.md section 7.2, CHAOS.md 4.6).
+
+Owns the node shell (the same Ready contract as the runtime: persist, fsync, send, apply,
+advance), the network (drop, delay, duplicate, reorder, partitions of several shapes), crashes
+that lose unsynced writes (sometimes tearing the last), restarts from durable state only, tick
+skew, and simulated clients whose acknowledged proposals are checked at the end.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from chaos.sim.observer import Observer, Violation
+from dledger.errors import ProposalError
+from dledger.memstore import MemoryHardStateStore, MemoryLogStore
+from dledger.raft.config import Canaries, RaftConfig
+from dledger.raft.core import RaftCore
+from dledger.raft.types import Entry, EntryKind, Message, Role
+
+PARTITION_SHAPES = ("isolate_leader", "isolate_one", "majority_minority", "bridge", "one_link",
+                    "one_way", "ring")
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    """Everything a seed decides about the world; printed with every failure."""
+
+    drop_rate: float
+    dup_rate: float
+    max_delay_ticks: int
+    partition_shapes: tuple[str, ...]
+    partition_ticks: tuple[int, int]  # each partition / each healthy gap lasts this long
+    crash_rate: float  # per tick
+    down_ticks: tuple[int, int]
+    tick_rates: tuple[float, ...]  # per node: ticks per world step (skew)
+    proposals_max: int  # per world step
+    mid_ready_crash_rate: float  # per Ready: crash after early sends, before persisting
+    max_append_entries: int
+    max_inflight: int
+    new_leader_crash_rate: float  # a new leader is killed within a few ticks (leader flapping)
+
+    @staticmethod
+    def draw(rng: random.Random, nodes: int) -> FaultSettings:
+        shapes = [s for s in PARTITION_SHAPES if rng.random() < 0.6] or [rng.choice(PARTITION_SHAPES)]
+        lo = rng.randint(30, 100)
+        rates = [1.0] * nodes
+        rates[rng.randrange(nodes)] = round(rng.uniform(0.5, 2.0), 2)
+        return FaultSettings(
+            drop_rate=round(rng.uniform(0.0, 0.2), 3),
+            dup_rate=round(rng.uniform(0.0, 0.05), 3),
+            max_delay_ticks=rng.randint(0, 10),
+            partition_shapes=tuple(shapes),
+            partition_ticks=(lo, lo + rng.randint(20, 150)),
+            crash_rate=round(rng.uniform(0.005, 0.02), 4),
+            down_ticks=(5, rng.randint(20, 80)),
+            tick_rates=tuple(rates),
+            proposals_max=rng.randint(1, 3),
+            mid_ready_crash_rate=round(rng.uniform(0.0, 0.004), 4),
+            max_append_entries=rng.choice((1, 2, 4, 64, 512)),
+            max_inflight=rng.choice((1, 4, 32)),
+            new_leader_crash_rate=rng.choice((0.0, 0.0, 0.2, 0.5)),
+        )
+
+
+class SimNode:
+    """One node: a core, its disks, and the shell loop around it."""
+
+    def __init__(self, world: World, nid: str, config: RaftConfig) -> None:
+        self.world = world
+        self.id = nid
+        self.config = config
+        self.store = MemoryLogStore()
+        self.hard_state = MemoryHardStateStore()
+        self.up = True
+        self.restarts = 0
+        self.tick_credit = 0.0
+        self.down_until = 0
+        self._chain: list[int] = []  # _chain[k]: prefix hash up to store entry k (index k+1)
+        self.start()
+
+    def start(self) -> None:
+        self.core = RaftCore(self.config, self.store, self.hard_state.load(),
+                             random.Random(self.world.rng.random()), applied_index=0)
+        self.applied_index = 0
+        self._rebuild_chain()
+
+    # -- prefix hashes of the visible log (for the observer's Log Matching checks) -------------
+
+    def chain_at(self, index: int) -> int:
+        if index <= 0:
+            return 0
+        return self._chain[index - 1] if index <= len(self._chain) else -1
+
+    def _rebuild_chain(self) -> None:
+        self._chain = []
+        self._extend_chain(self.store.entries_list)
+
+    def _extend_chain(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
+        h = self._chain[-1] if self._chain else 0
+        for e in entries:
+            h = hash((h, e.index, e.term, e.data))
+            self._chain.append(h)
+
+    # -- the shell loop -----------------------------------------------------------------------
+
+    def drain(self) -> None:
+        obs = self.world.observer
+        for _ in range(10_000):
+            if not self.up or not self.core.has_ready():
+                return
+            rd = self.core.ready()
+            obs.on_ready(self, rd)
+            for m in rd.early_messages:
+                self.world.send(m)
+            if self.world.crash_now(self):
+                return  # power lost after the early sends, before anything of this Ready persisted
+            if rd.hard_state is not None:
+                self.hard_state.save(rd.hard_state)
+            if rd.entries:
+                self.store.append(rd.entries)
+                del self._chain[rd.entries[0].index - 1 :]
+                self._extend_chain(rd.entries)
+                obs.on_appended(self, rd.entries)
+            if rd.must_sync:
+                self.store.sync()
+            for m in rd.messages:
+                self.world.send(m)
+            for e in rd.committed:
+                obs.on_apply(self, e, self.applied_index + 1)
+                self.applied_index = e.index
+                self.world.on_applied(self, e)
+            self.core.advance(rd)
+        raise Violation("Liveness", f"{self.id}: the Ready loop did not settle")
+
+    def crash(self, rng: random.Random) -> None:
+        self.up = False
+        self.store.power_loss(rng)  # lose what was not fsynced, maybe tearing the last write
+
+    def restart(self) -> None:
+        self.up = True
+        self.restarts += 1
+        self.start()
+        self.world.observer.on_restart(self)
+
+
+@dataclass(order=True)
+class _InFlight:
+    at: int
+    seq: int
+    msg: Message = field(compare=False)
+
+
+@dataclass
+class Proposal:
+    value: bytes
+    node: str
+    term: int
+    index: int
+
+
+class World:
+    def __init__(self, seed: int, node_count: int, canaries: Canaries,
+                 faults: FaultSettings | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.faults = faults or FaultSettings.draw(self.rng, node_count)
+        self.ids = [f"n{i + 1}" for i in range(node_count)]
+        self.observer = Observer(node_count)
+        self.now = 0
+        self.events = 0
+        self.fault_counts: dict[str, int] = {}
+        self.trail: deque[str] = deque(maxlen=40)
+        self._net: list[_InFlight] = []
+        self._seq = 0
+        self.cut: set[tuple[str, str]] = set()
+        self.partition_until = 0
+        self.healthy_until = 0
+        self.healing = False
+        self.pending: dict[tuple[str, int, int], Proposal] = {}
+        self.acked: dict[bytes, Proposal] = {}
+        self.proposed = 0
+        self.leader_guess: str | None = None
+        self.known_leaders: set[tuple[str, int]] = set()
+        self.doomed: dict[str, int] = {}  # node -> tick at which it will be killed
+        self.nodes = [SimNode(self, nid, RaftConfig(
+            node_id=nid, voters=tuple(self.ids), canaries=canaries,
+            max_append_entries=self.faults.max_append_entries,
+            max_inflight=self.faults.max_inflight)) for nid in self.ids]
+        self.by_id = {n.id: n for n in self.nodes}
+
+    # -- network ---------------------------------------------------------------------------------
+
+    def send(self, m: Message) -> None:
+        f = self.faults
+        if not self.healing and self.rng.random() < f.drop_rate:
+            return
+        copies = 2 if not self.healing and self.rng.random() < f.dup_rate else 1
+        for _ in range(copies):
+            delay = self.rng.randint(0, f.max_delay_ticks) if not self.healing else self.rng.randint(0, 1)
+            self._seq += 1
+            heapq.heappush(self._net, _InFlight(self.now + delay, self._seq, m))
+
+    def _deliver_due(self) -> None:
+        due: list[Message] = []
+        while self._net and self._net[0].at <= self.now:
+            due.append(heapq.heappop(self._net).msg)
+        self.rng.shuffle(due)  # same-tick messages arrive in any order
+        for m in due:
+            dst = self.by_id[m.dst]
+            if not dst.up or (m.src, m.dst) in self.cut:
+                continue
+            self._event(f"deliver {type(m).__name__} {m.src}->{m.dst} t{m.term}")
+            dst.core.step(m)
+            dst.drain()
+            self._observe()
+
+    # -- clients -----------------------------------------------------------------------------------
+
+    def _propose(self) -> None:
+        for _ in range(self.rng.randint(0, self.faults.proposals_max)):
+            target = self.leader_guess if self.leader_guess and self.rng.random() < 0.8 \
+                else self.rng.choice(self.ids)
+            node = self.by_id[target]
+            if not node.up:
+                self.leader_guess = None
+                continue
+            value = f"s{self.seed}-p{self.proposed}".encode()
+            self.proposed += 1
+            try:
+                term, index = node.core.propose(value)
+            except ProposalError as err:
+                self.leader_guess = getattr(err, "leader_hint", None)
+                continue
+            self.leader_guess = target
+            self.pending[(target, term, index)] = Proposal(value, target, term, index)
+            self._event(f"propose {value.decode()} at {target} -> ({term}, {index})")
+            node.drain()
+            self._observe()
+
+    def on_applied(self, node: SimNode, e: Entry) -> None:
+        p = self.pending.pop((node.id, e.term, e.index), None)
+        if p is not None and e.kind is EntryKind.NORMAL and e.data == p.value:
+            self.acked[p.value] = p  # the client hears "committed"
+
+    # -- faults -----------------------------------------------------------------------------------
+
+    def _faults_step(self) -> None:
+        f = self.faults
+        if self.now >= self.partition_until and self.cut:
+            self.cut = set()
+            self.healthy_until = self.now + self.rng.randint(*f.partition_ticks)
+            self._event("heal partition")
+        elif not self.cut and self.now >= self.healthy_until and f.partition_shapes:
+            shape = self.rng.choice(f.partition_shapes)
+            self.cut = self._partition(shape)
+            self.partition_until = self.now + self.rng.randint(*f.partition_ticks)
+            self._count(f"partition:{shape}")
+            self._event(f"partition {shape} cut={sorted(self.cut)}")
+        if self.rng.random() < f.crash_rate:
+            up = [n for n in self.nodes if n.up]
+            leaders = [n for n in up if n.core.role is Role.LEADER]
+            if leaders and self.rng.random() < 0.5:
+                self._crash(leaders[0], "crash_leader")
+            elif up:
+                self._crash(self.rng.choice(up), "crash")
+        for nid, at in list(self.doomed.items()):
+            node = self.by_id[nid]
+            if self.now >= at:
+                del self.doomed[nid]
+                if node.up:
+                    self._crash(node, "crash_new_leader")
+        for n in self.nodes:
+            if not n.up and self.now >= n.down_until:
+                n.restart()
+                self._count("restart")
+                self._event(f"restart {n.id} at term {n.core.term}")
+                self._observe()
+
+    def crash_now(self, node: SimNode) -> bool:
+        """Called by a node in the middle of its Ready: maybe the power fails right here."""
+        if self.healing or self.rng.random() >= self.faults.mid_ready_crash_rate:
+            return False
+        self._crash(node, "crash_mid_ready")
+        return True
+
+    def _crash(self, victim: SimNode, kind: str) -> None:
+        victim.crash(self.rng)
+        victim.down_until = self.now + self.rng.randint(*self.faults.down_ticks)
+        self._drop_pending_of(victim.id)
+        self._count(kind)
+        self._event(f"{kind} {victim.id} (durable last {victim.store.last_index()})")
+
+    def _partition(self, shape: str) -> set[tuple[str, str]]:
+        ids = self.ids[:]
+        self.rng.shuffle(ids)
+        n = len(ids)
+        leaders = [x.id for x in self.nodes if x.up and x.core.role is Role.LEADER]
+        if shape == "isolate_leader" and leaders:
+            ids.remove(leaders[0])
+            ids.insert(0, leaders[0])
+        if shape in ("isolate_one", "isolate_leader"):
+            groups = [ids[:1], ids[1:]]
+        elif shape == "majority_minority":
+            k = self.rng.randint(1, (n - 1) // 2)
+            groups = [ids[:k], ids[k:]]
+        elif shape in ("one_link", "one_way"):
+            a, b = ids[0], ids[1]
+            return {(a, b)} if shape == "one_way" else {(a, b), (b, a)}
+        elif shape == "bridge":
+            # two halves that only talk through one bridge node
+            half = (n - 1) // 2
+            left, right = ids[1 : 1 + half], ids[1 + half :]
+            return {(a, b) for a in left for b in right} | {(b, a) for a in left for b in right}
+        else:  # ring: each node hears only its two ring neighbours
+            keep = {(ids[i], ids[(i + d) % n]) for i in range(n) for d in (1, -1)}
+            return {(a, b) for a in ids for b in ids if a != b and (a, b) not in keep}
+        return {(a, b) for g in groups for h in groups if g is not h for a in g for b in h}
+
+    def _drop_pending_of(self, nid: str) -> None:
+        for key in [k for k in self.pending if k[0] == nid]:
+            del self.pending[key]
+
+    # -- time ----------------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        self.now += 1
+        if not self.healing:
+            self._faults_step()
+            self._propose()
+        for n, rate in zip(self.nodes, self.faults.tick_rates):
+            if not n.up:
+                continue
+            n.tick_credit += rate
+            while n.tick_credit >= 1.0 and n.up:
+                n.tick_credit -= 1.0
+                n.core.tick()
+                n.drain()
+                self.events += 1
+                self._observe()
+            if n.core.role is Role.LEADER:
+                self.leader_guess = n.id
+        self._deliver_due()
+
+    def _observe(self) -> None:
+        self.observer.after_event(self.nodes)
+        if self.healing or not self.faults.new_leader_crash_rate:
+            return
+        for n in self.nodes:
+            if n.up and n.core.role is Role.LEADER and (n.id, n.core.term) not in self.known_leaders:
+                self.known_leaders.add((n.id, n.core.term))
+                if self.rng.random() < self.faults.new_leader_crash_rate:
+                    self.doomed[n.id] = self.now + self.rng.randint(0, 3)
+
+    def _event(self, text: str) -> None:
+        self.events += 1
+        self.trail.append(f"[{self.now}] {text}")
+
+    def _count(self, kind: str) -> None:
+        self.fault_counts[kind] = self.fault_counts.get(kind, 0) + 1
+
+    # -- heal phase ---------------------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """Stop all faults, bring every node back, deliver reliably."""
+        self.healing = True
+        self.cut = set()
+        self.faults = FaultSettings(**{**self.faults.__dict__, "tick_rates": (1.0,) * len(self.ids)})
+        for n in self.nodes:
+            if not n.up:
+                n.restart()
+        self._event("heal: faults stopped, all nodes up")
