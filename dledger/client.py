@@ -1,0 +1,220 @@
+"""An async client of log servers: propose with leader redirects, read, status, transfer.
+
+Owns connections (one per server, many requests in flight, matched by request id), deadlines
+and the retry rule: a proposal is retried on another node only when it certainly was not
+appended (NOT_LEADER, or the connection could not be made); when the outcome is unknown
+(timeout, leadership lost, connection lost after sending) the caller gets the named error.
+The broker's client library (``client/``) will build on the same rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any
+
+from dledger.errors import (
+    DLedgerError,
+    NodeStoppedError,
+    NotLeaderError,
+    OutcomeUnknownError,
+    ProposalTimeoutError,
+    WireError,
+)
+from dledger.protocol import (
+    POWER_LOSS,
+    PROPOSE,
+    PROPOSE_BATCH,
+    READ,
+    STATUS,
+    TRANSFER,
+    Response,
+    decode_response,
+    encode_request,
+    error_from,
+)
+from dledger.runtime import Address, AppliedEntry, Committed
+from dledger.raft.types import EntryKind
+from dledger.wire import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+
+
+class UnavailableError(DLedgerError):
+    """No server could be reached (or none knew a leader) before the deadline."""
+
+
+class ConnectionLostError(OutcomeUnknownError):
+    """The connection dropped after the request was sent: it may or may not have taken effect."""
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.waiting: dict[int, asyncio.Future[Response]] = {}
+        self.ids = itertools.count(1)
+        self._out: list[bytes] = []  # requests of this loop pass, written in one go
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for payload in self.decoder.feed(data):
+                resp = decode_response(payload)
+                fut = self.waiting.pop(resp.request_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp)
+        except WireError as err:
+            self._fail_all(ConnectionLostError(f"bad response from server: {err}"))
+            if self.transport is not None:
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._fail_all(ConnectionLostError(f"connection lost: {exc or 'closed'}"))
+
+    def _fail_all(self, err: DLedgerError) -> None:
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self.waiting.clear()
+
+    @property
+    def alive(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def request(self, kind: int, *args: Any) -> asyncio.Future[Response]:
+        assert self.transport is not None
+        rid = next(self.ids)
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self.waiting[rid] = fut
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(encode_frame(encode_request(kind, rid, *args)))
+        return fut
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+
+class LogClient:
+    """Talks to the servers of one group; ``nodes`` maps node id -> client address."""
+
+    def __init__(self, nodes: dict[str, Address], timeout_s: float = 3.0,
+                 connect_timeout_s: float = 1.0) -> None:
+        if not nodes:
+            raise ValueError("no nodes given")
+        self.nodes = dict(nodes)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.leader: str | None = None
+        self._conns: dict[str, _Connection] = {}
+        self.redirects = 0
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            if conn.transport is not None:
+                conn.transport.close()
+        self._conns.clear()
+
+    async def __aenter__(self) -> LogClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- requests to one node ---------------------------------------------------------------------
+
+    async def _conn(self, node: str, deadline: float) -> _Connection:
+        conn = self._conns.get(node)
+        if conn is not None and conn.alive:
+            return conn
+        host, port = self.nodes[node]
+        loop = asyncio.get_running_loop()
+        budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
+        try:
+            _, conn = await asyncio.wait_for(loop.create_connection(_Connection, host, port), budget)
+        except (OSError, TimeoutError) as err:
+            raise NodeStoppedError(f"cannot connect to {node} at {host}:{port}: {err}") from err
+        self._conns[node] = conn
+        return conn
+
+    async def call(self, node: str, kind: int, *args: Any, timeout_s: float | None = None) -> Any:
+        """One request to one node; raises the named error of an error response."""
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        conn = await self._conn(node, deadline)
+        fut = conn.request(kind, *args)
+        try:
+            resp = await asyncio.wait_for(fut, max(0.001, deadline - time.monotonic()))
+        except TimeoutError as err:
+            raise ProposalTimeoutError(f"no answer from {node} in time") from err
+        if not resp.ok:
+            raise error_from(resp)
+        return resp.result
+
+    # -- proposals with redirects -------------------------------------------------------------------
+
+    async def propose(self, data: bytes, timeout_s: float | None = None) -> tuple[str, Committed]:
+        """Commit data through the leader; returns (node that answered, where it landed)."""
+        node, result = await self._to_leader(PROPOSE, data, timeout_s=timeout_s)
+        return node, Committed(*result)
+
+    async def propose_batch(self, items: list[bytes],
+                            timeout_s: float | None = None) -> tuple[str, list[Committed]]:
+        node, result = await self._to_leader(PROPOSE_BATCH, items, timeout_s=timeout_s)
+        return node, [Committed(*r) for r in result]
+
+    async def _to_leader(self, kind: int, *args: Any, timeout_s: float | None) -> tuple[str, Any]:
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        tried: list[str] = []
+        candidates = self._candidates()
+        last_err: DLedgerError | None = None
+        while time.monotonic() < deadline:
+            node = self.leader if self.leader in self.nodes else candidates[len(tried) % len(candidates)]
+            tried.append(node)
+            try:
+                return node, await self.call(node, kind, *args,
+                                             timeout_s=max(0.001, deadline - time.monotonic()))
+            except NotLeaderError as err:  # certainly not appended: follow the hint at once
+                last_err = err
+                self.redirects += 1
+                self.leader = err.leader_hint if err.leader_hint in self.nodes else None
+                if self.leader is None:
+                    await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            except NodeStoppedError as err:  # could not connect, or the node refused: not appended
+                last_err = err
+                self.leader = None
+                await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+        raise UnavailableError(f"no leader answered within the deadline (tried {tried[-6:]}): "
+                               f"{last_err}")
+
+    def _candidates(self) -> list[str]:
+        return sorted(self.nodes)
+
+    # -- other requests -------------------------------------------------------------------------------
+
+    async def status(self, node: str) -> dict[str, Any]:
+        return await self.call(node, STATUS)
+
+    async def read(self, node: str, lo: int, max_entries: int = 1024) -> list[AppliedEntry]:
+        rows = await self.call(node, READ, lo, max_entries)
+        return [AppliedEntry(i, t, EntryKind(k), d, p) for i, t, k, d, p in rows]
+
+    async def read_all(self, node: str) -> list[AppliedEntry]:
+        out: list[AppliedEntry] = []
+        for _ in range(1_000_000):
+            batch = await self.read(node, len(out) + 1 if not out else out[-1].index + 1)
+            if not batch:
+                return out
+            out.extend(batch)
+        return out
+
+    async def transfer(self, node: str, to: str) -> None:
+        await self.call(node, TRANSFER, to, timeout_s=10.0)
+
+    async def power_loss(self, node: str, tear: bool = False) -> int:
+        return await self.call(node, POWER_LOSS, tear)

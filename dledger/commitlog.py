@@ -1,0 +1,633 @@
+"""The file-backed Raft log: a segmented, append-only, checksummed commitlog (``FileLogStore``).
+
+Owns one node's log directory: its data and index files, their recovery after a crash, group
+commit (``sync``), suffix truncation and whole-segment retention. It must not interpret entry
+bodies (the broker does) nor decide when to sync (the runtime does); byte layouts live in
+``entry_codec``.
+
+A log directory holds:
+- ``<position:020d>.data``: entries back to back, the file named by the logical position of its
+  first entry. An entry's position is that name plus its offset in the file (no padding), so it
+  depends only on the entries before it and is the same on every replica holding them.
+- ``<position:020d>.index``: one fixed-width record per entry of the data file of the same name.
+  Derived data: rebuilt from the data file when short, cut back when long.
+- ``meta``: index, term and position of the last entry retained away (replaced atomically).
+
+Rules that keep recovery simple and safe:
+- Only the last segment may hold bytes that were never fsynced: before a new segment is created,
+  the current one is sealed (data, index and directory fsynced). So on open only the last
+  segment's tail can be torn; damage anywhere else is ``CorruptLogError``, never skipped.
+- Data before index, and truncation is durable at once: later segments are deleted (last to
+  first), then the holding segment is cut, each step fsynced, so a crash leaves a log prefix.
+- Retention writes ``meta`` before deleting segments; open deletes segments before it.
+- ``open`` fsyncs what it recovered: after a restart, everything the log shows is durable.
+- A failed fsync is not retried (the kernel may have marked the unwritten pages clean, so a
+  retry could "succeed" without the data): the store refuses further work (``StorageError``)
+  and the node must restart, treating it like a crash.
+- The directory is locked (``flock``) while a store has it open.
+
+In memory the store keeps two ``array('q')`` (position and term of every entry held), so
+``term_at`` and ``position_of`` cost one lookup and reads cost one ``pread`` per segment touched.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import logging
+import os
+import random
+from array import array
+from dataclasses import dataclass
+from typing import Sequence
+
+from dledger.entry_codec import (
+    DATA_SUFFIX,
+    HEADER_BYTES,
+    INDEX_RECORD_BYTES,
+    INDEX_SUFFIX,
+    Chunk,
+    FrameError,
+    Records,
+    common_record_count,
+    decode_entry,
+    decode_meta,
+    encode_index_records,
+    encode_meta,
+    parse_index,
+    parse_segment_file_name,
+    plan_chunks,
+    scan_entries,
+    segment_file_name,
+    valid_entry_after,
+)
+from dledger.errors import CompactedError, CorruptLogError, StorageError
+from dledger.hardstate import (
+    TEMP_SUFFIX,
+    make_dirs_durably,
+    storage_error,
+    write_file_atomically,
+)
+from dledger.raft.types import Entry
+
+__all__ = ["FileLogStore", "DEFAULT_SEGMENT_BYTES_MAX"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_BYTES_MAX = 64 * 1024 * 1024
+_META_NAME = "meta"
+_ENTRY_OVERHEAD_BYTES = 24  # what Entry.size_bytes adds to the body: max_bytes counts that size
+
+
+@dataclass(eq=False)
+class _Segment:
+    """One data file and its index file. Sizes are what this process wrote (index = count * 24)."""
+
+    base_position: int
+    first_index: int
+    data_path: str
+    index_path: str
+    data_fd: int
+    index_fd: int
+    data_bytes: int = 0
+    entry_count: int = 0
+    synced_data_bytes: int = 0  # sizes at the last sync() (cut down by truncation)
+    synced_entry_count: int = 0
+    durable_data_bytes: int = 0  # sizes at the last fsync of any kind (sync, seal, truncation)
+    durable_entry_count: int = 0
+    created_since_sync: bool = True
+
+    def mark_durable(self) -> None:
+        self.durable_data_bytes, self.durable_entry_count = self.data_bytes, self.entry_count
+
+    def mark_synced(self) -> None:
+        self.mark_durable()
+        self.synced_data_bytes, self.synced_entry_count = self.data_bytes, self.entry_count
+        self.created_since_sync = False
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Append ``data`` (the fd is O_APPEND): one os.write unless the kernel writes short."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _pread_exact(fd: int, size: int, offset: int) -> bytes:
+    parts, done = [], 0
+    while done < size:
+        part = os.pread(fd, size - done, offset + done)
+        if not part:
+            raise FrameError(f"file ends before offset {offset + size}")
+        parts.append(part)
+        done += len(part)
+    return b"".join(parts)
+
+
+def _bases_named(names: list[str], suffix: str) -> list[int]:
+    bases = (parse_segment_file_name(name, suffix) for name in names)
+    return [base for base in bases if base is not None]
+
+
+def _open_append_fd(path: str, exclusive: bool) -> int:
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | (os.O_EXCL if exclusive else 0)
+    return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+
+class FileLogStore:
+    """A ``LogStore`` in a directory of segment files. Create with ``FileLogStore.open``."""
+
+    def __init__(self, dir_path: str, segment_bytes_max: int, dir_fd: int) -> None:
+        self._dir = dir_path
+        self._segment_bytes_max = segment_bytes_max
+        self._dir_fd = dir_fd
+        self._segments: list[_Segment] = []
+        self._base_index = 0  # the last entry retained away (0: none)
+        self._base_term = 0
+        self._base_position = 0  # position of the first entry held
+        self._positions = array("q")  # [k]: position of entry base_index + 1 + k
+        self._terms = array("q")
+        self._end_position = 0
+        self._dirty: set[_Segment] = set()
+        self._dir_dirty = False
+        self._closed = False
+        self._failed: str | None = None
+
+    @classmethod
+    def open(
+        cls,
+        dir_path: str | os.PathLike[str],
+        segment_bytes_max: int = DEFAULT_SEGMENT_BYTES_MAX,
+        verify_all: bool = False,
+    ) -> FileLogStore:
+        """Open (creating if missing) and recover the log in ``dir_path``.
+
+        Verifies the last segment entry by entry (every segment with ``verify_all``), cuts a
+        torn tail, rebuilds or cuts back index files, and makes the result durable.
+        """
+        if segment_bytes_max < HEADER_BYTES:
+            raise ValueError(f"segment_bytes_max {segment_bytes_max} is below {HEADER_BYTES}")
+        path = os.path.abspath(os.fspath(dir_path))
+        try:
+            make_dirs_durably(path)
+            dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            raise storage_error(err, f"opening log directory {path}") from err
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(dir_fd)
+            raise StorageError(f"{path}: log directory is in use by another open store") from err
+        store = cls(path, segment_bytes_max, dir_fd)
+        try:
+            store._recover(verify_all)
+        except OSError as err:
+            store.close()
+            raise storage_error(err, f"recovering {path}") from err
+        except FrameError as err:  # a file shrank while being read: not ours alone
+            store.close()
+            raise CorruptLogError(f"{path}: {err}") from err
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def first_index(self) -> int:
+        return self._base_index + 1
+
+    def last_index(self) -> int:
+        return self._base_index + len(self._terms)
+
+    def end_position(self) -> int:
+        """Position just past the last entry held: where the next entry will be written."""
+        return self._end_position
+
+    def term_at(self, index: int) -> int:
+        k = index - self._base_index - 1
+        if 0 <= k < len(self._terms):
+            return self._terms[k]
+        if k == -1:
+            return self._base_term
+        if k < -1:
+            raise CompactedError(f"index {index} retained away (first index {self.first_index()})")
+        raise IndexError(f"index {index} past last index {self.last_index()}")
+
+    def position_of(self, index: int) -> int:
+        k = index - self._base_index - 1
+        if not 0 <= k < len(self._positions):
+            raise IndexError(f"index {index} not held ({self.first_index()}..{self.last_index()})")
+        return self._positions[k]
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> Sequence[Entry]:
+        """Entries [lo, hi), at least one if lo < hi, stopping before max_bytes (counted as
+        ``Entry.size_bytes``) would be exceeded. Every entry read is verified."""
+        if lo <= self._base_index:
+            raise CompactedError(f"index {lo} retained away (first index {self.first_index()})")
+        k_lo = lo - self._base_index - 1
+        k_hi = min(hi, self.last_index() + 1) - self._base_index - 1
+        total_bytes = 0
+        for k in range(k_lo, k_hi):
+            total_bytes += self._entry_bytes(k) - HEADER_BYTES + _ENTRY_OVERHEAD_BYTES
+            if k > k_lo and total_bytes > max_bytes:
+                k_hi = k
+                break
+        return self._read_span(k_lo, k_hi)
+
+    def read_at(self, position: int) -> Entry:
+        """The entry starting at commitlog ``position`` (verified)."""
+        if position < self._base_position:
+            start = self._base_position
+            raise CompactedError(f"position {position} retained away (log starts at {start})")
+        k = bisect.bisect_left(self._positions, position)
+        if k == len(self._positions) or self._positions[k] != position:
+            raise IndexError(f"no entry starts at position {position}")
+        return self._read_span(k, k + 1)[0]
+
+    def _entry_bytes(self, k: int) -> int:
+        following = self._positions[k + 1] if k + 1 < len(self._positions) else self._end_position
+        return following - self._positions[k]
+
+    def _segment_of(self, index: int) -> int:
+        return bisect.bisect_right(self._segments, index, key=lambda seg: seg.first_index) - 1
+
+    def _read_span(self, k_lo: int, k_hi: int) -> list[Entry]:
+        self._check_usable()
+        out: list[Entry] = []
+        k = k_lo
+        while k < k_hi:
+            seg = self._segments[self._segment_of(self._base_index + 1 + k)]
+            k_end = min(k_hi, seg.first_index + seg.entry_count - self._base_index - 1)
+            start = self._positions[k]
+            end = self._positions[k_end - 1] + self._entry_bytes(k_end - 1)
+            offset = start - seg.base_position
+            try:
+                buf = _pread_exact(seg.data_fd, end - start, offset)
+                for j in range(k, k_end):
+                    offset = self._positions[j] - seg.base_position
+                    index, size = self._base_index + 1 + j, self._entry_bytes(j)
+                    out.append(decode_entry(buf, self._positions[j] - start, start, index, size))
+            except FrameError as err:
+                raise CorruptLogError(f"{seg.data_path}: offset {offset}: {err}") from err
+            except OSError as err:
+                raise storage_error(err, f"reading {seg.data_path}") from err
+            k = k_end
+        return out
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Write ``entries`` (one os.write per file touched), truncating a conflicting suffix first.
+
+        On ENOSPC raises ``DiskFullError`` with the files cut back and the log as before the
+        write (a truncation asked for by this call stays done).
+        """
+        if not entries:
+            return
+        self._check_usable()
+        first = entries[0].index
+        if not self.first_index() <= first <= self.last_index() + 1:
+            raise StorageError(
+                f"append at index {first} outside {self.first_index()}..{self.last_index() + 1}"
+            )
+        if first <= self.last_index():
+            self._truncate_from(first)
+        fill_bytes = self._segments[-1].data_bytes if self._segments else None
+        chunks = plan_chunks(entries, self._end_position, fill_bytes, self._segment_bytes_max)
+        self._write_chunks(chunks)
+
+    def _write_chunks(self, chunks: list[Chunk]) -> None:
+        snapshot = self._snapshot()
+        try:
+            for chunk in chunks:
+                seg = self._segment_for(chunk)
+                _write_all(seg.data_fd, b"".join(chunk.data))  # data before index
+                _write_all(seg.index_fd, b"".join(chunk.index))
+                chunk_bytes = chunk.records.end_position(0) - chunk.records.positions[0]
+                seg.data_bytes += chunk_bytes
+                seg.entry_count += len(chunk.records)
+                self._positions.extend(chunk.records.positions)
+                self._terms.extend(chunk.records.terms)
+                self._end_position += chunk_bytes
+                self._dirty.add(seg)
+        except OSError as err:
+            self._roll_back(snapshot)
+            raise storage_error(err, f"appending to {self._dir}") from err
+
+    def _segment_for(self, chunk: Chunk) -> _Segment:
+        if not chunk.new_segment:
+            return self._segments[-1]
+        if self._segments:
+            self._seal(self._segments[-1])
+        seg = self._open_segment_files(chunk.base_position, self.last_index() + 1, exclusive=True)
+        self._segments.append(seg)
+        self._dir_dirty = True
+        return seg
+
+    def _seal(self, seg: _Segment) -> None:
+        """Make a segment wholly durable before a later one gets bytes (see module docstring)."""
+        self._fsync(seg.data_fd, seg.index_fd, self._dir_fd)
+        seg.mark_durable()
+
+    def _snapshot(self) -> tuple[int, int, int, int]:
+        last = self._segments[-1] if self._segments else None
+        return (
+            len(self._segments),
+            last.data_bytes if last else 0,
+            last.entry_count if last else 0,
+            len(self._terms),
+        )
+
+    def _roll_back(self, snapshot: tuple[int, int, int, int]) -> None:
+        """Undo a partly written append: remove new segments, cut the old last one back."""
+        segment_count, data_bytes, entry_count, term_count = snapshot
+        try:
+            for seg in reversed(self._segments[segment_count:]):
+                self._delete_segment(seg)
+            del self._segments[segment_count:]
+            if self._segments:
+                self._cut_segment(self._segments[-1], data_bytes, entry_count)
+            self._fsync(self._dir_fd)
+        except OSError as err:
+            self._failed = f"rolling back a failed append: {err}"
+            raise storage_error(err, f"rolling back an append to {self._dir}") from err
+        del self._positions[term_count:]
+        del self._terms[term_count:]
+        last = self._segments[-1] if self._segments else None
+        self._end_position = last.base_position + data_bytes if last else self._base_position
+
+    def _truncate_from(self, index: int) -> None:
+        """Durably drop entries ``index`` and later: whole later segments first, then cut."""
+        k = index - self._base_index - 1
+        new_end_position = self._positions[k]
+        holder = self._segment_of(index)
+        keep = holder if self._segments[holder].first_index == index else holder + 1
+        try:
+            for seg in reversed(self._segments[keep:]):
+                self._delete_segment(seg)
+            if keep < len(self._segments):
+                self._fsync(self._dir_fd)
+            del self._segments[keep:]
+            seg = self._segments[holder] if keep == holder + 1 else None
+            if seg is not None:
+                data_bytes = new_end_position - seg.base_position
+                self._cut_segment(seg, data_bytes, index - seg.first_index)
+        except OSError as err:
+            self._failed = f"truncating: {err}"
+            raise storage_error(err, f"truncating {self._dir} from index {index}") from err
+        del self._positions[k:]
+        del self._terms[k:]
+        self._end_position = new_end_position
+
+    def _cut_segment(self, seg: _Segment, data_bytes: int, entry_count: int) -> None:
+        """Cut both files back and fsync them (data first): a cut is never undone by a crash."""
+        os.ftruncate(seg.data_fd, data_bytes)
+        self._fsync(seg.data_fd)
+        os.ftruncate(seg.index_fd, entry_count * INDEX_RECORD_BYTES)
+        self._fsync(seg.index_fd)
+        seg.data_bytes, seg.entry_count = data_bytes, entry_count
+        seg.synced_data_bytes = min(seg.synced_data_bytes, data_bytes)
+        seg.synced_entry_count = min(seg.synced_entry_count, entry_count)
+        seg.mark_durable()
+
+    def sync(self) -> None:
+        """Group commit: fsync every file written since the last sync (and the directory)."""
+        self._check_usable()
+        try:
+            for seg in self._dirty:
+                # Only the data is fsynced on the hot path: the index of the last segment is
+                # derived data that open() verifies and rebuilds from the data (sealing a
+                # segment fsyncs its index too).
+                self._fsync(seg.data_fd)
+            if self._dir_dirty:
+                self._fsync(self._dir_fd)
+        except OSError as err:
+            raise storage_error(err, f"syncing {self._dir}") from err
+        for seg in self._segments:
+            seg.mark_synced()
+        self._dirty.clear()
+        self._dir_dirty = False
+
+    def _fsync(self, *fds: int) -> None:
+        try:
+            for fd in fds:
+                if fd == self._dir_fd:
+                    os.fsync(fd)
+                else:
+                    os.fdatasync(fd)  # flushes the file size too: it is needed to read the data
+        except OSError as err:
+            self._failed = f"fsync failed: {err}"
+            raise
+
+    def retain_from(self, index: int) -> int:
+        """Delete whole segments whose entries are all below ``index`` (never the last segment);
+        returns the new first_index()."""
+        self._check_usable()
+        drop = 0
+        while drop + 1 < len(self._segments) and self._segments[drop + 1].first_index <= index:
+            drop += 1
+        if drop == 0:
+            return self.first_index()
+        kept = self._segments[drop]
+        base_index, base_position = kept.first_index - 1, kept.base_position
+        base_term = self.term_at(base_index)
+        what = f"retaining {self._dir} from index {index}"
+        meta = encode_meta(base_index, base_term, base_position)
+        try:  # nothing is deleted yet: whichever meta a crash leaves, open agrees with it
+            write_file_atomically(self._path(_META_NAME), meta)
+        except OSError as err:
+            raise storage_error(err, what) from err
+        try:
+            for seg in self._segments[:drop]:
+                self._delete_segment(seg)
+            self._fsync(self._dir_fd)
+        except OSError as err:
+            self._failed = f"retention: {err}"
+            raise storage_error(err, what) from err
+        del self._segments[:drop]
+        del self._positions[: base_index - self._base_index]
+        del self._terms[: base_index - self._base_index]
+        self._base_index, self._base_term = base_index, base_term
+        self._base_position = base_position
+        return self.first_index()
+
+    def close(self) -> None:
+        """Release the files. Does not sync: unsynced bytes stay in the page cache only."""
+        if self._closed:
+            return
+        self._closed = True
+        for seg in self._segments:
+            os.close(seg.data_fd)
+            os.close(seg.index_fd)
+        os.close(self._dir_fd)  # releases the directory lock
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self._dir}: log store is closed")
+        if self._failed is not None:
+            raise StorageError(f"{self._dir}: log store failed ({self._failed}); reopen it")
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self._dir, name)
+
+    def _open_segment_files(
+        self, base_position: int, first_index: int, exclusive: bool
+    ) -> _Segment:
+        data_path = self._path(segment_file_name(base_position, DATA_SUFFIX))
+        index_path = self._path(segment_file_name(base_position, INDEX_SUFFIX))
+        data_fd = _open_append_fd(data_path, exclusive)
+        try:
+            index_fd = _open_append_fd(index_path, exclusive)
+        except OSError:
+            os.close(data_fd)
+            if exclusive:
+                os.unlink(data_path)
+            raise
+        return _Segment(base_position, first_index, data_path, index_path, data_fd, index_fd)
+
+    def _delete_segment(self, seg: _Segment) -> None:
+        os.close(seg.data_fd)
+        os.close(seg.index_fd)
+        os.unlink(seg.data_path)
+        os.unlink(seg.index_path)
+        self._dirty.discard(seg)
+        self._dir_dirty = True
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def _recover(self, verify_all: bool) -> None:
+        names = os.listdir(self._dir)
+        for name in names:
+            if name.endswith(TEMP_SUFFIX):
+                os.unlink(self._path(name))
+        self._load_meta()
+        data_bases = self._drop_stale_files(names)
+        for k, base_position in enumerate(data_bases):
+            last = k == len(data_bases) - 1
+            self._recover_segment(base_position, verify=verify_all or last, last=last)
+        if self._segments and self._segments[-1].data_bytes == 0:
+            self._delete_segment(self._segments.pop())  # a crash left it empty
+        if self._segments:
+            self._fsync(self._segments[-1].data_fd, self._segments[-1].index_fd)
+        self._fsync(self._dir_fd)
+        for seg in self._segments:
+            seg.mark_synced()
+        self._dir_dirty = False
+
+    def _load_meta(self) -> None:
+        path = self._path(_META_NAME)
+        try:
+            with open(path, "rb") as f:
+                buf = f.read()
+        except FileNotFoundError:
+            return
+        try:
+            self._base_index, self._base_term, self._base_position = decode_meta(buf)
+        except FrameError as err:
+            raise CorruptLogError(f"{path}: {err}") from err
+        self._end_position = self._base_position
+
+    def _drop_stale_files(self, names: list[str]) -> list[int]:
+        """Delete segments retention had not finished deleting and index files without data;
+        returns the base positions of the data files left, in order."""
+        data_bases = sorted(_bases_named(names, DATA_SUFFIX))
+        index_bases = set(_bases_named(names, INDEX_SUFFIX))
+        kept = [b for b in data_bases if b >= self._base_position]
+        for base in set(data_bases) - set(kept):
+            os.unlink(self._path(segment_file_name(base, DATA_SUFFIX)))
+        for base in index_bases - set(kept):
+            os.unlink(self._path(segment_file_name(base, INDEX_SUFFIX)))
+        return kept
+
+    def _recover_segment(self, base_position: int, verify: bool, last: bool) -> None:
+        seg = self._open_segment_files(base_position, self.last_index() + 1, exclusive=False)
+        self._segments.append(seg)
+        if base_position != self._end_position:
+            raise CorruptLogError(
+                f"{seg.data_path}: segment starts at position {base_position} but the log before"
+                f" it ends at {self._end_position} (a segment is missing or was cut)"
+            )
+        data_bytes = os.fstat(seg.data_fd).st_size
+        index_buf = _pread_exact(seg.index_fd, os.fstat(seg.index_fd).st_size, 0)
+        records = Records() if verify else parse_index(index_buf, base_position, data_bytes)
+        records = self._scan_rest(seg, records, data_bytes, last)
+        self._reconcile_index(seg, index_buf, records)
+        seg.data_bytes = records.end_position(base_position) - base_position
+        seg.entry_count = len(records)
+        self._positions.extend(records.positions)
+        self._terms.extend(records.terms)
+        self._end_position = base_position + seg.data_bytes
+
+    def _scan_rest(self, seg: _Segment, records: Records, data_bytes: int, last: bool) -> Records:
+        """Verify the data past what ``records`` covers; cut a torn tail of the last segment."""
+        start = records.end_position(seg.base_position) - seg.base_position
+        if start == data_bytes:
+            return records
+        buf = _pread_exact(seg.data_fd, data_bytes - start, start)
+        buf_position, buf_index = seg.base_position + start, seg.first_index + len(records)
+        scanned, stop, reason = scan_entries(buf, buf_position, buf_index)
+        records.extend(scanned)
+        if reason is None:
+            return records
+        where = f"{seg.data_path}: offset {start + stop}: {reason}"
+        if not last:
+            raise CorruptLogError(f"{where} (not the last segment)")
+        later = valid_entry_after(buf, buf_position, stop)
+        if later is not None:
+            raise CorruptLogError(f"{where}; an intact entry follows at offset {start + later}")
+        log.warning("%s: cutting a torn tail of %d bytes", where, data_bytes - start - stop)
+        os.ftruncate(seg.data_fd, start + stop)
+        self._fsync(seg.data_fd)
+        return records
+
+    def _reconcile_index(self, seg: _Segment, index_buf: bytes, records: Records) -> None:
+        """Make the index file hold exactly the records of the data file (derived data)."""
+        expected = encode_index_records(records)
+        if index_buf == expected:
+            return
+        common_bytes = common_record_count(index_buf, expected) * INDEX_RECORD_BYTES
+        os.ftruncate(seg.index_fd, common_bytes)
+        _write_all(seg.index_fd, expected[common_bytes:])
+        self._fsync(seg.index_fd)
+
+    # -- test-only faults ---------------------------------------------------------------------
+
+    def power_loss(self, rng: random.Random | None = None, tear: bool = False) -> int:
+        """Test only: make the files look as after a power loss, then close the store.
+
+        Discards every byte written since the last ``sync()`` (files created since are removed).
+        With ``tear``, sealed segments keep what their seal made durable, and the last segment
+        keeps a random prefix of its unsynced data and index bytes (tearing the last write, maybe
+        mid-entry). Returns the number of data bytes discarded.
+        """
+        self._check_usable()
+        rng = rng if rng is not None else random.Random(0)
+        discarded_bytes = 0
+        for seg in list(self._segments):
+            if tear:
+                data_bytes, index_bytes = self._torn_sizes(seg, seg is self._segments[-1], rng)
+            elif seg.created_since_sync:
+                discarded_bytes += seg.data_bytes
+                self._delete_segment(seg)
+                self._segments.remove(seg)
+                continue
+            else:
+                data_bytes = seg.synced_data_bytes
+                index_bytes = seg.synced_entry_count * INDEX_RECORD_BYTES
+            discarded_bytes += seg.data_bytes - data_bytes
+            os.ftruncate(seg.data_fd, data_bytes)
+            os.ftruncate(seg.index_fd, index_bytes)
+        self.close()
+        return discarded_bytes
+
+    @staticmethod
+    def _torn_sizes(seg: _Segment, last: bool, rng: random.Random) -> tuple[int, int]:
+        if not last:
+            return seg.durable_data_bytes, seg.durable_entry_count * INDEX_RECORD_BYTES
+        data_lo, data_hi = seg.durable_data_bytes, seg.data_bytes
+        index_lo = seg.durable_entry_count * INDEX_RECORD_BYTES
+        index_hi = seg.entry_count * INDEX_RECORD_BYTES
+        return rng.randint(data_lo, data_hi), rng.randint(index_lo, index_hi)

@@ -1,0 +1,185 @@
+"""Starts and stops a group of log server processes on loopback: used by ``dledger up``, the
+benchmark and the real-process tests.
+
+Owns process lifecycle only (ports, data directories, start/kill/restart, logs); it talks to
+the servers through nothing but their stdout ready line. Every wait has a deadline and every
+process started is stopped by ``stop()`` (also when used as a context manager).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+Address = tuple[str, int]
+
+
+class ClusterError(RuntimeError):
+    """A server process did not start or stop as expected."""
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class ServerProcess:
+    node_id: str
+    peer_address: Address
+    client_address: Address
+    data_dir: str
+    log_path: str
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class LocalCluster:
+    """``size`` log servers of group ``group`` under ``base_dir``."""
+
+    base_dir: str
+    size: int = 3
+    group: str = "g"
+    host: str = "127.0.0.1"
+    flush_mode: str = "sync"
+    tick_ms: int = 100
+    election_ticks: int = 10
+    extra_args: tuple[str, ...] = ()
+    start_timeout_s: float = 20.0
+    servers: dict[str, ServerProcess] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ports = free_ports(self.size * 2, self.host)
+        for i in range(self.size):
+            nid = f"n{i}"
+            self.servers[nid] = ServerProcess(
+                nid, (self.host, ports[2 * i]), (self.host, ports[2 * i + 1]),
+                os.path.join(self.base_dir, f"{self.group}-{nid}"),
+                os.path.join(self.base_dir, f"{self.group}-{nid}.log"))
+
+    @property
+    def client_addresses(self) -> dict[str, Address]:
+        return {nid: s.client_address for nid, s in self.servers.items()}
+
+    def peers_arg(self) -> str:
+        return ",".join(f"{nid}={h}:{p}" for nid, s in self.servers.items()
+                        for h, p in [s.peer_address])
+
+    def command(self, nid: str) -> list[str]:
+        s = self.servers[nid]
+        return [sys.executable, "-m", "dledger.server", "--group", self.group, "--id", nid,
+                "--peers", self.peers_arg(),
+                "--client-listen", f"{s.client_address[0]}:{s.client_address[1]}",
+                "--data-dir", s.data_dir, "--flush-mode", self.flush_mode,
+                "--tick-ms", str(self.tick_ms), "--election-ticks", str(self.election_ticks),
+                *self.extra_args]
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        os.makedirs(self.base_dir, exist_ok=True)
+        for nid in self.servers:
+            self._spawn(nid)
+        for nid in self.servers:
+            self._await_ready(nid)
+        return self
+
+    def restart(self, nid: str) -> None:
+        if self.servers[nid].running:
+            raise ClusterError(f"{nid} is still running")
+        self._spawn(nid)
+        self._await_ready(nid)
+
+    def kill(self, nid: str, sig: int = signal.SIGKILL) -> None:
+        s = self.servers[nid]
+        if s.proc is None:
+            return
+        if s.proc.poll() is None:
+            s.proc.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            try:
+                s.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+                s.proc.wait(timeout=10)
+            self._close(s)
+
+    def stop(self) -> None:
+        for nid, s in self.servers.items():
+            if s.proc is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.proc.terminate()
+        for nid in self.servers:
+            self.kill(nid, signal.SIGTERM)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_tail(self, nid: str, lines: int = 30) -> str:
+        try:
+            with open(self.servers[nid].log_path, encoding="utf-8", errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _spawn(self, nid: str) -> None:
+        s = self.servers[nid]
+        os.makedirs(s.data_dir, exist_ok=True)
+        logf = open(s.log_path, "ab")  # noqa: SIM115 - owned by the child's lifetime
+        try:
+            s.proc = subprocess.Popen(self.command(nid), stdout=subprocess.PIPE, stderr=logf,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            logf.close()
+        s.starts += 1
+
+    def _await_ready(self, nid: str) -> None:
+        s = self.servers[nid]
+        assert s.proc is not None and s.proc.stdout is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        buf = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([s.proc.stdout], [], [], 0.1)
+            if ready:
+                chunk = os.read(s.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                buf += chunk
+                if b"\n" in buf:
+                    line = json.loads(buf.split(b"\n", 1)[0])
+                    if line.get("event") == "ready":
+                        return
+            if s.proc.poll() is not None:
+                break
+        self.kill(nid)
+        raise ClusterError(f"{nid} did not start:\n{self.log_tail(nid)}")
+
+    @staticmethod
+    def _close(s: ServerProcess) -> None:
+        if s.proc is not None and s.proc.stdout is not None:
+            s.proc.stdout.close()

@@ -1,0 +1,123 @@
+"""The client protocol of a log server: request and response kinds over the shared framing.
+
+Owns the kinds (>= 64, so they never collide with Raft's), the error codes and the pure
+encode/decode of requests and responses. Every frame is ``[VERSION, kind, request_id, ...]``;
+responses carry the request id so many requests can be in flight on one connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dledger.errors import (
+    DLedgerError,
+    LeadershipLostError,
+    LeadershipTransferInProgressError,
+    NodeStoppedError,
+    NotLeaderError,
+    OutcomeUnknownError,
+    OverloadedError,
+    ProposalTimeoutError,
+    WireError,
+)
+from dledger.wire import decode_payload, encode_payload
+
+PROPOSE = 64
+PROPOSE_BATCH = 65
+READ = 66
+STATUS = 67
+TRANSFER = 68
+POWER_LOSS = 69
+REQUEST_KINDS = {PROPOSE, PROPOSE_BATCH, READ, STATUS, TRANSFER, POWER_LOSS}
+
+RESULT = 80
+ERROR = 81
+
+MAX_PROPOSAL_BYTES = 4 << 20
+
+
+class RemoteError(DLedgerError):
+    """A server answered with an error code this client does not map to a specific error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class BadRequestError(DLedgerError):
+    """The server refused a malformed or oversized request."""
+
+
+_CODES: dict[type[DLedgerError], str] = {
+    NotLeaderError: "NOT_LEADER",
+    OverloadedError: "OVERLOADED",
+    LeadershipTransferInProgressError: "TRANSFERRING",
+    LeadershipLostError: "LEADERSHIP_LOST",
+    ProposalTimeoutError: "TIMEOUT",
+    OutcomeUnknownError: "OUTCOME_UNKNOWN",
+    NodeStoppedError: "STOPPED",
+    BadRequestError: "BAD_REQUEST",
+    WireError: "BAD_REQUEST",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    kind: int
+    request_id: int
+    args: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    request_id: int
+    ok: bool
+    result: Any = None
+    code: str = ""
+    message: str = ""
+    leader_id: str | None = None
+
+
+def encode_request(kind: int, request_id: int, *args: Any) -> bytes:
+    return encode_payload(kind, [request_id, *args])
+
+
+def decode_request(payload: bytes) -> Request:
+    kind, fields = decode_payload(payload)
+    if kind not in REQUEST_KINDS:
+        raise WireError(f"unknown request kind {kind}")
+    if not fields or not isinstance(fields[0], int) or isinstance(fields[0], bool):
+        raise WireError("request without an integer request id")
+    return Request(kind, fields[0], fields[1:])
+
+
+def encode_result(request_id: int, result: Any) -> bytes:
+    return encode_payload(RESULT, [request_id, result])
+
+
+def encode_error(request_id: int, err: DLedgerError) -> bytes:
+    code = next((c for t, c in _CODES.items() if isinstance(err, t)), "ERROR")
+    leader = err.leader_hint if isinstance(err, NotLeaderError) else None
+    return encode_payload(ERROR, [request_id, code, str(err), leader])
+
+
+def decode_response(payload: bytes) -> Response:
+    kind, fields = decode_payload(payload)
+    if kind == RESULT and len(fields) == 2 and isinstance(fields[0], int):
+        return Response(fields[0], True, fields[1])
+    if kind == ERROR and len(fields) == 4 and isinstance(fields[0], int):
+        rid, code, message, leader = fields
+        if isinstance(code, str) and isinstance(message, str) and (leader is None or isinstance(leader, str)):
+            return Response(rid, False, code=code, message=message, leader_id=leader)
+    raise WireError(f"malformed response of kind {kind}")
+
+
+def error_from(resp: Response) -> DLedgerError:
+    """The named client-side exception for an error response."""
+    for t, c in _CODES.items():
+        if c == resp.code and t is not WireError:
+            if t is NotLeaderError:
+                return NotLeaderError(resp.leader_id)
+            return t(resp.message)
+    return RemoteError(resp.code, resp.message)

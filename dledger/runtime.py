@@ -1,0 +1,461 @@
+"""The node runtime: one asyncio task owns a Raft core and drives it
+(tick -> step -> ready -> persist -> send -> apply -> advance), around the file stores and the
+peer transport. This is the imperative shell of DESIGN.md section 2.
+
+Owns pending proposals (futures keyed by (term, index), resolved when that entry is applied with
+the same term, failed when leadership changes), the bounded inbox, flush modes (``sync``: one
+fsync per Ready before anything that depends on it leaves; ``async``: page cache, flushed
+periodically), retention, apply listeners and the node's status. It must not interpret entry
+bodies: that is the state machine's business (the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+from dledger.commitlog import FileLogStore
+from dledger.errors import (
+    LeadershipLostError,
+    NodeStoppedError,
+    NotLeaderError,
+    OverloadedError,
+    ProposalError,
+    ProposalTimeoutError,
+)
+from dledger.hardstate import FileHardStateStore
+from dledger.raft.config import Canaries, RaftConfig
+from dledger.raft.core import RaftCore
+from dledger.raft.types import Entry, EntryKind, Message, Ready, Role, Status
+from dledger.transport import PeerTransport
+
+log = logging.getLogger("dledger.runtime")
+
+FlushMode = Literal["sync", "async"]
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    group: str
+    node_id: str
+    peers: dict[str, Address]  # every member, this node included: node id -> peer listen address
+    data_dir: str
+    dial: dict[str, Address] = field(default_factory=dict)  # where to dial a peer, if not peers[p]
+    listen: Address | None = None  # peer listen address; default peers[node_id]
+    flush_mode: FlushMode = "sync"
+    async_flush_interval_s: float = 0.05
+    tick_interval_s: float = 0.1
+    election_ticks: int = 10  # election timeout 1-2 s at 100 ms ticks
+    heartbeat_ticks: int = 1
+    preferred_leader: str | None = None
+    max_pending_proposals: int = 20_000
+    inbox_max: int = 20_000
+    step_batch_max: int = 2_000
+    propose_batch_max: int = 512
+    segment_bytes_max: int = 64 << 20
+    retention_entries: int | None = None  # keep at least this many entries; None: keep all
+    canaries: Canaries = field(default_factory=Canaries)
+    test_faults: bool = False  # allow power_loss() and canaries (tests only)
+
+    def __post_init__(self) -> None:
+        if self.node_id not in self.peers:
+            raise ValueError(f"node {self.node_id!r} is not in peers {sorted(self.peers)}")
+        if self.flush_mode not in ("sync", "async"):
+            raise ValueError(f"flush mode must be 'sync' or 'async', not {self.flush_mode!r}")
+        if self.canaries.any() and not self.test_faults:
+            raise ValueError("canaries need test_faults=True")
+
+    def raft_config(self) -> RaftConfig:
+        return RaftConfig(node_id=self.node_id, voters=tuple(sorted(self.peers)),
+                          election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
+                          preferred_leader=self.preferred_leader, canaries=self.canaries)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Where a committed proposal landed."""
+
+    index: int
+    term: int
+    position: int  # byte position in the commitlog, the same on every replica
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEntry:
+    index: int
+    term: int
+    kind: EntryKind
+    data: bytes
+    position: int
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    group: str
+    raft: Status
+    flush_mode: FlushMode
+    peer_address: Address | None
+    pending_proposals: int
+    inbox_dropped: int
+    transport: dict[str, dict[str, int]]
+    storage_first_index: int
+    storage_last_index: int
+
+
+ApplyListener = Callable[[Sequence[AppliedEntry]], None]
+
+
+class Node:
+    """One member of a replicated log group."""
+
+    def __init__(self, config: NodeConfig, *, applied_index: int = 0,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self._applied_floor = applied_index
+        self._rng = rng or random.Random()
+        self._inbox: deque[Message] = deque()
+        self._inbox_dropped = 0
+        self._proposals: deque[tuple[bytes, asyncio.Future[Committed]]] = deque()
+        self._pending: dict[tuple[int, int], asyncio.Future[Committed]] = {}
+        self._listeners: list[ApplyListener] = []
+        self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._stopped = False
+        self._power_lost = False
+        self.core: RaftCore | None = None
+        self.store: FileLogStore | None = None
+        self._hard_state: FileHardStateStore | None = None
+        self.transport: PeerTransport | None = None
+        self.peer_address: Address | None = None
+        self._leader_term: int | None = None  # term in which we lead, if we do
+        self.failure: BaseException | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> Address:
+        """Open storage, recover, start the transport and the loop; returns the peer address."""
+        cfg = self.config
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
+                                       segment_bytes_max=cfg.segment_bytes_max)
+        self._hard_state = FileHardStateStore(os.path.join(cfg.data_dir, "hardstate"))
+        self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
+                             random.Random(self._rng.random()), applied_index=self._applied_floor)
+        dial = {p: cfg.dial.get(p, addr) for p, addr in cfg.peers.items() if p != cfg.node_id}
+        self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
+                                       dial, self._on_message, rng=random.Random(self._rng.random()))
+        self.peer_address = await self.transport.start()
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name=f"dledger-node-{cfg.node_id}")
+        return self.peer_address
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self.transport is not None:
+            await self.transport.stop()
+        self._fail_all(NodeStoppedError("node stopped"))
+        if self.store is not None and not self._power_lost:
+            if self.config.flush_mode == "async" and self.failure is None:
+                self.store.sync()
+            self.store.close()
+        self._stopped = True
+
+    async def join(self) -> None:
+        """Wait until the node's loop ends (stop() or a fatal error)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def power_loss(self, tear: bool = False) -> int:
+        """Test-only: discard every log byte written since the last fsync, then stop serving.
+        The caller kills the process right after. Returns the bytes discarded."""
+        if not self.config.test_faults:
+            raise PermissionError("power_loss needs test_faults=True")
+        assert self.store is not None
+        self._stopping = True
+        self._power_lost = True
+        return self.store.power_loss(self._rng, tear=tear)
+
+    # -- public API ----------------------------------------------------------------------------
+
+    async def propose(self, data: bytes, timeout_s: float = 3.0) -> Committed:
+        """Replicate data; returns once it is committed and applied here.
+
+        Raises NotLeaderError (with a leader hint), OverloadedError, LeadershipLostError or
+        ProposalTimeoutError (outcome unknown), NodeStoppedError."""
+        return await self._await(self.submit(data), timeout_s)
+
+    async def propose_batch(self, items: Sequence[bytes], timeout_s: float = 3.0) -> list[Committed]:
+        futs = [self.submit(d) for d in items]
+        return [await self._await(f, timeout_s) for f in futs]
+
+    def add_apply_listener(self, listener: ApplyListener) -> None:
+        """Call listener with every batch of applied entries, in log order, from the loop."""
+        self._listeners.append(listener)
+
+    async def wait_applied(self, index: int, timeout_s: float) -> None:
+        core = self._core()
+        if core.log.applied_index >= index:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._apply_waiters.append((index, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError as err:
+            raise ProposalTimeoutError(f"index {index} not applied within {timeout_s} s") from err
+
+    def read_committed(self, lo: int, max_entries: int = 256,
+                       max_bytes: int = 4 << 20) -> list[AppliedEntry]:
+        """Committed entries from index lo, as stored here (followers serve these too)."""
+        core, store = self._core(), self._store()
+        hi = min(core.log.commit_index, store.last_index(), lo + max_entries - 1)
+        if lo > hi:
+            return []
+        return [AppliedEntry(e.index, e.term, e.kind, e.data, store.position_of(e.index))
+                for e in store.entries(max(lo, store.first_index()), hi + 1, max_bytes)]
+
+    def status(self) -> NodeStatus:
+        store = self._store()
+        return NodeStatus(
+            group=self.config.group, raft=self._core().status(), flush_mode=self.config.flush_mode,
+            peer_address=self.peer_address, pending_proposals=len(self._pending) + len(self._proposals),
+            inbox_dropped=self._inbox_dropped,
+            transport=self.transport.stats() if self.transport else {},
+            storage_first_index=store.first_index(), storage_last_index=store.last_index())
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core is not None and self.core.role is Role.LEADER
+
+    async def transfer_leadership(self, to: str, timeout_s: float = 5.0) -> None:
+        """Hand leadership to node ``to`` and wait until it leads (or raise on timeout)."""
+        self._core().transfer_leadership(to)
+        self._kick()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._core().leader_id == to:
+                return
+            await asyncio.sleep(self.config.tick_interval_s / 2)
+        raise ProposalTimeoutError(f"leadership did not move to {to} within {timeout_s} s")
+
+    # -- inputs from the transport and callers ------------------------------------------------
+
+    def _on_message(self, m: Message) -> None:
+        if len(self._inbox) >= self.config.inbox_max:
+            self._inbox_dropped += 1  # Raft tolerates loss; the sender will retry
+            return
+        self._inbox.append(m)
+        self._kick()
+
+    def submit(self, data: bytes) -> asyncio.Future[Committed]:
+        """Queue a proposal; the future ends committed, or with a named error (leadership lost,
+        node stopped). It has no deadline of its own: ``propose`` adds one."""
+        if self._stopping or self._task is None:
+            raise NodeStoppedError("node is not running")
+        core = self._core()
+        if core.role is not Role.LEADER:
+            raise NotLeaderError(core.leader_id, core.term)
+        if len(self._pending) + len(self._proposals) >= self.config.max_pending_proposals:
+            raise OverloadedError(f"{self.config.max_pending_proposals} proposals pending")
+        fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
+        self._proposals.append((data, fut))
+        self._kick()
+        return fut
+
+    async def _await(self, fut: asyncio.Future[Committed], timeout_s: float) -> Committed:
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError as err:
+            raise ProposalTimeoutError(f"not known to be committed within {timeout_s} s") from err
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        tick_s = self.config.tick_interval_s
+        next_tick = loop.time() + tick_s
+        next_flush = loop.time() + self.config.async_flush_interval_s
+        timer = loop.call_at(next_tick, self._kick)
+        try:
+            while not self._stopping:
+                if not self._inbox and not self._proposals:
+                    await self._wake.wait()  # type: ignore[union-attr]
+                self._wake.clear()  # type: ignore[union-attr]
+                now = loop.time()
+                if now >= next_tick:
+                    next_tick = self._tick_until(now, next_tick, tick_s)
+                    timer.cancel()
+                    timer = loop.call_at(next_tick, self._kick)
+                self._step_inbox()
+                self._take_proposals()
+                await self._drain_ready()
+                if self.config.flush_mode == "async" and now >= next_flush:
+                    self._store().sync()
+                    next_flush = now + self.config.async_flush_interval_s
+                if self._inbox or self._proposals:
+                    await asyncio.sleep(0)  # let the transport read before the next batch
+        except BaseException as err:
+            self.failure = err
+            log.exception("node %s stopped on an error", self.config.node_id)
+            self._fail_all(NodeStoppedError(f"node failed: {err!r}"))
+            raise
+        finally:
+            timer.cancel()
+
+    def _tick_until(self, now: float, next_tick: float, tick_s: float) -> float:
+        core = self._core()
+        ticks = 0
+        while now >= next_tick and ticks < 5:
+            core.tick()
+            next_tick += tick_s
+            ticks += 1
+        if now >= next_tick:  # the loop stalled: do not replay a burst of ticks
+            next_tick = now + tick_s
+        if core.tick_count % 10 == 0:
+            self._maybe_retain()
+        return next_tick
+
+    def _step_inbox(self) -> None:
+        core = self._core()
+        for _ in range(min(len(self._inbox), self.config.step_batch_max)):
+            core.step(self._inbox.popleft())
+
+    def _take_proposals(self) -> None:
+        if not self._proposals:
+            return
+        core = self._core()
+        batch: list[tuple[bytes, asyncio.Future[Committed]]] = []
+        while self._proposals and len(batch) < self.config.propose_batch_max:
+            data, fut = self._proposals.popleft()
+            if not fut.done():
+                batch.append((data, fut))
+        if not batch:
+            return
+        try:
+            placed = core.propose_batch([d for d, _ in batch])
+        except ProposalError as err:
+            for _, fut in batch:
+                fut.set_exception(_clone_error(err))
+            return
+        for (term, index), (_, fut) in zip(placed, batch):
+            self._pending[(term, index)] = fut
+        self._leader_term = core.term
+
+    async def _drain_ready(self) -> None:
+        core = self._core()
+        for _ in range(10_000):
+            if not core.has_ready():
+                break
+            rd = core.ready()
+            await self._handle_ready(rd)
+            core.advance(rd)
+        self._check_leadership()
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        transport, store = self.transport, self._store()
+        assert transport is not None and self._hard_state is not None
+        for m in rd.early_messages:
+            transport.send(m)
+        if rd.hard_state is not None:
+            self._hard_state.save(rd.hard_state)  # atomic and fsynced
+        if rd.entries:
+            store.append(rd.entries)
+            if rd.must_sync and self.config.flush_mode == "sync":
+                # Group commit: one fsync for the whole batch, in a thread so that the loop keeps
+                # reading the network meanwhile (the core is not stepped until advance: what
+                # arrives now forms the next, larger batch).
+                await asyncio.to_thread(store.sync)
+        for m in rd.messages:
+            transport.send(m)
+        if rd.committed:
+            self._apply(rd.committed)
+
+    def _apply(self, entries: Sequence[Entry]) -> None:
+        store = self._store()
+        applied = [AppliedEntry(e.index, e.term, e.kind, e.data, store.position_of(e.index))
+                   for e in entries]
+        for a in applied:
+            fut = self._pending.pop((a.term, a.index), None)
+            if fut is not None and not fut.done():
+                fut.set_result(Committed(a.index, a.term, a.position))
+        for listener in self._listeners:
+            listener(applied)
+        top = applied[-1].index
+        if self._apply_waiters:
+            still = []
+            for index, fut in self._apply_waiters:
+                if index <= top:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    still.append((index, fut))
+            self._apply_waiters = still
+
+    def _check_leadership(self) -> None:
+        core = self._core()
+        if self._leader_term is None:
+            return
+        if core.role is not Role.LEADER or core.term != self._leader_term:
+            self._leader_term = None
+            self._fail_all(LeadershipLostError(
+                f"leadership lost (now term {core.term}, leader {core.leader_id}); "
+                f"the proposal may still commit"))
+
+    def _maybe_retain(self) -> None:
+        keep = self.config.retention_entries
+        if keep is None:
+            return
+        store, core = self._store(), self._core()
+        target = min(core.safe_retain_index(), store.last_index() - keep)
+        if target > store.first_index():
+            store.retain_from(target)
+
+    def _fail_all(self, err: ProposalError) -> None:
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(_clone_error(err))
+        self._pending.clear()
+        while self._proposals:
+            _, fut = self._proposals.popleft()
+            if not fut.done():
+                fut.set_exception(_clone_error(err))
+
+    # -- accessors -------------------------------------------------------------------------------
+
+    def _core(self) -> RaftCore:
+        if self.core is None:
+            raise NodeStoppedError("node not started")
+        return self.core
+
+    def _store(self) -> FileLogStore:
+        if self.store is None:
+            raise NodeStoppedError("node not started")
+        return self.store
+
+
+def _clone_error(err: ProposalError) -> ProposalError:
+    """A fresh exception per future (one instance raised in many tasks tangles tracebacks)."""
+    if isinstance(err, NotLeaderError):
+        return NotLeaderError(err.leader_hint, err.term)
+    return type(err)(*err.args)
+
+
+__all__ = ["AppliedEntry", "Committed", "Node", "NodeConfig", "NodeStatus"]

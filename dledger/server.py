@@ -1,0 +1,282 @@
+"""A log server process: one replicated-log node plus a client port speaking ``protocol``.
+
+    python -m dledger.server --group g --id n0 \\
+        --peers n0=127.0.0.1:20911,n1=127.0.0.1:20912,n2=127.0.0.1:20913 \\
+        --client-listen 127.0.0.1:0 --data-dir ./data/g-n0
+
+On start it prints one JSON line ``{"event": "ready", "peer": [...], "client": [...]}`` so a
+parent process can read the real ports. SIGTERM and SIGINT stop it cleanly. Owns request
+handling and the command line; replication is the runtime's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from dledger.errors import DLedgerError, WireError
+from dledger.protocol import (
+    MAX_PROPOSAL_BYTES,
+    POWER_LOSS,
+    PROPOSE,
+    PROPOSE_BATCH,
+    READ,
+    STATUS,
+    TRANSFER,
+    BadRequestError,
+    Request,
+    decode_request,
+    encode_error,
+    encode_result,
+)
+from dledger.raft.config import Canaries
+from dledger.runtime import Address, Committed, Node, NodeConfig
+from dledger.wire import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+
+log = logging.getLogger("dledger.server")
+
+
+class _ClientConnection(asyncio.Protocol):
+    def __init__(self, server: LogServer) -> None:
+        self.server = server
+        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._out: list[bytes] = []  # replies of this loop pass, written in one go
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            payloads = self.decoder.feed(data)
+        except WireError as err:
+            log.warning("closing client connection: %s", err)
+            assert self.transport is not None
+            self.transport.close()
+            return
+        for payload in payloads:
+            try:
+                req = decode_request(payload)
+            except WireError as err:
+                self.reply(encode_error(-1, err))
+                continue
+            if req.kind == PROPOSE and self.server.propose_fast(req, self):
+                continue
+            task = asyncio.ensure_future(self.server.handle(req, self))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def reply(self, payload: bytes) -> None:
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(encode_frame(payload))
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+
+class LogServer:
+    def __init__(self, config: NodeConfig, client_listen: Address,
+                 propose_timeout_s: float = 3.0) -> None:
+        self.node = Node(config)
+        self.client_listen = client_listen
+        self.propose_timeout_s = propose_timeout_s
+        self._server: asyncio.Server | None = None
+        self.client_address: Address | None = None
+
+    async def start(self) -> None:
+        await self.node.start()
+        loop = asyncio.get_running_loop()
+        host, port = self.client_listen
+        self._server = await loop.create_server(lambda: _ClientConnection(self), host, port)
+        sock = self._server.sockets[0].getsockname()
+        self.client_address = (sock[0], sock[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.node.stop()
+
+    def propose_fast(self, req: Request, conn: _ClientConnection) -> bool:
+        """The hot path: a proposal without a task per request. The node's pending future is
+        bounded (max_pending_proposals) and always ends: committed, leadership lost, or stop;
+        the client enforces its own deadline."""
+        try:
+            (data,) = req.args
+            fut = self.node.submit(_bytes_arg(data))
+        except DLedgerError as err:
+            conn.reply(encode_error(req.request_id, err))
+            return True
+        except ValueError:
+            return False  # malformed: let the slow path answer with a named error
+        rid = req.request_id
+
+        def done(f: asyncio.Future[Committed]) -> None:
+            err = f.exception()
+            if err is None:
+                c = f.result()
+                conn.reply(encode_result(rid, [c.index, c.term, c.position]))
+            elif isinstance(err, DLedgerError):
+                conn.reply(encode_error(rid, err))
+
+        fut.add_done_callback(done)
+        return True
+
+    async def handle(self, req: Request, conn: _ClientConnection) -> None:
+        try:
+            result = await self._dispatch(req)
+        except DLedgerError as err:
+            conn.reply(encode_error(req.request_id, err))
+        except (TypeError, ValueError, IndexError) as err:
+            conn.reply(encode_error(req.request_id, BadRequestError(str(err))))
+        else:
+            conn.reply(encode_result(req.request_id, result))
+
+    async def _dispatch(self, req: Request) -> Any:
+        node, args = self.node, req.args
+        if req.kind == PROPOSE:
+            (data,) = args
+            c = await node.propose(_bytes_arg(data), self.propose_timeout_s)
+            return [c.index, c.term, c.position]
+        if req.kind == PROPOSE_BATCH:
+            (items,) = args
+            if not isinstance(items, list):
+                raise BadRequestError("batch must be a list")
+            done = await node.propose_batch([_bytes_arg(d) for d in items], self.propose_timeout_s)
+            return [[c.index, c.term, c.position] for c in done]
+        if req.kind == READ:
+            lo, max_entries = args
+            return [[e.index, e.term, int(e.kind), e.data, e.position]
+                    for e in node.read_committed(int(lo), min(int(max_entries), 4096))]
+        if req.kind == STATUS:
+            return status_dict(node, self.client_address)
+        if req.kind == TRANSFER:
+            (to,) = args
+            await node.transfer_leadership(str(to))
+            return True
+        if req.kind == POWER_LOSS:
+            (tear,) = args
+            discarded = node.power_loss(bool(tear))
+            _exit_soon()
+            return discarded
+        raise BadRequestError(f"unknown request kind {req.kind}")
+
+
+def _bytes_arg(data: Any) -> bytes:
+    if not isinstance(data, bytes):
+        raise BadRequestError("proposal data must be bytes")
+    if len(data) > MAX_PROPOSAL_BYTES:
+        raise BadRequestError(f"proposal of {len(data)} bytes exceeds {MAX_PROPOSAL_BYTES}")
+    return data
+
+
+def _exit_soon() -> None:
+    """After a simulated power loss the process dies without flushing anything."""
+    asyncio.get_running_loop().call_later(0.05, os._exit, 137)
+
+
+def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
+    st = node.status()
+    raft = asdict(st.raft)
+    raft["role"] = st.raft.role.value
+    return {"group": st.group, "flush_mode": st.flush_mode, "raft": raft,
+            "peer_address": list(st.peer_address or ()), "client_address": list(client_address or ()),
+            "pending_proposals": st.pending_proposals, "inbox_dropped": st.inbox_dropped,
+            "storage_first_index": st.storage_first_index, "storage_last_index": st.storage_last_index}
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def parse_address(text: str) -> Address:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def parse_peers(text: str) -> dict[str, Address]:
+    """``n0=h:p,n1=h:p`` or DLedger's ``n0-h:p;n1-h:p``."""
+    out: dict[str, Address] = {}
+    for part in text.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" in part:
+            nid, addr = part.split("=", 1)
+        elif "-" in part:
+            nid, addr = part.split("-", 1)
+        else:
+            raise click.BadParameter(f"expected ID=HOST:PORT, got {part!r}")
+        out[nid.strip()] = parse_address(addr.strip())
+    if not out:
+        raise click.BadParameter("no peers given")
+    return out
+
+
+@click.command()
+@click.option("--group", required=True, help="Name of the Raft group.")
+@click.option("--id", "node_id", required=True, help="This node's id (one of --peers).")
+@click.option("--peers", required=True, help="Every member: n0=host:port,n1=... (or n0-host:port;...).")
+@click.option("--dial", default="", help="Per-peer dial overrides: n1=host:port,... (fault proxies).")
+@click.option("--client-listen", default="127.0.0.1:0", show_default=True)
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False))
+@click.option("--flush-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
+@click.option("--tick-ms", type=int, default=100, show_default=True)
+@click.option("--election-ticks", type=int, default=10, show_default=True)
+@click.option("--preferred-leader", default=None)
+@click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only).")
+@click.option("--canary", multiple=True, type=click.Choice(sorted(Canaries.__dataclass_fields__)),
+              help="Seeded bug (tests only; needs --test-faults).")
+def main(group: str, node_id: str, peers: str, dial: str, client_listen: str, data_dir: str,
+         flush_mode: str, tick_ms: int, election_ticks: int, preferred_leader: str | None,
+         test_faults: bool, canary: tuple[str, ...]) -> None:
+    """Run one node of a replicated log group."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = NodeConfig(
+        group=group, node_id=node_id, peers=parse_peers(peers), data_dir=data_dir,
+        dial=parse_peers(dial) if dial else {}, flush_mode=flush_mode,  # type: ignore[arg-type]
+        tick_interval_s=tick_ms / 1000, election_ticks=election_ticks,
+        preferred_leader=preferred_leader, test_faults=test_faults,
+        canaries=Canaries(**{c: True for c in canary}))
+    asyncio.run(_serve(config, parse_address(client_listen)))
+
+
+async def _serve(config: NodeConfig, client_listen: Address) -> None:
+    server = LogServer(config, client_listen)
+    await server.start()
+    print(json.dumps({"event": "ready", "node": config.node_id,
+                      "peer": list(server.node.peer_address or ()),
+                      "client": list(server.client_address or ())}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.ensure_future(stop.wait())
+    joined = asyncio.ensure_future(server.node.join())
+    await asyncio.wait({waiter, joined}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    joined.cancel()
+    await server.stop()
+    if server.node.failure is not None:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,413 @@
+"""Peer transport: the asyncio TCP links between the members of one Raft group.
+
+Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.wire``'s):
+- one *outbound* connection per peer, dialed by this node at ``dial[peer]``, write-only;
+- any number of *inbound* connections accepted on ``listen``, read-only.
+Links are directed so that each direction of each pair can be routed through its own fault proxy.
+The first frame on a dialed connection is ``Hello(group, node_id)``; the acceptor refuses another
+group. Each peer has a bounded queue of frames waiting for a connection and one dialer task that
+reconnects with jittered exponential backoff.
+
+Must not: block or await in ``send`` (it runs on the node's hot path), grow without bound (the
+pending queue and the socket write buffer are capped; overflow is dropped and counted: Raft
+tolerates message loss), interpret messages (the runtime does, through ``on_message``), or let a
+malformed peer take the listener down (a bad frame closes that one connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import random
+import socket
+from typing import Any, Callable
+
+from dledger.errors import WireError
+from dledger.raft.types import Message
+from dledger.wire import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAME_HEADER_BYTES,
+    FrameDecoder,
+    Hello,
+    decode_message,
+    encode_frame,
+    encode_message,
+)
+
+__all__ = ["UNATTRIBUTED", "PeerTransport"]
+
+logger = logging.getLogger(__name__)
+
+# stats() key for what cannot be pinned on a known peer: messages to an unknown dst, inbound
+# connections that failed before (or at) their Hello.
+UNATTRIBUTED = "?"
+
+
+@dataclasses.dataclass(slots=True)
+class _PeerStats:
+    sent: int = 0  # frames written to the outbound connection
+    dropped: int = 0  # frames dropped: pending queue overflow, write buffer full, unknown dst
+    reconnects: int = 0  # successful connects after the first
+    received: int = 0  # messages delivered to on_message from inbound connections
+    bytes: int = 0  # bytes written to the outbound connection (frame headers included)
+    bytes_received: int = 0
+    errors: int = 0  # malformed or misrouted inbound frames, refused hellos, oversized sends
+
+
+class _Link:
+    """The outbound half towards one peer: where to dial, the connection, the pending frames."""
+
+    __slots__ = ("peer", "addr", "transport", "protocol", "pending", "task", "connects", "stats")
+
+    def __init__(self, peer: str, addr: tuple[str, int], pending_frames_max: int) -> None:
+        self.peer = peer
+        self.addr = addr
+        self.transport: asyncio.Transport | None = None  # set only while usable for writes
+        self.protocol: _OutboundProtocol | None = None
+        self.pending: collections.deque[bytes] = collections.deque(maxlen=pending_frames_max)
+        self.task: asyncio.Task[None] | None = None
+        self.connects = 0
+        self.stats = _PeerStats()
+
+
+def _set_nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _OutboundProtocol(asyncio.Protocol):
+    """A dialed connection: we only write. Anything the far end sends is a protocol error."""
+
+    def __init__(self, link: _Link) -> None:
+        self._link = link
+        self._transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        _set_nodelay(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._link.stats.errors += 1
+        logger.warning("peer %s wrote %d bytes on a write-only link; closing", self._link.peer,
+                       len(data))
+        self.abort()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Synchronously, so that send() queues instead of writing into a dead transport.
+        if self._link.transport is self._transport:
+            self._link.transport = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class _InboundProtocol(asyncio.Protocol):
+    """An accepted connection: Hello first, then frames decoded and handed to on_message."""
+
+    def __init__(self, owner: PeerTransport) -> None:
+        self._owner = owner
+        self._decoder = FrameDecoder(owner._max_frame_bytes)
+        self._peer: str | None = None  # set by a valid Hello
+        self._stats = owner._stats_of(UNATTRIBUTED)
+        self._transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        _set_nodelay(transport)
+        if self._owner._stopped:
+            transport.abort()
+            return
+        self._owner._inbound.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._stats.bytes_received += len(data)
+        try:
+            payloads = self._decoder.feed(data)
+        except WireError as exc:
+            self._refuse(f"bad framing: {exc}")
+            return
+        for payload in payloads:
+            if self._transport is None or self._transport.is_closing():
+                return  # closed by on_message (e.g. the node stopped): deliver nothing more
+            try:
+                msg = decode_message(payload)
+            except WireError as exc:
+                self._refuse(f"bad payload: {exc}")
+                return
+            if self._peer is None:
+                self._on_hello(msg)
+            elif type(msg) is Hello or msg.src != self._peer or msg.dst != self._owner.node_id:
+                self._refuse(f"misrouted or out-of-place message {type(msg).__name__}")
+            else:
+                self._stats.received += 1
+                self._owner._on_message(msg)
+
+    def _on_hello(self, msg: Any) -> None:
+        if type(msg) is not Hello:
+            self._refuse(f"expected Hello first, got {type(msg).__name__}")
+        elif msg.group != self._owner.group:
+            self._refuse(f"Hello from {msg.node_id!r} of group {msg.group!r}")
+        else:
+            self._peer = msg.node_id
+            self._stats = self._owner._stats_of(msg.node_id)
+
+    def _refuse(self, why: str) -> None:
+        self._stats.errors += 1
+        logger.warning("closing inbound connection from %s (%s): %s",
+                       self._peer or "unidentified peer", self._peername(), why)
+        self.close()
+
+    def _peername(self) -> str:
+        name = self._transport.get_extra_info("peername") if self._transport else None
+        return f"{name[0]}:{name[1]}" if name else "?"
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()  # read-only link: nothing of ours to flush
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._inbound.discard(self)
+        self._transport = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class PeerTransport:
+    """Directed TCP links to the peers of one Raft group (see the module docstring)."""
+
+    def __init__(
+        self,
+        node_id: str,
+        group: str,
+        listen: tuple[str, int],
+        dial: dict[str, tuple[str, int]],
+        on_message: Callable[[Message], None],
+        *,
+        rng: random.Random,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        send_buffer_bytes_max: int = 8 * 1024 * 1024,
+        pending_frames_max: int = 1024,
+        connect_timeout_s: float = 1.0,
+        backoff_min_s: float = 0.05,
+        backoff_max_s: float = 1.0,
+    ) -> None:
+        if pending_frames_max < 1 or send_buffer_bytes_max < 1 or connect_timeout_s <= 0:
+            raise ValueError("pending_frames_max, send_buffer_bytes_max, connect_timeout_s > 0")
+        if not 0 < backoff_min_s <= backoff_max_s:
+            raise ValueError("need 0 < backoff_min_s <= backoff_max_s")
+        self.node_id = node_id
+        self.group = group
+        self._on_message = on_message
+        self._max_frame_bytes = max_frame_bytes
+        self._inbound: set[_InboundProtocol] = set()
+        self._listen = listen
+        self._rng = rng
+        self._send_buffer_bytes_max = send_buffer_bytes_max
+        self._pending_frames_max = pending_frames_max
+        self._connect_timeout_s = connect_timeout_s
+        self._backoff_min_s = backoff_min_s
+        self._backoff_max_s = backoff_max_s
+        self._hello_frame = encode_frame(encode_message(Hello(group, node_id)))
+        self._stats: dict[str, _PeerStats] = {UNATTRIBUTED: _PeerStats()}
+        self._links: dict[str, _Link] = {}
+        for peer, addr in dial.items():
+            if peer != node_id:
+                self._add_link(peer, addr)
+        self._server: asyncio.Server | None = None
+        self._stopped = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> tuple[str, int]:
+        """Listen, start one dialer per peer; return the actual listen address (port 0 ok)."""
+        if self._server is not None or self._stopped:
+            raise RuntimeError("PeerTransport.start() may be called once, before stop()")
+        loop = asyncio.get_running_loop()
+        host, port = self._listen
+        self._server = await loop.create_server(lambda: _InboundProtocol(self), host, port)
+        for link in self._links.values():
+            self._start_dialer(link)
+        sockname = self._server.sockets[0].getsockname()
+        return sockname[0], sockname[1]
+
+    async def stop(self) -> None:
+        """Close the listener and every connection, cancel the dialers. Idempotent.
+
+        Frames still in a socket's write buffer are discarded (Raft tolerates the loss).
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._server is not None:
+            self._server.close()
+        tasks = [link.task for link in self._links.values() if link.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        closing: list[asyncio.Future[None]] = []
+        for link in self._links.values():
+            link.pending.clear()
+            if link.protocol is not None:
+                link.protocol.abort()
+                closing.append(link.protocol.closed)
+            link.transport = None
+        for inbound in list(self._inbound):
+            inbound.close()
+            closing.append(inbound.closed)
+        if self._server is not None:
+            await self._server.wait_closed()
+        await asyncio.gather(*closing)  # abort() calls connection_lost on the next loop pass
+
+    # --- sending (hot path) ------------------------------------------------------------------
+
+    def send(self, msg: Message) -> bool:
+        """Write ``msg`` to ``msg.dst`` now, or queue it until connected. Never blocks.
+
+        Returns False when the message was dropped (unknown dst, write buffer full, stopped,
+        frame too large); True when written or queued. A full queue drops its oldest frame.
+        """
+        link = self._links.get(msg.dst)
+        if link is None or self._stopped:
+            (link.stats if link is not None else self._stats[UNATTRIBUTED]).dropped += 1
+            return False
+        frame = encode_frame(encode_message(msg))
+        if len(frame) - FRAME_HEADER_BYTES > self._max_frame_bytes:
+            link.stats.dropped += 1
+            link.stats.errors += 1
+            logger.error("dropping %s to %s: %d-byte frame exceeds max_frame_bytes",
+                         type(msg).__name__, msg.dst, len(frame))
+            return False
+        transport = link.transport
+        if transport is None or transport.is_closing():  # closing: connection_lost is pending
+            pending = link.pending
+            if len(pending) == pending.maxlen:
+                link.stats.dropped += 1  # the append below evicts the oldest frame
+            pending.append(frame)
+            return True
+        return self._write(link, transport, frame)
+
+    def _write(self, link: _Link, transport: asyncio.Transport, frame: bytes) -> bool:
+        if transport.get_write_buffer_size() >= self._send_buffer_bytes_max:
+            link.stats.dropped += 1
+            return False
+        transport.write(frame)
+        link.stats.sent += 1
+        link.stats.bytes += len(frame)
+        return True
+
+    # --- dialing -----------------------------------------------------------------------------
+
+    def set_dial(self, peer: str, addr: tuple[str, int]) -> None:
+        """Dial ``peer`` at ``addr`` from now on (reconnecting if connected elsewhere)."""
+        if peer == self.node_id:
+            return
+        link = self._links.get(peer)
+        if link is None:
+            link = self._add_link(peer, addr)
+        elif link.addr == addr:
+            return
+        link.addr = addr
+        if self._server is None or self._stopped:
+            return  # start() will dial the new address
+        if link.task is not None:
+            link.task.cancel()
+        if link.protocol is not None:
+            link.protocol.abort()
+        link.transport = None
+        self._start_dialer(link)
+
+    def _add_link(self, peer: str, addr: tuple[str, int]) -> _Link:
+        link = _Link(peer, addr, self._pending_frames_max)
+        link.stats = self._stats_of(peer)
+        self._links[peer] = link
+        return link
+
+    def _start_dialer(self, link: _Link) -> None:
+        link.task = asyncio.get_running_loop().create_task(
+            self._dial_forever(link), name=f"dledger-dial-{self.node_id}->{link.peer}"
+        )
+        link.task.add_done_callback(self._on_dialer_done)
+
+    def _on_dialer_done(self, task: asyncio.Task[None]) -> None:
+        # A dialer only ends by cancellation; anything else is a bug that leaves the link down.
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("%s: dialer %s died; its link stays down", self.node_id,
+                         task.get_name(), exc_info=task.exception())
+
+    async def _dial_forever(self, link: _Link) -> None:
+        failures = 0
+        while True:
+            protocol = await self._connect(link)
+            if protocol is None:
+                failures += 1
+            else:
+                failures = 1  # connected: the backoff starts over after this disconnect
+                # shield: cancelling this task must not cancel the future stop() waits on
+                await asyncio.shield(protocol.closed)
+            await asyncio.sleep(self._backoff_s(failures))
+
+    async def _connect(self, link: _Link) -> _OutboundProtocol | None:
+        """One connection attempt; on success the link is live (Hello sent, queue flushed)."""
+        loop = asyncio.get_running_loop()
+        host, port = link.addr
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                transport, protocol = await loop.create_connection(
+                    lambda: _OutboundProtocol(link), host, port
+                )
+        except (OSError, TimeoutError) as exc:
+            logger.debug("%s: dialing %s at %s:%s failed: %r", self.node_id, link.peer, host,
+                         port, exc)
+            return None
+        if protocol.closed.done():  # lost before we got here
+            return protocol
+        self._go_live(link, transport, protocol)
+        return protocol
+
+    def _go_live(self, link: _Link, transport: asyncio.Transport,
+                 protocol: _OutboundProtocol) -> None:
+        if link.connects:
+            link.stats.reconnects += 1
+        link.connects += 1
+        link.protocol = protocol
+        transport.write(self._hello_frame)
+        pending = link.pending
+        while pending:
+            self._write(link, transport, pending.popleft())
+        link.transport = transport
+
+    def _backoff_s(self, attempt: int) -> float:
+        """Jittered exponential backoff: uniform in [ceiling / 2, ceiling], never below min."""
+        ceiling = min(self._backoff_max_s, self._backoff_min_s * 2.0 ** min(attempt, 32))
+        return self._rng.uniform(max(self._backoff_min_s, ceiling / 2), ceiling)
+
+    # --- observability -----------------------------------------------------------------------
+
+    def _stats_of(self, peer: str) -> _PeerStats:
+        """The live counters of ``peer`` (created on first use)."""
+        stats = self._stats.get(peer)
+        if stats is None:
+            stats = self._stats[peer] = _PeerStats()
+        return stats
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Counters per peer (plus UNATTRIBUTED), with the pending queue length and whether the
+        outbound connection is up."""
+        out: dict[str, dict[str, int]] = {}
+        for peer, stats in self._stats.items():
+            row = dataclasses.asdict(stats)
+            link = self._links.get(peer)
+            row["pending"] = len(link.pending) if link is not None else 0
+            row["connected"] = int(link is not None and link.transport is not None)
+            out[peer] = row
+        return out
