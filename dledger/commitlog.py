@@ -106,6 +106,17 @@ class _Segment:
         self.created_since_sync = False
 
 
+@dataclass(frozen=True, eq=False)
+class SyncToken:
+    """What one background group commit covers: taken on the loop thread by ``sync_begin``,
+    fsynced on another thread by ``sync_fds``, recorded back by ``sync_end``."""
+
+    fds: tuple[int, ...]
+    dir_fd: int | None
+    dir_generation: int
+    sizes: tuple[tuple[_Segment, int, int], ...]  # segment, data bytes, entry count at begin
+
+
 def _write_all(fd: int, data: bytes) -> None:
     """Append ``data`` (the fd is O_APPEND): one os.write unless the kernel writes short."""
     view = memoryview(data)
@@ -150,6 +161,7 @@ class FileLogStore:
         self._end_position = 0
         self._dirty: set[_Segment] = set()
         self._dir_dirty = False
+        self._dir_generation = 0  # bumped whenever the directory becomes dirty
         self._closed = False
         self._failed: str | None = None
 
@@ -323,6 +335,7 @@ class FileLogStore:
         seg = self._open_segment_files(chunk.base_position, self.last_index() + 1, exclusive=True)
         self._segments.append(seg)
         self._dir_dirty = True
+        self._dir_generation += 1
         return seg
 
     def _seal(self, seg: _Segment) -> None:
@@ -408,6 +421,40 @@ class FileLogStore:
             seg.mark_synced()
         self._dirty.clear()
         self._dir_dirty = False
+
+    # -- background group commit (the runtime's leader path) ------------------------------------
+    # The caller guarantees that nothing but plain appends happens between sync_begin and
+    # sync_end (no truncation, retention or close: they would close fds being fsynced).
+
+    def sync_begin(self) -> SyncToken:
+        self._check_usable()
+        dirty = tuple(self._dirty)
+        return SyncToken(tuple(seg.data_fd for seg in dirty),
+                         self._dir_fd if self._dir_dirty else None, self._dir_generation,
+                         tuple((seg, seg.data_bytes, seg.entry_count) for seg in dirty))
+
+    def sync_fds(self, token: SyncToken) -> None:
+        """The fsyncs of a token; safe on another thread while the loop thread appends."""
+        try:
+            self._fsync(*token.fds)
+            if token.dir_fd is not None:
+                self._fsync(token.dir_fd)
+        except OSError as err:
+            raise storage_error(err, f"syncing {self._dir}") from err
+
+    def sync_end(self, token: SyncToken) -> None:
+        for seg, data_bytes, entry_count in token.sizes:
+            if seg.data_bytes < data_bytes:
+                continue  # cut since (cannot happen under the caller's guarantee)
+            seg.durable_data_bytes = max(seg.durable_data_bytes, data_bytes)
+            seg.durable_entry_count = max(seg.durable_entry_count, entry_count)
+            seg.synced_data_bytes = max(seg.synced_data_bytes, data_bytes)
+            seg.synced_entry_count = max(seg.synced_entry_count, entry_count)
+            seg.created_since_sync = False
+            if seg.data_bytes == data_bytes:
+                self._dirty.discard(seg)
+        if token.dir_fd is not None and token.dir_generation == self._dir_generation:
+            self._dir_dirty = False
 
     def _fsync(self, *fds: int) -> None:
         try:
@@ -495,6 +542,7 @@ class FileLogStore:
         os.unlink(seg.index_path)
         self._dirty.discard(seg)
         self._dir_dirty = True
+        self._dir_generation += 1
 
     # -- recovery -----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -24,6 +25,7 @@ import click
 
 from dledger.errors import DLedgerError, WireError
 from dledger.protocol import (
+    LOCAL_LOAD,
     MAX_PROPOSAL_BYTES,
     POWER_LOSS,
     PROPOSE,
@@ -92,8 +94,9 @@ class _ClientConnection(asyncio.Protocol):
 
 class LogServer:
     def __init__(self, config: NodeConfig, client_listen: Address,
-                 propose_timeout_s: float = 3.0) -> None:
+                 propose_timeout_s: float = 3.0, enable_bench: bool = False) -> None:
         self.node = Node(config)
+        self.enable_bench = enable_bench
         self.client_listen = client_listen
         self.propose_timeout_s = propose_timeout_s
         self._server: asyncio.Server | None = None
@@ -169,12 +172,46 @@ class LogServer:
             (to,) = args
             await node.transfer_leadership(str(to))
             return True
+        if req.kind == LOCAL_LOAD:
+            if not self.enable_bench:
+                raise BadRequestError("local load needs --enable-bench")
+            size, count, concurrency, warmup = (int(a) for a in args)
+            return await run_local_load(node, size, count, concurrency, warmup)
         if req.kind == POWER_LOSS:
             (tear,) = args
             discarded = node.power_loss(bool(tear))
             _exit_soon()
             return discarded
         raise BadRequestError(f"unknown request kind {req.kind}")
+
+
+async def run_local_load(node: Node, payload_bytes: int, count: int, concurrency: int,
+                         warmup: int) -> dict[str, Any]:
+    """Benchmark hook: ``concurrency`` proposers inside this (leader) process, each awaiting its
+    commit, the way pysyncobj is driven (it has no network client). Returns the latencies."""
+    payload = os.urandom(payload_bytes)
+    latencies_ms: list[float] = []
+    failures = 0
+
+    async def worker(n: int, measure: bool) -> None:
+        nonlocal failures
+        for _ in range(n):
+            t0 = time.perf_counter()
+            try:
+                await node.submit(payload)
+            except DLedgerError:
+                failures += 1
+                continue
+            if measure:
+                latencies_ms.append((time.perf_counter() - t0) * 1000)
+
+    await asyncio.gather(*(worker(max(1, warmup // concurrency), False) for _ in range(concurrency)))
+    per = max(1, count // concurrency)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker(per, True) for _ in range(concurrency)))
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"latencies_ms": latencies_ms, "elapsed_s": elapsed, "failures": failures,
+            "leader_cpu_s": cpu}
 
 
 def _bytes_arg(data: Any) -> bytes:
@@ -237,29 +274,33 @@ def parse_peers(text: str) -> dict[str, Address]:
 @click.option("--client-listen", default="127.0.0.1:0", show_default=True)
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False))
 @click.option("--flush-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
+@click.option("--async-flush-ms", type=int, default=50, show_default=True,
+              help="In async flush mode, fsync this often.")
 @click.option("--tick-ms", type=int, default=100, show_default=True)
 @click.option("--election-ticks", type=int, default=10, show_default=True)
 @click.option("--preferred-leader", default=None)
 @click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only).")
+@click.option("--enable-bench", is_flag=True, help="Allow the benchmark's in-leader load requests.")
 @click.option("--canary", multiple=True, type=click.Choice(sorted(Canaries.__dataclass_fields__)),
               help="Seeded bug (tests only; needs --test-faults).")
 def main(group: str, node_id: str, peers: str, dial: str, client_listen: str, data_dir: str,
-         flush_mode: str, tick_ms: int, election_ticks: int, preferred_leader: str | None,
-         test_faults: bool, canary: tuple[str, ...]) -> None:
+         flush_mode: str, async_flush_ms: int, tick_ms: int, election_ticks: int, preferred_leader: str | None,
+         test_faults: bool, enable_bench: bool, canary: tuple[str, ...]) -> None:
     """Run one node of a replicated log group."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = NodeConfig(
         group=group, node_id=node_id, peers=parse_peers(peers), data_dir=data_dir,
         dial=parse_peers(dial) if dial else {}, flush_mode=flush_mode,  # type: ignore[arg-type]
+        async_flush_interval_s=async_flush_ms / 1000,
         tick_interval_s=tick_ms / 1000, election_ticks=election_ticks,
         preferred_leader=preferred_leader, test_faults=test_faults,
         canaries=Canaries(**{c: True for c in canary}))
-    asyncio.run(_serve(config, parse_address(client_listen)))
+    asyncio.run(_serve(config, parse_address(client_listen), enable_bench))
 
 
-async def _serve(config: NodeConfig, client_listen: Address) -> None:
-    server = LogServer(config, client_listen)
+async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool) -> None:
+    server = LogServer(config, client_listen, enable_bench=enable_bench)
     await server.start()
     print(json.dumps({"event": "ready", "node": config.node_id,
                       "peer": list(server.node.peer_address or ()),

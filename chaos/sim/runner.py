@@ -22,6 +22,7 @@ CANARIES = {
     "commit_previous_term": Canaries(commit_previous_term=True),
     "ack_before_fsync": Canaries(ack_before_fsync=True),
     "truncate_on_append": Canaries(truncate_on_append=True),
+    "count_self_before_durable": Canaries(count_self_before_durable=True),
 }
 
 MAIN_TICKS = 400

@@ -19,7 +19,7 @@ from dledger.errors import ProposalError
 from dledger.memstore import MemoryHardStateStore, MemoryLogStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
-from dledger.raft.types import Entry, EntryKind, Message, Role
+from dledger.raft.types import Entry, EntryKind, Message, Ready, Role
 
 PARTITION_SHAPES = ("isolate_leader", "isolate_one", "majority_minority", "bridge", "one_link",
                     "one_way", "ring")
@@ -42,6 +42,8 @@ class FaultSettings:
     max_append_entries: int
     max_inflight: int
     new_leader_crash_rate: float  # a new leader is killed within a few ticks (leader flapping)
+    defer_sync_rate: float  # share of a leader's Readies whose fsync runs in the background
+    cache_bytes_max: int  # the core's cache of persisted entries (0: every read hits the store)
 
     @staticmethod
     def draw(rng: random.Random, nodes: int) -> FaultSettings:
@@ -63,6 +65,8 @@ class FaultSettings:
             max_append_entries=rng.choice((1, 2, 4, 64, 512)),
             max_inflight=rng.choice((1, 4, 32)),
             new_leader_crash_rate=rng.choice((0.0, 0.0, 0.2, 0.5)),
+            defer_sync_rate=rng.choice((0.0, 0.5, 1.0)),
+            cache_bytes_max=rng.choice((0, 2048, 1 << 20)),
         )
 
 
@@ -80,9 +84,11 @@ class SimNode:
         self.tick_credit = 0.0
         self.down_until = 0
         self._chain: list[int] = []  # _chain[k]: prefix hash up to store entry k (index k+1)
+        self.background_syncs: list[tuple[int, int, int, int]] = []  # (due tick, index, term, gen)
         self.start()
 
     def start(self) -> None:
+        self.background_syncs = []
         self.core = RaftCore(self.config, self.store, self.hard_state.load(),
                              random.Random(self.world.rng.random()), applied_index=0)
         self.applied_index = 0
@@ -125,7 +131,8 @@ class SimNode:
                 del self._chain[rd.entries[0].index - 1 :]
                 self._extend_chain(rd.entries)
                 obs.on_appended(self, rd.entries)
-            if rd.must_sync:
+            deferred = bool(rd.entries) and self.world.defer_sync(self, rd)
+            if rd.must_sync and not deferred:
                 self.store.sync()
             for m in rd.messages:
                 self.world.send(m)
@@ -133,8 +140,23 @@ class SimNode:
                 obs.on_apply(self, e, self.applied_index + 1)
                 self.applied_index = e.index
                 self.world.on_applied(self, e)
-            self.core.advance(rd)
+            self.core.advance(rd, durable=not deferred)
+            if deferred:
+                last = rd.entries[-1]
+                self.background_syncs.append((self.world.now + self.world.rng.randint(0, 2),
+                                              last.index, last.term, self.core.write_generation))
         raise Violation("Liveness", f"{self.id}: the Ready loop did not settle")
+
+    def finish_background_syncs(self) -> None:
+        """The background fsyncs that are due complete now (a crash before loses their data)."""
+        due = [b for b in self.background_syncs if b[0] <= self.world.now]
+        if not due:
+            return
+        self.background_syncs = [b for b in self.background_syncs if b[0] > self.world.now]
+        self.store.sync()
+        for _, index, term, gen in due:
+            self.core.mark_durable(index, term, gen)
+        self.drain()
 
     def crash(self, rng: random.Random) -> None:
         self.up = False
@@ -189,7 +211,8 @@ class World:
         self.nodes = [SimNode(self, nid, RaftConfig(
             node_id=nid, voters=tuple(self.ids), canaries=canaries,
             max_append_entries=self.faults.max_append_entries,
-            max_inflight=self.faults.max_inflight)) for nid in self.ids]
+            max_inflight=self.faults.max_inflight,
+            max_cache_bytes=self.faults.cache_bytes_max)) for nid in self.ids]
         self.by_id = {n.id: n for n in self.nodes}
 
     # -- network ---------------------------------------------------------------------------------
@@ -280,6 +303,10 @@ class World:
                 self._event(f"restart {n.id} at term {n.core.term}")
                 self._observe()
 
+    def defer_sync(self, node: SimNode, rd: Ready) -> bool:
+        """Whether this leader Ready's fsync runs in the background (as the runtime does)."""
+        return node.core.can_defer_sync(rd) and self.rng.random() < self.faults.defer_sync_rate
+
     def crash_now(self, node: SimNode) -> bool:
         """Called by a node in the middle of its Ready: maybe the power fails right here."""
         if self.healing or self.rng.random() >= self.faults.mid_ready_crash_rate:
@@ -331,6 +358,10 @@ class World:
         if not self.healing:
             self._faults_step()
             self._propose()
+        for n in self.nodes:
+            if n.up and n.background_syncs:
+                n.finish_background_syncs()
+                self._observe()
         for n, rate in zip(self.nodes, self.faults.tick_rates):
             if not n.up:
                 continue

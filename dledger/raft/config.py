@@ -19,10 +19,11 @@ class Canaries:
     commit_previous_term: bool = False  # commit entries of earlier terms by counting (Figure 8)
     ack_before_fsync: bool = False  # follower answers appends before its entries are durable
     truncate_on_append: bool = False  # follower cuts its log after every append, matched or not
+    count_self_before_durable: bool = False  # leader counts its own copy before its fsync
 
     def any(self) -> bool:
         return any((self.forget_vote, self.commit_previous_term, self.ack_before_fsync,
-                    self.truncate_on_append))
+                    self.truncate_on_append, self.count_self_before_durable))
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class RaftConfig:
     max_inflight: int = 32  # AppendRequests in flight per follower in the replicate state
     max_uncommitted_bytes: int = 64 << 20  # proposals beyond this raise OverloadedError
     max_apply_bytes: int = 4 << 20  # committed entries handed out in one Ready
+    max_cache_bytes: int = 32 << 20  # recently persisted entries kept in memory
     canaries: Canaries = field(default_factory=Canaries)
 
     def __post_init__(self) -> None:

@@ -51,11 +51,16 @@ class RaftCore:
         self.config = config
         self.id = config.node_id
         self.rng = rng
-        self.log = RaftLog(log_reader, applied_index)
+        self.log = RaftLog(log_reader, applied_index, config.max_cache_bytes)
         self.term = hard_state.term
         self.voted_for = hard_state.voted_for
         self._persisted_hard_state = HardState(hard_state.term, hard_state.voted_for)
         self._pending_hard_state: HardState | None = None
+        # Durability of our own log, which may lag what was written (a leader may fsync in the
+        # background, Raft thesis 10.2.1): the leader counts itself only up to durable_index.
+        self.durable_index = self.log.persisted_index()
+        self._written_index = self.durable_index  # last index the shell has written
+        self.write_generation = 0  # bumped by every truncation: older fsyncs prove nothing
         self.role = Role.FOLLOWER
         self.leader_id: str | None = None
         self.votes: dict[str, bool] = {}
@@ -167,16 +172,43 @@ class RaftCore:
         return Ready(hs, entries, tuple(early), tuple(late), committed,
                      must_sync=hs is not None or bool(entries))
 
-    def advance(self, rd: Ready) -> None:
+    def advance(self, rd: Ready, durable: bool = True) -> None:
+        """The shell did what ``rd`` asked. ``durable=False`` (allowed only when
+        ``can_defer_sync(rd)``): the entries are written but not yet fsynced; the shell calls
+        ``mark_durable`` when they are."""
         if rd.hard_state is not None and self._pending_hard_state is not None:
             self._persisted_hard_state = self._pending_hard_state
             self._pending_hard_state = None
         if rd.entries:
-            self.log.stable_to(rd.entries[-1].index)
+            first, last = rd.entries[0].index, rd.entries[-1].index
+            if first <= self._written_index:  # the written suffix was replaced
+                self.durable_index = min(self.durable_index, first - 1)
+                self.write_generation += 1
+            self._written_index = last
+            self.log.stable_to(last)
+            if durable:
+                self.durable_index = last
             if self.role is Role.LEADER:
                 self._maybe_commit()
         if rd.committed:
             self.log.applied_to(rd.committed[-1].index)
+
+    def can_defer_sync(self, rd: Ready) -> bool:
+        """True if nothing in rd waits for the fsync of its entries: a leader's own appends
+        (its copy is counted only once durable) with no hard-state change to persist."""
+        return (self.role is Role.LEADER and rd.hard_state is None
+                and not self.config.canaries.ack_before_fsync
+                and all(isinstance(m, _LEADER_EARLY) for m in rd.messages))
+
+    def mark_durable(self, index: int, term: int, generation: int) -> None:
+        """Entries up to (index, term), written under ``generation``, are now fsynced."""
+        if generation != self.write_generation or index <= self.durable_index:
+            return
+        if index > self.log.last_index() or self.log.term_at(index) != term:
+            return
+        self.durable_index = index
+        if self.role is Role.LEADER:
+            self._maybe_commit()
 
     def status(self) -> Status:
         followers = tuple(
@@ -195,7 +227,7 @@ class RaftCore:
             node_id=self.id, role=self.role, term=self.term, leader_id=self.leader_id,
             voted_for=self.voted_for, first_index=self.log.first_index(),
             last_index=self.log.last_index(), commit_index=self.log.commit_index,
-            applied_index=self.log.applied_index, persisted_index=self.log.persisted_index(),
+            applied_index=self.log.applied_index, persisted_index=self._self_match_index(),
             retain_index=self.safe_retain_index(), transferee=self.transferee,
             followers=followers,
         )
@@ -203,7 +235,7 @@ class RaftCore:
     def safe_retain_index(self) -> int:
         """Entries below this index may be deleted by retention on this node: every member
         has them (as far as this node knows) and they are applied here."""
-        floor = min(self.log.applied_index + 1, self.log.persisted_index() + 1)
+        floor = min(self.log.applied_index + 1, self._self_match_index() + 1)
         if self.role is Role.LEADER:
             return min(floor, self._group_retain_index())
         return min(floor, self.retain_index)
@@ -486,8 +518,7 @@ class RaftCore:
         self.uncommitted_bytes += size
 
     def _maybe_commit(self) -> None:
-        # The leader's own copy counts only once it is durable (persisted_index, after advance).
-        matches = [self.log.persisted_index()] + [pr.match_index for pr in self.progress.values()]
+        matches = [self._self_match_index()] + [pr.match_index for pr in self.progress.values()]
         index = committed_index(matches)
         if index <= self.log.commit_index:
             return
@@ -498,6 +529,12 @@ class RaftCore:
         self.log.commit_to(index)
         while self._uncommitted and self._uncommitted[0][0] <= index:
             self.uncommitted_bytes -= self._uncommitted.popleft()[1]
+
+    def _self_match_index(self) -> int:
+        """How far our own log counts towards a quorum: only what is written and durable."""
+        if self.config.canaries.count_self_before_durable:
+            return self.log.last_index()
+        return min(self.log.persisted_index(), self.durable_index)
 
     def _clear_uncommitted(self) -> None:
         self._uncommitted.clear()

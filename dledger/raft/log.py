@@ -1,5 +1,7 @@
 """The core's view of its log: durable entries (read through a LogReader) plus unstable entries
-not yet handed to the shell for persistence, and the commit and applied indexes.
+not yet handed to the shell for persistence, and the commit and applied indexes. Recently
+persisted entries stay in a bounded cache so that replicating and applying them does not read
+them back from disk.
 
 Owns log-matching logic (term lookups, conflict search, truncate-and-append) and the rule that
 the commit index never moves backwards. Pure: the only reads go through the LogReader seam.
@@ -7,14 +9,20 @@ the commit index never moves backwards. Pure: the only reads go through the LogR
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import islice
 from typing import Sequence
 
 from dledger.raft.types import Entry, LogReader
 
 
 class RaftLog:
-    def __init__(self, stable: LogReader, applied_index: int = 0) -> None:
+    def __init__(self, stable: LogReader, applied_index: int = 0,
+                 cache_bytes_max: int = 32 << 20) -> None:
         self.stable = stable
+        self.cache: deque[Entry] = deque()  # persisted entries cache[0].index .. unstable_offset-1
+        self.cache_bytes = 0
+        self.cache_bytes_max = cache_bytes_max
         self.unstable: list[Entry] = []
         self.unstable_offset = stable.last_index() + 1  # index of unstable[0]
         floor = stable.first_index() - 1  # retained-away entries were committed and applied
@@ -89,18 +97,21 @@ class RaftLog:
         if lo >= hi:
             return out
         stable_hi = min(hi, self.unstable_offset)
-        if lo < stable_hi:
-            out.extend(self.stable.entries(lo, stable_hi, max_bytes))
-            if len(out) < stable_hi - lo:
+        cache_lo = self.cache[0].index if self.cache else self.unstable_offset
+        disk_hi = min(stable_hi, cache_lo)
+        if lo < disk_hi:
+            out.extend(self.stable.entries(lo, disk_hi, max_bytes))
+            if len(out) < disk_hi - lo:
+                return out
+        size = sum(e.size_bytes for e in out)
+        if stable_hi > max(lo, cache_lo):
+            start = max(lo, cache_lo) - cache_lo
+            size = _take(islice(self.cache, start, stable_hi - cache_lo), out, size, max_bytes)
+            if out and out[-1].index < stable_hi - 1:
                 return out
         if hi > self.unstable_offset:
-            size = sum(e.size_bytes for e in out)
             start = max(lo, self.unstable_offset) - self.unstable_offset
-            for e in self.unstable[start : hi - self.unstable_offset]:
-                size += e.size_bytes
-                if out and size > max_bytes:
-                    break
-                out.append(e)
+            _take(self.unstable[start : hi - self.unstable_offset], out, size, max_bytes)
         return out
 
     def next_committed(self, max_bytes: int) -> list[Entry]:
@@ -121,6 +132,8 @@ class RaftLog:
         elif after < self.unstable_offset:
             self.unstable = list(entries)
             self.unstable_offset = after + 1
+            while self.cache and self.cache[-1].index > after:
+                self.cache_bytes -= self.cache.pop().size_bytes
         else:
             del self.unstable[after + 1 - self.unstable_offset :]
             self.unstable.extend(entries)
@@ -145,9 +158,25 @@ class RaftLog:
         if not self.unstable or last_persisted < self.unstable_offset:
             return
         drop = last_persisted - self.unstable_offset + 1
+        for e in self.unstable[:drop]:
+            self.cache.append(e)
+            self.cache_bytes += e.size_bytes
+        while self.cache and self.cache_bytes > self.cache_bytes_max:
+            self.cache_bytes -= self.cache.popleft().size_bytes
         del self.unstable[:drop]
         self.unstable_offset = last_persisted + 1
 
     def applied_to(self, index: int) -> None:
         if index > self.applied_index:
             self.applied_index = index
+
+
+def _take(entries: Sequence[Entry] | islice[Entry], out: list[Entry], size: int,
+          max_bytes: int) -> int:
+    """Append entries to out while within max_bytes (at least one overall); returns the size."""
+    for e in entries:
+        size += e.size_bytes
+        if out and size > max_bytes:
+            break
+        out.append(e)
+    return size

@@ -1,0 +1,237 @@
+"""The replicated-log benchmark: a 3-process dledger group on loopback against pysyncobj 0.3.17
+(3 processes, the same payload, a replicated append), side by side in one run.
+
+    python -m dledger.bench                       # full run: 128 B and 1 KiB, both flush modes
+    python -m dledger.bench --quick               # a short smoke run
+    python -m dledger.bench --json out.json       # also save the figures
+
+Workloads (BENCH.md): "one" = one proposer awaiting each commit; "inflight" = 64 proposers in
+flight for dledger, 1,000 calls in flight for pysyncobj (its best case). Prints a table with
+ratios to pysyncobj and checks the targets of the replicated-log issue. A tool, not a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+
+from dledger.bench.pysyncobj_peer import run_pysyncobj
+from dledger.client import LogClient
+from dledger.errors import DLedgerError
+from dledger.localcluster import LocalCluster
+from dledger.protocol import LOCAL_LOAD
+
+
+@dataclass
+class Figure:
+    system: str
+    mode: str
+    proposer: str  # "in leader" (like pysyncobj's driver) or "client" (another process, TCP)
+    workload: str
+    payload_bytes: int
+    in_flight: int
+    entries: int
+    entries_per_s: float
+    p50_ms: float
+    p99_ms: float
+    failures: int = 0
+    cpu_s_per_10k: float | None = None
+
+
+def _pct(sorted_ms: list[float], p: float) -> float:
+    if not sorted_ms:
+        return float("nan")
+    k = min(len(sorted_ms) - 1, max(0, round(p / 100 * (len(sorted_ms) - 1))))
+    return sorted_ms[k]
+
+
+def _figure(mode: str, proposer: str, workload: str, size: int, in_flight: int,
+            lat: list[float], elapsed: float, failures: int, cpu_s: float) -> Figure:
+    lat = sorted(lat)
+    return Figure("dledger", mode, proposer, workload, size, in_flight, len(lat),
+                  len(lat) / elapsed if elapsed else 0.0, _pct(lat, 50), _pct(lat, 99), failures,
+                  round(cpu_s / max(1, len(lat)) * 10_000, 3))
+
+
+async def _leader(client: LogClient) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            node, _ = await client.propose(b"warm-up", timeout_s=2.0)
+            return node
+        except DLedgerError:
+            await asyncio.sleep(0.1)
+    raise RuntimeError("no leader within 30 s")
+
+
+async def _client_load(client: LogClient, payload: bytes, count: int, in_flight: int,
+                       warmup: int) -> tuple[list[float], float, int]:
+    latencies: list[float] = []
+    failures = 0
+
+    async def worker(n: int, measure: bool) -> None:
+        nonlocal failures
+        for _ in range(n):
+            t0 = time.perf_counter()
+            try:
+                await client.propose(payload)
+            except DLedgerError:
+                failures += 1
+                continue
+            if measure:
+                latencies.append((time.perf_counter() - t0) * 1000)
+
+    await asyncio.gather(*(worker(max(1, warmup // in_flight), False) for _ in range(in_flight)))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(max(1, count // in_flight), True) for _ in range(in_flight)))
+    return latencies, time.perf_counter() - t0, failures
+
+
+async def _session(cluster: LocalCluster, mode: str, size: int,
+                   runs: list[tuple[str, str, int, int]]) -> list[Figure]:
+    """Several workloads against one running group: (proposer, workload, count, in_flight)."""
+    figs = []
+    payload = os.urandom(size)
+    async with LogClient(cluster.client_addresses, timeout_s=10.0) as client:
+        leader = await _leader(client)
+        for proposer, workload, count, in_flight in runs:
+            warmup = min(2000, max(200, count // 5))
+            cpu0 = _servers_cpu_s(cluster)
+            if proposer == "in leader":
+                r = await client.call(leader, LOCAL_LOAD, size, count, in_flight, warmup,
+                                      timeout_s=300)
+                lat, elapsed, failures = r["latencies_ms"], r["elapsed_s"], r["failures"]
+            else:
+                lat, elapsed, failures = await _client_load(client, payload, count, in_flight, warmup)
+            cpu = _servers_cpu_s(cluster) - cpu0
+            figs.append(_figure(mode, proposer, workload, size, in_flight, lat, elapsed, failures, cpu))
+    return figs
+
+
+def _servers_cpu_s(cluster: LocalCluster) -> float:
+    """CPU seconds used so far by the group's server processes (user + system)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for s in cluster.servers.values():
+        if s.proc is None:
+            continue
+        try:
+            with open(f"/proc/{s.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def run_dledger(mode: str, size: int, runs: list[tuple[str, str, int, int]]) -> list[Figure]:
+    with tempfile.TemporaryDirectory(prefix="dledger-bench-") as d:
+        with LocalCluster(d, size=3, flush_mode=mode, extra_args=("--enable-bench",)) as cluster:
+            return asyncio.run(_session(cluster, mode, size, runs))
+
+
+def run_peer(workload: str, payload_bytes: int, count: int, in_flight: int) -> Figure:
+    r = run_pysyncobj(workload, payload_bytes, count, inflight=in_flight)
+    return Figure("pysyncobj 0.3.17", "memory", "in leader", workload, payload_bytes, in_flight,
+                  int(r["entries"]), float(r["entries_per_s"]), float(r["p50_ms"]),
+                  float(r["p99_ms"]), int(r.get("failures", 0)),
+                  round(float(r.get("cpu_s", 0.0)) / max(1, int(r["entries"])) * 10_000, 3))
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+
+def plan(quick: bool, payloads: list[int]) -> list[tuple[Any, ...]]:
+    """Steps in run order: ("dledger", mode, size, runs) or ("pysyncobj", workload, size, n, k)."""
+    one_n, many_n, peer_many_n = (300, 3000, 5000) if quick else (2000, 30_000, 30_000)
+    runs = [("in leader", "one", one_n, 1), ("client", "one", one_n, 1),
+            ("in leader", "inflight", many_n, 64), ("client", "inflight", many_n, 64)]
+    steps: list[tuple[Any, ...]] = []
+    for size in payloads:
+        steps += [("pysyncobj", "one", size, one_n, 1),
+                  ("dledger", "sync", size, runs),
+                  ("dledger", "async", size, runs),
+                  ("pysyncobj", "inflight", size, peer_many_n, 1000)]
+    return steps
+
+
+def render(figs: list[Figure]) -> str:
+    peer = {(f.workload, f.payload_bytes): f for f in figs if f.system.startswith("pysyncobj")}
+    head = (f"{'workload':<9} {'payload':>7} {'system':<17} {'mode':<6} {'proposer':<9} "
+            f"{'in flight':>9} {'entries/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'cpu s/10k':>9} "
+            f"{'x peer/s':>8} {'p50/peer':>8}")
+    rows = [head, "-" * len(head)]
+    order = sorted(figs, key=lambda f: (f.payload_bytes, f.workload, f.system != "dledger",
+                                        f.mode, f.proposer))
+    for f in order:
+        p = peer.get((f.workload, f.payload_bytes))
+        tput = f"{f.entries_per_s / p.entries_per_s:.2f}" if p and p is not f and p.entries_per_s else ""
+        lat = f"{f.p50_ms / p.p50_ms:.2f}" if p and p is not f and p.p50_ms else ""
+        rows.append(f"{f.workload:<9} {f.payload_bytes:>7} {f.system:<17} {f.mode:<6} "
+                    f"{f.proposer:<9} {f.in_flight:>9} {f.entries_per_s:>10.0f} {f.p50_ms:>7.2f} "
+                    f"{f.p99_ms:>7.2f} {f.cpu_s_per_10k or 0:>9.2f} {tput:>8} {lat:>8}")
+    return "\n".join(rows)
+
+
+def targets(figs: list[Figure]) -> list[tuple[str, bool]]:
+    """The issue's targets, on the like-for-like rows (proposers inside the leader process)."""
+    out = []
+    for size in sorted({f.payload_bytes for f in figs}):
+        get = {(f.system.split()[0], f.mode, f.workload): f for f in figs
+               if f.payload_bytes == size and f.proposer == "in leader"}
+        peer_many, ours_many = get.get(("pysyncobj", "memory", "inflight")), get.get(("dledger", "sync", "inflight"))
+        if peer_many and ours_many:
+            r = ours_many.entries_per_s / peer_many.entries_per_s
+            out.append((f"{size} B: 64 in flight, sync: {r:.2f}x pysyncobj's entries/s "
+                        f"(1,000 in flight); target >= 5x", r >= 5))
+        peer_one = get.get(("pysyncobj", "memory", "one"))
+        for mode, bound in (("async", 1.0), ("sync", 2.0)):
+            ours = get.get(("dledger", mode, "one"))
+            if peer_one and ours:
+                r = ours.p50_ms / peer_one.p50_ms
+                out.append((f"{size} B: one proposer, {mode}: p50 {r:.2f}x pysyncobj's; "
+                            f"target <= {bound:g}x", r <= bound))
+    return out
+
+
+@click.command()
+@click.option("--quick", is_flag=True, help="Short run (smoke test of the tool).")
+@click.option("--payloads", default="128,1024", show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def main(quick: bool, payloads: str, json_path: str | None) -> None:
+    sizes = [int(p) for p in payloads.split(",") if p]
+    steps = plan(quick, sizes)
+    figs: list[Figure] = []
+    click.echo(f"dledger bench: {len(steps)} runs on {platform.python_implementation()} "
+               f"{platform.python_version()}, {os.cpu_count()} cores", err=True)
+    with click.progressbar(steps, label="running", file=sys.stderr,
+                           item_show_func=lambda s: f"{s[0]} {s[1]} {s[2]} B" if s else "") as bar:
+        for step in bar:
+            if step[0] == "dledger":
+                figs.extend(run_dledger(step[1], step[2], step[3]))
+            else:
+                figs.append(run_peer(step[1], step[2], step[3], step[4]))
+    click.echo(render(figs))
+    click.echo("")
+    for text, ok in targets(figs):
+        click.echo(f"  [{'met' if ok else 'MISSED'}] {text}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"figures": [asdict(x) for x in figs],
+                       "targets": [{"target": t, "met": ok} for t, ok in targets(figs)],
+                       "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                                   "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
+                      f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

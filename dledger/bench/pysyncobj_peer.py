@@ -1,0 +1,595 @@
+"""pysyncobj 0.3.17 as a benchmark peer: three processes on loopback, a replicated append.
+
+Two faces:
+
+* ``run_pysyncobj(...)`` (and ``python -m dledger.bench.pysyncobj_peer run ...``): the parent.
+  It starts three node processes, waits until they form a cluster with one agreed leader,
+  drives the workload through the leader and returns one dict of figures.
+* ``python -m dledger.bench.pysyncobj_peer node --self ADDR --partners ADDR,ADDR``: one member.
+  It talks to the parent with one JSON object per line (commands on stdin, events on stdout).
+
+Why the load runs inside the leader process: pysyncobj has no network client; the only way to
+append is to call the ``@replicated`` method on a member. A call on a follower is forwarded to the
+leader ('apply_command'), and the follower then waits until *it* learns the commit index from a
+later append_entries, which adds a hop and up to one heartbeat to each call; so the driver runs on
+the member that is leader, which is pysyncobj's fastest path.
+
+Configuration (``SyncObjConf``), all defaults except:
+
+* ``connectionRetryTime`` 5.0 -> 0.5 s: the member with the higher address dials the others; if it
+  starts before they have bound, it would wait 5 s before retrying. Cluster formation only.
+* ``appendEntriesUseBatch``: pysyncobj's documented trade-off. ``True`` (its default) ships new
+  entries only on the next append-entries period (0.1 s), which makes one-at-a-time calls ~100 ms
+  (~10/s); ``False`` sends at once ("improve single request speed") but costs one message per entry
+  per follower. We use whichever is faster for each workload: ``False`` for "one", the default
+  ``True`` for "inflight" (see ``DEFAULT_BATCH``); the choice is reported in the result (``conf``).
+* no journal file and no dump file (the defaults): the log is in memory; pysyncobj never fsyncs.
+
+Latency is measured per call, from just before the ``append(...)`` call to its callback; only
+callbacks with ``FAIL_REASON.SUCCESS`` count as entries, the others are counted as failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import json
+import math
+import os
+import queue
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SYSTEM = "pysyncobj 0.3.17"
+WORKLOADS = ("one", "inflight")
+# appendEntriesUseBatch per workload when the caller does not choose; measured on the 2-core box:
+#   one, 1 KiB:            False ~2,000/s p50 0.5 ms   | True (default) ~10/s p50 101 ms
+#   inflight 1000, 1 KiB:  False ~4,800/s, 5.2 CPU-s   | True ~7,500/s, 0.8 CPU-s
+#   inflight 1000, 128 B:  False ~7,800/s, 3.2 CPU-s   | True ~8,700/s, 0.4 CPU-s
+# so pysyncobj's default (True) everywhere except one-at-a-time, where it would wait a heartbeat.
+DEFAULT_BATCH = {"one": False, "inflight": True}
+CONNECTION_RETRY_S = 0.5
+TAIL_KEEP = 4  # payloads kept by the replicated state (the rest is only counted)
+
+
+class PeerBenchError(RuntimeError):
+    """The pysyncobj peer benchmark failed or timed out; the message has the members' stderr tail."""
+
+
+# --------------------------------------------------------------------------------------------
+# Node side
+# --------------------------------------------------------------------------------------------
+
+
+def _make_log_class():
+    # Imported lazily so that importing this module (for run_pysyncobj) does not need pysyncobj.
+    from pysyncobj import SyncObj, replicated
+
+    class ReplicatedAppendLog(SyncObj):
+        """The replicated state: a count, a byte total and the last few payloads."""
+
+        # Class-level defaults; the instance attributes are assigned after SyncObj.__init__ so that
+        # pysyncobj counts them as state (it snapshots the instance __dict__ keys present at the
+        # end of its __init__ as "its own" and serializes only the others on log compaction).
+        entries = 0
+        total_bytes = 0
+
+        def __init__(self, self_addr: str, partners: list[str], conf) -> None:
+            super().__init__(self_addr, partners, conf=conf)
+            self.entries = 0
+            self.total_bytes = 0
+            self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_KEEP)
+
+        @replicated
+        def append(self, payload: bytes) -> int:
+            self.entries += 1
+            self.total_bytes += len(payload)
+            self.tail.append(payload)
+            return self.entries
+
+    return ReplicatedAppendLog
+
+
+def _percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list (p in 0..100)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+class _Phase:
+    """Issue ``n`` appends with at most ``k`` outstanding; record per-call latency.
+
+    issuer="callback": the first k calls are issued by the caller's thread, every later one from
+    the completion callback (pysyncobj's tick thread), so a freed slot is refilled in the same tick.
+    issuer="thread": the caller's thread issues every call and sleeps on a condition between them,
+    as an application thread would.
+    """
+
+    def __init__(self, obj, payload: bytes, n: int, k: int, issuer: str) -> None:
+        from pysyncobj import FAIL_REASON
+
+        self._success = FAIL_REASON.SUCCESS
+        self.obj = obj
+        self.payload = payload
+        self.n = n
+        self.k = max(1, min(k, n)) if n else 1
+        self.chain = issuer == "callback"
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.issued = 0
+        self.completed = 0
+        self.ok = 0
+        self.failures: collections.Counter[int] = collections.Counter()
+        self.t_issue = [0.0] * n
+        self.latencies: list[float] = []
+        self.t_start = 0.0
+        self.t_end = 0.0
+        self._pumping = False
+
+    def _pump(self) -> None:
+        # Called with self.lock held. Iterative (a callback fired synchronously from inside
+        # append(), e.g. QUEUE_FULL, re-enters the RLock and just lets this loop go on).
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            while self.issued < self.n and self.issued - self.completed < self.k:
+                i = self.issued
+                self.issued += 1
+                t = time.perf_counter()
+                if i == 0:
+                    self.t_start = t
+                self.t_issue[i] = t
+                self.obj.append(self.payload, callback=functools.partial(self._on_done, i))
+        finally:
+            self._pumping = False
+
+    def _on_done(self, i: int, _res: Any, err: int) -> None:
+        t = time.perf_counter()
+        with self.lock:
+            self.completed += 1
+            if err == self._success:
+                self.ok += 1
+                self.latencies.append(t - self.t_issue[i])
+            else:
+                self.failures[int(err)] += 1
+            if self.completed >= self.n:
+                self.t_end = t
+                self.cond.notify_all()
+                return
+            if self.chain:
+                self._pump()
+            else:
+                self.cond.notify_all()
+
+    def run(self, deadline: float) -> bool:
+        """Run to completion or until ``deadline`` (monotonic); True if every call completed."""
+        if self.n == 0:
+            return True
+        with self.cond:
+            while self.completed < self.n:
+                if not self.chain or self.issued == 0:
+                    self._pump()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(min(remaining, 0.5))
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        with self.lock:
+            lat = sorted(self.latencies)
+            elapsed = (self.t_end or time.perf_counter()) - self.t_start if self.issued else 0.0
+            return {
+                "issued": self.issued,
+                "completed": self.completed,
+                "entries": self.ok,
+                "failures": sum(self.failures.values()),
+                "failure_reasons": {str(k): v for k, v in sorted(self.failures.items())},
+                "elapsed_s": elapsed,
+                "entries_per_s": self.ok / elapsed if elapsed > 0 else 0.0,
+                "p50_ms": _percentile(lat, 50) * 1000.0,
+                "p99_ms": _percentile(lat, 99) * 1000.0,
+                "max_ms": (lat[-1] * 1000.0) if lat else float("nan"),
+            }
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _node_status(obj) -> dict[str, Any]:
+    leader = obj._getLeader()
+    return {
+        "event": "status",
+        "self": obj.selfNode.address,
+        "is_leader": bool(obj._isLeader()),
+        "leader": leader.address if leader is not None else None,
+        "term": obj.raftCurrentTerm,
+        "ready": bool(obj.isReady()),
+        "connected": all(obj.isNodeConnected(n) for n in obj.otherNodes),
+        "applied": obj.entries,
+        "cpu_s": time.process_time(),
+    }
+
+
+def node_main(args: argparse.Namespace) -> int:
+    from pysyncobj import SyncObjConf
+
+    # Watchdog: a member never outlives its budget, whatever happens to the parent.
+    watchdog = threading.Timer(args.max_life_s, lambda: os._exit(3))
+    watchdog.daemon = True
+    watchdog.start()
+
+    conf = SyncObjConf(
+        appendEntriesUseBatch=bool(args.batch),
+        connectionRetryTime=CONNECTION_RETRY_S,
+        journalFile=None,
+        fullDumpFile=None,
+    )
+    partners = [p for p in args.partners.split(",") if p]
+    obj = _make_log_class()(args.self_addr, partners, conf)
+
+    deadline = time.monotonic() + args.ready_timeout_s
+    while True:
+        st = _node_status(obj)
+        if st["ready"] and st["connected"] and st["leader"] is not None:
+            break
+        if time.monotonic() > deadline:
+            _emit({"event": "error", "error": "cluster not ready", "status": st})
+            os._exit(2)
+        time.sleep(0.01)
+    st["event"] = "ready"
+    _emit(st)
+
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            cmd = json.loads(line)
+            op = cmd["cmd"]
+            if op == "status":
+                _emit(_node_status(obj))
+            elif op == "phase":
+                if not obj._isLeader():
+                    _emit({"event": "error", "error": "not leader", "status": _node_status(obj)})
+                    continue
+                payload = os.urandom(int(cmd["payload_bytes"]))
+                applied_before = obj.entries
+                cpu0 = time.process_time()
+                phase = _Phase(obj, payload, int(cmd["n"]), int(cmd["k"]), cmd.get("issuer", "callback"))
+                finished = phase.run(time.monotonic() + float(cmd["timeout_s"]))
+                cpu1 = time.process_time()
+                out = phase.summary()
+                out.update(
+                    event="phase",
+                    finished=finished,
+                    cpu_s=cpu1 - cpu0,
+                    applied_before=applied_before,
+                    applied=obj.entries,
+                    still_leader=bool(obj._isLeader()),
+                )
+                _emit(out)
+            elif op == "wait_applied":
+                target = int(cmd["n"])
+                end = time.monotonic() + float(cmd["timeout_s"])
+                while obj.entries < target and time.monotonic() < end:
+                    time.sleep(0.005)
+                st = _node_status(obj)
+                st["event"] = "applied"
+                st["ok"] = obj.entries == target
+                _emit(st)
+            elif op == "exit":
+                break
+            else:
+                _emit({"event": "error", "error": f"unknown command {op!r}"})
+        except Exception as exc:  # report and keep serving; the parent decides
+            _emit({"event": "error", "error": f"{type(exc).__name__}: {exc}"})
+    try:
+        obj.destroy()
+    finally:
+        sys.stdout.flush()
+        os._exit(0)
+
+
+# --------------------------------------------------------------------------------------------
+# Parent side
+# --------------------------------------------------------------------------------------------
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class _Member:
+    def __init__(self, idx: int, addr: str, partners: list[str], batch: bool, max_life_s: float,
+                 ready_timeout_s: float, workdir: str) -> None:
+        self.idx = idx
+        self.addr = addr
+        self.stderr_path = os.path.join(workdir, f"node{idx}.stderr")
+        self._stderr = open(self.stderr_path, "wb")
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dledger.bench.pysyncobj_peer", "node",
+             "--self", addr, "--partners", ",".join(partners),
+             "--batch", "1" if batch else "0",
+             "--max-life-s", f"{max_life_s:.1f}",
+             "--ready-timeout-s", f"{ready_timeout_s:.1f}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            cwd=root, env=env, text=True, bufsize=1,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, cmd: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise PeerBenchError(f"node {self.idx} ({self.addr}) is gone: {exc}")
+
+    def recv(self, deadline: float, events: tuple[str, ...]) -> dict[str, Any]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PeerBenchError(
+                    f"timed out waiting for {'/'.join(events)} from node {self.idx} ({self.addr})")
+            try:
+                line = self.lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if line is None:
+                self.proc.poll()
+                raise PeerBenchError(
+                    f"node {self.idx} ({self.addr}) exited (rc={self.proc.returncode}) while waiting "
+                    f"for {'/'.join(events)}")
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("event") in events:
+                return msg
+            if msg.get("event") == "error":
+                raise PeerBenchError(f"node {self.idx} ({self.addr}): {msg}")
+
+    def request(self, cmd: dict[str, Any], deadline: float, events: tuple[str, ...]) -> dict[str, Any]:
+        self.send(cmd)
+        return self.recv(deadline, events)
+
+    def stderr_tail(self, max_bytes: int = 3000) -> str:
+        try:
+            self._stderr.flush()
+            with open(self.stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                tail = f.read().decode("utf-8", "replace")
+        except OSError as exc:
+            tail = f"<cannot read stderr: {exc}>"
+        return f"--- node {self.idx} ({self.addr}) stderr tail ---\n{tail}"
+
+    def kill(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(timeout=10)
+        except Exception:
+            pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                if f is not None:
+                    f.close()
+            except Exception:
+                pass
+        try:
+            self._stderr.close()
+        except Exception:
+            pass
+
+
+def _find_leader(members: list[_Member], deadline: float) -> _Member:
+    """All three members connected and agreeing on one leader that says it is leader."""
+    last: list[dict[str, Any]] = []
+    while True:
+        last = [m.request({"cmd": "status"}, deadline, ("status",)) for m in members]
+        leaders = {s["leader"] for s in last}
+        if len(leaders) == 1 and None not in leaders and all(s["connected"] for s in last):
+            (leader_addr,) = leaders
+            for m, s in zip(members, last):
+                if m.addr == leader_addr and s["is_leader"]:
+                    return m
+        if time.monotonic() > deadline:
+            raise PeerBenchError(f"no agreed leader before the deadline: {last}")
+        time.sleep(0.05)
+
+
+def run_pysyncobj(workload: str, payload_bytes: int, count: int, inflight: int = 1000,
+                  timeout_s: float = 120, *, warmup: int | None = None, issuer: str = "callback",
+                  batch: bool | None = None) -> dict[str, Any]:
+    """Run one workload against a fresh 3-process pysyncobj cluster on loopback.
+
+    workload: "one" (one call at a time, each awaited) or "inflight" (``inflight`` outstanding).
+    count: measured calls, after ``warmup`` unmeasured ones (default 200, or 2 x inflight).
+    issuer: "callback" (refill from the completion callback) or "thread" (an app thread issues).
+    batch: pysyncobj's appendEntriesUseBatch; None = DEFAULT_BATCH[workload].
+    Returns the figures; raises PeerBenchError (with the members' stderr tails) on any failure or
+    when ``timeout_s`` (whole run: start-up, warm-up, measurement, checks) runs out.
+    """
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {WORKLOADS}, not {workload!r}")
+    if issuer not in ("callback", "thread"):
+        raise ValueError(f"issuer must be 'callback' or 'thread', not {issuer!r}")
+    if count <= 0 or payload_bytes < 0 or inflight <= 0:
+        raise ValueError("count and inflight must be > 0, payload_bytes >= 0")
+    k = 1 if workload == "one" else inflight
+    if warmup is None:
+        warmup = 200 if workload == "one" else max(200, 2 * inflight)
+    if batch is None:
+        batch = DEFAULT_BATCH[workload]
+
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    ports = _free_ports(3)
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    members: list[_Member] = []
+    with tempfile.TemporaryDirectory(prefix="pysyncobj-bench-") as workdir:
+        try:
+            ready_timeout = min(30.0, max(1.0, timeout_s / 2))
+            for i, addr in enumerate(addrs):
+                partners = [a for a in addrs if a != addr]
+                members.append(_Member(i, addr, partners, batch, timeout_s + 30.0, ready_timeout, workdir))
+            for m in members:
+                m.recv(deadline, ("ready",))
+            leader = _find_leader(members, deadline)
+            followers = [m for m in members if m is not leader]
+
+            def phase(n: int) -> dict[str, Any]:
+                budget = max(1.0, deadline - time.monotonic() - 2.0)
+                res = leader.request(
+                    {"cmd": "phase", "n": n, "k": k, "payload_bytes": payload_bytes,
+                     "issuer": issuer, "timeout_s": budget},
+                    deadline, ("phase",))
+                if not res["finished"]:
+                    raise PeerBenchError(
+                        f"{workload}: only {res['completed']}/{n} calls completed before the "
+                        f"deadline ({res})")
+                return res
+
+            if warmup:
+                phase(warmup)
+            before = {m.idx: m.request({"cmd": "status"}, deadline, ("status",)) for m in members}
+            res = phase(count)
+            applied = res["applied"]
+            after = {m.idx: m.request({"cmd": "wait_applied", "n": applied,
+                                       "timeout_s": max(0.5, min(20.0, deadline - time.monotonic() - 1))},
+                                      deadline, ("applied",))
+                     for m in members}
+            # Replication check: the leader applied exactly the successful calls of both phases
+            # (a failed call may or may not have been applied, so then only "at least"), and every
+            # follower reached the same count.
+            expected = before[leader.idx]["applied"] + res["entries"]
+            if applied < expected or (applied != expected and res["failures"] == 0):
+                raise PeerBenchError(f"leader applied {applied} entries, expected {expected} "
+                                     f"(successful calls)")
+            lagging = {m.addr: after[m.idx]["applied"] for m in followers if not after[m.idx]["ok"]}
+            if lagging:
+                raise PeerBenchError(f"followers did not reach {applied} applied entries: {lagging}")
+            cpu_s = sum(after[m.idx]["cpu_s"] - before[m.idx]["cpu_s"] for m in members)
+            return {
+                "system": SYSTEM,
+                "workload": workload,
+                "payload_bytes": payload_bytes,
+                "entries": res["entries"],
+                "entries_per_s": res["entries_per_s"],
+                "p50_ms": res["p50_ms"],
+                "p99_ms": res["p99_ms"],
+                "failures": res["failures"],
+                "cpu_s": cpu_s,
+                # extras
+                "count": count,
+                "inflight": k,
+                "warmup": warmup,
+                "issuer": issuer,
+                "max_ms": res["max_ms"],
+                "elapsed_s": res["elapsed_s"],
+                "failure_reasons": res["failure_reasons"],
+                "leader_cpu_s": res["cpu_s"],
+                "applied": {m.addr: after[m.idx]["applied"] for m in members},
+                "still_leader": res["still_leader"],
+                "conf": {"appendEntriesUseBatch": batch, "connectionRetryTime": CONNECTION_RETRY_S,
+                         "journalFile": None, "fullDumpFile": None},
+            }
+        except PeerBenchError as exc:
+            # One place adds every member's stderr tail (members are still alive: finally kills them).
+            tails = "\n".join(m.stderr_tail() for m in members)
+            raise PeerBenchError(f"{exc}\n{tails}" if tails else str(exc)) from None
+        finally:
+            for m in members:
+                try:
+                    if m.proc.poll() is None and m.proc.stdin is not None:
+                        m.proc.stdin.close()  # lets a healthy member exit on EOF
+                except Exception:
+                    pass
+            for m in members:
+                m.kill()
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m dledger.bench.pysyncobj_peer", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+
+    node = sub.add_parser("node", help="run one cluster member (driven over stdin/stdout by the parent)")
+    node.add_argument("--self", dest="self_addr", required=True, help="host:port of this member")
+    node.add_argument("--partners", required=True, help="comma-separated host:port of the others")
+    node.add_argument("--batch", type=int, default=0, help="appendEntriesUseBatch (0/1)")
+    node.add_argument("--max-life-s", type=float, default=300.0, help="exit after this long regardless")
+    node.add_argument("--ready-timeout-s", type=float, default=30.0)
+
+    run = sub.add_parser("run", help="run one workload on a fresh 3-process cluster; print one JSON line")
+    run.add_argument("--workload", choices=WORKLOADS, required=True)
+    run.add_argument("--payload-bytes", type=int, default=1024)
+    run.add_argument("--count", type=int, required=True)
+    run.add_argument("--inflight", type=int, default=1000)
+    run.add_argument("--timeout-s", type=float, default=120.0)
+    run.add_argument("--warmup", type=int, default=None)
+    run.add_argument("--issuer", choices=("callback", "thread"), default="callback")
+    run.add_argument("--batch", choices=("auto", "0", "1"), default="auto")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.mode == "node":
+        return node_main(args)
+    batch = None if args.batch == "auto" else args.batch == "1"
+    try:
+        res = run_pysyncobj(args.workload, args.payload_bytes, args.count, args.inflight, args.timeout_s,
+                            warmup=args.warmup, issuer=args.issuer, batch=batch)
+    except PeerBenchError as exc:
+        print(f"PeerBenchError: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
