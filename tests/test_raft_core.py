@@ -383,3 +383,22 @@ def test_pipelining_inflight_window_is_bounded() -> None:
 def test_config_rejects_a_node_outside_the_group() -> None:
     with pytest.raises(ValueError):
         RaftConfig(node_id="x", voters=("a", "b"))
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+def test_retention_never_deletes_what_a_lagging_follower_still_needs() -> None:
+    c = Cluster(3)
+    c.elect("n1")
+    c.crash("n3")  # n3 stays behind at the no-op
+    for k in range(10):
+        c.propose("n1", f"r{k}".encode())
+    c.tick(2)
+    n3_match = c.core("n1").progress["n3"].match_index
+    assert c.core("n1").safe_retain_index() <= n3_match + 1
+    # followers learn the group's floor from heartbeats and keep at least as much
+    assert c.core("n2").safe_retain_index() <= n3_match + 1
+    c.restart("n3")
+    c.tick(3)
+    assert c.core("n1").safe_retain_index() == c.core("n1").log.last_index() + 1

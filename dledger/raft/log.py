@@ -9,8 +9,6 @@ the commit index never moves backwards. Pure: the only reads go through the LogR
 
 from __future__ import annotations
 
-from collections import deque
-from itertools import islice
 from typing import Sequence
 
 from dledger.raft.types import Entry, LogReader
@@ -20,7 +18,10 @@ class RaftLog:
     def __init__(self, stable: LogReader, applied_index: int = 0,
                  cache_bytes_max: int = 32 << 20) -> None:
         self.stable = stable
-        self.cache: deque[Entry] = deque()  # persisted entries cache[0].index .. unstable_offset-1
+        # Persisted entries _cache[_cache_head:], ending at unstable_offset - 1. A list with a
+        # moving head (compacted now and then) so that slicing costs only what it returns.
+        self._cache: list[Entry] = []
+        self._cache_head = 0
         self.cache_bytes = 0
         self.cache_bytes_max = cache_bytes_max
         self.unstable: list[Entry] = []
@@ -97,7 +98,7 @@ class RaftLog:
         if lo >= hi:
             return out
         stable_hi = min(hi, self.unstable_offset)
-        cache_lo = self.cache[0].index if self.cache else self.unstable_offset
+        cache_lo = self.unstable_offset - (len(self._cache) - self._cache_head)
         disk_hi = min(stable_hi, cache_lo)
         if lo < disk_hi:
             out.extend(self.stable.entries(lo, disk_hi, max_bytes))
@@ -105,8 +106,9 @@ class RaftLog:
                 return out
         size = sum(e.size_bytes for e in out)
         if stable_hi > max(lo, cache_lo):
-            start = max(lo, cache_lo) - cache_lo
-            size = _take(islice(self.cache, start, stable_hi - cache_lo), out, size, max_bytes)
+            base = self._cache_head - cache_lo
+            size = _take(self._cache[base + max(lo, cache_lo) : base + stable_hi], out, size,
+                         max_bytes)
             if out and out[-1].index < stable_hi - 1:
                 return out
         if hi > self.unstable_offset:
@@ -132,8 +134,8 @@ class RaftLog:
         elif after < self.unstable_offset:
             self.unstable = list(entries)
             self.unstable_offset = after + 1
-            while self.cache and self.cache[-1].index > after:
-                self.cache_bytes -= self.cache.pop().size_bytes
+            while len(self._cache) > self._cache_head and self._cache[-1].index > after:
+                self.cache_bytes -= self._cache.pop().size_bytes
         else:
             del self.unstable[after + 1 - self.unstable_offset :]
             self.unstable.extend(entries)
@@ -158,11 +160,16 @@ class RaftLog:
         if not self.unstable or last_persisted < self.unstable_offset:
             return
         drop = last_persisted - self.unstable_offset + 1
+        cache = self._cache
         for e in self.unstable[:drop]:
-            self.cache.append(e)
+            cache.append(e)
             self.cache_bytes += e.size_bytes
-        while self.cache and self.cache_bytes > self.cache_bytes_max:
-            self.cache_bytes -= self.cache.popleft().size_bytes
+        while self._cache_head < len(cache) and self.cache_bytes > self.cache_bytes_max:
+            self.cache_bytes -= cache[self._cache_head].size_bytes
+            self._cache_head += 1
+        if self._cache_head > 1024 and self._cache_head * 2 > len(cache):
+            del cache[: self._cache_head]
+            self._cache_head = 0
         del self.unstable[:drop]
         self.unstable_offset = last_persisted + 1
 
@@ -171,7 +178,7 @@ class RaftLog:
             self.applied_index = index
 
 
-def _take(entries: Sequence[Entry] | islice[Entry], out: list[Entry], size: int,
+def _take(entries: Sequence[Entry], out: list[Entry], size: int,
           max_bytes: int) -> int:
     """Append entries to out while within max_bytes (at least one overall); returns the size."""
     for e in entries:

@@ -1,0 +1,119 @@
+"""The node runtime in one process: three Nodes on loopback with real files and sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from dledger.errors import NotLeaderError, ProposalTimeoutError
+from dledger.localcluster import free_ports
+from dledger.runtime import Node, NodeConfig
+
+
+async def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def configs(tmp_path: Path, **kw) -> list[NodeConfig]:
+    ports = free_ports(3)
+    peers = {f"n{i}": ("127.0.0.1", p) for i, p in enumerate(ports)}
+    return [NodeConfig(group="g", node_id=n, peers=peers, data_dir=str(tmp_path / n),
+                       tick_interval_s=0.02, **kw) for n in peers]
+
+
+async def start_all(cfgs: list[NodeConfig]) -> list[Node]:
+    nodes = [Node(c) for c in cfgs]
+    for n in nodes:
+        await n.start()
+    await wait_for(lambda: any(n.is_leader for n in nodes), 10, "a leader")
+    return nodes
+
+
+def leader_of(nodes: list[Node]) -> Node:
+    return next(n for n in nodes if n.is_leader)
+
+
+def test_propose_commits_and_followers_serve_committed_reads(tmp_path: Path) -> None:
+    async def run() -> None:
+        nodes = await start_all(configs(tmp_path))
+        try:
+            leader = leader_of(nodes)
+            done = [await leader.propose(f"e{k}".encode()) for k in range(20)]
+            assert [d.index for d in done] == sorted(d.index for d in done)
+            positions = [d.position for d in done]
+            assert positions == sorted(positions) and len(set(positions)) == 20
+            follower = next(n for n in nodes if n is not leader)
+            await wait_for(lambda: follower.status().raft.commit_index >= done[-1].index, 5,
+                           "the follower to learn the commit index")
+            got = follower.read_committed(done[0].index, max_entries=100)
+            assert [e.data for e in got[:20]] == [f"e{k}".encode() for k in range(20)]
+            assert [e.position for e in got[:20]] == positions  # same position on every replica
+            with pytest.raises(NotLeaderError) as err:
+                await follower.propose(b"not here")
+            assert err.value.leader_hint == leader.config.node_id
+        finally:
+            for n in nodes:
+                await n.stop()
+
+    asyncio.run(run())
+
+
+def test_propose_times_out_with_outcome_unknown_when_the_quorum_is_gone(tmp_path: Path) -> None:
+    async def run() -> None:
+        nodes = await start_all(configs(tmp_path, election_ticks=50))
+        try:
+            leader = leader_of(nodes)
+            await leader.propose(b"ok")
+            for n in nodes:
+                if n is not leader:
+                    await n.stop()
+            with pytest.raises(ProposalTimeoutError):
+                await leader.propose(b"no quorum", timeout_s=0.3)
+        finally:
+            for n in nodes:
+                await n.stop()
+
+    asyncio.run(run())
+
+
+def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(tmp_path: Path) -> None:
+    async def run() -> None:
+        cfgs = configs(tmp_path, segment_bytes_max=4096, retention_entries=20)
+        nodes = await start_all(cfgs)
+        try:
+            leader = leader_of(nodes)
+            lagger = next(n for n in nodes if n is not leader)
+            for k in range(150):
+                await leader.propose(b"y" * 100)
+            await wait_for(lambda: lagger.status().raft.commit_index >= 150, 5, "replication")
+            await lagger.stop()
+            held = lagger.status().raft.last_index
+            for k in range(300):
+                await leader.propose(b"x" * 100)
+            store = leader.store
+            assert store is not None
+            # retention ran (every few ticks) but stopped at what the stopped follower needs
+            await wait_for(lambda: store.first_index() > 1, 5, "retention on the leader")
+            assert store.first_index() <= held + 1
+            restarted = Node(lagger.config)
+            nodes[nodes.index(lagger)] = restarted
+            await restarted.start()
+            target = leader.status().raft.commit_index
+            await wait_for(lambda: restarted.status().raft.commit_index >= target, 10,
+                           "the restarted follower to catch up")
+            await wait_for(lambda: store.first_index() > held + 1, 5,
+                           "retention to move on once the follower caught up")
+        finally:
+            for n in nodes:
+                await n.stop()
+
+    asyncio.run(run())
