@@ -34,11 +34,16 @@ def main() -> None:
 @click.option("--group", default="g", show_default=True)
 @click.option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False))
 @click.option("--flush-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
+@click.option("--peer-port", type=int, default=20911, show_default=True,
+              help="Peer port of n0 (n1, n2 ... count up); 0 picks free ports.")
+@click.option("--client-port", type=int, default=10911, show_default=True,
+              help="Client port of n0 (n1, n2 ... count up); 0 picks free ports.")
 @click.option("--exit-after-s", type=float, default=None, help="Stop by itself after this long.")
-def up(replicas: int, group: str, data_dir: str, flush_mode: str, exit_after_s: float | None) -> None:
+def up(replicas: int, group: str, data_dir: str, flush_mode: str, peer_port: int,
+       client_port: int, exit_after_s: float | None) -> None:
     """Start a local group of log servers in the foreground; Ctrl-C stops them all."""
     cluster = LocalCluster(os.path.abspath(data_dir), size=replicas, group=group,
-                           flush_mode=flush_mode)
+                           flush_mode=flush_mode, peer_port=peer_port, client_port=client_port)
     stop = {"now": False}
 
     def on_signal(signum: int, frame: Any) -> None:

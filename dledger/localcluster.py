@@ -66,14 +66,19 @@ class LocalCluster:
     election_ticks: int = 10
     extra_args: tuple[str, ...] = ()
     start_timeout_s: float = 20.0
+    peer_port: int = 0  # first peer port (n0, n1, ... count up); 0: free ports picked at random
+    client_port: int = 0  # first client port; 0: free ports picked at random
     servers: dict[str, ServerProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        ports = free_ports(self.size * 2, self.host)
+        free = free_ports(self.size * 2, self.host)
+        peer_ports = [self.peer_port + i for i in range(self.size)] if self.peer_port else free[::2]
+        client_ports = ([self.client_port + i for i in range(self.size)] if self.client_port
+                        else free[1::2])
         for i in range(self.size):
             nid = f"n{i}"
             self.servers[nid] = ServerProcess(
-                nid, (self.host, ports[2 * i]), (self.host, ports[2 * i + 1]),
+                nid, (self.host, peer_ports[i]), (self.host, client_ports[i]),
                 os.path.join(self.base_dir, f"{self.group}-{nid}"),
                 os.path.join(self.base_dir, f"{self.group}-{nid}.log"))
 

@@ -1,0 +1,78 @@
+"""The command line against real processes: `dledger up` in the foreground, then `status`,
+`propose`, `read` and `leader transfer` against it, as a user would type them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import cli
+
+pytestmark = pytest.mark.slow
+
+
+def _start_up(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import cli; cli.main()", "up", "--data-dir", str(tmp_path / "data"),
+         "--peer-port", "0", "--client-port", "0", "--exit-after-s", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"dledger status --nodes (\S+)", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise AssertionError("dledger up did not print a connect line:\n" + "".join(lines))
+
+
+def test_up_status_propose_read_transfer(tmp_path: Path) -> None:
+    proc, nodes = _start_up(tmp_path)
+    runner = CliRunner()
+    try:
+        res = runner.invoke(cli.main, ["propose", "--nodes", nodes, "hello", "world"])
+        assert res.exit_code == 0, res.output
+        assert res.output.count("committed index") == 2
+        res = runner.invoke(cli.main, ["read", "--nodes", nodes, "--max", "10"])
+        assert res.exit_code == 0 and "b'hello'" in res.output and "b'world'" in res.output
+        res = runner.invoke(cli.main, ["status", "--nodes", nodes, "--json"])
+        assert res.exit_code == 0, res.output
+        rows = json.loads(res.output)
+        leader = next(r["node"] for r in rows if r["role"] == "leader")
+        target = next(r["node"] for r in rows if r["role"] != "leader")
+        res = runner.invoke(cli.main, ["leader", "transfer", "--nodes", nodes, target])
+        assert res.exit_code == 0, res.output
+        assert f"from {leader} to {target}" in res.output
+        res = runner.invoke(cli.main, ["status", "--nodes", nodes])
+        assert res.exit_code == 0 and "leader" in res.output
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "stopping" in out
+
+
+def test_status_exits_non_zero_when_no_node_answers() -> None:
+    res = CliRunner().invoke(cli.main, ["status", "--nodes", "n0=127.0.0.1:1"])
+    assert res.exit_code == 2
+    assert "unreachable" in res.output
+
+
+def test_bad_peer_spec_is_a_clear_error() -> None:
+    res = CliRunner().invoke(cli.main, ["status", "--nodes", "nonsense"])
+    assert res.exit_code != 0
+    assert "expected ID=HOST:PORT" in res.output
