@@ -73,15 +73,11 @@ def up(replicas: int, group: str, data_dir: str, flush_mode: str, peer_port: int
 
 
 async def _wait_healthy(nodes: dict[str, tuple[str, int]], timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
     async with LogClient(nodes, timeout_s=2.0) as client:
-        while time.monotonic() < deadline:
-            try:
-                node, _ = await client.propose(b"", timeout_s=2.0)
-                return node
-            except DLedgerError:
-                await asyncio.sleep(0.1)
-    raise click.ClickException(f"no leader within {timeout_s} s")
+        try:
+            return await client.wait_for_leader(timeout_s)
+        except DLedgerError as err:
+            raise click.ClickException(str(err)) from err
 
 
 def _fmt(addr: tuple[str, int]) -> str:
@@ -166,7 +162,7 @@ def propose(nodes: str, data: tuple[str, ...]) -> None:
 
 @main.command()
 @click.option("--nodes", required=True, help=NODES_HELP)
-@click.option("--node", "node_id", default=None, help="Read from this node (default: the first).")
+@click.option("--node", "node_id", default=None, help="Read from this node (default: the leader).")
 @click.option("--from-index", type=int, default=1, show_default=True)
 @click.option("--max", "max_entries", type=int, default=100, show_default=True)
 def read(nodes: str, node_id: str | None, from_index: int, max_entries: int) -> None:
@@ -175,7 +171,11 @@ def read(nodes: str, node_id: str | None, from_index: int, max_entries: int) -> 
 
     async def run() -> None:
         async with LogClient(addrs) as client:
-            for e in await client.read(node_id or next(iter(addrs)), from_index, max_entries):
+            node = node_id
+            if node is None:
+                rows = await _statuses(addrs)
+                node = next((r["node"] for r in rows if r.get("role") == "leader"), next(iter(addrs)))
+            for e in await client.read(node, from_index, max_entries):
                 click.echo(f"{e.index}\tterm {e.term}\t{e.kind.name}\tpos {e.position}\t{e.data!r}")
     _run_client(run())
 

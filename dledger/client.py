@@ -36,7 +36,7 @@ from dledger.protocol import (
 )
 from dledger.runtime import Address, AppliedEntry, Committed
 from dledger.raft.types import EntryKind
-from dledger.wire import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from dledger.framed import FramedProtocol
 
 
 class UnavailableError(DLedgerError):
@@ -47,32 +47,31 @@ class ConnectionLostError(OutcomeUnknownError):
     """The connection dropped after the request was sent: it may or may not have taken effect."""
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(FramedProtocol):
+    """One server connection; many requests in flight, matched to responses by request id."""
+
     def __init__(self) -> None:
-        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
-        self.transport: asyncio.Transport | None = None
+        super().__init__()
         self.waiting: dict[int, asyncio.Future[Response]] = {}
         self.ids = itertools.count(1)
-        self._out: list[bytes] = []  # requests of this loop pass, written in one go
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
+    def payload_received(self, payload: bytes) -> None:
         try:
-            for payload in self.decoder.feed(data):
-                resp = decode_response(payload)
-                fut = self.waiting.pop(resp.request_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(resp)
+            resp = decode_response(payload)
         except WireError as err:
-            self._fail_all(ConnectionLostError(f"bad response from server: {err}"))
+            self.framing_failed(err)
             if self.transport is not None:
                 self.transport.close()
+            return
+        fut = self.waiting.pop(resp.request_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(resp)
+
+    def framing_failed(self, err: WireError) -> None:
+        self._fail_all(ConnectionLostError(f"bad response from server: {err}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+        super().connection_lost(exc)
         self._fail_all(ConnectionLostError(f"connection lost: {exc or 'closed'}"))
 
     def _fail_all(self, err: DLedgerError) -> None:
@@ -81,24 +80,12 @@ class _Connection(asyncio.Protocol):
                 fut.set_exception(err)
         self.waiting.clear()
 
-    @property
-    def alive(self) -> bool:
-        return self.transport is not None and not self.transport.is_closing()
-
     def request(self, kind: int, *args: Any) -> asyncio.Future[Response]:
-        assert self.transport is not None
         rid = next(self.ids)
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self.waiting[rid] = fut
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(encode_frame(encode_request(kind, rid, *args)))
+        self.send_payload(encode_request(kind, rid, *args))
         return fut
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out))
 
 
 class LogClient:
@@ -194,6 +181,19 @@ class LogClient:
 
     def _candidates(self) -> list[str]:
         return sorted(self.nodes)
+
+    async def wait_for_leader(self, timeout_s: float) -> str:
+        """Wait until the group commits (an empty entry, proving it works); returns the leader."""
+        deadline = time.monotonic() + timeout_s
+        last: DLedgerError | None = None
+        while time.monotonic() < deadline:
+            try:
+                node, _ = await self.propose(b"", timeout_s=max(0.1, min(2.0, deadline - time.monotonic())))
+                return node
+            except DLedgerError as err:
+                last = err
+                await asyncio.sleep(0.1)
+        raise UnavailableError(f"no leader committed within {timeout_s} s: {last}")
 
     # -- other requests -------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from dledger.bench.load import closed_loop
 from dledger.errors import DLedgerError, WireError
 from dledger.protocol import (
     LOCAL_LOAD,
@@ -41,55 +42,36 @@ from dledger.protocol import (
 )
 from dledger.raft.config import Canaries
 from dledger.runtime import Address, Committed, Node, NodeConfig
-from dledger.wire import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from dledger.framed import FramedProtocol
 
 log = logging.getLogger("dledger.server")
 
 
-class _ClientConnection(asyncio.Protocol):
+class _ClientConnection(FramedProtocol):
+    """One client connection: requests in, replies out (coalesced per loop pass)."""
+
     def __init__(self, server: LogServer) -> None:
+        super().__init__()
         self.server = server
-        self.decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES)
-        self.transport: asyncio.Transport | None = None
         self.tasks: set[asyncio.Task[None]] = set()
-        self._out: list[bytes] = []  # replies of this loop pass, written in one go
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    def framing_failed(self, err: WireError) -> None:
+        log.warning("closing client connection: %s", err)
 
-    def data_received(self, data: bytes) -> None:
+    def payload_received(self, payload: bytes) -> None:
         try:
-            payloads = self.decoder.feed(data)
+            req = decode_request(payload)
         except WireError as err:
-            log.warning("closing client connection: %s", err)
-            assert self.transport is not None
-            self.transport.close()
+            self.reply(encode_error(-1, err))
             return
-        for payload in payloads:
-            try:
-                req = decode_request(payload)
-            except WireError as err:
-                self.reply(encode_error(-1, err))
-                continue
-            if req.kind == PROPOSE and self.server.propose_fast(req, self):
-                continue
-            task = asyncio.ensure_future(self.server.handle(req, self))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+        if req.kind == PROPOSE and self.server.propose_fast(req, self):
+            return
+        task = asyncio.ensure_future(self.server.handle(req, self))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def reply(self, payload: bytes) -> None:
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(encode_frame(payload))
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+        self.send_payload(payload)
 
 
 class LogServer:
@@ -190,28 +172,11 @@ async def run_local_load(node: Node, payload_bytes: int, count: int, concurrency
     """Benchmark hook: ``concurrency`` proposers inside this (leader) process, each awaiting its
     commit, the way pysyncobj is driven (it has no network client). Returns the latencies."""
     payload = os.urandom(payload_bytes)
-    latencies_ms: list[float] = []
-    failures = 0
-
-    async def worker(n: int, measure: bool) -> None:
-        nonlocal failures
-        for _ in range(n):
-            t0 = time.perf_counter()
-            try:
-                await node.submit(payload)
-            except DLedgerError:
-                failures += 1
-                continue
-            if measure:
-                latencies_ms.append((time.perf_counter() - t0) * 1000)
-
-    await asyncio.gather(*(worker(max(1, warmup // concurrency), False) for _ in range(concurrency)))
-    per = max(1, count // concurrency)
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    await asyncio.gather(*(worker(per, True) for _ in range(concurrency)))
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    cpu0 = time.process_time()
+    latencies_ms, elapsed, failures = await closed_loop(lambda: node.submit(payload), count,
+                                                        concurrency, warmup)
     return {"latencies_ms": latencies_ms, "elapsed_s": elapsed, "failures": failures,
-            "leader_cpu_s": cpu}
+            "leader_cpu_s": time.process_time() - cpu0}
 
 
 def _bytes_arg(data: Any) -> bytes:

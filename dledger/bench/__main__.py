@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from dledger.bench.load import closed_loop
 from dledger.bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
@@ -62,47 +63,13 @@ def _figure(mode: str, proposer: str, workload: str, size: int, in_flight: int,
                   round(cpu_s / max(1, len(lat)) * 10_000, 3))
 
 
-async def _leader(client: LogClient) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            node, _ = await client.propose(b"warm-up", timeout_s=2.0)
-            return node
-        except DLedgerError:
-            await asyncio.sleep(0.1)
-    raise RuntimeError("no leader within 30 s")
-
-
-async def _client_load(client: LogClient, payload: bytes, count: int, in_flight: int,
-                       warmup: int) -> tuple[list[float], float, int]:
-    latencies: list[float] = []
-    failures = 0
-
-    async def worker(n: int, measure: bool) -> None:
-        nonlocal failures
-        for _ in range(n):
-            t0 = time.perf_counter()
-            try:
-                await client.propose(payload)
-            except DLedgerError:
-                failures += 1
-                continue
-            if measure:
-                latencies.append((time.perf_counter() - t0) * 1000)
-
-    await asyncio.gather(*(worker(max(1, warmup // in_flight), False) for _ in range(in_flight)))
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker(max(1, count // in_flight), True) for _ in range(in_flight)))
-    return latencies, time.perf_counter() - t0, failures
-
-
 async def _session(cluster: LocalCluster, mode: str, size: int,
                    runs: list[tuple[str, str, int, int]]) -> list[Figure]:
     """Several workloads against one running group: (proposer, workload, count, in_flight)."""
     figs = []
     payload = os.urandom(size)
     async with LogClient(cluster.client_addresses, timeout_s=10.0) as client:
-        leader = await _leader(client)
+        leader = await client.wait_for_leader(30)
         for proposer, workload, count, in_flight in runs:
             warmup = min(2000, max(200, count // 5))
             cpu0 = _servers_cpu_s(cluster)
@@ -111,7 +78,8 @@ async def _session(cluster: LocalCluster, mode: str, size: int,
                                       timeout_s=300)
                 lat, elapsed, failures = r["latencies_ms"], r["elapsed_s"], r["failures"]
             else:
-                lat, elapsed, failures = await _client_load(client, payload, count, in_flight, warmup)
+                lat, elapsed, failures = await closed_loop(lambda: client.propose(payload), count,
+                                                           in_flight, warmup)
             cpu = _servers_cpu_s(cluster) - cpu0
             figs.append(_figure(mode, proposer, workload, size, in_flight, lat, elapsed, failures, cpu))
     return figs

@@ -1,0 +1,35 @@
+"""A closed-loop load: N proposers, each awaiting its commit before the next one. Used by the
+benchmark from a client process and by the server's in-leader benchmark hook."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+from dledger.errors import DLedgerError
+
+
+async def closed_loop(call: Callable[[], Awaitable[object]], count: int, concurrency: int,
+                      warmup: int) -> tuple[list[float], float, int]:
+    """Run ``warmup`` unmeasured then ``count`` measured calls with ``concurrency`` callers.
+    Returns (latencies in ms, elapsed seconds of the measured part, failures)."""
+    latencies_ms: list[float] = []
+    failures = 0
+
+    async def caller(n: int, measure: bool) -> None:
+        nonlocal failures
+        for _ in range(n):
+            t0 = time.perf_counter()
+            try:
+                await call()
+            except DLedgerError:
+                failures += 1
+                continue
+            if measure:
+                latencies_ms.append((time.perf_counter() - t0) * 1000)
+
+    await asyncio.gather(*(caller(max(1, warmup // concurrency), False) for _ in range(concurrency)))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(caller(max(1, count // concurrency), True) for _ in range(concurrency)))
+    return latencies_ms, time.perf_counter() - t0, failures
