@@ -27,7 +27,6 @@ import click
 from dledger.bench.load import closed_loop
 from dledger.bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
 from dledger.localcluster import LocalCluster
 from dledger.protocol import LOCAL_LOAD
 
@@ -171,11 +170,31 @@ def targets(figs: list[Figure]) -> list[tuple[str, bool]]:
     return out
 
 
+def write_markdown(path: str, figs: list[Figure], command: str) -> None:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [
+        "# Replicated-log benchmark: dledger vs pysyncobj 0.3.17", "",
+        f"Measured {when} on {os.cpu_count()} cores, {platform.python_implementation()} "
+        f"{platform.python_version()}, one run, with `{command}`.", "",
+        "Rows marked `in leader` run the proposers inside the leader process (pysyncobj has no "
+        "network client, so that is how it is driven); `client` rows propose from a separate "
+        "process over TCP. `x peer/s` and `p50/peer` are ratios to pysyncobj on the same "
+        "workload and payload. pysyncobj keeps its log in memory and never fsyncs; dledger `sync` "
+        "fsyncs on a majority before every acknowledgement. `cpu s/10k`: CPU seconds of the three "
+        "server processes per 10,000 entries (for `one`, idle time is included).", "",
+        "```", render(figs), "```", "", "Targets of the replicated-log issue:", ""]
+    lines += [f"- {'met' if ok else '**missed**'}: {text}" for text, ok in targets(figs)]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 @click.command()
 @click.option("--quick", is_flag=True, help="Short run (smoke test of the tool).")
 @click.option("--payloads", default="128,1024", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def main(quick: bool, payloads: str, json_path: str | None) -> None:
+@click.option("--markdown", "md_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the table and targets as markdown (e.g. docs/bench.md).")
+def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None) -> None:
     sizes = [int(p) for p in payloads.split(",") if p]
     steps = plan(quick, sizes)
     figs: list[Figure] = []
@@ -192,6 +211,8 @@ def main(quick: bool, payloads: str, json_path: str | None) -> None:
     click.echo("")
     for text, ok in targets(figs):
         click.echo(f"  [{'met' if ok else 'MISSED'}] {text}")
+    if md_path:
+        write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]))
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"figures": [asdict(x) for x in figs],

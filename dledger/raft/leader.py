@@ -1,0 +1,201 @@
+"""The leader's side of the Raft core: replication to followers (probe/replicate progress, a
+bounded in-flight window, batches bounded in entries and bytes, fast back-tracking on
+rejections), heartbeats, check-quorum, the commit rule, leadership transfer and the preferred
+leader. A mixin of ``RaftCore`` (core.py), split out only to keep modules small; pure like it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from dledger.errors import NotLeaderError
+from dledger.raft.config import RaftConfig
+from dledger.raft.log import RaftLog
+from dledger.raft.progress import Progress, ProgressState
+from dledger.raft.quorum import committed_index
+from dledger.raft.types import (
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    Role,
+    TimeoutNow,
+)
+
+
+class LeaderRole:
+    # State owned by RaftCore (declared here for the type checker).
+    config: RaftConfig
+    id: str
+    log: RaftLog
+    role: Role
+    term: int
+    leader_id: str | None
+    progress: dict[str, Progress]
+    transferee: str | None
+    election_elapsed: int
+    heartbeat_elapsed: int
+    tick_count: int
+    durable_index: int
+    uncommitted_bytes: int
+    _uncommitted: deque[tuple[int, int]]
+
+    def _send(self, m: Message) -> None:
+        raise NotImplementedError
+
+    def _become_follower(self, term: int, leader_id: str | None) -> None:
+        raise NotImplementedError
+
+    def transfer_leadership(self, to: str) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id, self.term)
+        if to not in self.config.voters:
+            raise ValueError(f"{to!r} is not a member of the group")
+        if to == self.id or self.transferee == to:
+            return
+        self.transferee = to
+        self.election_elapsed = 0  # the transfer must finish within one election timeout
+        pr = self.progress[to]
+        if pr.match_index == self.log.last_index():
+            self._send(TimeoutNow(self.term, self.id, to))
+        else:
+            pr.needs_send = True
+
+    # ======================================================================================
+    # handlers: replication (leader side)
+    # ======================================================================================
+
+    def _on_append_response(self, m: AppendResponse) -> None:
+        pr = self._active_progress(m.src)
+        if pr is None:
+            return
+        if not m.success:
+            hint = m.conflict_index
+            if m.conflict_term > 0:
+                hint = self.log.last_index_with_term_at_most(m.conflict_index, m.conflict_term)
+            if pr.maybe_decrease_to(m.index, hint):
+                if pr.state is ProgressState.REPLICATE:
+                    pr.become_probe()
+                pr.needs_send = True
+            return
+        was_probe = pr.state is ProgressState.PROBE
+        updated = pr.maybe_update(m.index)
+        if was_probe and (updated or pr.match_index == m.index):
+            pr.become_replicate()
+        if updated:
+            self._maybe_commit()
+            if self.transferee == m.src and pr.match_index == self.log.last_index():
+                self._send(TimeoutNow(self.term, self.id, m.src))
+
+    def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        pr = self._active_progress(m.src)
+        if pr is None:
+            return
+        pr.probe_sent = False
+        if pr.state is ProgressState.REPLICATE and pr.is_paused():
+            pr.free_first_one()  # a response was lost: let one more append out
+        if pr.match_index < self.log.last_index():
+            pr.needs_send = True
+
+    def _active_progress(self, peer: str) -> Progress | None:
+        if self.role is not Role.LEADER:
+            return None
+        pr = self.progress.get(peer)
+        if pr is not None:
+            pr.recent_active = True
+            pr.last_contact_tick = self.tick_count
+        return pr
+
+    # ======================================================================================
+    # leader internals
+    # ======================================================================================
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        if self.election_elapsed >= self.config.election_ticks:
+            self.election_elapsed = 0
+            if self.config.check_quorum and not self._quorum_active():
+                self._become_follower(self.term, None)  # we may be partitioned: step down
+                return
+            if self.transferee is not None:
+                self.transferee = None  # the transfer did not finish in time: abort it
+            else:
+                self._maybe_hand_to_preferred()
+            for pr in self.progress.values():
+                pr.recent_active = False
+        if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            self._broadcast_heartbeat()
+
+    def _quorum_active(self) -> bool:
+        active = 1 + sum(1 for pr in self.progress.values() if pr.recent_active)
+        return active >= self.config.quorum
+
+    def _maybe_hand_to_preferred(self) -> None:
+        preferred = self.config.preferred_leader
+        if preferred is None or preferred == self.id or self.transferee is not None:
+            return
+        pr = self.progress[preferred]
+        if pr.recent_active:
+            self.transfer_leadership(preferred)
+
+    def _broadcast_heartbeat(self) -> None:
+        retain = self._group_retain_index()
+        for peer, pr in self.progress.items():
+            commit = min(self.log.commit_index, pr.match_index)
+            self._send(Heartbeat(self.term, self.id, peer, commit, retain))
+
+    def _group_retain_index(self) -> int:
+        matches = [pr.match_index for pr in self.progress.values()]
+        return min(matches, default=self.log.last_index()) + 1
+
+    def _append_as_leader(self, entries: list[Entry]) -> None:
+        self.log.append(entries)
+        size = sum(len(e.data) for e in entries)
+        self._uncommitted.append((entries[-1].index, size))
+        self.uncommitted_bytes += size
+
+    def _maybe_commit(self) -> None:
+        matches = [self._self_match_index()] + [pr.match_index for pr in self.progress.values()]
+        index = committed_index(matches)
+        if index <= self.log.commit_index:
+            return
+        # Raft 5.4.2: only an entry of the current term is committed by counting replicas;
+        # earlier entries commit indirectly with it (the Figure 8 rule).
+        if self.log.term_at(index) != self.term and not self.config.canaries.commit_previous_term:
+            return
+        self.log.commit_to(index)
+        while self._uncommitted and self._uncommitted[0][0] <= index:
+            self.uncommitted_bytes -= self._uncommitted.popleft()[1]
+
+    def _self_match_index(self) -> int:
+        """How far our own log counts towards a quorum: only what is written and durable."""
+        if self.config.canaries.count_self_before_durable:
+            return self.log.last_index()
+        return min(self.log.persisted_index(), self.durable_index)
+
+    def _clear_uncommitted(self) -> None:
+        self._uncommitted.clear()
+        self.uncommitted_bytes = 0
+
+    def _flush_appends(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        last = self.log.last_index()
+        for peer, pr in self.progress.items():
+            while not pr.is_paused() and (pr.next_index <= last or pr.needs_send):
+                if not self._send_append(peer, pr, last):
+                    break
+
+    def _send_append(self, peer: str, pr: Progress, last: int) -> bool:
+        prev = pr.next_index - 1
+        if prev < self.log.first_index() - 1:
+            return False  # the follower needs entries retention deleted; nothing to send
+        hi = min(last + 1, pr.next_index + self.config.max_append_entries)
+        entries = self.log.slice(pr.next_index, hi, self.config.max_append_bytes)
+        self._send(AppendRequest(self.term, self.id, peer, prev, self.log.term_at(prev),
+                                 tuple(entries), self.log.commit_index))
+        pr.sent(entries[-1].index if entries else prev)
+        return True
