@@ -12,7 +12,6 @@ bodies: that is the state machine's business (the broker).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import random
@@ -21,7 +20,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
 
-from dledger.commitlog import FileLogStore, SyncToken
+from dledger.commitlog import FileLogStore
+from dledger.flush import Flusher
 from dledger.errors import (
     LeadershipLostError,
     NodeStoppedError,
@@ -132,11 +132,7 @@ class Node:
         self._stopping = False
         self._stopped = False
         self._power_lost = False
-        # The leader's background group commit (one in flight at a time, on its own thread).
-        self._sync_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dledger-fsync")
-        self._bg_sync: asyncio.Future[None] | None = None
-        self._bg_request: tuple[int, int, int] | None = None  # (index, term, generation) to cover
-        self._durable_done: list[tuple[int, int, int]] = []
+        self.flusher: Flusher | None = None
         self.core: RaftCore | None = None
         self.store: FileLogStore | None = None
         self._hard_state: FileHardStateStore | None = None
@@ -159,6 +155,7 @@ class Node:
         dial = {p: cfg.dial.get(p, addr) for p, addr in cfg.peers.items() if p != cfg.node_id}
         self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
                                        dial, self._on_message, rng=random.Random(self._rng.random()))
+        self.flusher = Flusher(self.store, self._kick, self._on_flush_failure)
         self.peer_address = await self.transport.start()
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"dledger-node-{cfg.node_id}")
@@ -172,8 +169,8 @@ class Node:
             self._wake.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._quiesce_sync()
-        self._sync_pool.shutdown(wait=True)
+        if self.flusher is not None:
+            await self.flusher.close()
         if self.transport is not None:
             await self.transport.stop()
         self._fail_all(NodeStoppedError("node stopped"))
@@ -307,7 +304,8 @@ class Node:
                 if not self._inbox and not self._proposals:
                     await self._wake.wait()  # type: ignore[union-attr]
                 self._wake.clear()  # type: ignore[union-attr]
-                self._mark_durable()
+                for target in self._flusher().take_durable():
+                    self._core().mark_durable(*target)
                 now = loop.time()
                 if now >= next_tick:
                     next_tick = self._tick_until(now, next_tick, tick_s)
@@ -338,7 +336,7 @@ class Node:
             ticks += 1
         if now >= next_tick:  # the loop stalled: do not replay a burst of ticks
             next_tick = now + tick_s
-        if core.tick_count % 10 == 0 and self._bg_sync is None:
+        if core.tick_count % 10 == 0 and not self._flusher().busy:
             self._maybe_retain()
         return next_tick
 
@@ -378,8 +376,7 @@ class Node:
             core.advance(rd, durable=not deferred)
             if deferred:
                 last = rd.entries[-1]
-                self._bg_request = (last.index, last.term, core.write_generation)
-                self._start_background_sync()
+                self._flusher().sync_in_background((last.index, last.term, core.write_generation))
         self._check_leadership()
 
     async def _handle_ready(self, rd: Ready) -> bool:
@@ -393,68 +390,18 @@ class Node:
         deferred = False
         if rd.entries:
             if rd.entries[0].index <= store.last_index():
-                await self._quiesce_sync()  # a truncation closes fds a background fsync may use
+                await self._flusher().quiesce()  # a truncation closes fds a background fsync uses
             store.append(rd.entries)
             if rd.must_sync and self.config.flush_mode == "sync":
                 deferred = self._core().can_defer_sync(rd)
                 if not deferred:
-                    await self._sync(store, len(rd.entries))
+                    idle = not self._inbox and not self._proposals
+                    await self._flusher().sync(len(rd.entries), loop_idle=idle)
         for m in rd.messages:
             transport.send(m)
         if rd.committed:
             self._apply(rd.committed)
         return deferred
-
-    # -- the leader's background group commit ---------------------------------------------------
-    # A leader's appends do not wait for its own fsync (Raft thesis 10.2.1): the core counts the
-    # leader's copy only once mark_durable says so, and the loop keeps stepping meanwhile.
-
-    def _start_background_sync(self) -> None:
-        if self._bg_sync is not None or self._bg_request is None:
-            return
-        store, target = self._store(), self._bg_request
-        self._bg_request = None
-        token = store.sync_begin()
-        fut = asyncio.get_running_loop().run_in_executor(self._sync_pool, store.sync_fds, token)
-        self._bg_sync = fut
-        fut.add_done_callback(lambda f: self._on_background_synced(f, token, target))
-
-    def _on_background_synced(self, fut: asyncio.Future[None], token: SyncToken,
-                              target: tuple[int, int, int]) -> None:
-        self._bg_sync = None
-        err = fut.exception() if not fut.cancelled() else None
-        if err is not None:
-            # An fsync failure is fatal (the kernel may have dropped the pages): stop serving.
-            self.failure = err
-            self._stopping = True
-            log.error("node %s: background fsync failed: %s", self.config.node_id, err)
-        elif not fut.cancelled():
-            self._store().sync_end(token)
-            self._durable_done.append(target)
-            self._start_background_sync()
-        self._kick()
-
-    def _mark_durable(self) -> None:
-        if self._durable_done:
-            core = self._core()
-            for index, term, generation in self._durable_done:
-                core.mark_durable(index, term, generation)
-            self._durable_done.clear()
-
-    async def _quiesce_sync(self) -> None:
-        while self._bg_sync is not None:
-            await asyncio.gather(self._bg_sync, return_exceptions=True)
-            await asyncio.sleep(0)  # let the done callback run
-
-    async def _sync(self, store: FileLogStore, batch_entries: int) -> None:
-        """Group commit: one fsync for the whole batch. Under load it runs in a thread so that
-        the loop keeps reading the network meanwhile (the core is not stepped until advance:
-        what arrives now forms the next, larger batch); a lone entry is synced inline, which
-        saves two thread hand-offs on the latency path."""
-        if batch_entries <= 2 and not self._inbox and not self._proposals:
-            store.sync()
-        else:
-            await asyncio.get_running_loop().run_in_executor(self._sync_pool, store.sync)
 
     def _apply(self, entries: Sequence[Entry]) -> None:
         store = self._store()
@@ -512,6 +459,16 @@ class Node:
         if self.core is None:
             raise NodeStoppedError("node not started")
         return self.core
+
+    def _flusher(self) -> Flusher:
+        if self.flusher is None:
+            raise NodeStoppedError("node not started")
+        return self.flusher
+
+    def _on_flush_failure(self, err: BaseException) -> None:
+        self.failure = err
+        self._stopping = True
+        self._kick()
 
     def _store(self) -> FileLogStore:
         if self.store is None:
