@@ -42,6 +42,7 @@ class FaultSettings:
     max_append_entries: int
     max_inflight: int
     new_leader_crash_rate: float  # a new leader is killed within a few ticks (leader flapping)
+    new_leader_isolate_rate: float  # a new leader is cut off before its no-op spreads
     defer_sync_rate: float  # share of a leader's Readies whose fsync runs in the background
     cache_bytes_max: int  # the core's cache of persisted entries (0: every read hits the store)
 
@@ -65,6 +66,7 @@ class FaultSettings:
             max_append_entries=rng.choice((1, 2, 4, 64, 512)),
             max_inflight=rng.choice((1, 4, 32)),
             new_leader_crash_rate=rng.choice((0.0, 0.0, 0.2, 0.5)),
+            new_leader_isolate_rate=rng.choice((0.0, 0.0, 0.3, 0.6)),
             defer_sync_rate=rng.choice((0.0, 0.5, 1.0)),
             cache_bytes_max=rng.choice((0, 2048, 1 << 20)),
         )
@@ -378,13 +380,24 @@ class World:
 
     def _observe(self) -> None:
         self.observer.after_event(self.nodes)
-        if self.healing or not self.faults.new_leader_crash_rate:
+        f = self.faults
+        if self.healing or not (f.new_leader_crash_rate or f.new_leader_isolate_rate):
             return
         for n in self.nodes:
             if n.up and n.core.role is Role.LEADER and (n.id, n.core.term) not in self.known_leaders:
                 self.known_leaders.add((n.id, n.core.term))
-                if self.rng.random() < self.faults.new_leader_crash_rate:
+                if self.rng.random() < f.new_leader_crash_rate:
                     self.doomed[n.id] = self.now + self.rng.randint(0, 3)
+                elif self.rng.random() < f.new_leader_isolate_rate:
+                    self._isolate_new_leader(n.id)
+
+    def _isolate_new_leader(self, nid: str) -> None:
+        """Cut a leader off the moment it is elected: its no-op stays local (a Figure 8 step)."""
+        if not self.cut:
+            self.partition_until = self.now + self.rng.randint(*self.faults.partition_ticks)
+        self.cut |= {(nid, o) for o in self.ids if o != nid} | {(o, nid) for o in self.ids if o != nid}
+        self._count("partition:isolate_new_leader")
+        self._event(f"isolate new leader {nid}")
 
     def _event(self, text: str) -> None:
         self.events += 1
