@@ -113,8 +113,20 @@ class MemoryLogStore:
         self._durable = list(self.entries_list)
         self._unsynced.clear()
 
+    def sync_prefix(self, index: int) -> None:
+        """A background fsync that began when the log ended at ``index`` has completed: what
+        was written up to there is durable (later writes are not covered). The caller ensures
+        nothing up to ``index`` was rewritten since (the core's write generation)."""
+        keep = min(index, self.last_index()) - self.base_index
+        if keep > len(self._durable):
+            self._durable = self.entries_list[:keep]
+        # Operations wholly inside the durable prefix are no longer "since the last sync".
+        self._unsynced = [op for op in self._unsynced
+                          if not op.entries or op.entries[-1].index > index]
+
     def retain_from(self, index: int) -> int:
-        index = min(index, self.last_index() + 1)
+        # As the file store, which only deletes sealed (fsynced) segments: never unsynced data.
+        index = min(index, self.last_index() + 1, self.durable_last_index() + 1)
         drop = index - self.base_index - 1
         if drop <= 0:
             return self.first_index()

@@ -16,6 +16,7 @@ from dledger.raft.types import (
     HardState,
     Heartbeat,
     Role,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -402,3 +403,69 @@ def test_retention_never_deletes_what_a_lagging_follower_still_needs() -> None:
     c.restart("n3")
     c.tick(3)
     assert c.core("n1").safe_retain_index() == c.core("n1").log.last_index() + 1
+
+
+def test_prevote_a_stale_grant_from_an_earlier_round_does_not_count() -> None:
+    c = Cluster(3)
+    n1 = c.core("n1")
+    n1.campaign()  # pre-vote round for term 1
+    c.drain_all()
+    c.network.clear()
+    # n1 wins the pre-vote, campaigns at term 1, loses, and starts a new pre-vote round (term 2)
+    n1.step(VoteResponse(term=1, src="n2", dst="n1", granted=True, pre_vote=True))
+    n1.step(VoteResponse(term=1, src="n2", dst="n1", granted=False))
+    n1.step(VoteResponse(term=1, src="n3", dst="n1", granted=False))
+    n1.campaign()
+    assert n1.role is Role.PRE_CANDIDATE and n1.term == 1
+    # n3's grant from the first round (term 1 = our term now) arrives late
+    n1.step(VoteResponse(term=1, src="n3", dst="n1", granted=True, pre_vote=True))
+    assert n1.role is Role.PRE_CANDIDATE and n1.term == 1
+
+
+def test_replication_repairs_a_follower_that_lost_acknowledged_entries() -> None:
+    """An async-flush follower can lose acknowledged entries in a power loss; the leader must
+    not keep probing at its old match index forever."""
+    c = Cluster(3)
+    c.elect("n1")
+    for k in range(5):
+        c.propose("n1", f"a{k}".encode())
+    c.tick(2)
+    n2 = c.nodes["n2"]
+    held = n2.store.last_index()
+    n2.store.entries_list = n2.store.entries_list[:2]  # the page cache is gone
+    n2.store.positions = n2.store.positions[:2]
+    n2.store.sync()
+    c.restart("n2")
+    c.propose("n1", b"after")
+    c.tick(5)
+    assert c.core("n2").log.last_index() == c.core("n1").log.last_index() > held
+
+
+def test_preferred_leader_is_not_handed_leadership_while_it_lags() -> None:
+    c = Cluster(3, seed=9, preferred_leader="n3", max_append_entries=1, max_inflight=1)
+    c.elect("n1")
+    c.crash("n3")
+    for k in range(30):
+        c.propose("n1", f"p{k}".encode())
+    c.restart("n3")
+    rejected = 0
+    for k in range(12):  # proposals keep flowing while n3 catches up
+        try:
+            c.core("n1").propose(f"q{k}".encode())
+        except LeadershipTransferInProgressError:
+            rejected += 1
+        c.tick(1)
+    assert rejected <= 1
+    c.tick(60)
+    assert c.leaders() == ["n3"]
+
+
+def test_leadership_transfer_resends_a_lost_timeout_now() -> None:
+    c = Cluster(3, seed=3)
+    c.elect("n1")
+    c.tick(2)
+    c.core("n1").transfer_leadership("n2")
+    c.deliver(lambda m: not isinstance(m, TimeoutNow))  # the first TimeoutNow is lost
+    c.network = [m for m in c.network if not isinstance(m, TimeoutNow)]
+    c.tick(3)
+    assert c.leaders() == ["n2"]

@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     from chaos.sim.world import SimNode
 
 
+def durably_holds(node: SimNode, index: int, term: int | None) -> bool:
+    """Whether node's disk holds entry index of the given term for good: retention only ever
+    deletes durable, committed entries, so a retained-away index counts as held."""
+    if index < node.store.first_index():
+        return True
+    return term is not None and node.store.durable_term_at(index) == term
+
+
 class Violation(AssertionError):
     def __init__(self, invariant: str, detail: str) -> None:
         super().__init__(f"{invariant}: {detail}")
@@ -71,6 +79,18 @@ class Observer:
         for node in nodes:
             if node.up:
                 self._check_node(node)
+        self._check_top_committed_durable(nodes)
+
+    def _check_top_committed_durable(self, nodes: list[SimNode]) -> None:
+        """The newest committed entry stays on a majority of disks, whatever crashes since."""
+        top = len(self.committed_chain) - 1
+        if top == 0:
+            return
+        held = sum(1 for n in nodes if n.chain_at(top) == self.committed_chain[top]
+                   and durably_holds(n, top, n.store.durable_term_at(top)))
+        if held < self.majority:
+            raise Violation("CommittedIsDurable", f"committed entry {top} is durable on "
+                                                  f"{held} node(s) only")
 
     # -- invariants ---------------------------------------------------------------------------
 
@@ -85,9 +105,15 @@ class Observer:
             if prior != core.voted_for:
                 raise Violation("OneVotePerTerm", f"{nid} voted for {prior} and "
                                                   f"{core.voted_for} in term {term}")
+        commit = core.log.commit_index
         if core.role is Role.LEADER:
             self._check_leader(node)
-        commit = core.log.commit_index
+            prior = self.last_commit_of.get(nid, 0)
+            if commit > prior and core.log.term_at(commit) != term:
+                # Raft 5.4.2: a leader moves its commit index only to an entry of its own term
+                # (earlier entries commit with it), never to an older entry by counting copies.
+                raise Violation("CurrentTermCommit", f"{nid} (term {term}) committed up to "
+                                                     f"{commit} of term {core.log.term_at(commit)}")
         if commit > core.log.last_index():
             raise Violation("CommitBounded", f"{nid} commit {commit} > last {core.log.last_index()}")
         if commit < self.last_commit_of.get(nid, 0):
@@ -110,7 +136,8 @@ class Observer:
                                                       f"without committed entry {top}")
         else:
             prev_index, prev_term = self.leader_last[key]
-            if last < prev_index or core.log.term_at(prev_index) != prev_term:
+            retained = prev_index < core.log.first_index() - 1
+            if last < prev_index or (not retained and core.log.term_at(prev_index) != prev_term):
                 raise Violation("LeaderAppendOnly", f"{node.id} (term {core.term}) rewrote "
                                                     f"its log at or before {prev_index}")
         self.leader_last[key] = (last, core.log.term_at(last))
@@ -136,7 +163,7 @@ class Observer:
         if commit == 0 or commit < node.core.log.first_index():
             return
         term = node.core.log.term_at(commit)
-        holders = sum(1 for n in node.world.nodes if n.store.durable_term_at(commit) == term)
+        holders = sum(1 for n in node.world.nodes if durably_holds(n, commit, term))
         if holders < self.majority:
             raise Violation("CommittedIsDurable", f"{node.id} counts entry {commit} (term {term}) "
                                                   f"as committed; it is durable on {holders} node(s)")

@@ -45,6 +45,9 @@ class FaultSettings:
     new_leader_isolate_rate: float  # a new leader is cut off before its no-op spreads
     defer_sync_rate: float  # share of a leader's Readies whose fsync runs in the background
     cache_bytes_max: int  # the core's cache of persisted entries (0: every read hits the store)
+    transfer_rate: float  # per tick: the leader is asked to hand leadership to a random node
+    preferred_leader: str | None
+    retain_rate: float  # per tick and node: delete what safe_retain_index allows
 
     @staticmethod
     def draw(rng: random.Random, nodes: int) -> FaultSettings:
@@ -69,6 +72,9 @@ class FaultSettings:
             new_leader_isolate_rate=rng.choice((0.0, 0.0, 0.3, 0.6)),
             defer_sync_rate=rng.choice((0.0, 0.5, 1.0)),
             cache_bytes_max=rng.choice((0, 2048, 1 << 20)),
+            transfer_rate=rng.choice((0.0, 0.0, 0.01, 0.03)),
+            preferred_leader=rng.choice((None, None, None, "n1")),
+            retain_rate=rng.choice((0.0, 0.05, 0.3)),
         )
 
 
@@ -93,7 +99,8 @@ class SimNode:
         self.background_syncs = []
         self.core = RaftCore(self.config, self.store, self.hard_state.load(),
                              random.Random(self.world.rng.random()), applied_index=0)
-        self.applied_index = 0
+        # The state machine restarts from its checkpoint, which covers what retention deleted.
+        self.applied_index = self.store.first_index() - 1
         self._rebuild_chain()
 
     # -- prefix hashes of the visible log (for the observer's Log Matching checks) -------------
@@ -104,7 +111,8 @@ class SimNode:
         return self._chain[index - 1] if index <= len(self._chain) else -1
 
     def _rebuild_chain(self) -> None:
-        self._chain = []
+        # Hashes of retained-away entries are kept: those entries never change.
+        del self._chain[self.store.base_index :]
         self._extend_chain(self.store.entries_list)
 
     def _extend_chain(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
@@ -155,8 +163,9 @@ class SimNode:
         if not due:
             return
         self.background_syncs = [b for b in self.background_syncs if b[0] > self.world.now]
-        self.store.sync()
         for _, index, term, gen in due:
+            if gen == self.core.write_generation:  # else its bytes were rewritten since
+                self.store.sync_prefix(index)  # only what was written when the fsync began
             self.core.mark_durable(index, term, gen)
         self.drain()
 
@@ -214,7 +223,8 @@ class World:
             node_id=nid, voters=tuple(self.ids), canaries=canaries,
             max_append_entries=self.faults.max_append_entries,
             max_inflight=self.faults.max_inflight,
-            max_cache_bytes=self.faults.cache_bytes_max)) for nid in self.ids]
+            max_cache_bytes=self.faults.cache_bytes_max,
+            preferred_leader=self.faults.preferred_leader)) for nid in self.ids]
         self.by_id = {n.id: n for n in self.nodes}
 
     # -- network ---------------------------------------------------------------------------------
@@ -285,6 +295,7 @@ class World:
             self.partition_until = self.now + self.rng.randint(*f.partition_ticks)
             self._count(f"partition:{shape}")
             self._event(f"partition {shape} cut={sorted(self.cut)}")
+        self._admin_step()
         if self.rng.random() < f.crash_rate:
             up = [n for n in self.nodes if n.up]
             leaders = [n for n in up if n.core.role is Role.LEADER]
@@ -304,6 +315,25 @@ class World:
                 self._count("restart")
                 self._event(f"restart {n.id} at term {n.core.term}")
                 self._observe()
+
+    def _admin_step(self) -> None:
+        """Operator actions: leadership transfers and retention."""
+        f = self.faults
+        for n in self.nodes:
+            if not n.up:
+                continue
+            if n.core.role is Role.LEADER and self.rng.random() < f.transfer_rate:
+                to = self.rng.choice([x for x in self.ids if x != n.id])
+                n.core.transfer_leadership(to)
+                self._count("transfer")
+                self._event(f"transfer leadership {n.id} -> {to}")
+                n.drain()
+                self._observe()
+            if self.rng.random() < f.retain_rate:
+                before = n.store.first_index()
+                after = n.store.retain_from(n.core.safe_retain_index())
+                if after > before:
+                    self._count("retain")
 
     def defer_sync(self, node: SimNode, rd: Ready) -> bool:
         """Whether this leader Ready's fsync runs in the background (as the runtime does)."""

@@ -67,6 +67,7 @@ class RaftCore(LeaderRole):
         self.votes: dict[str, bool] = {}
         self.progress: dict[str, Progress] = {}
         self.transferee: str | None = None
+        self.transfer_elapsed = 0
         self.retain_index = 0  # lowest index any member still needs, learned from the leader
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
@@ -99,7 +100,7 @@ class RaftCore(LeaderRole):
             raise NotLeaderError(self.leader_id, self.term)
         if self.transferee is not None:
             raise LeadershipTransferInProgressError(f"transferring leadership to {self.transferee}")
-        size = sum(len(d) for d in items)
+        size = sum(len(d) + 24 for d in items)  # as Entry.size_bytes: empty ones count too
         if self.uncommitted_bytes and self.uncommitted_bytes + size > self.config.max_uncommitted_bytes:
             raise OverloadedError(f"{self.uncommitted_bytes} bytes uncommitted")
         first = self.log.last_index() + 1
@@ -353,6 +354,10 @@ class RaftCore(LeaderRole):
     def _on_vote_response(self, m: VoteResponse) -> None:
         expected = Role.PRE_CANDIDATE if m.pre_vote else Role.CANDIDATE
         if self.role is not expected:
+            return
+        # A pre-vote grant names the term we would campaign in (ours + 1); a grant of an
+        # earlier round (same number as our term now) must not count towards this one.
+        if m.pre_vote and m.granted and m.term != self.term + 1:
             return
         self.votes[m.src] = m.granted
         result = self._tally()

@@ -35,6 +35,7 @@ class LeaderRole:
     leader_id: str | None
     progress: dict[str, Progress]
     transferee: str | None
+    transfer_elapsed: int
     election_elapsed: int
     heartbeat_elapsed: int
     tick_count: int
@@ -56,7 +57,12 @@ class LeaderRole:
         if to == self.id or self.transferee == to:
             return
         self.transferee = to
-        self.election_elapsed = 0  # the transfer must finish within one election timeout
+        self.transfer_elapsed = 0  # the transfer must finish within one election timeout
+        self._maybe_send_timeout_now(to)
+
+    def _maybe_send_timeout_now(self, to: str) -> None:
+        """Once the transferee holds our whole log, tell it to campaign (again, if the first
+        TimeoutNow was lost: this runs on every response from it while the transfer lasts)."""
         pr = self.progress[to]
         if pr.match_index == self.log.last_index():
             self._send(TimeoutNow(self.term, self.id, to))
@@ -86,8 +92,8 @@ class LeaderRole:
             pr.become_replicate()
         if updated:
             self._maybe_commit()
-            if self.transferee == m.src and pr.match_index == self.log.last_index():
-                self._send(TimeoutNow(self.term, self.id, m.src))
+            if self.transferee == m.src:
+                self._maybe_send_timeout_now(m.src)
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         pr = self._active_progress(m.src)
@@ -98,6 +104,8 @@ class LeaderRole:
             pr.free_first_one()  # a response was lost: let one more append out
         if pr.match_index < self.log.last_index():
             pr.needs_send = True
+        if self.transferee == m.src:
+            self._maybe_send_timeout_now(m.src)
 
     def _active_progress(self, peer: str) -> Progress | None:
         if self.role is not Role.LEADER:
@@ -114,15 +122,16 @@ class LeaderRole:
 
     def _tick_leader(self) -> None:
         self.heartbeat_elapsed += 1
+        if self.transferee is not None:
+            self.transfer_elapsed += 1
+            if self.transfer_elapsed >= self.config.election_ticks:
+                self.transferee = None  # the transfer did not finish in time: abort it
         if self.election_elapsed >= self.config.election_ticks:
             self.election_elapsed = 0
             if self.config.check_quorum and not self._quorum_active():
                 self._become_follower(self.term, None)  # we may be partitioned: step down
                 return
-            if self.transferee is not None:
-                self.transferee = None  # the transfer did not finish in time: abort it
-            else:
-                self._maybe_hand_to_preferred()
+            self._maybe_hand_to_preferred()
             for pr in self.progress.values():
                 pr.recent_active = False
         if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
@@ -138,7 +147,9 @@ class LeaderRole:
         if preferred is None or preferred == self.id or self.transferee is not None:
             return
         pr = self.progress[preferred]
-        if pr.recent_active:
+        # Only a caught-up preferred node gets leadership: a transfer blocks proposals, and a
+        # lagging one would block them again at every election timeout.
+        if pr.recent_active and pr.match_index == self.log.last_index():
             self.transfer_leadership(preferred)
 
     def _broadcast_heartbeat(self) -> None:
@@ -153,7 +164,7 @@ class LeaderRole:
 
     def _append_as_leader(self, entries: list[Entry]) -> None:
         self.log.append(entries)
-        size = sum(len(e.data) for e in entries)
+        size = sum(e.size_bytes for e in entries)
         self._uncommitted.append((entries[-1].index, size))
         self.uncommitted_bytes += size
 

@@ -77,6 +77,10 @@ class Progress:
             return True
         if self.next_index - 1 != rejected_index:
             return False
+        if rejected_index == self.match_index and probe_hint_index < self.match_index:
+            # The follower no longer holds what it acknowledged (an async-flush follower lost
+            # its page cache, or its disk was replaced): believe it, or it is never repaired.
+            self.match_index = probe_hint_index
         self.next_index = max(min(rejected_index, probe_hint_index + 1), self.match_index + 1)
         self.probe_sent = False
         return True
