@@ -42,8 +42,12 @@ class Flusher:
         thread hand-offs on the latency path."""
         if batch_entries <= 2 and loop_idle:
             self.store.sync()
-        else:
-            await asyncio.get_running_loop().run_in_executor(self._pool, self.store.sync)
+            return
+        # Only the fsyncs run on the thread: the store's bookkeeping stays on the loop thread,
+        # where a background fsync's sync_end also runs.
+        token = self.store.sync_begin()
+        await asyncio.get_running_loop().run_in_executor(self._pool, self.store.sync_fds, token)
+        self.store.sync_end(token)
 
     # -- the leader's background group commit ----------------------------------------------------
     # A leader's appends do not wait for its own fsync (Raft thesis 10.2.1): the core counts the

@@ -23,6 +23,7 @@ from typing import Callable, Literal, Sequence
 from dledger.commitlog import FileLogStore
 from dledger.flush import Flusher
 from dledger.errors import (
+    DLedgerError,
     LeadershipLostError,
     NodeStoppedError,
     NotLeaderError,
@@ -37,6 +38,8 @@ from dledger.raft.types import Entry, EntryKind, Message, Ready, Role, Status
 from dledger.transport import PeerTransport
 
 log = logging.getLogger("dledger.runtime")
+
+RETAIN_INTERVAL_S = 1.0
 
 FlushMode = Literal["sync", "async"]
 Address = tuple[str, int]
@@ -126,6 +129,7 @@ class Node:
         self._proposals: deque[tuple[bytes, asyncio.Future[Committed]]] = deque()
         self._pending: dict[tuple[int, int], asyncio.Future[Committed]] = {}
         self._listeners: list[ApplyListener] = []
+        self._control: deque[tuple[Callable[[], None], asyncio.Future[None]]] = deque()
         self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -185,15 +189,17 @@ class Node:
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def power_loss(self, tear: bool = False) -> int:
-        """Test-only: discard every log byte written since the last fsync, then stop serving.
-        The caller kills the process right after. Returns the bytes discarded."""
+    async def power_loss(self, tear: bool = False) -> int:
+        """Test-only: stop the loop (between Readies), then discard every log byte written since
+        the last fsync. The caller kills the process right after. Returns the bytes discarded."""
         if not self.config.test_faults:
             raise PermissionError("power_loss needs test_faults=True")
-        assert self.store is not None
         self._stopping = True
+        self._kick()
+        await self.join()
+        await self._flusher().quiesce()
         self._power_lost = True
-        return self.store.power_loss(self._rng, tear=tear)
+        return self._store().power_loss(self._rng, tear=tear)
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -221,6 +227,7 @@ class Node:
         try:
             await asyncio.wait_for(fut, timeout_s)
         except TimeoutError as err:
+            self._apply_waiters = [w for w in self._apply_waiters if w[1] is not fut]
             raise ProposalTimeoutError(f"index {index} not applied within {timeout_s} s") from err
 
     def read_committed(self, lo: int, max_entries: int = 256,
@@ -248,8 +255,7 @@ class Node:
 
     async def transfer_leadership(self, to: str, timeout_s: float = 5.0) -> None:
         """Hand leadership to node ``to`` and wait until it leads (or raise on timeout)."""
-        self._core().transfer_leadership(to)
-        self._kick()
+        await self._in_loop(lambda: self._core().transfer_leadership(to))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._core().leader_id == to:
@@ -287,6 +293,27 @@ class Node:
         except TimeoutError as err:
             raise ProposalTimeoutError(f"not known to be committed within {timeout_s} s") from err
 
+    def _in_loop(self, op: Callable[[], None]) -> asyncio.Future[None]:
+        """Run op on the core from the loop, between Readies (the core has one owner)."""
+        if self._stopping or self._task is None:
+            raise NodeStoppedError("node is not running")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._control.append((op, fut))
+        self._kick()
+        return fut
+
+    def _run_control(self) -> None:
+        while self._control:
+            op, fut = self._control.popleft()
+            try:
+                op()
+            except (DLedgerError, ValueError) as err:
+                if not fut.done():
+                    fut.set_exception(err)
+                continue
+            if not fut.done():
+                fut.set_result(None)
+
     def _kick(self) -> None:
         if self._wake is not None:
             self._wake.set()
@@ -298,6 +325,7 @@ class Node:
         tick_s = self.config.tick_interval_s
         next_tick = loop.time() + tick_s
         next_flush = loop.time() + self.config.async_flush_interval_s
+        next_retain = loop.time() + RETAIN_INTERVAL_S
         timer = loop.call_at(next_tick, self._kick)
         try:
             while not self._stopping:
@@ -306,6 +334,7 @@ class Node:
                 self._wake.clear()  # type: ignore[union-attr]
                 for target in self._flusher().take_durable():
                     self._core().mark_durable(*target)
+                self._run_control()
                 now = loop.time()
                 if now >= next_tick:
                     next_tick = self._tick_until(now, next_tick, tick_s)
@@ -317,6 +346,9 @@ class Node:
                 if self.config.flush_mode == "async" and now >= next_flush:
                     self._store().sync()
                     next_flush = now + self.config.async_flush_interval_s
+                if now >= next_retain:
+                    await self._maybe_retain()
+                    next_retain = now + RETAIN_INTERVAL_S
                 if self._inbox or self._proposals:
                     await asyncio.sleep(0)  # let the transport read before the next batch
         except BaseException as err:
@@ -336,8 +368,6 @@ class Node:
             ticks += 1
         if now >= next_tick:  # the loop stalled: do not replay a burst of ticks
             next_tick = now + tick_s
-        if core.tick_count % 10 == 0 and not self._flusher().busy:
-            self._maybe_retain()
         return next_tick
 
     def _step_inbox(self) -> None:
@@ -434,13 +464,14 @@ class Node:
                 f"leadership lost (now term {core.term}, leader {core.leader_id}); "
                 f"the proposal may still commit"))
 
-    def _maybe_retain(self) -> None:
+    async def _maybe_retain(self) -> None:
         keep = self.config.retention_entries
         if keep is None:
             return
         store, core = self._store(), self._core()
         target = min(core.safe_retain_index(), store.last_index() - keep)
         if target > store.first_index():
+            await self._flusher().quiesce()  # retention closes files a background fsync may use
             store.retain_from(target)
 
     def _fail_all(self, err: ProposalError) -> None:
@@ -452,6 +483,10 @@ class Node:
             _, fut = self._proposals.popleft()
             if not fut.done():
                 fut.set_exception(_clone_error(err))
+        while self._control:
+            _, ctl = self._control.popleft()
+            if not ctl.done():
+                ctl.set_exception(_clone_error(err))
 
     # -- accessors -------------------------------------------------------------------------------
 

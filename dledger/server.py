@@ -161,7 +161,7 @@ class LogServer:
             return await run_local_load(node, size, count, concurrency, warmup)
         if req.kind == POWER_LOSS:
             (tear,) = args
-            discarded = node.power_loss(bool(tear))
+            discarded = await node.power_loss(bool(tear))
             _exit_soon()
             return discarded
         raise BadRequestError(f"unknown request kind {req.kind}")
