@@ -8,6 +8,7 @@ Owns only framing on a live connection; what the payloads mean is the subclass's
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 from dledger.errors import WireError
 from dledger.wire import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
@@ -30,7 +31,7 @@ class FramedProtocol(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:

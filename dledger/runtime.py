@@ -40,6 +40,7 @@ from dledger.transport import PeerTransport
 log = logging.getLogger("dledger.runtime")
 
 RETAIN_INTERVAL_S = 1.0
+TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 
 FlushMode = Literal["sync", "async"]
 Address = tuple[str, int]
@@ -129,6 +130,7 @@ class Node:
         self._proposals: deque[tuple[bytes, asyncio.Future[Committed]]] = deque()
         self._pending: dict[tuple[int, int], asyncio.Future[Committed]] = {}
         self._listeners: list[ApplyListener] = []
+        self._timer_fired = False
         self._control: deque[tuple[Callable[[], None], asyncio.Future[None]]] = deque()
         self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
@@ -314,6 +316,10 @@ class Node:
             if not fut.done():
                 fut.set_result(None)
 
+    def _on_timer(self) -> None:
+        self._timer_fired = True
+        self._kick()
+
     def _kick(self) -> None:
         if self._wake is not None:
             self._wake.set()
@@ -326,7 +332,7 @@ class Node:
         next_tick = loop.time() + tick_s
         next_flush = loop.time() + self.config.async_flush_interval_s
         next_retain = loop.time() + RETAIN_INTERVAL_S
-        timer = loop.call_at(next_tick, self._kick)
+        timer, timer_at = loop.call_at(next_tick, self._on_timer), next_tick
         try:
             while not self._stopping:
                 if not self._inbox and not self._proposals:
@@ -336,10 +342,13 @@ class Node:
                     self._core().mark_durable(*target)
                 self._run_control()
                 now = loop.time()
-                if now >= next_tick:
-                    next_tick = self._tick_until(now, next_tick, tick_s)
+                if now >= next_tick - TIMER_SLACK_S:
+                    next_tick = self._tick_until(now + TIMER_SLACK_S, next_tick, tick_s)
+                if self._timer_fired or timer_at != next_tick:
+                    # (a loop may fire a timer a little early: always keep one armed)
                     timer.cancel()
-                    timer = loop.call_at(next_tick, self._kick)
+                    self._timer_fired = False
+                    timer, timer_at = loop.call_at(next_tick, self._on_timer), next_tick
                 self._step_inbox()
                 self._take_proposals()
                 await self._drain_ready()

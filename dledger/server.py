@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from dledger import evloop
 from dledger.bench.load import closed_loop
 from dledger.errors import DLedgerError, WireError
 from dledger.protocol import (
@@ -261,7 +262,7 @@ def main(group: str, node_id: str, peers: str, dial: str, client_listen: str, da
         tick_interval_s=tick_ms / 1000, election_ticks=election_ticks,
         preferred_leader=preferred_leader, test_faults=test_faults,
         canaries=Canaries(**{c: True for c in canary}))
-    asyncio.run(_serve(config, parse_address(client_listen), enable_bench))
+    evloop.run(_serve(config, parse_address(client_listen), enable_bench))
 
 
 async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool) -> None:

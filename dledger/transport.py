@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import random
 import socket
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from dledger.errors import WireError
 from dledger.raft.types import Message
@@ -87,7 +87,7 @@ class _OutboundProtocol(asyncio.Protocol):
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         self._transport = transport
         _set_nodelay(transport)
 
@@ -121,7 +121,7 @@ class _InboundProtocol(asyncio.Protocol):
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         self._transport = transport
         _set_nodelay(transport)
         if self._owner._stopped:

@@ -12,7 +12,6 @@ ratios to pysyncobj and checks the targets of the replicated-log issue. A tool, 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import platform
@@ -24,6 +23,7 @@ from typing import Any
 
 import click
 
+from dledger import evloop
 from dledger.bench.load import closed_loop
 from dledger.bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
@@ -103,7 +103,7 @@ def _servers_cpu_s(cluster: LocalCluster) -> float:
 def run_dledger(mode: str, size: int, runs: list[tuple[str, str, int, int]]) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="dledger-bench-") as d:
         with LocalCluster(d, size=3, flush_mode=mode, extra_args=("--enable-bench",)) as cluster:
-            return asyncio.run(_session(cluster, mode, size, runs))
+            return evloop.run(_session(cluster, mode, size, runs))
 
 
 def run_peer(workload: str, payload_bytes: int, count: int, in_flight: int) -> Figure:
