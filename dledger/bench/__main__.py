@@ -181,7 +181,9 @@ def write_markdown(path: str, figs: list[Figure], command: str) -> None:
         "process over TCP. `x peer/s` and `p50/peer` are ratios to pysyncobj on the same "
         "workload and payload. pysyncobj keeps its log in memory and never fsyncs; dledger `sync` "
         "fsyncs on a majority before every acknowledgement. `cpu s/10k`: CPU seconds of the three "
-        "server processes per 10,000 entries (for `one`, idle time is included).", "",
+        "server processes per 10,000 entries (for `one`, idle time is included). pysyncobj runs "
+        "with its fastest setting per workload (appendEntriesUseBatch off for `one`, on for "
+        "`inflight`; see dledger/bench/pysyncobj_peer.py); dledger's servers run on uvloop.", "",
         "```", render(figs), "```", "", "Targets of the replicated-log issue:", ""]
     lines += [f"- {'met' if ok else '**missed**'}: {text}" for text, ok in targets(figs)]
     with open(path, "w") as f:
