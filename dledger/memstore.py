@@ -125,8 +125,7 @@ class MemoryLogStore:
                           if not op.entries or op.entries[-1].index > index]
 
     def retain_from(self, index: int) -> int:
-        # As the file store, which only deletes sealed (fsynced) segments: never unsynced data.
-        index = min(index, self.last_index() + 1, self.durable_last_index() + 1)
+        index = min(index, self.last_index() + 1)
         drop = index - self.base_index - 1
         if drop <= 0:
             return self.first_index()

@@ -331,7 +331,10 @@ class World:
                 self._observe()
             if self.rng.random() < f.retain_rate:
                 before = n.store.first_index()
-                after = n.store.retain_from(n.core.safe_retain_index())
+                # As the file store, which deletes only sealed (fsynced) segments, never
+                # retention of data that is not durable yet.
+                target = min(n.core.safe_retain_index(), n.store.durable_last_index() + 1)
+                after = n.store.retain_from(target)
                 if after > before:
                     self._count("retain")
 
