@@ -47,13 +47,18 @@ def test_propose_commits_and_followers_serve_committed_reads(tmp_path: Path) -> 
         nodes = await start_all(configs(tmp_path))
         try:
             leader = leader_of(nodes)
+            follower = next(n for n in nodes if n is not leader)
+            seen: list[int] = []
+            follower.add_apply_listener(lambda batch: seen.extend(e.index for e in batch))
             done = [await leader.propose(f"e{k}".encode()) for k in range(20)]
             assert [d.index for d in done] == sorted(d.index for d in done)
             positions = [d.position for d in done]
             assert positions == sorted(positions) and len(set(positions)) == 20
-            follower = next(n for n in nodes if n is not leader)
             await wait_for(lambda: follower.status().raft.commit_index >= done[-1].index, 5,
                            "the follower to learn the commit index")
+            await follower.wait_applied(done[-1].index, 5)
+            assert seen == list(range(seen[0], done[-1].index + 1))  # every index, in order
+            assert set(d.index for d in done) <= set(seen)
             got = follower.read_committed(done[0].index, max_entries=100)
             assert [e.data for e in got[:20]] == [f"e{k}".encode() for k in range(20)]
             assert [e.position for e in got[:20]] == positions  # same position on every replica

@@ -26,6 +26,9 @@ class RaftLog:
         self.cache_bytes_max = cache_bytes_max
         self.unstable: list[Entry] = []
         self.unstable_offset = stable.last_index() + 1  # index of unstable[0]
+        if applied_index > stable.last_index():
+            raise ValueError(f"applied index {applied_index} is past the log's last index "
+                             f"{stable.last_index()}: the state machine is ahead of its log")
         floor = stable.first_index() - 1  # retained-away entries were committed and applied
         self.applied_index = max(applied_index, floor)
         self.commit_index = self.applied_index
