@@ -68,6 +68,7 @@ class LocalCluster:
     start_timeout_s: float = 20.0
     peer_port: int = 0  # first peer port (n0, n1, ... count up); 0: free ports picked at random
     client_port: int = 0  # first client port; 0: free ports picked at random
+    trace: bool = False  # each node appends an event trace to <base_dir>/<group>-<id>.trace
     servers: dict[str, ServerProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -97,7 +98,11 @@ class LocalCluster:
                 "--client-listen", f"{s.client_address[0]}:{s.client_address[1]}",
                 "--data-dir", s.data_dir, "--flush-mode", self.flush_mode,
                 "--tick-ms", str(self.tick_ms), "--election-ticks", str(self.election_ticks),
+                *(["--trace", self.trace_path(nid)] if self.trace else []),
                 *self.extra_args]
+
+    def trace_path(self, nid: str) -> str:
+        return os.path.join(self.base_dir, f"{self.group}-{nid}.trace")
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from dledger.hardstate import FileHardStateStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Entry, EntryKind, Message, Ready, Role, Status
+from dledger.trace import NodeTrace
 from dledger.transport import PeerTransport
 
 log = logging.getLogger("dledger.runtime")
@@ -68,6 +69,7 @@ class NodeConfig:
     retention_entries: int | None = None  # keep at least this many entries; None: keep all
     canaries: Canaries = field(default_factory=Canaries)
     test_faults: bool = False  # allow power_loss() and canaries (tests only)
+    trace_path: str | None = None  # append an event trace (JSON lines) here: tests, chaos runs
 
     def __post_init__(self) -> None:
         if self.node_id not in self.peers:
@@ -139,6 +141,7 @@ class Node:
         self._stopped = False
         self._power_lost = False
         self.flusher: Flusher | None = None
+        self.trace: NodeTrace | None = None
         self.core: RaftCore | None = None
         self.store: FileLogStore | None = None
         self._hard_state: FileHardStateStore | None = None
@@ -156,6 +159,8 @@ class Node:
         self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
                                        segment_bytes_max=cfg.segment_bytes_max)
         self._hard_state = FileHardStateStore(os.path.join(cfg.data_dir, "hardstate"))
+        if cfg.trace_path is not None:
+            self.trace = NodeTrace(cfg.trace_path, cfg.node_id)
         self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
                              random.Random(self._rng.random()), applied_index=self._applied_floor)
         dial = {p: cfg.dial.get(p, addr) for p, addr in cfg.peers.items() if p != cfg.node_id}
@@ -184,6 +189,8 @@ class Node:
             if self.config.flush_mode == "async" and self.failure is None:
                 self.store.sync()
             self.store.close()
+        if self.trace is not None:
+            self.trace.close()
         self._stopped = True
 
     async def join(self) -> None:
@@ -426,6 +433,8 @@ class Node:
             transport.send(m)
         if rd.hard_state is not None:
             self._hard_state.save(rd.hard_state)  # atomic and fsynced
+            if self.trace is not None:
+                self.trace.persisted(rd.hard_state)
         deferred = False
         if rd.entries:
             if rd.entries[0].index <= store.last_index():
@@ -440,6 +449,8 @@ class Node:
             transport.send(m)
         if rd.committed:
             self._apply(rd.committed)
+            if self.trace is not None:
+                self.trace.committed(rd.committed[-1])
         return deferred
 
     def _apply(self, entries: Sequence[Entry]) -> None:
@@ -465,6 +476,8 @@ class Node:
 
     def _check_leadership(self) -> None:
         core = self._core()
+        if self.trace is not None:
+            self.trace.observe(core.status())
         if self._leader_term is None:
             return
         if core.role is not Role.LEADER or core.term != self._leader_term:

@@ -247,11 +247,14 @@ def parse_peers(text: str) -> dict[str, Address]:
 @click.option("--preferred-leader", default=None)
 @click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only).")
 @click.option("--enable-bench", is_flag=True, help="Allow the benchmark's in-leader load requests.")
+@click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
+              help="Append an event trace (JSON lines: roles, votes, commits) to this file.")
 @click.option("--canary", multiple=True, type=click.Choice(sorted(Canaries.__dataclass_fields__)),
               help="Seeded bug (tests only; needs --test-faults).")
 def main(group: str, node_id: str, peers: str, dial: str, client_listen: str, data_dir: str,
          flush_mode: str, async_flush_ms: int, tick_ms: int, election_ticks: int, preferred_leader: str | None,
-         test_faults: bool, enable_bench: bool, canary: tuple[str, ...]) -> None:
+         test_faults: bool, enable_bench: bool, trace_path: str | None,
+         canary: tuple[str, ...]) -> None:
     """Run one node of a replicated log group."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -260,7 +263,7 @@ def main(group: str, node_id: str, peers: str, dial: str, client_listen: str, da
         dial=parse_peers(dial) if dial else {}, flush_mode=flush_mode,  # type: ignore[arg-type]
         async_flush_interval_s=async_flush_ms / 1000,
         tick_interval_s=tick_ms / 1000, election_ticks=election_ticks,
-        preferred_leader=preferred_leader, test_faults=test_faults,
+        preferred_leader=preferred_leader, test_faults=test_faults, trace_path=trace_path,
         canaries=Canaries(**{c: True for c in canary}))
     evloop.run(_serve(config, parse_address(client_listen), enable_bench))
 

@@ -15,6 +15,7 @@ from typing import Awaitable, Callable, Union
 
 import pytest
 
+from chaos import traces
 from dledger.client import LogClient
 from dledger.errors import DLedgerError, NotLeaderError
 from dledger.localcluster import LocalCluster
@@ -119,8 +120,13 @@ async def _check_converged(client: LogClient, cluster: LocalCluster,
 
 
 def test_sigkill_the_leader_during_proposals_loses_no_acknowledged_entry(tmp_path: Path) -> None:
-    with LocalCluster(str(tmp_path), size=3, tick_ms=50) as cluster:
+    with LocalCluster(str(tmp_path), size=3, tick_ms=50, trace=True) as cluster:
         asyncio.run(_kill_leader_during_proposals(cluster, kills=3))
+    # The nodes' own traces (kept across the kills) satisfy Raft's invariants too.
+    events = traces.load(cluster.trace_path(n) for n in cluster.servers)
+    assert traces.check(events) == []
+    seen = traces.summary(events)
+    assert seen["starts"] == 6 and seen["leader_terms"] >= 4 and seen["commits"] > 0
 
 
 def test_followers_redirect_proposals_to_the_leader(tmp_path: Path) -> None:
