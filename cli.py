@@ -17,7 +17,7 @@ import click
 
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
-from dledger.localcluster import LocalCluster
+from dledger.localcluster import ClusterError, LocalCluster
 from dledger.server import parse_address, parse_peers
 
 
@@ -30,7 +30,8 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--replicas", type=int, default=3, show_default=True, help="Nodes in the group.")
+@click.option("--replicas", type=click.IntRange(1, 9), default=3, show_default=True,
+              help="Nodes in the group.")
 @click.option("--group", default="g", show_default=True)
 @click.option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False))
 @click.option("--flush-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
@@ -51,6 +52,11 @@ def up(replicas: int, group: str, data_dir: str, flush_mode: str, peer_port: int
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    try:
+        cluster.start()
+    except ClusterError as err:
+        cluster.stop()
+        raise click.ClickException(_start_failure(str(err))) from err
     with cluster:
         nodes = cluster.client_addresses
         leader = asyncio.run(_wait_healthy(nodes, timeout_s=30))
@@ -70,6 +76,13 @@ def up(replicas: int, group: str, data_dir: str, flush_mode: str, peer_port: int
                 sys.exit(1)
             time.sleep(0.2)  # the foreground wait of an interactive command
         click.echo("stopping...")
+
+
+def _start_failure(detail: str) -> str:
+    """The useful line of a server that did not start (the last line of its log)."""
+    lines = [ln.strip() for ln in detail.splitlines() if ln.strip()]
+    cause = lines[-1] if len(lines) > 1 else ""
+    return f"{lines[0] if lines else 'a node did not start'} {cause}".strip()
 
 
 async def _wait_healthy(nodes: dict[str, tuple[str, int]], timeout_s: float) -> str:
@@ -98,7 +111,8 @@ NODES_HELP = "Client addresses of the group: n0=host:port,n1=host:port,..."
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--watch", type=float, default=None, help="Repeat every N seconds.")
 def status(nodes: str, as_json: bool, watch: float | None) -> None:
-    """Role, term, indexes and follower lag of every node; exit 2 if there is no leader."""
+    """Role, term, indexes and follower lag of every node; exit 2 if there is no leader (with
+    --watch: repeat until interrupted)."""
     addrs = parse_peers(nodes)
     while True:
         rows = asyncio.run(_statuses(addrs))

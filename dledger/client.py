@@ -43,6 +43,10 @@ class UnavailableError(DLedgerError):
     """No server could be reached (or none knew a leader) before the deadline."""
 
 
+class UnknownNodeError(DLedgerError):
+    """The node id is not one of the client's nodes."""
+
+
 class ConnectionLostError(OutcomeUnknownError):
     """The connection dropped after the request was sent: it may or may not have taken effect."""
 
@@ -120,6 +124,8 @@ class LogClient:
         conn = self._conns.get(node)
         if conn is not None and conn.alive:
             return conn
+        if node not in self.nodes:
+            raise UnknownNodeError(f"unknown node {node!r} (known: {', '.join(sorted(self.nodes))})")
         host, port = self.nodes[node]
         loop = asyncio.get_running_loop()
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))

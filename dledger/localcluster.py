@@ -143,7 +143,9 @@ class LocalCluster:
             self.kill(nid, signal.SIGTERM)
 
     def __enter__(self) -> LocalCluster:
-        return self.start()
+        if not any(s.running for s in self.servers.values()):
+            self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -194,9 +194,10 @@ class Node:
         self._stopped = True
 
     async def join(self) -> None:
-        """Wait until the node's loop ends (stop() or a fatal error)."""
+        """Wait until the node's loop ends (stop() or a fatal error). Cancelling the caller
+        does not cancel the loop."""
         if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.wait({self._task})
 
     async def power_loss(self, tear: bool = False) -> int:
         """Test-only: stop the loop (between Readies), then discard every log byte written since
@@ -367,6 +368,9 @@ class Node:
                     next_retain = now + RETAIN_INTERVAL_S
                 if self._inbox or self._proposals:
                     await asyncio.sleep(0)  # let the transport read before the next batch
+        except asyncio.CancelledError:
+            self._fail_all(NodeStoppedError("node loop cancelled"))
+            raise
         except BaseException as err:
             self.failure = err
             log.exception("node %s stopped on an error", self.config.node_id)

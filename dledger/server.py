@@ -217,6 +217,8 @@ def parse_peers(text: str) -> dict[str, Address]:
     """``n0=h:p,n1=h:p`` or DLedger's ``n0-h:p;n1-h:p``."""
     out: dict[str, Address] = {}
     for part in text.replace(";", ",").split(","):
+        if "=" in part and part.split("=", 1)[0].strip() in out:
+            raise click.BadParameter(f"node {part.split('=', 1)[0].strip()!r} is listed twice")
         part = part.strip()
         if not part:
             continue
@@ -258,14 +260,31 @@ def main(group: str, node_id: str, peers: str, dial: str, client_listen: str, da
     """Run one node of a replicated log group."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config = NodeConfig(
-        group=group, node_id=node_id, peers=parse_peers(peers), data_dir=data_dir,
-        dial=parse_peers(dial) if dial else {}, flush_mode=flush_mode,  # type: ignore[arg-type]
+    try:
+        config = _node_config(group, node_id, peers, dial, data_dir, flush_mode, async_flush_ms,
+                              tick_ms, election_ticks, preferred_leader, test_faults, trace_path,
+                              canary)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    evloop.run(_serve(config, parse_address(client_listen), enable_bench))
+
+
+def _node_config(group: str, node_id: str, peers: str, dial: str, data_dir: str, flush_mode: str,
+                 async_flush_ms: int, tick_ms: int, election_ticks: int,
+                 preferred_leader: str | None, test_faults: bool, trace_path: str | None,
+                 canary: tuple[str, ...]) -> NodeConfig:
+    members = parse_peers(peers)
+    dials = parse_peers(dial) if dial else {}
+    unknown = sorted(set(dials) - set(members))
+    if unknown:
+        raise ValueError(f"--dial names {unknown}, which are not in --peers")
+    return NodeConfig(
+        group=group, node_id=node_id, peers=members, data_dir=data_dir,
+        dial=dials, flush_mode=flush_mode,  # type: ignore[arg-type]
         async_flush_interval_s=async_flush_ms / 1000,
         tick_interval_s=tick_ms / 1000, election_ticks=election_ticks,
         preferred_leader=preferred_leader, test_faults=test_faults, trace_path=trace_path,
         canaries=Canaries(**{c: True for c in canary}))
-    evloop.run(_serve(config, parse_address(client_listen), enable_bench))
 
 
 async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool) -> None:

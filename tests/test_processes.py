@@ -144,3 +144,16 @@ def test_followers_redirect_proposals_to_the_leader(tmp_path: Path) -> None:
 
     with LocalCluster(str(tmp_path), size=3, tick_ms=50) as cluster:
         asyncio.run(run(cluster))
+
+
+def test_sigterm_stops_a_server_cleanly(tmp_path: Path) -> None:
+    cluster = LocalCluster(str(tmp_path), size=1, tick_ms=50)
+    with cluster:
+        async def commit_one() -> None:
+            async with LogClient(cluster.client_addresses) as client:
+                await client.wait_for_leader(20)
+        asyncio.run(commit_one())
+        proc = cluster.servers["n0"].proc
+        assert proc is not None
+    assert proc.returncode == 0
+    assert "ERROR" not in cluster.log_tail("n0", 200)
