@@ -1,0 +1,15 @@
+"""The broker: topics, queues, consume queues, offsets and dedup, as a deterministic state machine
+applied to committed entries of the replicated log (``dledger``). Today: the pure core
+(``topics``, ``entries``, ``state``); the server, NameServer registration and admin come next."""
+
+from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
+from broker.errors import BadEntryError, BrokerError, InvalidTopicError
+from broker.state import ApplyResult, BrokerState, CQUnit, StateConfig
+from broker.topics import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig, validate_topic_name
+
+__all__ = [
+    "PERM_READ", "PERM_RW", "PERM_WRITE", "ApplyResult", "BadEntryError", "BrokerError",
+    "BrokerState", "CQUnit", "InvalidTopicError", "Message", "OffsetCommit", "SendEntry",
+    "StateConfig", "TopicConfig", "TopicDelete", "TopicPut", "decode", "encode",
+    "validate_topic_name",
+]

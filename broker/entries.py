@@ -1,0 +1,170 @@
+"""The broker's log entries: what the leader proposes and every replica applies.
+
+Owns the payload codec: a CBOR array ``[VERSION, KIND, ...fields]``, strictly validated on decode
+(a malformed committed entry must be refused the same way on every replica, never crash one).
+Everything an apply needs is inside the entry, the leader's store timestamp and its auto-create
+decision included, so that replicas never consult their own clock or configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import cbor2
+
+from broker.errors import BadEntryError
+
+VERSION = 1
+KIND_SEND = 1
+KIND_TOPIC_PUT = 2
+KIND_TOPIC_DELETE = 3
+KIND_OFFSET_COMMIT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    body: bytes
+    tags: str = ""
+    keys: tuple[str, ...] = ()
+    unique_key: str = ""  # RocketMQ's UNIQ_KEY, set by the client: a retried send reuses it
+    properties: tuple[tuple[str, str], ...] = ()
+    born_ts_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SendEntry:
+    """One send request (a single message or a batch), to one queue of one topic."""
+
+    topic: str
+    queue_id: int
+    store_ts_ms: int  # the leader's clock when it proposed the entry
+    messages: tuple[Message, ...]
+    auto_create: bool = False  # the leader's decision: create the topic if it is missing
+    default_queues: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPut:
+    """Create a topic or update its queue counts and permission."""
+
+    name: str
+    read_queues: int
+    write_queues: int
+    perm: int
+    system: bool = False  # the broker's own topics may use reserved names
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDelete:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """A clustering consumer group's progress on one queue (the next offset to consume)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+BrokerEntry = Union[SendEntry, TopicPut, TopicDelete, OffsetCommit]
+
+
+# -- encode ---------------------------------------------------------------------------------------
+
+
+def encode(entry: BrokerEntry) -> bytes:
+    if isinstance(entry, SendEntry):
+        msgs = [[m.body, m.tags, list(m.keys), m.unique_key, [list(p) for p in m.properties],
+                 m.born_ts_ms] for m in entry.messages]
+        fields: list[Any] = [KIND_SEND, entry.topic, entry.queue_id, entry.store_ts_ms, msgs,
+                             entry.auto_create, entry.default_queues]
+    elif isinstance(entry, TopicPut):
+        fields = [KIND_TOPIC_PUT, entry.name, entry.read_queues, entry.write_queues, entry.perm,
+                  entry.system]
+    elif isinstance(entry, TopicDelete):
+        fields = [KIND_TOPIC_DELETE, entry.name]
+    elif isinstance(entry, OffsetCommit):
+        fields = [KIND_OFFSET_COMMIT, entry.group, entry.topic, entry.queue_id, entry.offset]
+    else:
+        raise TypeError(f"not a broker entry: {entry!r}")
+    return cbor2.dumps([VERSION, *fields])
+
+
+# -- decode ---------------------------------------------------------------------------------------
+
+
+def decode(payload: bytes) -> BrokerEntry:
+    try:
+        arr = cbor2.loads(payload)
+    except Exception as err:  # noqa: BLE001 - cbor2 raises many types on garbage; all are bad input
+        raise BadEntryError(f"not CBOR: {err}") from err
+    if not isinstance(arr, list) or len(arr) < 2 or arr[0] != VERSION:
+        raise BadEntryError("not a broker entry of this version")
+    kind, rest = arr[1], arr[2:]
+    decoder = _DECODERS.get(kind) if isinstance(kind, int) else None
+    if decoder is None:
+        raise BadEntryError(f"unknown broker entry kind {kind!r}")
+    try:
+        return decoder(rest)
+    except (TypeError, ValueError) as err:
+        raise BadEntryError(f"malformed entry of kind {kind}: {err}") from err
+
+
+def _int(v: Any, lo: int = 0) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        raise ValueError(f"expected an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected a bool, got {type(v).__name__}")
+    return v
+
+
+def _message(m: Any) -> Message:
+    body, tags, keys, unique_key, props, born = m
+    if not isinstance(body, bytes):
+        raise ValueError("message body must be bytes")
+    return Message(body, _str(tags), tuple(_str(k) for k in keys), _str(unique_key),
+                   tuple((_str(k), _str(v)) for k, v in props), _int(born))
+
+
+def _send(f: list[Any]) -> SendEntry:
+    topic, queue_id, ts, msgs, auto_create, default_queues = f
+    if not isinstance(msgs, list) or not msgs:
+        raise ValueError("a send carries at least one message")
+    return SendEntry(_str(topic), _int(queue_id), _int(ts), tuple(_message(m) for m in msgs),
+                     _bool(auto_create), _int(default_queues, 1))
+
+
+def _topic_put(f: list[Any]) -> TopicPut:
+    name, r, w, perm, system = f
+    return TopicPut(_str(name), _int(r), _int(w), _int(perm), _bool(system))
+
+
+def _topic_delete(f: list[Any]) -> TopicDelete:
+    (name,) = f
+    return TopicDelete(_str(name))
+
+
+def _offset_commit(f: list[Any]) -> OffsetCommit:
+    group, topic, queue_id, offset = f
+    return OffsetCommit(_str(group), _str(topic), _int(queue_id), _int(offset))
+
+
+_DECODERS = {KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
+             KIND_OFFSET_COMMIT: _offset_commit}
+
+__all__ = ["BrokerEntry", "Message", "OffsetCommit", "SendEntry", "TopicDelete", "TopicPut",
+           "decode", "encode"]

@@ -1,0 +1,196 @@
+"""The broker's state machine: applied to committed log entries in log order, on every replica.
+
+Owns topics, consume queues (per (topic, queue): units pointing into the commitlog, RocketMQ's
+20-byte idea: position, size, tag hash, plus the slot within a batch entry and the store
+time), consumer-group offsets, and the dedup table of unique keys. Queue offsets are assigned
+here, at apply time, so every replica derives the same (topic, queue, offset) -> message
+mapping forever. Pure and deterministic: no clock (times come from the entries), no I/O;
+``snapshot``/``restore`` give the shell a checkpoint to persist.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import cbor2
+
+from broker.entries import BrokerEntry, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode
+from broker.errors import BadEntryError, BrokerError
+from broker.topics import TopicConfig, validate_config
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    dedup_window_ms: int = 10 * 60 * 1000  # a retried send within this window is not stored again
+    dedup_entries_max: int = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class CQUnit:
+    """One message in a consume queue: where its entry is in the commitlog and which message
+    of the entry it is (a batch entry holds several)."""
+
+    position: int
+    slot: int
+    size: int
+    tag_hash: int
+    store_ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What applying one entry did. ``status`` is SEND_OK, or the error every replica reached."""
+
+    index: int
+    status: str
+    topic: str = ""
+    queue_id: int = 0
+    queue_offsets: tuple[int, ...] = ()  # per message of a send, in order
+    duplicates: tuple[bool, ...] = ()  # per message: stored earlier under the same unique key
+    queue_ids: tuple[int, ...] = ()  # per message: a duplicate reports its original queue
+    detail: str = ""
+
+
+def tag_hash(tags: str) -> int:
+    """The tag code stored in consume-queue units (a server-side filter; clients re-check)."""
+    return zlib.crc32(tags.encode()) if tags else 0
+
+
+@dataclass
+class BrokerState:
+    config: StateConfig = field(default_factory=StateConfig)
+    applied_index: int = 0
+    topics: dict[str, TopicConfig] = field(default_factory=dict)
+    queues: dict[tuple[str, int], list[CQUnit]] = field(default_factory=dict)
+    offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    # unique key -> (topic, queue id, queue offset, store time), oldest first
+    dedup: OrderedDict[str, tuple[str, int, int, int]] = field(default_factory=OrderedDict)
+
+    # -- apply --------------------------------------------------------------------------------
+
+    def apply(self, index: int, position: int, data: bytes) -> ApplyResult:
+        """Apply the committed entry at ``index`` (commitlog ``position``). Never raises on a
+        bad entry: every replica records the same error result and moves on."""
+        if index <= self.applied_index:
+            raise ValueError(f"entry {index} applied twice (applied index {self.applied_index})")
+        self.applied_index = index
+        if not data:
+            return ApplyResult(index, "NOOP")
+        try:
+            entry = decode(data)
+        except BadEntryError as err:
+            return ApplyResult(index, "BAD_ENTRY", detail=str(err))
+        try:
+            return self._apply(index, position, entry)
+        except BrokerError as err:
+            return ApplyResult(index, type(err).__name__, detail=str(err))
+
+    def _apply(self, index: int, position: int, entry: BrokerEntry) -> ApplyResult:
+        if isinstance(entry, SendEntry):
+            return self._send(index, position, entry)
+        if isinstance(entry, TopicPut):
+            cfg = validate_config(TopicConfig(entry.name, entry.read_queues, entry.write_queues,
+                                              entry.perm), allow_system=entry.system)
+            self.topics[cfg.name] = cfg
+            return ApplyResult(index, "OK", topic=cfg.name)
+        if isinstance(entry, TopicDelete):
+            if self.topics.pop(entry.name, None) is None:
+                return ApplyResult(index, "TOPIC_NOT_FOUND", topic=entry.name)
+            for key in [k for k in self.queues if k[0] == entry.name]:
+                del self.queues[key]
+            return ApplyResult(index, "OK", topic=entry.name)
+        assert isinstance(entry, OffsetCommit)
+        self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
+        return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
+
+    def _send(self, index: int, position: int, e: SendEntry) -> ApplyResult:
+        topic = self.topics.get(e.topic)
+        if topic is None:
+            if not e.auto_create:
+                return ApplyResult(index, "TOPIC_NOT_FOUND", topic=e.topic)
+            topic = validate_config(TopicConfig(e.topic, e.default_queues, e.default_queues))
+            self.topics[e.topic] = topic
+        if not topic.writable:
+            return ApplyResult(index, "NO_PERMISSION", topic=e.topic)
+        if e.queue_id >= topic.write_queues:
+            return ApplyResult(index, "QUEUE_NOT_FOUND", topic=e.topic, queue_id=e.queue_id)
+        self._expire_dedup(e.store_ts_ms)
+        units = self.queues.setdefault((e.topic, e.queue_id), [])
+        offsets: list[int] = []
+        dups: list[bool] = []
+        qids: list[int] = []
+        for slot, m in enumerate(e.messages):
+            seen = self.dedup.get(m.unique_key) if m.unique_key else None
+            if seen is not None and seen[0] == e.topic:
+                offsets.append(seen[2])  # the original result; nothing stored again
+                qids.append(seen[1])
+                dups.append(True)
+                continue
+            offsets.append(len(units))
+            qids.append(e.queue_id)
+            dups.append(False)
+            units.append(CQUnit(position, slot, len(m.body), tag_hash(m.tags), e.store_ts_ms))
+            if m.unique_key:
+                self._remember(m.unique_key, (e.topic, e.queue_id, offsets[-1], e.store_ts_ms))
+        return ApplyResult(index, "SEND_OK", e.topic, e.queue_id, tuple(offsets), tuple(dups),
+                           tuple(qids))
+
+    def _remember(self, key: str, value: tuple[str, int, int, int]) -> None:
+        self.dedup[key] = value
+        while len(self.dedup) > self.config.dedup_entries_max:
+            self.dedup.popitem(last=False)
+
+    def _expire_dedup(self, now_ms: int) -> None:
+        horizon = now_ms - self.config.dedup_window_ms
+        while self.dedup:
+            key, value = next(iter(self.dedup.items()))
+            if value[3] >= horizon:
+                return
+            del self.dedup[key]
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of a queue: max is the next offset to be assigned."""
+        return 0, len(self.queues.get((topic, queue_id), ()))
+
+    def units(self, topic: str, queue_id: int, offset: int, count: int) -> list[CQUnit]:
+        return self.queues.get((topic, queue_id), [])[offset : offset + count]
+
+    # -- checkpoint ------------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """Everything, in a canonical order: equal states give equal bytes."""
+        return cbor2.dumps([
+            1, self.applied_index,
+            sorted([t.name, t.read_queues, t.write_queues, t.perm] for t in self.topics.values()),
+            sorted([t, q, [[u.position, u.slot, u.size, u.tag_hash, u.store_ts_ms] for u in units]]
+                   for (t, q), units in self.queues.items()),
+            sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
+            [[k, *v] for k, v in self.dedup.items()],
+        ])
+
+    @classmethod
+    def restore(cls, blob: bytes, config: StateConfig | None = None) -> BrokerState:
+        try:
+            version, applied, topics, queues, offsets, dedup = _load(blob)
+            if version != 1:
+                raise BadEntryError(f"unknown checkpoint version {version!r}")
+            state = cls(config or StateConfig(), applied)
+            state.topics = {n: TopicConfig(n, r, w, p) for n, r, w, p in topics}
+            state.queues = {(t, q): [CQUnit(*u) for u in units] for t, q, units in queues}
+            state.offsets = {(g, t, q): o for g, t, q, o in offsets}
+            state.dedup = OrderedDict((k, (t, q, o, ts)) for k, t, q, o, ts in dedup)
+        except (TypeError, ValueError) as err:
+            raise BadEntryError(f"malformed checkpoint: {err}") from err
+        return state
+
+
+def _load(blob: bytes) -> Any:
+    try:
+        return cbor2.loads(blob)
+    except Exception as err:  # noqa: BLE001 - any decode failure is a corrupt checkpoint
+        raise BadEntryError(f"corrupt checkpoint: {err}") from err

@@ -1,0 +1,69 @@
+"""Topic configuration and naming rules (RocketMQ's): read/write queue counts, permission
+(2 write, 4 read, 6 both), name characters and length, reserved system topics. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker.errors import InvalidTopicError
+
+PERM_WRITE = 2
+PERM_READ = 4
+PERM_RW = PERM_READ | PERM_WRITE
+DEFAULT_QUEUES = 4  # per group, on auto-create (RocketMQ's default)
+MAX_QUEUES = 1024
+TOPIC_NAME_MAX_CHARS = 127
+_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+# Topics the broker itself uses (delay levels, transactions, the auto-create template).
+SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+                           "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TBW102"})
+SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    read_queues: int = DEFAULT_QUEUES
+    write_queues: int = DEFAULT_QUEUES
+    perm: int = PERM_RW
+
+    @property
+    def queues(self) -> int:
+        """Physical queues: producers use [0, write_queues), consumers [0, read_queues)."""
+        return max(self.read_queues, self.write_queues)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+
+def is_system_topic(name: str) -> bool:
+    return name in SYSTEM_TOPICS or name.startswith(SYSTEM_PREFIXES)
+
+
+def validate_topic_name(name: str, allow_system: bool = False) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("the topic name is empty")
+    if len(name) > TOPIC_NAME_MAX_CHARS:
+        raise InvalidTopicError(f"topic name longer than {TOPIC_NAME_MAX_CHARS} characters")
+    if not _NAME.match(name):
+        raise InvalidTopicError(f"topic name {name!r} may only use letters, digits, %, |, _ and -")
+    if not allow_system and is_system_topic(name):
+        raise InvalidTopicError(f"{name!r} is a reserved system topic")
+    return name
+
+
+def validate_config(cfg: TopicConfig, allow_system: bool = False) -> TopicConfig:
+    validate_topic_name(cfg.name, allow_system)
+    for what, n in (("read", cfg.read_queues), ("write", cfg.write_queues)):
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_QUEUES:
+            raise InvalidTopicError(f"{what} queue count must be 0..{MAX_QUEUES}, not {n!r}")
+    if cfg.perm not in (PERM_WRITE, PERM_READ, PERM_RW):
+        raise InvalidTopicError(f"perm must be 2 (write), 4 (read) or 6 (both), not {cfg.perm!r}")
+    return cfg

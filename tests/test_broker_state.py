@@ -1,0 +1,159 @@
+"""The broker's state machine: offsets assigned at apply in log order, dense per queue, the same
+on every replica; topics; permissions; dedup of retried sends; checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker import (
+    BadEntryError,
+    BrokerState,
+    InvalidTopicError,
+    Message,
+    OffsetCommit,
+    SendEntry,
+    StateConfig,
+    TopicDelete,
+    TopicPut,
+    decode,
+    encode,
+    validate_topic_name,
+)
+from broker.topics import PERM_READ, PERM_RW, PERM_WRITE
+
+
+class Log:
+    """Applies entries as a replica would: increasing index, positions as the commitlog's."""
+
+    def __init__(self, state: BrokerState | None = None) -> None:
+        self.state = state or BrokerState()
+        self.index = self.state.applied_index
+        self.position = 0
+
+    def apply(self, entry) -> object:
+        data = encode(entry)
+        self.index += 1
+        result = self.state.apply(self.index, self.position, data)
+        self.position += 48 + len(data)
+        return result
+
+
+def send(topic: str, queue_id: int, *bodies: bytes, keys: tuple[str, ...] = (), ts: int = 1000,
+         auto: bool = True) -> SendEntry:
+    msgs = tuple(Message(b, unique_key=keys[i] if i < len(keys) else "") for i, b in enumerate(bodies))
+    return SendEntry(topic, queue_id, ts, msgs, auto_create=auto)
+
+
+def test_queue_offsets_are_dense_per_queue_and_follow_log_order() -> None:
+    log = Log()
+    r1 = log.apply(send("orders", 0, b"a"))
+    r2 = log.apply(send("orders", 1, b"b"))
+    r3 = log.apply(send("orders", 0, b"c", b"d", b"e"))  # a batch: consecutive offsets
+    assert (r1.status, r1.queue_offsets) == ("SEND_OK", (0,))
+    assert r2.queue_offsets == (0,)
+    assert r3.queue_offsets == (1, 2, 3)
+    units = log.state.units("orders", 0, 0, 10)
+    assert [u.slot for u in units] == [0, 0, 1, 2]
+    assert log.state.queue_range("orders", 0) == (0, 4)
+
+
+def test_auto_create_makes_four_queues_and_can_be_off() -> None:
+    log = Log()
+    assert log.apply(send("t1", 3, b"x")).status == "SEND_OK"
+    assert log.state.topics["t1"].write_queues == 4
+    assert log.apply(send("t2", 0, b"x", auto=False)).status == "TOPIC_NOT_FOUND"
+    assert "t2" not in log.state.topics
+
+
+def test_permissions_and_queue_counts_are_enforced() -> None:
+    log = Log()
+    log.apply(TopicPut("ro", 4, 4, PERM_READ))
+    assert log.apply(send("ro", 0, b"x")).status == "NO_PERMISSION"
+    log.apply(TopicPut("w", 2, 8, PERM_WRITE))
+    assert log.apply(send("w", 7, b"x")).status == "SEND_OK"
+    assert log.apply(send("w", 8, b"x")).status == "QUEUE_NOT_FOUND"
+    assert log.state.topics["w"].queues == 8
+    log.apply(TopicPut("w", 8, 8, PERM_RW))  # update
+    assert log.state.topics["w"].read_queues == 8
+
+
+def test_topic_delete_drops_its_queues() -> None:
+    log = Log()
+    log.apply(send("gone", 0, b"x"))
+    assert log.apply(TopicDelete("gone")).status == "OK"
+    assert "gone" not in log.state.topics and log.state.queue_range("gone", 0) == (0, 0)
+    assert log.apply(TopicDelete("gone")).status == "TOPIC_NOT_FOUND"
+
+
+def test_a_retried_send_returns_the_original_result_and_stores_nothing() -> None:
+    log = Log()
+    first = log.apply(send("t", 1, b"m", keys=("K1",)))
+    retry = log.apply(send("t", 2, b"m", b"n", keys=("K1", "K2")))  # retried on another queue
+    assert retry.duplicates == (True, False)
+    assert (retry.queue_ids[0], retry.queue_offsets[0]) == (first.queue_ids[0], first.queue_offsets[0])
+    assert log.state.queue_range("t", 1) == (0, 1) and log.state.queue_range("t", 2) == (0, 1)
+
+
+def test_dedup_forgets_keys_after_its_window() -> None:
+    log = Log(BrokerState(StateConfig(dedup_window_ms=1000)))
+    log.apply(send("t", 0, b"m", keys=("K",), ts=1000))
+    assert log.apply(send("t", 0, b"m", keys=("K",), ts=1500)).duplicates == (True,)
+    assert log.apply(send("t", 0, b"m", keys=("K",), ts=5000)).duplicates == (False,)
+
+
+def test_offset_commits_are_replicated_state() -> None:
+    log = Log()
+    log.apply(OffsetCommit("g", "t", 0, 42))
+    log.apply(OffsetCommit("g", "t", 0, 40))  # a reset may move it back
+    assert log.state.offsets[("g", "t", 0)] == 40
+
+
+def test_a_bad_entry_is_refused_the_same_way_everywhere_without_raising() -> None:
+    state = BrokerState()
+    assert state.apply(1, 0, b"\xff\x00garbage").status == "BAD_ENTRY"
+    assert state.apply(2, 10, b"").status == "NOOP"  # the leader's no-op
+    bad_topic = encode(TopicPut("%RETRY%g", 1, 1, PERM_RW))  # reserved, not a system put
+    assert state.apply(3, 20, bad_topic).status == "InvalidTopicError"
+    with pytest.raises(ValueError):
+        state.apply(3, 20, bad_topic)  # applying an index twice is a shell bug, not input
+    with pytest.raises(BadEntryError):
+        decode(encode(send("t", 0, b"x"))[:-3])
+    with pytest.raises(BadEntryError):
+        BrokerState.restore(b"\x83\x01\x02\x03")
+
+
+def test_topic_names_follow_rocketmq_rules() -> None:
+    assert validate_topic_name("Orders_2-a|b%c") == "Orders_2-a|b%c"
+    for bad in ("", "with space", "x" * 128, "TBW102", "%DLQ%g", "rmq_sys_x", "ümlaut"):
+        with pytest.raises(InvalidTopicError):
+            validate_topic_name(bad)
+    assert validate_topic_name("SCHEDULE_TOPIC_XXXX", allow_system=True)
+
+
+ops = st.lists(st.one_of(
+    st.builds(lambda t, q, n, k: send(t, q, *[b"b%d" % i for i in range(n)],
+                                      keys=tuple(f"k{k + i}" for i in range(n))),
+              st.sampled_from(["a", "b"]), st.integers(0, 5), st.integers(1, 3), st.integers(0, 20)),
+    st.builds(lambda t, r, w, p: TopicPut(t, r, w, p), st.sampled_from(["a", "b"]),
+              st.integers(0, 6), st.integers(0, 6), st.sampled_from([2, 4, 6])),
+    st.builds(TopicDelete, st.sampled_from(["a", "b"])),
+    st.builds(OffsetCommit, st.just("g"), st.sampled_from(["a", "b"]), st.integers(0, 3),
+              st.integers(0, 50)),
+), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, cut=st.integers(0, 40))
+def test_replicas_and_checkpoints_derive_identical_state(ops, cut: int) -> None:
+    a, b = Log(), Log()
+    results_a = [a.apply(e) for e in ops]
+    for e in ops[:cut]:
+        b.apply(e)
+    # replica b restarts from its checkpoint and applies the rest
+    restored = Log(BrokerState.restore(b.state.snapshot()))
+    restored.position = b.position
+    results_b = [restored.apply(e) for e in ops[cut:]]
+    assert restored.state.snapshot() == a.state.snapshot()
+    assert results_a[cut:] == results_b
