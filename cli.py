@@ -18,7 +18,7 @@ import click
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
 from dledger.localcluster import ClusterError, LocalCluster
-from dledger.server import parse_address, parse_peers
+from dledger.node_cli import parse_address, parse_peers
 
 
 @click.group()

@@ -41,7 +41,7 @@ from dledger.protocol import (
     encode_error,
     encode_result,
 )
-from dledger.raft.config import Canaries
+from dledger.node_cli import node_config, node_options, parse_address, setup_logging
 from dledger.runtime import Address, Committed, Node, NodeConfig
 from dledger.framed import FramedProtocol
 
@@ -205,86 +205,15 @@ def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
 
 # -- command line ---------------------------------------------------------------------------------
 
-
-def parse_address(text: str) -> Address:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise click.BadParameter(f"expected HOST:PORT, got {text!r}")
-    return host or "127.0.0.1", int(port)
-
-
-def parse_peers(text: str) -> dict[str, Address]:
-    """``n0=h:p,n1=h:p`` or DLedger's ``n0-h:p;n1-h:p``."""
-    out: dict[str, Address] = {}
-    for part in text.replace(";", ",").split(","):
-        if "=" in part and part.split("=", 1)[0].strip() in out:
-            raise click.BadParameter(f"node {part.split('=', 1)[0].strip()!r} is listed twice")
-        part = part.strip()
-        if not part:
-            continue
-        if "=" in part:
-            nid, addr = part.split("=", 1)
-        elif "-" in part:
-            nid, addr = part.split("-", 1)
-        else:
-            raise click.BadParameter(f"expected ID=HOST:PORT, got {part!r}")
-        out[nid.strip()] = parse_address(addr.strip())
-    if not out:
-        raise click.BadParameter("no peers given")
-    return out
-
-
 @click.command()
-@click.option("--group", required=True, help="Name of the Raft group.")
-@click.option("--id", "node_id", required=True, help="This node's id (one of --peers).")
-@click.option("--peers", required=True, help="Every member: n0=host:port,n1=... (or n0-host:port;...).")
-@click.option("--dial", default="", help="Per-peer dial overrides: n1=host:port,... (fault proxies).")
+@node_options
 @click.option("--client-listen", default="127.0.0.1:0", show_default=True)
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False))
-@click.option("--flush-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
-@click.option("--async-flush-ms", type=int, default=50, show_default=True,
-              help="In async flush mode, fsync this often.")
-@click.option("--tick-ms", type=int, default=100, show_default=True)
-@click.option("--election-ticks", type=int, default=10, show_default=True)
-@click.option("--preferred-leader", default=None)
-@click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only).")
 @click.option("--enable-bench", is_flag=True, help="Allow the benchmark's in-leader load requests.")
-@click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
-              help="Append an event trace (JSON lines: roles, votes, commits) to this file.")
-@click.option("--canary", multiple=True, type=click.Choice(sorted(Canaries.__dataclass_fields__)),
-              help="Seeded bug (tests only; needs --test-faults).")
-def main(group: str, node_id: str, peers: str, dial: str, client_listen: str, data_dir: str,
-         flush_mode: str, async_flush_ms: int, tick_ms: int, election_ticks: int, preferred_leader: str | None,
-         test_faults: bool, enable_bench: bool, trace_path: str | None,
-         canary: tuple[str, ...]) -> None:
+def main(client_listen: str, enable_bench: bool, **opts: Any) -> None:
     """Run one node of a replicated log group."""
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        config = _node_config(group, node_id, peers, dial, data_dir, flush_mode, async_flush_ms,
-                              tick_ms, election_ticks, preferred_leader, test_faults, trace_path,
-                              canary)
-    except ValueError as err:
-        raise click.UsageError(str(err)) from err
+    setup_logging()
+    config = node_config(opts)
     evloop.run(_serve(config, parse_address(client_listen), enable_bench))
-
-
-def _node_config(group: str, node_id: str, peers: str, dial: str, data_dir: str, flush_mode: str,
-                 async_flush_ms: int, tick_ms: int, election_ticks: int,
-                 preferred_leader: str | None, test_faults: bool, trace_path: str | None,
-                 canary: tuple[str, ...]) -> NodeConfig:
-    members = parse_peers(peers)
-    dials = parse_peers(dial) if dial else {}
-    unknown = sorted(set(dials) - set(members))
-    if unknown:
-        raise ValueError(f"--dial names {unknown}, which are not in --peers")
-    return NodeConfig(
-        group=group, node_id=node_id, peers=members, data_dir=data_dir,
-        dial=dials, flush_mode=flush_mode,  # type: ignore[arg-type]
-        async_flush_interval_s=async_flush_ms / 1000,
-        tick_interval_s=tick_ms / 1000, election_ticks=election_ticks,
-        preferred_leader=preferred_leader, test_faults=test_faults, trace_path=trace_path,
-        canaries=Canaries(**{c: True for c in canary}))
 
 
 async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool) -> None:

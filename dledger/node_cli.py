@@ -1,0 +1,99 @@
+"""The command-line options of a replicated-log node, shared by every server process that hosts
+one (``python -m dledger.server``, ``dledger-broker start``): the options themselves, parsing of
+peer lists and addresses, and turning them into a ``NodeConfig`` with clear usage errors."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Callable, TypeVar
+
+import click
+
+from dledger.raft.config import Canaries
+from dledger.runtime import Address, NodeConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_address(text: str) -> Address:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def parse_peers(text: str) -> dict[str, Address]:
+    """``n0=h:p,n1=h:p`` or DLedger's ``n0-h:p;n1-h:p``."""
+    out: dict[str, Address] = {}
+    for part in text.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" in part:
+            nid, addr = part.split("=", 1)
+        elif "-" in part:
+            nid, addr = part.split("-", 1)
+        else:
+            raise click.BadParameter(f"expected ID=HOST:PORT, got {part!r}")
+        if nid.strip() in out:
+            raise click.BadParameter(f"node {nid.strip()!r} is listed twice")
+        out[nid.strip()] = parse_address(addr.strip())
+    if not out:
+        raise click.BadParameter("no peers given")
+    return out
+
+
+_OPTIONS = [
+    click.option("--group", required=True, help="Name of the Raft group."),
+    click.option("--id", "node_id", required=True, help="This node's id (one of --peers)."),
+    click.option("--peers", required=True,
+                 help="Every member: n0=host:port,n1=... (or n0-host:port;...)."),
+    click.option("--dial", default="", help="Per-peer dial overrides: n1=host:port,... (fault proxies)."),
+    click.option("--data-dir", required=True, type=click.Path(file_okay=False)),
+    click.option("--flush-mode", type=click.Choice(["sync", "async"]), default="sync",
+                 show_default=True),
+    click.option("--async-flush-ms", type=int, default=50, show_default=True,
+                 help="In async flush mode, fsync this often."),
+    click.option("--tick-ms", type=int, default=100, show_default=True),
+    click.option("--election-ticks", type=int, default=10, show_default=True),
+    click.option("--preferred-leader", default=None),
+    click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
+    click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
+                 help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
+    click.option("--canary", multiple=True, type=click.Choice(sorted(Canaries.__dataclass_fields__)),
+                 help="Seeded bug (tests only; needs --test-faults)."),
+]
+NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
+                     "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
+                     "test_faults", "trace_path", "canary")
+
+
+def node_options(f: F) -> F:
+    for option in reversed(_OPTIONS):
+        f = option(f)
+    return f
+
+
+def node_config(opts: dict[str, Any]) -> NodeConfig:
+    """A NodeConfig from the node options (other keys of ``opts`` are left alone)."""
+    o = {k: opts[k] for k in NODE_OPTION_NAMES}
+    members = parse_peers(o["peers"])
+    dials = parse_peers(o["dial"]) if o["dial"] else {}
+    unknown = sorted(set(dials) - set(members))
+    try:
+        if unknown:
+            raise ValueError(f"--dial names {unknown}, which are not in --peers")
+        return NodeConfig(
+            group=o["group"], node_id=o["node_id"], peers=members, data_dir=o["data_dir"],
+            dial=dials, flush_mode=o["flush_mode"], async_flush_interval_s=o["async_flush_ms"] / 1000,
+            tick_interval_s=o["tick_ms"] / 1000, election_ticks=o["election_ticks"],
+            preferred_leader=o["preferred_leader"], test_faults=o["test_faults"],
+            trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
