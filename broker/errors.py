@@ -4,12 +4,18 @@ from __future__ import annotations
 
 
 class BrokerError(Exception):
-    """Base of the broker's errors."""
+    """Base of the broker's errors; ``code`` names it on the wire."""
+
+    code = "BROKER_ERROR"
 
 
 class InvalidTopicError(BrokerError):
     """A topic name breaks the naming rules, or names a reserved system topic."""
 
+    code = "INVALID_TOPIC"
+
 
 class BadEntryError(BrokerError):
-    """A log entry's payload is not a valid broker entry."""
+    """A log entry's payload is not a valid broker entry (or a request is malformed)."""
+
+    code = "BAD_REQUEST"

@@ -153,15 +153,18 @@ class LogClient:
 
     async def propose(self, data: bytes, timeout_s: float | None = None) -> tuple[str, Committed]:
         """Commit data through the leader; returns (node that answered, where it landed)."""
-        node, result = await self._to_leader(PROPOSE, data, timeout_s=timeout_s)
+        node, result = await self.call_leader(PROPOSE, data, timeout_s=timeout_s)
         return node, Committed(*result)
 
     async def propose_batch(self, items: list[bytes],
                             timeout_s: float | None = None) -> tuple[str, list[Committed]]:
-        node, result = await self._to_leader(PROPOSE_BATCH, items, timeout_s=timeout_s)
+        node, result = await self.call_leader(PROPOSE_BATCH, items, timeout_s=timeout_s)
         return node, [Committed(*r) for r in result]
 
-    async def _to_leader(self, kind: int, *args: Any, timeout_s: float | None) -> tuple[str, Any]:
+    async def call_leader(self, kind: int, *args: Any,
+                          timeout_s: float | None = None) -> tuple[str, Any]:
+        """One request to the leader, following NOT_LEADER redirects until the deadline. Only
+        a request that certainly was not acted on (redirected, or never sent) is retried."""
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         tried: list[str] = []
         candidates = self._candidates()

@@ -69,6 +69,7 @@ class LocalCluster:
     peer_port: int = 0  # first peer port (n0, n1, ... count up); 0: free ports picked at random
     client_port: int = 0  # first client port; 0: free ports picked at random
     trace: bool = False  # each node appends an event trace to <base_dir>/<group>-<id>.trace
+    program: tuple[str, ...] = ("-m", "dledger.server")  # e.g. ("-m", "broker", "start")
     servers: dict[str, ServerProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,7 +94,7 @@ class LocalCluster:
 
     def command(self, nid: str) -> list[str]:
         s = self.servers[nid]
-        return [sys.executable, "-m", "dledger.server", "--group", self.group, "--id", nid,
+        return [sys.executable, *self.program, "--group", self.group, "--id", nid,
                 "--peers", self.peers_arg(),
                 "--client-listen", f"{s.client_address[0]}:{s.client_address[1]}",
                 "--data-dir", s.data_dir, "--flush-mode", self.flush_mode,

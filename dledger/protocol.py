@@ -84,9 +84,10 @@ def encode_request(kind: int, request_id: int, *args: Any) -> bytes:
     return encode_payload(kind, [request_id, *args])
 
 
-def decode_request(payload: bytes) -> Request:
+def decode_request(payload: bytes, kinds: frozenset[int] | set[int] = frozenset(REQUEST_KINDS)) -> Request:
+    """A request of one of ``kinds`` (the log server's by default; other services pass theirs)."""
     kind, fields = decode_payload(payload)
-    if kind not in REQUEST_KINDS:
+    if kind not in kinds:
         raise WireError(f"unknown request kind {kind}")
     if not fields or not isinstance(fields[0], int) or isinstance(fields[0], bool):
         raise WireError("request without an integer request id")
@@ -97,8 +98,10 @@ def encode_result(request_id: int, result: Any) -> bytes:
     return encode_payload(RESULT, [request_id, result])
 
 
-def encode_error(request_id: int, err: DLedgerError) -> bytes:
-    code = next((c for t, c in _CODES.items() if isinstance(err, t)), "ERROR")
+def encode_error(request_id: int, err: Exception) -> bytes:
+    """An error response. A service's own errors name their code in a ``code`` attribute."""
+    code = getattr(err, "code", None) or next(
+        (c for t, c in _CODES.items() if isinstance(err, t)), "ERROR")
     leader = err.leader_hint if isinstance(err, NotLeaderError) else None
     return encode_payload(ERROR, [request_id, code, str(err), leader])
 

@@ -1,0 +1,59 @@
+"""The broker's command line: ``dledger-broker start --group a --id n0 --peers ... --listen ...``
+(also ``python -m broker start ...``). Prints one JSON ready line with the real addresses; stops
+cleanly on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import Any
+
+import click
+
+from broker.server import BrokerConfig, BrokerServer
+from dledger import evloop
+from dledger.node_cli import node_config, node_options, parse_address, setup_logging
+
+
+@click.group()
+def main() -> None:
+    """The dledger broker: a broker group member on a Raft-replicated commitlog."""
+
+
+@main.command()
+@node_options
+@click.option("--listen", "--client-listen", "client_listen", default="127.0.0.1:10911",
+              show_default=True, help="Client address (producers, consumers, admin).")
+@click.option("--auto-create/--no-auto-create", default=True, show_default=True,
+              help="Create a topic (4 queues) on its first send.")
+def start(client_listen: str, auto_create: bool, **opts: Any) -> None:
+    """Run one broker node."""
+    setup_logging()
+    config = BrokerConfig(node_config(opts), parse_address(client_listen),
+                          auto_create_topics=auto_create)
+    evloop.run(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> None:
+    server = BrokerServer(config)
+    await server.start()
+    print(json.dumps({"event": "ready", "node": config.node.node_id,
+                      "peer": list(server.node.peer_address or ()),
+                      "client": list(server.client_address or ())}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.ensure_future(stop.wait())
+    joined = asyncio.ensure_future(server.node.join())
+    await asyncio.wait({waiter, joined}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    joined.cancel()
+    await server.stop()
+    if server.node.failure is not None:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""A broker node: a replicated-log node whose committed entries drive ``BrokerState``, and a client
+port for sends, pulls (with long polling), topic admin and consumer offsets.
+
+Owns request handling and the glue between the log and the state machine: every committed entry
+is applied to the state in log order (on the leader and on followers, so followers serve pulls of
+committed data); a send returns once its entry is committed and applied, with the queue offsets
+the state machine assigned. Writes to a follower are answered NOT_LEADER with the leader's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
+from broker.errors import BadEntryError, BrokerError
+from broker.protocol import (
+    BROKER_STATUS,
+    KINDS,
+    FOUND,
+    MAX_BATCH_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_PULL_MESSAGES,
+    MAX_SUSPEND_MS,
+    NO_NEW_MSG,
+    OFFSET_COMMIT,
+    OFFSET_OUT_OF_RANGE,
+    OFFSET_QUERY,
+    PULL,
+    SEND,
+    TOPIC_DELETE,
+    TOPIC_PUT,
+    MessageTooLargeError,
+    SendRefusedError,
+    offset_msg_id,
+)
+from broker.state import ApplyResult, BrokerState, tag_hash
+from broker.topics import DEFAULT_QUEUES, validate_topic_name
+from dledger.errors import DLedgerError, NotLeaderError, WireError
+from dledger.framed import FramedProtocol
+from dledger.protocol import Request, decode_request, encode_error, encode_result
+from dledger.raft.types import EntryKind
+from dledger.runtime import Address, AppliedEntry, Node, NodeConfig
+from dledger.server import status_dict
+
+log = logging.getLogger("broker.server")
+
+RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node: NodeConfig
+    client_listen: Address = ("127.0.0.1", 0)
+    auto_create_topics: bool = True
+    default_queues: int = DEFAULT_QUEUES
+    send_timeout_s: float = 3.0
+
+
+class _Connection(FramedProtocol):
+    def __init__(self, server: BrokerServer) -> None:
+        super().__init__()
+        self.server = server
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def framing_failed(self, err: WireError) -> None:
+        log.warning("closing client connection: %s", err)
+
+    def payload_received(self, payload: bytes) -> None:
+        try:
+            req = decode_request(payload, KINDS)
+        except WireError as err:
+            self.send_payload(encode_error(-1, err))
+            return
+        task = asyncio.ensure_future(self.server.handle(req, self))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.group = config.node.group
+        self.node = Node(config.node)
+        self.state = BrokerState()
+        self.results: OrderedDict[int, ApplyResult] = OrderedDict()
+        self._arrivals: dict[tuple[str, int], asyncio.Event] = {}
+        self._server: asyncio.Server | None = None
+        self.client_address: Address | None = None
+        self.node.add_apply_listener(self._on_apply)
+
+    async def start(self) -> None:
+        await self.node.start()
+        loop = asyncio.get_running_loop()
+        host, port = self.config.client_listen
+        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        sock = self._server.sockets[0].getsockname()
+        self.client_address = (sock[0], sock[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.node.stop()
+
+    # -- the state machine, fed by the log --------------------------------------------------------
+
+    def _on_apply(self, batch: Sequence[AppliedEntry]) -> None:
+        for e in batch:
+            data = e.data if e.kind is EntryKind.NORMAL else b""
+            result = self.state.apply(e.index, e.position, data)
+            self.results[e.index] = result
+            if result.status == "SEND_OK":
+                arrival = self._arrivals.pop((result.topic, result.queue_id), None)
+                if arrival is not None:
+                    arrival.set()  # wake long polls on this queue
+        while len(self.results) > RESULTS_KEPT:
+            self.results.popitem(last=False)
+
+    async def _commit(self, data: bytes) -> ApplyResult:
+        committed = await self.node.propose(data, self.config.send_timeout_s)
+        result = self.results.pop(committed.index, None)
+        if result is None:  # applied before we looked and already trimmed: cannot happen in time
+            raise BrokerError(f"no apply result for entry {committed.index}")
+        return result
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    async def handle(self, req: Request, conn: _Connection) -> None:
+        try:
+            result = await self._dispatch(req)
+        except (DLedgerError, BrokerError) as err:
+            conn.send_payload(encode_error(req.request_id, err))
+        except (TypeError, ValueError, IndexError) as err:
+            conn.send_payload(encode_error(req.request_id, BadEntryError(f"bad request: {err}")))
+        else:
+            conn.send_payload(encode_result(req.request_id, result))
+
+    async def _dispatch(self, req: Request) -> Any:
+        a = req.args
+        if req.kind == SEND:
+            return await self.send(a[0], a[1], a[2])
+        if req.kind == PULL:
+            return await self.pull(*a)
+        if req.kind == TOPIC_PUT:
+            name, r, w, perm = a
+            return (await self._leader_commit(TopicPut(validate_topic_name(name), r, w, perm))).status
+        if req.kind == TOPIC_DELETE:
+            return (await self._leader_commit(TopicDelete(a[0]))).status
+        if req.kind == OFFSET_COMMIT:
+            group, topic, queue_id, offset = a
+            return (await self._leader_commit(OffsetCommit(group, topic, queue_id, offset))).status
+        if req.kind == OFFSET_QUERY:
+            group, topic, queue_id = a
+            return self.state.offsets.get((group, topic, queue_id), -1)
+        if req.kind == BROKER_STATUS:
+            return self.status()
+        raise BadEntryError(f"unknown request kind {req.kind}")
+
+    def _require_leader(self) -> None:
+        core = self.node.core
+        if core is None or not self.node.is_leader:
+            raise NotLeaderError(core.leader_id if core else None, core.term if core else 0)
+
+    async def _leader_commit(self, entry: Any) -> ApplyResult:
+        self._require_leader()
+        result = await self._commit(encode(entry))
+        if result.status not in ("OK", "SEND_OK"):
+            raise SendRefusedError(result.status, result.detail)
+        return result
+
+    async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+        self._require_leader()
+        validate_topic_name(topic)
+        messages = _messages(raw)
+        cfg = self.state.topics.get(topic)
+        if cfg is None and not self.config.auto_create_topics:
+            raise SendRefusedError("TOPIC_NOT_FOUND", topic)
+        if cfg is not None and not cfg.writable:
+            raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
+        entry = SendEntry(topic, int(queue_id), int(time.time() * 1000), messages,
+                          self.config.auto_create_topics, self.config.default_queues)
+        result = await self._commit(encode(entry))
+        if result.status != "SEND_OK":
+            raise SendRefusedError(result.status, result.detail)
+        position = self.node.store.position_of(result.index) if self.node.store else 0
+        ids = [offset_msg_id(self.group, position, slot) for slot in range(len(messages))]
+        return ["SEND_OK", result.queue_id, list(result.queue_offsets), ids,
+                list(result.duplicates), list(result.queue_ids)]
+
+    async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
+                   max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
+        lo, hi = self.state.queue_range(topic, queue_id)
+        if offset < lo or offset > hi:
+            return [OFFSET_OUT_OF_RANGE, offset, lo, hi, []]
+        if offset == hi and suspend_ms > 0:
+            await self._wait_arrival(topic, queue_id, min(suspend_ms, MAX_SUSPEND_MS) / 1000)
+            lo, hi = self.state.queue_range(topic, queue_id)
+        if offset >= hi:
+            return [NO_NEW_MSG, offset, lo, hi, []]
+        wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
+        units = self.state.units(topic, queue_id, offset, min(max_messages, MAX_PULL_MESSAGES))
+        out: list[Any] = []
+        size = 0
+        next_offset = offset
+        for k, unit in enumerate(units):
+            if out and size + unit.size > max_bytes:
+                break
+            next_offset = offset + k + 1
+            if wanted is not None and unit.tag_hash not in wanted:
+                continue  # filtered by tag hash on the broker; clients check tags exactly
+            m = self._read_message(unit.position, unit.slot)
+            size += unit.size
+            out.append([offset + k, m.body, m.tags, list(m.keys), m.unique_key,
+                        [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
+                        offset_msg_id(self.group, unit.position, unit.slot)])
+        return [FOUND if out else NO_NEW_MSG, next_offset, lo, hi, out]
+
+    async def _wait_arrival(self, topic: str, queue_id: int, timeout_s: float) -> None:
+        event = self._arrivals.setdefault((topic, queue_id), asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            return
+
+    def _read_message(self, position: int, slot: int) -> Message:
+        store = self.node.store
+        assert store is not None
+        entry = decode(store.read_at(position).data)
+        assert isinstance(entry, SendEntry)
+        return entry.messages[slot]
+
+    def status(self) -> dict[str, Any]:
+        st = status_dict(self.node, self.client_address)
+        st["topics"] = {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
+                                 "perm": t.perm} for t in self.state.topics.values()}
+        st["applied_index"] = self.state.applied_index
+        return st
+
+
+def _messages(raw: Any) -> tuple[Message, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise BadEntryError("a send carries a non-empty list of messages")
+    total = 0
+    out = []
+    for m in raw:
+        body, tags, keys, unique_key, props, born = m
+        if not isinstance(body, bytes):
+            raise BadEntryError("message body must be bytes")
+        if len(body) > MAX_MESSAGE_BYTES:
+            raise MessageTooLargeError(f"message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
+        total += len(body)
+        out.append(Message(body, str(tags), tuple(str(k) for k in keys), str(unique_key),
+                           tuple((str(k), str(v)) for k, v in props), int(born)))
+    if total > MAX_BATCH_BYTES:
+        raise MessageTooLargeError(f"batch of {total} bytes exceeds {MAX_BATCH_BYTES}")
+    return tuple(out)

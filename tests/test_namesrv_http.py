@@ -1,0 +1,299 @@
+"""The NameServer's HTTP API through a real server on 127.0.0.1 port 0 and aiohttp's client: every
+endpoint and every error, with golden status codes and JSON shapes. Time is a fake clock moved by
+the test, so lease expiry by the scan task needs no real waiting."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+import pytest
+
+from namesrv.errors import ServerStateError
+from namesrv.server import BODY_BYTES_MAX, NameServer
+
+REQUEST_TIMEOUT_S = 5.0
+POLL_DEADLINE_S = 5.0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+Scenario = Callable[[aiohttp.ClientSession, str, FakeClock], Awaitable[None]]
+
+
+def run(scenario: Scenario, lease_s: float = 120.0, scan_interval_s: float = 5.0) -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        server = NameServer("127.0.0.1", 0, lease_s=lease_s, scan_interval_s=scan_interval_s,
+                            clock=clock)
+        await server.start()
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as http:
+                await scenario(http, server.url, clock)
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+
+async def call(http: aiohttp.ClientSession, method: str, url: str,
+               **kwargs: Any) -> tuple[int, Any]:
+    async with http.request(method, url, **kwargs) as resp:
+        assert resp.content_type == "application/json", await resp.text()
+        return resp.status, await resp.json()
+
+
+def registration(node: str = "n0", role: str = "leader", term: int = 7, group: str = "a",
+                 port: int = 10911, topics: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"group": group, "node_id": node, "client_address": f"127.0.0.1:{port}",
+            "admin_address": f"127.0.0.1:{port + 10}", "role": role, "term": term,
+            "topics": {"orders": {"read_queues": 4, "write_queues": 4, "perm": 6}}
+            if topics is None else topics}
+
+
+async def register_group(http: aiohttp.ClientSession, base: str) -> None:
+    for i, node in enumerate(("n0", "n1", "n2")):
+        status, _ = await call(http, "POST", f"{base}/v1/brokers/register",
+                               json=registration(node, "leader" if i == 0 else "follower",
+                                                 port=10911 + i))
+        assert status == 200
+
+
+# -- endpoints ---------------------------------------------------------------------------------
+
+def test_register_route_topics_and_cluster() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        status, body = await call(http, "POST", f"{base}/v1/brokers/register",
+                                  json=registration("n0"))
+        assert (status, body) == (200, {"ok": True, "expires_in_s": 120.0, "group": "a",
+                                        "leader": "n0", "term": 7, "stale": False})
+        await register_group(http, base)
+        clock.now_s += 1.5
+        status, body = await call(http, "GET", f"{base}/v1/topics/orders/route")
+        assert status == 200
+        assert body == {"topic": "orders", "groups": [{
+            "group": "a", "leader": "n0", "term": 7,
+            "nodes": [{"node_id": f"n{i}", "client_address": f"127.0.0.1:{10911 + i}",
+                       "role": "leader" if i == 0 else "follower", "term": 7,
+                       "last_seen_s_ago": 1.5} for i in range(3)],
+            "read_queues": 4, "write_queues": 4, "perm": 6}]}
+        assert await call(http, "GET", f"{base}/v1/topics") == (200, {"topics": ["orders"]})
+        status, body = await call(http, "GET", f"{base}/v1/cluster")
+        assert status == 200 and [g["group"] for g in body["groups"]] == ["a"]
+        [group] = body["groups"]
+        assert (group["leader"], group["term"]) == ("n0", 7)
+        assert group["topics"] == {"orders": {"read_queues": 4, "write_queues": 4, "perm": 6}}
+        assert group["nodes"][2] == {"node_id": "n2", "client_address": "127.0.0.1:10913",
+                                     "admin_address": "127.0.0.1:10923", "role": "follower",
+                                     "term": 7, "last_seen_s_ago": 1.5}
+
+    run(scenario)
+
+
+def test_a_stale_leader_claim_is_accepted_for_liveness_but_reported_and_not_routed() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        await call(http, "POST", f"{base}/v1/brokers/register", json=registration("n1", term=8))
+        status, body = await call(http, "POST", f"{base}/v1/brokers/register",
+                                  json=registration("n0", term=7))
+        assert (status, body) == (200, {"ok": True, "expires_in_s": 120.0, "group": "a",
+                                        "leader": "n1", "term": 8, "stale": True})
+        _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+        assert route["groups"][0]["leader"] == "n1"
+
+    run(scenario)
+
+
+def test_several_groups_serve_one_topic_and_empty_views_are_empty() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        assert await call(http, "GET", f"{base}/v1/topics") == (200, {"topics": []})
+        assert await call(http, "GET", f"{base}/v1/cluster") == (200, {"groups": []})
+        for group in ("b", "a"):
+            await call(http, "POST", f"{base}/v1/brokers/register",
+                       json=registration(group=group))
+        _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+        assert [g["group"] for g in route["groups"]] == ["a", "b"]
+
+    run(scenario)
+
+
+def test_unregister_removes_the_node_and_is_idempotent() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        await register_group(http, base)
+        url = f"{base}/v1/brokers/unregister"
+        who = {"group": "a", "node_id": "n0"}
+        assert await call(http, "POST", url, json=who) == (200, {"ok": True, "removed": True})
+        assert await call(http, "POST", url, json=who) == (200, {"ok": True, "removed": False})
+        _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+        assert route["groups"][0]["leader"] is None
+        assert [n["node_id"] for n in route["groups"][0]["nodes"]] == ["n1", "n2"]
+
+    run(scenario)
+
+
+def test_reads_never_show_a_registration_past_its_lease() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        await register_group(http, base)
+        clock.now_s += 5.0
+        await call(http, "POST", f"{base}/v1/brokers/register", json=registration("n1", "follower",
+                                                                                   port=10912))
+        clock.now_s += 6.0  # n0 and n2 are 11 s old, n1 6 s: only n1 is within the 10 s lease
+        _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+        [group] = route["groups"]
+        assert [n["node_id"] for n in group["nodes"]] == ["n1"] and group["leader"] is None
+        clock.now_s += 20.0
+        status, body = await call(http, "GET", f"{base}/v1/topics/orders/route")
+        assert (status, body) == (404, {"error": "topic not found", "topic": "orders"})
+        assert await call(http, "GET", f"{base}/v1/cluster") == (200, {"groups": []})
+
+    run(scenario, lease_s=10.0)  # the default 5 s scan never runs: reads expire lazily
+
+
+def test_the_scan_task_expires_registrations_without_any_read() -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        server = NameServer("127.0.0.1", 0, lease_s=10.0, scan_interval_s=0.01, clock=clock)
+        await server.start()
+        try:
+            async with aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as http:
+                await register_group(http, server.url)
+            assert server.registry.live_group_count() == 1
+            clock.now_s += 10.5
+            deadline = asyncio.get_running_loop().time() + POLL_DEADLINE_S
+            while server.registry.live_group_count() and \
+                    asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+            assert server.registry.live_group_count() == 0
+            assert server.registry.leader_of("a") == (None, 7)
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+
+def test_livez_and_readyz() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        assert await call(http, "GET", f"{base}/livez") == (200, {"ok": True})
+        assert await call(http, "GET", f"{base}/readyz") == (200, {"ready": True, "groups": 0})
+
+    run(scenario)
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def _without(key: str) -> dict[str, Any]:
+    body = registration()
+    del body[key]
+    return body
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    return {**registration(), **changes}
+
+
+BAD_REGISTRATIONS = [
+    (_without("group"), "missing field group"),
+    (_without("node_id"), "missing field node_id"),
+    (_without("client_address"), "missing field client_address"),
+    (_without("admin_address"), "missing field admin_address"),
+    (_without("role"), "missing field role"),
+    (_without("term"), "missing field term"),
+    (_with(term=-1), "term must be an integer"),
+    (_with(term="7"), "term must be an integer"),
+    (_with(term=True), "term must be an integer"),
+    (_with(term=2**63), "term must be an integer"),
+    (_with(role="king"), "role must be one of"),
+    (_with(group=""), "group must be"),
+    (_with(group=5), "group must be"),
+    (_with(node_id="a b"), "node_id must be"),
+    (_with(client_address="localhost"), "client_address 'localhost' is not \"host:port\""),
+    (_with(client_address="h:0"), "client_address 'h:0': port out of range"),
+    (_with(client_address="h:70000"), "port out of range"),
+    (_with(client_address="h:x"), "has no numeric port"),
+    (_with(client_address="::1:80"), "IPv6 host in brackets"),
+    (_with(admin_address=10921), "admin_address must be a \"host:port\" string"),
+    (_with(topics=[]), "topics must be a JSON object"),
+    (_with(topics={"bad name": {"read_queues": 4, "write_queues": 4, "perm": 6}}),
+     "bad topic name"),
+    (_with(topics={"t": {"write_queues": 4, "perm": 6}}), "missing field topics['t'].read_queues"),
+    (_with(topics={"t": {"read_queues": 4, "write_queues": -1, "perm": 6}}),
+     "topics['t'].write_queues must be an integer 0..1024"),
+    (_with(topics={"t": {"read_queues": 4, "write_queues": 4, "perm": 5}}),
+     "topics['t'].perm must be 2 (write), 4 (read) or 6 (both)"),
+    (_with(topics={"t": 4}), "topics['t'] must be a JSON object"),
+    ([1, 2], "the body must be a JSON object, not list"),
+]
+
+
+def test_every_bad_registration_gets_400_naming_the_problem() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        for body, needle in BAD_REGISTRATIONS:
+            status, answer = await call(http, "POST", f"{base}/v1/brokers/register", json=body)
+            assert status == 400 and list(answer) == ["error"], (body, answer)
+            assert needle in answer["error"], (body, answer)
+        status, answer = await call(http, "POST", f"{base}/v1/brokers/register", data=b"{nope")
+        assert status == 400 and answer["error"].startswith("the body is not valid JSON")
+        status, answer = await call(http, "POST", f"{base}/v1/brokers/unregister",
+                                    json={"group": "a"})
+        assert (status, answer) == (400, {"error": "missing field node_id"})
+        assert (await call(http, "GET", f"{base}/v1/cluster"))[1] == {"groups": []}
+
+    run(scenario)
+
+
+def test_an_ipv6_address_in_brackets_is_accepted() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        status, _ = await call(http, "POST", f"{base}/v1/brokers/register",
+                               json=_with(client_address="[::1]:10911"))
+        assert status == 200
+
+    run(scenario)
+
+
+def test_unknown_topic_unknown_path_wrong_method_and_bad_topic_name() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        assert await call(http, "GET", f"{base}/v1/topics/nope/route") == (
+            404, {"error": "topic not found", "topic": "nope"})
+        assert await call(http, "GET", f"{base}/v1/nothing") == (
+            404, {"error": "not found", "path": "/v1/nothing"})
+        assert await call(http, "GET", f"{base}/v1/brokers/register") == (
+            405, {"error": "method not allowed"})
+        status, body = await call(http, "GET", f"{base}/v1/topics/a%20b/route")
+        assert status == 400 and body["error"].startswith("bad topic name")
+
+    run(scenario)
+
+
+def test_a_body_over_one_mib_is_refused_with_413() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        body = b'{"pad": "' + b"x" * BODY_BYTES_MAX + b'"}'
+        status, answer = await call(http, "POST", f"{base}/v1/brokers/register", data=body,
+                                    headers={"Content-Type": "application/json"})
+        assert status == 413
+        assert answer == {"error": "request entity too large", "body_bytes_max": BODY_BYTES_MAX}
+
+    run(scenario)
+
+
+def test_start_twice_and_address_before_start_are_named_errors() -> None:
+    async def main() -> None:
+        server = NameServer("127.0.0.1", 0)
+        with pytest.raises(ServerStateError):
+            _ = server.address
+        await server.start()
+        try:
+            with pytest.raises(ServerStateError):
+                await server.start()
+        finally:
+            await server.stop()
+            await server.stop()
+
+    asyncio.run(main())
