@@ -1,0 +1,92 @@
+"""Command line: run a NameServer until SIGINT or SIGTERM.
+
+    python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
+
+Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
+real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change).
+Owns argument parsing, the ready line and signal handling; the server is ``server.NameServer``.
+``cli`` is the same command as a ``start`` subcommand, for a ``dledger-namesrv start`` script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import Callable
+
+import click
+
+from namesrv.errors import BadRequestError
+from namesrv.model import parse_host_port
+from namesrv.registry import LEASE_S_DEFAULT
+from namesrv.server import SCAN_INTERVAL_S_DEFAULT, NameServer
+
+
+async def _serve(server: NameServer) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        host, port = await server.start()
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {server.host}:{server.port}: {exc}") from exc
+    print(json.dumps({"event": "ready", "listen": [host, port]}, separators=(",", ":")),
+          flush=True)
+    try:
+        await stop.wait()  # runs until a signal: no deadline by design
+    finally:
+        await server.stop()
+
+
+def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    try:
+        return parse_host_port(value, "--listen", allow_port_zero=True)
+    except BadRequestError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+_OPTIONS = [
+    click.option("--listen", default="127.0.0.1:9876", show_default=True, callback=_listen,
+                 help="host:port to serve the HTTP API on (port 0: any free port)."),
+    click.option("--lease-s", default=LEASE_S_DEFAULT, show_default=True,
+                 type=click.FloatRange(min=0, min_open=True),
+                 help="Drop a registration not refreshed within this many seconds."),
+    click.option("--scan-interval-s", default=SCAN_INTERVAL_S_DEFAULT, show_default=True,
+                 type=click.FloatRange(min=0, min_open=True),
+                 help="How often expired registrations are dropped."),
+    click.option("--log-level", default="WARNING", show_default=True,
+                 type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)),
+]
+
+
+def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float, log_level: str) -> None:
+    """Run a stateless NameServer (brokers register with every one; clients query any)."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, port = listen
+    asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s)))
+
+
+def _with_options(fn: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+main = click.command(name="namesrv")(_with_options(_run))
+
+
+@click.group()
+def cli() -> None:
+    """The NameServer of a dledger cluster."""
+
+
+cli.add_command(click.command(name="start")(_with_options(_run)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The NameServer's named errors, one branch per way a caller can get it wrong.
+
+Owns the exception hierarchy only; the HTTP layer (``server``) maps each class to a status code.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BadRequestError", "NameSrvError", "RegistryFullError", "ServerStateError"]
+
+
+class NameSrvError(Exception):
+    """Base of every error the NameServer raises on purpose."""
+
+
+class BadRequestError(NameSrvError):
+    """Input from the network is malformed: a missing field, a wrong type, a bad address (400)."""
+
+
+class RegistryFullError(NameSrvError):
+    """A bound on groups or nodes per group would be exceeded by a new registration (503)."""
+
+
+class ServerStateError(NameSrvError):
+    """``start``/``stop``/``address`` called in the wrong state of the embeddable server."""

@@ -1,0 +1,163 @@
+"""What a broker node tells the NameServer, as validated frozen values, and the parsers that build
+them from untrusted JSON.
+
+Owns the registration record (``Registration``, ``TopicRoute``), the "host:port" rule and every
+input check, each failure a ``BadRequestError`` whose message names the field. Pure: no I/O, no
+clock. It does not decide leadership or liveness (that is ``registry``) nor speak HTTP.
+Topic names and queue/permission rules are the broker's (``broker.topics``), so a topic the broker
+accepts is one the NameServer routes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from broker.errors import InvalidTopicError
+from broker.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
+from namesrv.errors import BadRequestError
+
+__all__ = [
+    "LEADER_ROLE", "ROLES", "Registration", "TopicRoute", "parse_host_port", "parse_registration",
+    "parse_topic_name", "parse_unregistration",
+]
+
+LEADER_ROLE = "leader"
+# The Raft roles a node may report (dledger.raft.types.Role values).
+ROLES = frozenset({"follower", "pre_candidate", "candidate", LEADER_ROLE})
+PERMS = frozenset({PERM_WRITE, PERM_READ, PERM_RW})
+TERM_MAX = 2**63 - 1  # terms are persisted as signed 64-bit integers
+TOPICS_PER_REGISTRATION_MAX = 10_000
+ID_MAX_CHARS = 64
+ADDRESS_MAX_CHARS = 300
+_ID = re.compile(r"^[A-Za-z0-9_.-]+$")  # group names and node ids
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    """A group's queue counts and permission (2 write, 4 read, 6 both) for one topic."""
+
+    read_queues: int
+    write_queues: int
+    perm: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"read_queues": self.read_queues, "write_queues": self.write_queues,
+                "perm": self.perm}
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One node's latest self-description: where to reach it, its Raft role and term, its topics."""
+
+    group: str
+    node_id: str
+    client_address: str
+    admin_address: str
+    role: str
+    term: int
+    topics: Mapping[str, TopicRoute]
+
+    @property
+    def claims_leadership(self) -> bool:
+        return self.role == LEADER_ROLE
+
+
+def parse_host_port(text: object, what: str = "address",
+                    allow_port_zero: bool = False) -> tuple[str, int]:
+    """Split "host:port" (IPv6 as "[::1]:port"); the port is 1..65535 (0 too if allowed)."""
+    if not isinstance(text, str) or not text or len(text) > ADDRESS_MAX_CHARS:
+        raise BadRequestError(f"{what} must be a \"host:port\" string, not {text!r}")
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise BadRequestError(f"{what} {text!r}: write an IPv6 host in brackets, \"[::1]:port\"")
+    if not sep or not host or any(c.isspace() for c in host):
+        raise BadRequestError(f"{what} {text!r} is not \"host:port\"")
+    if not port_text.isdigit() or len(port_text) > 5:
+        raise BadRequestError(f"{what} {text!r} has no numeric port")
+    port = int(port_text)
+    if not (0 if allow_port_zero else 1) <= port <= 65535:
+        raise BadRequestError(f"{what} {text!r}: port out of range")
+    return host, port
+
+
+def parse_topic_name(name: object) -> str:
+    try:
+        return validate_topic_name(name, allow_system=True)  # type: ignore[arg-type]
+    except InvalidTopicError as exc:
+        raise BadRequestError(f"bad topic name: {exc}") from exc
+
+
+def parse_registration(body: object) -> Registration:
+    """Build a ``Registration`` from a decoded JSON body, or name the first thing wrong with it."""
+    obj = _require_object(body, "the body")
+    group, node_id = _parse_id(obj, "group"), _parse_id(obj, "node_id")
+    client_address = _require(obj, "client_address")
+    admin_address = _require(obj, "admin_address")
+    parse_host_port(client_address, "client_address")
+    parse_host_port(admin_address, "admin_address")
+    role = _require(obj, "role")
+    if role not in ROLES:
+        raise BadRequestError(f"role must be one of {sorted(ROLES)}, not {role!r}")
+    term = _require(obj, "term")
+    if not _is_int(term) or not 0 <= term <= TERM_MAX:
+        raise BadRequestError(f"term must be an integer 0..{TERM_MAX}, not {term!r}")
+    topics = _parse_topics(obj.get("topics", {}))
+    return Registration(group, node_id, client_address, admin_address, role, term, topics)
+
+
+def parse_unregistration(body: object) -> tuple[str, str]:
+    """(group, node_id) from the body of an unregister request."""
+    obj = _require_object(body, "the body")
+    return _parse_id(obj, "group"), _parse_id(obj, "node_id")
+
+
+def _parse_topics(value: object) -> dict[str, TopicRoute]:
+    topics = _require_object(value, "topics")
+    if len(topics) > TOPICS_PER_REGISTRATION_MAX:
+        raise BadRequestError(f"more than {TOPICS_PER_REGISTRATION_MAX} topics in one registration")
+    return {parse_topic_name(name): _parse_topic_route(name, cfg) for name, cfg in topics.items()}
+
+
+def _parse_topic_route(name: str, value: object) -> TopicRoute:
+    cfg = _require_object(value, f"topics[{name!r}]")
+    counts = []
+    for key in ("read_queues", "write_queues"):
+        n = _require(cfg, key, f"topics[{name!r}].")
+        if not _is_int(n) or not 0 <= n <= MAX_QUEUES:
+            raise BadRequestError(f"topics[{name!r}].{key} must be an integer 0..{MAX_QUEUES}, "
+                                  f"not {n!r}")
+        counts.append(n)
+    perm = _require(cfg, "perm", f"topics[{name!r}].")
+    if not _is_int(perm) or perm not in PERMS:
+        raise BadRequestError(f"topics[{name!r}].perm must be 2 (write), 4 (read) or 6 (both), "
+                              f"not {perm!r}")
+    return TopicRoute(counts[0], counts[1], perm)
+
+
+def _parse_id(obj: Mapping[str, Any], key: str) -> str:
+    value = _require(obj, key)
+    if not isinstance(value, str) or not value or len(value) > ID_MAX_CHARS \
+            or not _ID.match(value):
+        raise BadRequestError(f"{key} must be 1..{ID_MAX_CHARS} letters, digits, '_', '.' or '-', "
+                              f"not {value!r}")
+    return value
+
+
+def _require(obj: Mapping[str, Any], key: str, prefix: str = "") -> Any:
+    if key not in obj:
+        raise BadRequestError(f"missing field {prefix}{key}")
+    return obj[key]
+
+
+def _require_object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequestError(f"{what} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,276 @@
+"""The routing table: which nodes each broker group has, which one leads, and what topics it serves.
+
+Owns the rules that turn registrations into routes. Pure: no I/O, no asyncio, no clock; every
+method takes ``now_s`` (any monotonic seconds) from the caller, so tests drive time directly.
+
+Leadership, per group, follows Raft's "at most one leader per term":
+- the group remembers a fencing term and the node that led it (``term``, ``term_owner``); the
+  routed ``leader`` is either that node or nobody;
+- a leader claim at a higher term wins; at the same term only the node that already led that term
+  may (re)claim it, unless it stepped down at that term; at a lower term it is refused and reported
+  as stale. So a deposed leader, or a delayed registration from it, cannot win routing back. (A
+  second node claiming an already-led term breaks Raft's guarantee; keeping the first claim avoids
+  flip-flopping routes on it.)
+- a non-leader registration from the term's leader at a term >= the fence means it stepped down:
+  the group has no leader until a registration says otherwise;
+- if the leader's lease expires the group has no leader, but the fence survives, and the same node
+  may reclaim the same term when it registers again.
+The fence outlives the group's last node (an empty group is kept as a tombstone, evicted only when
+the group bound is reached), so a deposed leader cannot win routing back by outliving its peers'
+leases either.
+
+A group's topics come from its leader's latest registration; without a leader, from the node
+with the highest term (most recently seen on ties), so routes survive an election.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from namesrv.errors import RegistryFullError
+from namesrv.model import Registration, TopicRoute
+
+__all__ = ["GroupView", "NodeView", "RegisterOutcome", "Registry", "TopicGroupRoute"]
+
+LEASE_S_DEFAULT = 120.0
+GROUPS_MAX_DEFAULT = 1024
+NODES_PER_GROUP_MAX_DEFAULT = 16
+
+
+@dataclass(slots=True)
+class _NodeRecord:
+    registration: Registration
+    last_seen_s: float
+
+
+@dataclass(slots=True)
+class _GroupState:
+    name: str
+    nodes: dict[str, _NodeRecord] = field(default_factory=dict)
+    term: int = 0  # the fence: the highest term at which this group's leadership is known
+    term_owner: str | None = None  # the node that led ``term`` (one leader per term), if known
+    owner_stepped_down: bool = False  # term_owner gave up ``term``: nobody may lead it again
+    leader: str | None = None  # the routed leader: term_owner or None
+
+    def check(self) -> None:
+        assert self.leader is None or self.leader == self.term_owner, (self.leader, self.term_owner)
+        assert not (self.owner_stepped_down and self.leader is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterOutcome:
+    """What a registering node learns: the group's leader as routed, and whether its own leader
+    claim was refused (``stale``: a higher term, or another node, already leads)."""
+
+    group: str
+    leader: str | None
+    term: int
+    stale: bool
+    expires_in_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": True, "expires_in_s": self.expires_in_s, "group": self.group,
+                "leader": self.leader, "term": self.term, "stale": self.stale}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node_id: str
+    client_address: str
+    admin_address: str
+    role: str
+    term: int
+    last_seen_s_ago: float
+
+    def to_json(self, with_admin: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {"node_id": self.node_id, "client_address": self.client_address}
+        if with_admin:
+            out["admin_address"] = self.admin_address
+        out.update(role=self.role, term=self.term, last_seen_s_ago=self.last_seen_s_ago)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """One group as the cluster view shows it: nodes by id, the routed leader, its topics."""
+
+    group: str
+    leader: str | None
+    term: int
+    nodes: tuple[NodeView, ...]
+    topics: Mapping[str, TopicRoute]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "leader": self.leader, "term": self.term,
+                "nodes": [n.to_json() for n in self.nodes],
+                "topics": {name: self.topics[name].to_json() for name in sorted(self.topics)}}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicGroupRoute:
+    """One group serving a topic: where to send (leader, nodes) and its queues for that topic."""
+
+    group: str
+    leader: str | None
+    term: int
+    nodes: tuple[NodeView, ...]
+    topic: TopicRoute
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"group": self.group, "leader": self.leader, "term": self.term,
+                               "nodes": [n.to_json(with_admin=False) for n in self.nodes]}
+        out.update(self.topic.to_json())
+        return out
+
+
+class Registry:
+    """Registrations by group and node, with leases of ``lease_s`` and bounded sizes."""
+
+    def __init__(self, lease_s: float = LEASE_S_DEFAULT, groups_max: int = GROUPS_MAX_DEFAULT,
+                 nodes_per_group_max: int = NODES_PER_GROUP_MAX_DEFAULT) -> None:
+        if lease_s <= 0 or groups_max < 1 or nodes_per_group_max < 1:
+            raise ValueError("lease_s, groups_max and nodes_per_group_max must be positive")
+        self.lease_s = lease_s
+        self.groups_max = groups_max
+        self.nodes_per_group_max = nodes_per_group_max
+        self._groups: dict[str, _GroupState] = {}
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def register(self, reg: Registration, now_s: float) -> RegisterOutcome:
+        """Record (or refresh) a node's registration and apply its leadership claim, if any."""
+        group = self._group_for_write(reg.group)
+        record = group.nodes.get(reg.node_id)
+        if record is None and len(group.nodes) >= self.nodes_per_group_max:
+            raise RegistryFullError(f"group {reg.group!r} already has "
+                                    f"{self.nodes_per_group_max} nodes")
+        if record is None:
+            group.nodes[reg.node_id] = _NodeRecord(reg, now_s)
+        else:
+            record.last_seen_s = max(record.last_seen_s, now_s)
+            if reg.term >= record.registration.term:  # a delayed older registration: liveness only
+                record.registration = reg
+        stale = self._apply_claim(group, reg)
+        group.check()
+        return RegisterOutcome(group.name, group.leader, group.term, stale, self.lease_s)
+
+    def unregister(self, group_name: str, node_id: str, now_s: float) -> bool:
+        """Remove a node (a clean shutdown); a leader leaving gives up its term. True if known."""
+        group = self._groups.get(group_name)
+        if group is None or group.nodes.pop(node_id, None) is None:
+            return False
+        if node_id == group.term_owner:
+            group.leader = None
+            group.owner_stepped_down = True
+        group.check()
+        return True
+
+    def expire(self, now_s: float) -> list[tuple[str, str]]:
+        """Drop every registration not refreshed within the lease; return the (group, node) gone.
+        An expired leader leaves its group leaderless; the fence stays."""
+        gone: list[tuple[str, str]] = []
+        for group in self._groups.values():
+            late = [node_id for node_id, rec in group.nodes.items()
+                    if now_s - rec.last_seen_s > self.lease_s]
+            for node_id in late:
+                del group.nodes[node_id]
+                if node_id == group.leader:
+                    group.leader = None
+                gone.append((group.name, node_id))
+        return gone
+
+    def _group_for_write(self, name: str) -> _GroupState:
+        group = self._groups.get(name)
+        if group is not None:
+            return group
+        if len(self._groups) >= self.groups_max:
+            tombstone = next((g.name for g in self._groups.values() if not g.nodes), None)
+            if tombstone is None:
+                raise RegistryFullError(f"already {self.groups_max} groups registered")
+            del self._groups[tombstone]  # oldest empty group first: dicts keep insertion order
+        group = self._groups[name] = _GroupState(name)
+        return group
+
+    def _apply_claim(self, group: _GroupState, reg: Registration) -> bool:
+        """Update the group's leadership from one registration; True if a leader claim is stale."""
+        if reg.claims_leadership:
+            return not _claim_leadership(group, reg.node_id, reg.term)
+        if reg.node_id == group.term_owner and reg.term >= group.term:
+            _step_down(group, reg.term)
+        return False
+
+    # -- views --------------------------------------------------------------------------------
+
+    def leader_of(self, group_name: str) -> tuple[str | None, int] | None:
+        """(routed leader, fencing term) of a group, or None if the group was never seen."""
+        group = self._groups.get(group_name)
+        return None if group is None else (group.leader, group.term)
+
+    def route(self, topic: str, now_s: float) -> list[TopicGroupRoute]:
+        """Every live group serving ``topic``, by group name; empty if none does."""
+        routes = []
+        for group in self._live_groups():
+            cfg = _effective_topics(group).get(topic)
+            if cfg is not None:
+                routes.append(TopicGroupRoute(group.name, group.leader, group.term,
+                                              _node_views(group, now_s), cfg))
+        return routes
+
+    def cluster(self, now_s: float) -> list[GroupView]:
+        """Every live group with its nodes, leader and topics, by group name."""
+        return [GroupView(g.name, g.leader, g.term, _node_views(g, now_s), _effective_topics(g))
+                for g in self._live_groups()]
+
+    def topics(self) -> list[str]:
+        """Every topic some live group serves, sorted."""
+        names: set[str] = set()
+        for group in self._live_groups():
+            names.update(_effective_topics(group))
+        return sorted(names)
+
+    def live_group_count(self) -> int:
+        return sum(1 for g in self._groups.values() if g.nodes)
+
+    def _live_groups(self) -> list[_GroupState]:
+        return [self._groups[name] for name in sorted(self._groups) if self._groups[name].nodes]
+
+
+def _claim_leadership(group: _GroupState, node_id: str, term: int) -> bool:
+    """Apply "node_id leads term" if the fence allows it; False if refused."""
+    if term < group.term:
+        return False  # fenced: a higher term is already known
+    if term == group.term and group.term_owner is not None \
+            and (group.term_owner != node_id or group.owner_stepped_down):
+        return False  # the term already has (or had) its one leader
+    group.term, group.term_owner, group.leader = term, node_id, node_id
+    group.owner_stepped_down = False
+    return True
+
+
+def _step_down(group: _GroupState, term: int) -> None:
+    """The term's leader reported a non-leader role at ``term`` (>= the fence)."""
+    group.leader = None
+    if term > group.term:  # a newer term nobody is known to lead yet
+        group.term, group.term_owner, group.owner_stepped_down = term, None, False
+    else:
+        group.owner_stepped_down = True
+
+
+def _effective_topics(group: _GroupState) -> Mapping[str, TopicRoute]:
+    if group.leader is not None and group.leader in group.nodes:
+        return group.nodes[group.leader].registration.topics
+    if not group.nodes:
+        return {}
+    freshest = max(group.nodes.values(), key=lambda r: (r.registration.term, r.last_seen_s))
+    return freshest.registration.topics
+
+
+def _node_views(group: _GroupState, now_s: float) -> tuple[NodeView, ...]:
+    views = []
+    for node_id in sorted(group.nodes):
+        rec = group.nodes[node_id]
+        reg = rec.registration
+        views.append(NodeView(node_id, reg.client_address, reg.admin_address, reg.role, reg.term,
+                              round(max(0.0, now_s - rec.last_seen_s), 3)))
+    return tuple(views)

@@ -1,0 +1,220 @@
+"""The NameServer's HTTP API (aiohttp) and the embeddable server that runs it with its lease scan.
+
+Owns routes, JSON request/response shapes, the mapping of named errors to status codes (every
+error, unknown paths and oversized bodies included, is a JSON body ``{"error": ...}``) and the
+periodic expiry scan. It does not decide routing: that is the pure ``registry.Registry``, which
+this module only feeds with the clock's time.
+
+Endpoints:
+  POST /v1/brokers/register      a node's registration (refreshes its lease)
+  POST /v1/brokers/unregister    {"group", "node_id"}
+  GET  /v1/topics/{topic}/route  groups serving the topic, their nodes, leader and queues
+  GET  /v1/topics                sorted topic names
+  GET  /v1/cluster               every group with nodes, leader and topics
+  GET  /livez, /readyz
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from namesrv.errors import BadRequestError, RegistryFullError, ServerStateError
+from namesrv.model import parse_registration, parse_topic_name, parse_unregistration
+from namesrv.registry import LEASE_S_DEFAULT, Registry
+
+__all__ = ["BODY_BYTES_MAX", "NameServer", "make_app"]
+
+log = logging.getLogger(__name__)
+
+BODY_BYTES_MAX = 1024 * 1024
+SCAN_INTERVAL_S_DEFAULT = 5.0
+STOP_TIMEOUT_S = 5.0
+Clock = Callable[[], float]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_REGISTRY_KEY = web.AppKey("registry", Registry)
+_CLOCK_KEY = web.AppKey("clock", Callable[[], float])
+
+
+def make_app(registry: Registry, clock: Clock = time.monotonic) -> web.Application:
+    """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call."""
+    app = web.Application(middlewares=[_json_errors], client_max_size=BODY_BYTES_MAX)
+    app[_REGISTRY_KEY] = registry
+    app[_CLOCK_KEY] = clock
+    app.router.add_post("/v1/brokers/register", _register)
+    app.router.add_post("/v1/brokers/unregister", _unregister)
+    app.router.add_get("/v1/topics/{topic}/route", _route)
+    app.router.add_get("/v1/topics", _topics)
+    app.router.add_get("/v1/cluster", _cluster)
+    app.router.add_get("/livez", _livez)
+    app.router.add_get("/readyz", _readyz)
+    return app
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure leaves as JSON: named errors by class, aiohttp's own (404, 405, 413) too."""
+    try:
+        return await handler(request)
+    except BadRequestError as exc:
+        return _error(400, str(exc))
+    except RegistryFullError as exc:
+        return _error(503, str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        extra: dict[str, Any] = {"path": request.path} if exc.status == 404 else {}
+        if exc.status == 413:
+            extra["body_bytes_max"] = BODY_BYTES_MAX
+        return _error(exc.status, exc.reason.lower(), **extra)
+
+
+async def _json_body(request: web.Request) -> object:
+    raw = await request.read()  # bounded by client_max_size: 413 beyond it
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
+
+
+def _now_s(request: web.Request) -> float:
+    return request.app[_CLOCK_KEY]()
+
+
+def _expire(registry: Registry, now_s: float) -> None:
+    for group, node_id in registry.expire(now_s):
+        log.info("lease expired: group %s node %s", group, node_id)
+
+
+def _fresh(request: web.Request) -> tuple[Registry, float]:
+    """The registry with leases already past dropped, so a read never routes to a registration
+    that expired since the last scan (the scan still bounds memory when nobody reads)."""
+    registry, now_s = request.app[_REGISTRY_KEY], _now_s(request)
+    _expire(registry, now_s)
+    return registry, now_s
+
+
+async def _register(request: web.Request) -> web.Response:
+    reg = parse_registration(await _json_body(request))
+    registry, now_s = _fresh(request)
+    outcome = registry.register(reg, now_s)
+    if outcome.stale:
+        log.warning("stale leader claim refused: group %s node %s term %d (leader %s at term %d)",
+                    reg.group, reg.node_id, reg.term, outcome.leader, outcome.term)
+    return web.json_response(outcome.to_json())
+
+
+async def _unregister(request: web.Request) -> web.Response:
+    group, node_id = parse_unregistration(await _json_body(request))
+    registry, now_s = _fresh(request)
+    removed = registry.unregister(group, node_id, now_s)
+    return web.json_response({"ok": True, "removed": removed})
+
+
+async def _route(request: web.Request) -> web.Response:
+    topic = parse_topic_name(request.match_info["topic"])
+    registry, now_s = _fresh(request)
+    routes = registry.route(topic, now_s)
+    if not routes:
+        return _error(404, "topic not found", topic=topic)
+    return web.json_response({"topic": topic, "groups": [r.to_json() for r in routes]})
+
+
+async def _topics(request: web.Request) -> web.Response:
+    registry, _ = _fresh(request)
+    return web.json_response({"topics": registry.topics()})
+
+
+async def _cluster(request: web.Request) -> web.Response:
+    registry, now_s = _fresh(request)
+    groups = registry.cluster(now_s)
+    return web.json_response({"groups": [g.to_json() for g in groups]})
+
+
+async def _livez(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    # Stateless: ready as soon as it serves; the group count is for operators.
+    registry, _ = _fresh(request)
+    return web.json_response({"ready": True, "groups": registry.live_group_count()})
+
+
+class NameServer:
+    """The API on ``host:port`` plus a task expiring leases every ``scan_interval_s``.
+
+    ``await start()`` binds (port 0 allowed) and returns the bound (host, port); ``await stop()``
+    closes the listener and the scan, each bounded by ``STOP_TIMEOUT_S``. ``clock`` is injectable
+    so tests can move time without waiting.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9876,
+                 lease_s: float = LEASE_S_DEFAULT, scan_interval_s: float = SCAN_INTERVAL_S_DEFAULT,
+                 clock: Clock = time.monotonic) -> None:
+        if scan_interval_s <= 0:
+            raise ValueError("scan_interval_s must be positive")
+        self.host = host
+        self.port = port
+        self.scan_interval_s = scan_interval_s
+        self.registry = Registry(lease_s)
+        self._clock = clock
+        self._runner: web.AppRunner | None = None
+        self._scan_task: asyncio.Task[None] | None = None
+        self._address: tuple[str, int] | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._address is None:
+            raise ServerStateError("name server not started")
+        return self._address
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    async def start(self) -> tuple[str, int]:
+        """Bind the API and start the expiry scan; return the bound (host, port)."""
+        if self._runner is not None:
+            raise ServerStateError("name server already started")
+        runner = web.AppRunner(make_app(self.registry, self._clock), access_log=None,
+                               handle_signals=False, shutdown_timeout=STOP_TIMEOUT_S)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port)
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        bound = runner.addresses[0]
+        self._address = (bound[0], bound[1])
+        self._scan_task = asyncio.create_task(self._scan_forever(), name="namesrv-lease-scan")
+        return self._address
+
+    async def stop(self) -> None:
+        """Stop the scan and close the API; safe to call twice."""
+        task, self._scan_task = self._scan_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=STOP_TIMEOUT_S)
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await asyncio.wait_for(runner.cleanup(), timeout=2 * STOP_TIMEOUT_S)
+        self._address = None
+
+    async def _scan_forever(self) -> None:
+        while True:  # ends when stop() cancels it
+            await asyncio.sleep(self.scan_interval_s)
+            _expire(self.registry, self._clock())
