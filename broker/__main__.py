@@ -27,11 +27,20 @@ def main() -> None:
               show_default=True, help="Client address (producers, consumers, admin).")
 @click.option("--auto-create/--no-auto-create", default=True, show_default=True,
               help="Create a topic (4 queues) on its first send.")
-def start(client_listen: str, auto_create: bool, **opts: Any) -> None:
+@click.option("--admin-listen", default="127.0.0.1:0", show_default=True,
+              help="Admin HTTP address (/status, /metrics, /livez, /readyz).")
+@click.option("--namesrv", default="", help="NameServers to register with: host:port,host:port")
+@click.option("--register-interval-s", type=float, default=30.0, show_default=True)
+def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str,
+          register_interval_s: float, **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
+    names = tuple(a.strip() for a in namesrv.split(",") if a.strip())
+    for a in names:
+        parse_address(a)
     config = BrokerConfig(node_config(opts), parse_address(client_listen),
-                          auto_create_topics=auto_create)
+                          auto_create_topics=auto_create, admin_listen=parse_address(admin_listen),
+                          namesrv=names, register_interval_s=register_interval_s)
     evloop.run(_serve(config))
 
 
@@ -40,7 +49,8 @@ async def _serve(config: BrokerConfig) -> None:
     await server.start()
     print(json.dumps({"event": "ready", "node": config.node.node_id,
                       "peer": list(server.node.peer_address or ()),
-                      "client": list(server.client_address or ())}), flush=True)
+                      "client": list(server.client_address or ()),
+                      "admin": list(server.admin_address or ())}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -16,6 +16,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from aiohttp import web
+
+from broker.admin import make_app
 from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
 from broker.errors import BadEntryError, BrokerError
 from broker.protocol import (
@@ -38,6 +41,7 @@ from broker.protocol import (
     SendRefusedError,
     offset_msg_id,
 )
+from broker.registrar import Registrar
 from broker.state import ApplyResult, BrokerState, tag_hash
 from broker.topics import DEFAULT_QUEUES, validate_topic_name
 from dledger.errors import DLedgerError, NotLeaderError, WireError
@@ -59,6 +63,9 @@ class BrokerConfig:
     auto_create_topics: bool = True
     default_queues: int = DEFAULT_QUEUES
     send_timeout_s: float = 3.0
+    admin_listen: Address | None = ("127.0.0.1", 0)  # None: no admin HTTP
+    namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
+    register_interval_s: float = 30.0
 
 
 class _Connection(FramedProtocol):
@@ -91,6 +98,9 @@ class BrokerServer:
         self._arrivals: dict[tuple[str, int], asyncio.Event] = {}
         self._server: asyncio.Server | None = None
         self.client_address: Address | None = None
+        self.admin_address: Address | None = None
+        self._admin: web.AppRunner | None = None
+        self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
 
     async def start(self) -> None:
@@ -100,8 +110,20 @@ class BrokerServer:
         self._server = await loop.create_server(lambda: _Connection(self), host, port)
         sock = self._server.sockets[0].getsockname()
         self.client_address = (sock[0], sock[1])
+        if self.config.admin_listen is not None:
+            self._admin = web.AppRunner(make_app(self), access_log=None)
+            await self._admin.setup()
+            await web.TCPSite(self._admin, *self.config.admin_listen).start()
+            host, port = self._admin.addresses[0][:2]
+            self.admin_address = (host, port)
+        if self.config.namesrv:
+            self.registrar.start()
 
     async def stop(self) -> None:
+        if self.config.namesrv:
+            await self.registrar.stop()
+        if self._admin is not None:
+            await self._admin.cleanup()
         if self._server is not None:
             self._server.close()
         await self.node.stop()
@@ -238,6 +260,7 @@ class BrokerServer:
         st["topics"] = {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                  "perm": t.perm} for t in self.state.topics.values()}
         st["applied_index"] = self.state.applied_index
+        st["admin_address"] = list(self.admin_address or ())
         return st
 
 

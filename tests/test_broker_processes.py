@@ -9,10 +9,14 @@ through the log.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from broker import protocol as bp
@@ -197,3 +201,62 @@ def test_topics_dedup_and_offsets_go_through_the_log(tmp_path: Path) -> None:
 
     with LocalCluster(str(tmp_path), size=3, tick_ms=50, program=BROKER) as cluster:
         asyncio.run(run(cluster))
+
+
+def _start_namesrv(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    line = json.loads(proc.stdout.readline())
+    host, port = line["listen"]
+    return proc, f"{host}:{port}"
+
+
+def test_brokers_register_with_the_namesrv_and_routes_follow_the_leader(tmp_path: Path) -> None:
+    ns_proc, ns = _start_namesrv(tmp_path)
+
+    async def route(session: aiohttp.ClientSession, topic: str) -> dict[str, Any] | None:
+        async with session.get(f"http://{ns}/v1/topics/{topic}/route") as resp:
+            return await resp.json() if resp.status == 200 else None
+
+    async def run(cluster: LocalCluster) -> None:
+        async with LogClient(cluster.client_addresses, timeout_s=5.0) as client, \
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            leader = await _wait_leader(client, cluster)
+            await send(client, "routed", 0, msg(b"x"))
+            got: list[dict[str, Any]] = []
+
+            async def routed_to(node: str) -> bool:
+                r = await route(session, "routed")
+                if r is not None and r["groups"][0]["leader"] == node:
+                    got.append(r)
+                    return True
+                return False
+
+            await wait_until(lambda: routed_to(leader), 15, "the route to name the leader")
+            group = got[-1]["groups"][0]
+            assert group["write_queues"] == 4 and len(group["nodes"]) == 3
+            term = group["term"]
+            cluster.kill(leader)
+            new_leader = await _wait_leader(client, cluster)
+            await wait_until(lambda: routed_to(new_leader), 15, "the route to follow the new leader")
+            assert got[-1]["groups"][0]["term"] > term
+            # the admin endpoints of the new leader
+            admin = (await client.call(new_leader, bp.BROKER_STATUS))["admin_address"]
+            base = f"http://{admin[0]}:{admin[1]}"
+            async with session.get(base + "/readyz") as resp:
+                assert resp.status == 200
+            async with session.get(base + "/metrics") as resp:
+                text = await resp.text()
+                assert f'dledger_is_leader{{group="g",node="{new_leader}"}} 1' in text
+            async with session.get(base + "/status") as resp:
+                assert (await resp.json())["raft"]["role"] == "leader"
+
+    try:
+        with LocalCluster(str(tmp_path), size=3, tick_ms=50,
+                          program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1")) as cluster:
+            asyncio.run(run(cluster))
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)
