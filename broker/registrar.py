@@ -1,5 +1,5 @@
-"""Registers a broker node with every NameServer: at start, at once on every role or term change,
-and periodically (30 s by default), carrying group, node id, client and admin addresses, role,
+"""Registers a broker node with every NameServer: at start, at once on every role or term change
+and whenever its topics change, and periodically (30 s by default), carrying group, node id, client and admin addresses, role,
 term and the topic configuration; unregisters on stop. NameServers that do not answer are
 retried on the next round (never blocking the node: every request has a deadline)."""
 
@@ -46,13 +46,14 @@ class Registrar:
             await self._session.close()
 
     async def _run(self) -> None:
-        last: tuple[str, int] | None = None
+        last: tuple[str, int, int] | None = None
         next_at = 0.0
         while True:
             raft = self.server.node.status().raft
             now = time.monotonic()
-            if (raft.role.value, raft.term) != last or now >= next_at:
-                last, next_at = (raft.role.value, raft.term), now + self.interval_s
+            seen = (raft.role.value, raft.term, hash(frozenset(self.server.state.topics.items())))
+            if seen != last or now >= next_at:
+                last, next_at = seen, now + self.interval_s
                 body = self.registration()
                 await asyncio.gather(*(self._post(u, "/v1/brokers/register", body) for u in self.urls))
             await asyncio.sleep(self.check_s)  # a polling period, not a wait for an event

@@ -1,0 +1,104 @@
+"""The pull consumer: the caller chooses queues and offsets; fetch, seek, commit. Pulls go to the
+group's leader when known, else to any node (every replica holds only committed messages), with
+long polling on the broker. Offsets are committed to the broker, through its replicated log."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Sequence
+
+from broker import protocol as bp
+from client import errors
+from client.routes import GroupRoute, Routes, client_error
+from client.types import MessageQueue, PullResult, ReceivedMessage
+from dledger.errors import DLedgerError
+
+
+class PullConsumer:
+    def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0) -> None:
+        self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
+        self.group = group
+        self.timeout_s = timeout_s
+        self._routes: Routes | None = None
+
+    async def start(self) -> PullConsumer:
+        self._routes = Routes(self._namesrv)
+        await self._routes.start()
+        return self
+
+    async def close(self) -> None:
+        if self._routes is not None:
+            await self._routes.close()
+
+    async def __aenter__(self) -> PullConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of a topic, over every group that serves it. A topic created a
+        moment ago shows up once its leader registers it (at once, but asynchronously): this
+        waits for that up to the consumer's timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        route = await self._route(topic, refresh=True)
+        while not route and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # polling the NameServer for a route that is on its way
+            route = await self._route(topic, refresh=True)
+        if not route:
+            raise errors.TopicNotFoundError(f"no group serves {topic!r}")
+        return sorted(MessageQueue(topic, g.group, q) for g in route if g.perm & 4
+                      for q in range(g.read_queues))
+
+    async def pull(self, mq: MessageQueue, offset: int, max_messages: int = 32,
+                   suspend_ms: int = 0, tags: Sequence[str] = ("*",),
+                   max_bytes: int = 4 << 20) -> PullResult:
+        """Messages of ``mq`` from ``offset``; with ``suspend_ms`` the broker holds the request
+        until a message is committed or the time is up (long polling)."""
+        timeout_s = self.timeout_s + suspend_ms / 1000
+        res = await self._call(mq, bp.PULL, mq.topic, mq.queue_id, offset, max_messages,
+                               max_bytes, suspend_ms, list(tags), timeout_s=timeout_s)
+        status, nxt, lo, hi, rows = res
+        wanted = set(tags) if "*" not in tags else None
+        msgs = tuple(_message(mq, r) for r in rows)
+        if wanted is not None:  # the broker filtered by tag hash; the exact check is ours
+            msgs = tuple(m for m in msgs if m.tags in wanted)
+        return PullResult(status, nxt, lo, hi, msgs)
+
+    async def commit(self, mq: MessageQueue, offset: int) -> None:
+        """Store this group's progress on ``mq`` (the next offset to consume)."""
+        await self._call(mq, bp.OFFSET_COMMIT, self.group, mq.topic, mq.queue_id, offset,
+                         leader=True)
+
+    async def committed(self, mq: MessageQueue) -> int:
+        """The group's committed offset on ``mq``, or -1 if it never committed one."""
+        return int(await self._call(mq, bp.OFFSET_QUERY, self.group, mq.topic, mq.queue_id))
+
+    async def _route(self, topic: str, refresh: bool = False) -> tuple[GroupRoute, ...]:
+        assert self._routes is not None, "call start() first"
+        route = await self._routes.route(topic, refresh=refresh)
+        return route.groups if route.exists else ()
+
+    async def _call(self, mq: MessageQueue, kind: int, *args: Any, leader: bool = False,
+                    timeout_s: float | None = None) -> Any:
+        assert self._routes is not None, "call start() first"
+        group = next((g for g in await self._route(mq.topic) if g.group == mq.group), None)
+        if group is None:
+            raise errors.TopicNotFoundError(f"group {mq.group} does not serve {mq.topic!r}")
+        client = self._routes.group_client(group)
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        try:
+            if leader or client.leader in client.nodes:
+                return (await client.call_leader(kind, *args, timeout_s=deadline - time.monotonic()))[1]
+            return await client.call(next(iter(client.nodes)), kind, *args,
+                                     timeout_s=deadline - time.monotonic())
+        except DLedgerError as err:
+            self._routes.invalidate(mq.topic)
+            raise client_error(err) from err
+
+
+def _message(mq: MessageQueue, r: list[Any]) -> ReceivedMessage:
+    offset, body, tags, keys, unique_key, props, born, stored, offset_id = r
+    return ReceivedMessage(mq, offset, body, tags, tuple(keys), unique_key, offset_id,
+                           tuple((k, v) for k, v in props), born, stored)

@@ -1,0 +1,53 @@
+"""The client library's exceptions: one hierarchy, retriable and non-retriable branches, and a
+timeout whose commit outcome is unknown (DESIGN.md section 6)."""
+
+from __future__ import annotations
+
+
+class ClientError(Exception):
+    """Base of every error the client library raises."""
+
+
+class RetriableError(ClientError):
+    """The same request may succeed later or elsewhere."""
+
+
+class NotLeaderError(RetriableError):
+    """The node is not its group's leader (the client follows the redirect by itself)."""
+
+
+class NoLeaderYetError(RetriableError):
+    """The group has no leader right now (an election is under way)."""
+
+
+class UnavailableError(RetriableError):
+    """No node of any group could take the request before the deadline."""
+
+
+class OverloadedError(RetriableError):
+    """The leader has too many proposals pending."""
+
+
+class NonRetriableError(ClientError):
+    """Retrying the same request cannot succeed."""
+
+
+class MessageTooLargeError(NonRetriableError):
+    """A message or a batch exceeds the broker's size limits."""
+
+
+class TopicNotFoundError(NonRetriableError):
+    """No group serves the topic (and auto-create is off)."""
+
+
+class NoPermissionError(NonRetriableError):
+    """The topic's permission forbids the operation (perm 2, 4 or 6)."""
+
+
+class InvalidTopicError(NonRetriableError):
+    """The topic name breaks the naming rules or is reserved."""
+
+
+class SendTimeoutError(ClientError):
+    """The deadline passed before the send was known to be committed: it may or may not be
+    stored. (A retry with the same message reuses its unique key, so the broker stores it once.)"""

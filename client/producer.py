@@ -1,0 +1,164 @@
+"""The producer: send (returns after commit), batch, oneway; queue choice round robin over the
+groups that serve the topic, with isolation of a group that failed recently; retries bounded by
+the send deadline.
+
+Retry rule: every message carries a unique key, kept across attempts. A send whose outcome is
+unknown (timeout, connection lost, leadership change) is retried on the *same* group, whose
+state machine stores a key once and answers a retry with the original result; a send that
+certainly failed (no leader reachable, refused) moves to another group, at most ``retries``
+times. The library never configures logging or writes files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from typing import Any, Sequence
+
+from broker import protocol as bp
+from client import errors
+from client.routes import GroupRoute, Routes, client_error
+from client.types import Message, MessageQueue, SendResult
+from dledger.errors import DLedgerError
+
+ISOLATE_S = 30.0  # a group that failed is skipped this long, unless no other group is left
+
+
+class Producer:
+    def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
+                 retries: int = 2) -> None:
+        self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
+        self.send_timeout_s = send_timeout_s
+        self.retries = retries
+        self._routes: Routes | None = None
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._isolated: dict[str, float] = {}  # group -> until (monotonic)
+        self._oneway: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> Producer:
+        self._routes = Routes(self._namesrv)
+        await self._routes.start()
+        return self
+
+    async def close(self) -> None:
+        if self._oneway:
+            await asyncio.gather(*self._oneway, return_exceptions=True)
+        if self._routes is not None:
+            await self._routes.close()
+
+    async def __aenter__(self) -> Producer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    async def send(self, message: Message) -> SendResult:
+        """Store one message; returns once it is committed on a majority of its group."""
+        return (await self._send_request(message.topic, [message]))[0]
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Store messages of one topic; split into requests of at most 4 MiB, each stored as one
+        entry (all or nothing) in one queue."""
+        if not messages:
+            return []
+        topic = messages[0].topic
+        if any(m.topic != topic for m in messages):
+            raise ValueError("a batch holds messages of one topic")
+        out: list[SendResult] = []
+        for chunk in _chunks(messages, bp.MAX_BATCH_BYTES):
+            out.extend(await self._send_request(topic, chunk))
+        return out
+
+    def send_oneway(self, message: Message) -> None:
+        """Send without waiting for (or retrying on) any answer."""
+        task = asyncio.get_running_loop().create_task(self._oneway_send(message))
+        self._oneway.add(task)
+        task.add_done_callback(self._oneway.discard)
+
+    async def _oneway_send(self, message: Message) -> None:
+        try:
+            await self._attempt(message.topic, [message], _encode([message]), retry=False)
+        except errors.ClientError:
+            return  # oneway: the caller asked not to know
+
+    async def _send_request(self, topic: str, messages: Sequence[Message]) -> list[SendResult]:
+        for m in messages:
+            if len(m.body) > bp.MAX_MESSAGE_BYTES:
+                raise errors.MessageTooLargeError(f"message of {len(m.body)} bytes exceeds "
+                                                  f"{bp.MAX_MESSAGE_BYTES}")
+        return await self._attempt(topic, messages, _encode(messages), retry=True)
+
+    async def _attempt(self, topic: str, messages: Sequence[Message], raw: list[Any],
+                       retry: bool) -> list[SendResult]:
+        assert self._routes is not None, "call start() first"
+        deadline = time.monotonic() + self.send_timeout_s
+        tried: set[str] = set()
+        last: errors.ClientError | None = None
+        for _ in range(1 + (self.retries if retry else 0)):
+            route = await self._routes.route(topic, refresh=last is not None)
+            group, queue_id = self._choose(topic, route.groups, tried)
+            tried.add(group.group)
+            try:
+                return await self._send_to_group(group, topic, queue_id, raw, deadline, retry)
+            except errors.RetriableError as err:  # certainly not stored: try another group
+                last = err
+                self._isolated[group.group] = time.monotonic() + ISOLATE_S
+                self._routes.invalidate(topic)
+            if time.monotonic() >= deadline:
+                break
+        raise last or errors.UnavailableError(f"no group took the send to {topic!r}")
+
+    async def _send_to_group(self, group: GroupRoute, topic: str, queue_id: int, raw: list[Any],
+                             deadline: float, retry: bool) -> list[SendResult]:
+        assert self._routes is not None
+        client = self._routes.group_client(group)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise errors.SendTimeoutError(f"send to {topic!r} not known to be committed in time")
+            try:
+                _, res = await client.call_leader(bp.SEND, topic, queue_id, raw, timeout_s=remaining)
+            except DLedgerError as err:
+                mapped = client_error(err)
+                if isinstance(mapped, errors.SendTimeoutError) and retry:
+                    continue  # outcome unknown: the same group dedups the unique keys
+                raise mapped from err
+            return _results(topic, group.group, res, raw)
+
+    def _choose(self, topic: str, groups: Sequence[GroupRoute], tried: set[str]) -> tuple[GroupRoute, int]:
+        now = time.monotonic()
+        queues = [(g, q) for g in groups if g.perm & 2 for q in range(g.write_queues)]
+        if not queues:
+            raise errors.NoPermissionError(f"no group accepts writes to {topic!r}")
+        fresh = [x for x in queues if x[0].group not in tried
+                 and self._isolated.get(x[0].group, 0) <= now]
+        pool = fresh or [x for x in queues if x[0].group not in tried] or queues
+        counter = self._round_robin.setdefault(topic, itertools.count())
+        return pool[next(counter) % len(pool)]
+
+
+def _encode(messages: Sequence[Message]) -> list[Any]:
+    return [[m.body, m.tags, list(m.keys), uuid.uuid4().hex.upper(),
+             [list(p) for p in m.properties], int(time.time() * 1000)] for m in messages]
+
+
+def _results(topic: str, group: str, res: list[Any], raw: list[Any]) -> list[SendResult]:
+    status, _, offsets, offset_ids, dups, queue_ids = res
+    return [SendResult(status, raw[k][3], offset_ids[k], MessageQueue(topic, group, queue_ids[k]),
+                       offsets[k], dups[k]) for k in range(len(raw))]
+
+
+def _chunks(messages: Sequence[Message], max_bytes: int) -> list[list[Message]]:
+    out: list[list[Message]] = []
+    size = 0
+    for m in messages:
+        if not out or size + len(m.body) > max_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(m)
+        size += len(m.body)
+    return out

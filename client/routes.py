@@ -1,0 +1,143 @@
+"""Routes from the NameServers: which groups serve a topic, their nodes and leader, their queue
+counts; and one connection pool (a ``LogClient``) per group that follows leader redirects.
+
+Owns caching (a route is refreshed every 30 s and at once after an error) and the mapping of
+server error codes to the client's exceptions. A topic no group serves yet routes to every group
+of the cluster, where the first send auto-creates it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from client import errors
+from dledger.client import LogClient
+from dledger.client import UnavailableError as LogUnavailableError
+from dledger.errors import DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
+from dledger.errors import OverloadedError as LogOverloadedError
+from dledger.protocol import RemoteError
+
+ROUTE_REFRESH_S = 30.0
+DEFAULT_QUEUES = 4
+
+
+@dataclass(frozen=True)
+class GroupRoute:
+    group: str
+    leader: str | None
+    nodes: dict[str, tuple[str, int]]  # node id -> client address
+    read_queues: int
+    write_queues: int
+    perm: int
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    topic: str
+    groups: tuple[GroupRoute, ...]
+    fetched_at: float
+    exists: bool  # False: routed to every group for auto-create
+
+
+def _addr(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Routes:
+    def __init__(self, namesrv: list[str], request_timeout_s: float = 3.0) -> None:
+        if not namesrv:
+            raise ValueError("no NameServer address given")
+        self.urls = [f"http://{a}" for a in namesrv]
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._routes: dict[str, TopicRoute] = {}
+        self._groups: dict[str, LogClient] = {}
+
+    async def start(self) -> None:
+        """Fail fast when no NameServer answers."""
+        self._session = aiohttp.ClientSession(timeout=self.timeout)
+        await self._get("/v1/cluster")
+
+    async def close(self) -> None:
+        for c in self._groups.values():
+            await c.close()
+        if self._session is not None:
+            await self._session.close()
+
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        cached = self._routes.get(topic)
+        if cached and not refresh and time.monotonic() - cached.fetched_at < ROUTE_REFRESH_S:
+            return cached
+        status, body = await self._get(f"/v1/topics/{topic}/route")
+        if status == 200:
+            groups = tuple(_group(g) for g in body["groups"])
+            route = TopicRoute(topic, groups, time.monotonic(), True)
+        else:  # not served yet: any group can auto-create it on the first send
+            _, cluster = await self._get("/v1/cluster")
+            groups = tuple(GroupRoute(g["group"], g.get("leader"),
+                                      {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]},
+                                      DEFAULT_QUEUES, DEFAULT_QUEUES, 6)
+                           for g in cluster["groups"] if g["nodes"])
+            route = TopicRoute(topic, groups, time.monotonic(), False)
+        if not route.groups:
+            raise errors.TopicNotFoundError(f"no broker group serves or can create {topic!r}")
+        self._routes[topic] = route
+        return route
+
+    def invalidate(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    def group_client(self, g: GroupRoute) -> LogClient:
+        client = self._groups.get(g.group)
+        if client is None or client.nodes != g.nodes:
+            client = LogClient(g.nodes, timeout_s=3.0)
+            self._groups[g.group] = client
+        if g.leader in g.nodes and client.leader is None:
+            client.leader = g.leader
+        return client
+
+    async def _get(self, path: str) -> tuple[int, Any]:
+        assert self._session is not None, "call start() first"
+        last: Exception | None = None
+        for url in self.urls:  # any NameServer will do
+            try:
+                async with self._session.get(url + path) as resp:
+                    return resp.status, await resp.json()
+            except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+                last = err
+        raise errors.UnavailableError(f"no NameServer answered ({', '.join(self.urls)}): {last}")
+
+
+def _group(g: dict[str, Any]) -> GroupRoute:
+    return GroupRoute(g["group"], g.get("leader"),
+                      {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]},
+                      int(g["read_queues"]), int(g["write_queues"]), int(g["perm"]))
+
+
+_CODES: dict[str, type[errors.ClientError]] = {
+    "TOPIC_NOT_FOUND": errors.TopicNotFoundError,
+    "NO_PERMISSION": errors.NoPermissionError,
+    "MESSAGE_TOO_LARGE": errors.MessageTooLargeError,
+    "INVALID_TOPIC": errors.InvalidTopicError,
+    "QUEUE_NOT_FOUND": errors.TopicNotFoundError,
+}
+
+
+def client_error(err: DLedgerError) -> errors.ClientError:
+    """The client library's exception for an error of the transport layer or of a broker."""
+    if isinstance(err, RemoteError):
+        return _CODES.get(err.code, errors.NonRetriableError)(str(err))
+    if isinstance(err, OutcomeUnknownError):
+        return errors.SendTimeoutError(str(err))
+    if isinstance(err, LogOverloadedError):
+        return errors.OverloadedError(str(err))
+    if isinstance(err, NotLeaderError):
+        return errors.NoLeaderYetError(str(err))
+    if isinstance(err, (LogUnavailableError, NodeStoppedError)):
+        return errors.UnavailableError(str(err))
+    return errors.ClientError(str(err))
