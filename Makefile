@@ -15,7 +15,7 @@ install: $(BIN)/python
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 
-# Start a local 3-node replicated log group in the foreground (Ctrl-C stops it).
+# Start a NameServer and a 3-node broker group in the foreground (Ctrl-C stops them).
 up: install
 	$(BIN)/dledger up
 

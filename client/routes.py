@@ -78,16 +78,20 @@ class Routes:
             groups = tuple(_group(g) for g in body["groups"])
             route = TopicRoute(topic, groups, time.monotonic(), True)
         else:  # not served yet: any group can auto-create it on the first send
-            _, cluster = await self._get("/v1/cluster")
-            groups = tuple(GroupRoute(g["group"], g.get("leader"),
-                                      {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]},
-                                      DEFAULT_QUEUES, DEFAULT_QUEUES, 6)
-                           for g in cluster["groups"] if g["nodes"])
+            groups = tuple(GroupRoute(g.group, g.leader, g.nodes, DEFAULT_QUEUES, DEFAULT_QUEUES, 6)
+                           for g in await self.cluster_groups())
             route = TopicRoute(topic, groups, time.monotonic(), False)
         if not route.groups:
             raise errors.TopicNotFoundError(f"no broker group serves or can create {topic!r}")
         self._routes[topic] = route
         return route
+
+    async def cluster_groups(self) -> list[GroupRoute]:
+        """Every registered broker group (queue counts unknown: 0)."""
+        _, cluster = await self._get("/v1/cluster")
+        return [GroupRoute(g["group"], g.get("leader"),
+                           {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]}, 0, 0, 6)
+                for g in cluster["groups"] if g["nodes"]]
 
     def invalidate(self, topic: str) -> None:
         self._routes.pop(topic, None)

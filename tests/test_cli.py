@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 def _start_up(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import cli; cli.main()", "up", "--data-dir", str(tmp_path / "data"),
+        [sys.executable, "-c", "import cli; cli.main()", "log", "up", "--data-dir", str(tmp_path / "data"),
          "--peer-port", "0", "--client-port", "0", "--exit-after-s", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout is not None
@@ -33,7 +33,7 @@ def _start_up(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
         if not line:
             break
         lines.append(line)
-        m = re.search(r"dledger status --nodes (\S+)", line)
+        m = re.search(r"dledger log status --nodes (\S+)", line)
         if m:
             return proc, m.group(1)
     proc.kill()
@@ -44,20 +44,20 @@ def test_up_status_propose_read_transfer(tmp_path: Path) -> None:
     proc, nodes = _start_up(tmp_path)
     runner = CliRunner()
     try:
-        res = runner.invoke(cli.main, ["propose", "--nodes", nodes, "hello", "world"])
+        res = runner.invoke(cli.main, ["log", "propose", "--nodes", nodes, "hello", "world"])
         assert res.exit_code == 0, res.output
         assert res.output.count("committed index") == 2
-        res = runner.invoke(cli.main, ["read", "--nodes", nodes, "--max", "10"])
+        res = runner.invoke(cli.main, ["log", "read", "--nodes", nodes, "--max", "10"])
         assert res.exit_code == 0 and "b'hello'" in res.output and "b'world'" in res.output
-        res = runner.invoke(cli.main, ["status", "--nodes", nodes, "--json"])
+        res = runner.invoke(cli.main, ["log", "status", "--nodes", nodes, "--json"])
         assert res.exit_code == 0, res.output
         rows = json.loads(res.output)
         leader = next(r["node"] for r in rows if r["role"] == "leader")
         target = next(r["node"] for r in rows if r["role"] != "leader")
-        res = runner.invoke(cli.main, ["leader", "transfer", "--nodes", nodes, target])
+        res = runner.invoke(cli.main, ["log", "leader", "transfer", "--nodes", nodes, target])
         assert res.exit_code == 0, res.output
         assert f"from {leader} to {target}" in res.output
-        res = runner.invoke(cli.main, ["status", "--nodes", nodes])
+        res = runner.invoke(cli.main, ["log", "status", "--nodes", nodes])
         assert res.exit_code == 0 and "leader" in res.output
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -67,12 +67,53 @@ def test_up_status_propose_read_transfer(tmp_path: Path) -> None:
 
 
 def test_status_exits_non_zero_when_no_node_answers() -> None:
-    res = CliRunner().invoke(cli.main, ["status", "--nodes", "n0=127.0.0.1:1"])
+    res = CliRunner().invoke(cli.main, ["log", "status", "--nodes", "n0=127.0.0.1:1"])
     assert res.exit_code == 2
     assert "unreachable" in res.output
 
 
 def test_bad_peer_spec_is_a_clear_error() -> None:
-    res = CliRunner().invoke(cli.main, ["status", "--nodes", "nonsense"])
+    res = CliRunner().invoke(cli.main, ["log", "status", "--nodes", "nonsense"])
     assert res.exit_code != 0
     assert "expected ID=HOST:PORT" in res.output
+
+
+def test_broker_cluster_up_send_consume_status(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import cli; cli.main()", "up", "--data-dir", str(tmp_path / "d"),
+         "--namesrv-port", "0", "--peer-port", "0", "--client-port", "0", "--exit-after-s", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    ns = None
+    deadline = time.monotonic() + 60
+    lines = []
+    while time.monotonic() < deadline and ns is None:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"dledger status --namesrv (\S+)", line)
+        ns = m.group(1) if m else None
+    assert ns, "dledger up did not print a connect line:\n" + "".join(lines)
+    runner = CliRunner()
+    try:
+        res = runner.invoke(cli.main, ["send", "--namesrv", ns, "--tags", "T", "orders", "one", "two"])
+        assert res.exit_code == 0 and res.output.count("SEND_OK") == 2, res.output
+        res = runner.invoke(cli.main, ["consume", "--namesrv", ns, "--group", "g1", "orders"])
+        assert res.exit_code == 0 and "b'one'" in res.output and "b'two'" in res.output, res.output
+        res = runner.invoke(cli.main, ["consume", "--namesrv", ns, "--group", "g1", "--count", "orders"])
+        assert res.output.strip() == "0"  # the group's offsets were committed by the first read
+        res = runner.invoke(cli.main, ["topic", "create", "--namesrv", ns, "--perm", "4", "ro"])
+        assert res.exit_code == 0 and "group a: OK" in res.output
+        res = runner.invoke(cli.main, ["send", "--namesrv", ns, "ro", "x"])
+        assert res.exit_code != 0 and "NoPermissionError" in res.output
+        res = runner.invoke(cli.main, ["status", "--namesrv", ns, "--json"])
+        assert res.exit_code == 0, res.output
+        group = json.loads(res.output)[0]
+        assert group["health"] == "ok" and len(group["nodes"]) == 3
+        res = runner.invoke(cli.main, ["consumer", "progress", "--namesrv", ns, "g1", "orders"])
+        assert res.exit_code == 0 and "committed" in res.output
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
