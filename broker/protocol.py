@@ -14,6 +14,9 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - OFFSET_COMMIT ``group, topic, queue_id, offset`` -> status (leader); OFFSET_QUERY
   ``group, topic, queue_id`` -> offset or -1 (any replica)
 - BROKER_STATUS -> a dict (node status, topics)
+- HEARTBEAT ``client_id, group, model, {topic: tags}, ttl_ms`` -> the group's live members
+  (sorted client ids) as this node knows them; ``ttl_ms`` 0 leaves the group. Membership is
+  per node and in memory (clients heartbeat every node), as RocketMQ's.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ TOPIC_DELETE = 103
 OFFSET_COMMIT = 104
 OFFSET_QUERY = 105
 BROKER_STATUS = 106
-KINDS = {SEND, PULL, TOPIC_PUT, TOPIC_DELETE, OFFSET_COMMIT, OFFSET_QUERY, BROKER_STATUS}
+HEARTBEAT = 107
+KINDS = {SEND, PULL, TOPIC_PUT, TOPIC_DELETE, OFFSET_COMMIT, OFFSET_QUERY, BROKER_STATUS, HEARTBEAT}
 
 FOUND = "FOUND"
 NO_NEW_MSG = "NO_NEW_MSG"

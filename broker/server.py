@@ -21,8 +21,10 @@ from aiohttp import web
 from broker.admin import make_app
 from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
 from broker.errors import BadEntryError, BrokerError
+from broker.members import GroupMembers
 from broker.protocol import (
     BROKER_STATUS,
+    HEARTBEAT,
     KINDS,
     FOUND,
     MAX_BATCH_BYTES,
@@ -95,6 +97,7 @@ class BrokerServer:
         self.node = Node(config.node)
         self.state = BrokerState()
         self.results: OrderedDict[int, ApplyResult] = OrderedDict()
+        self.members = GroupMembers()
         self._arrivals: dict[tuple[str, int], asyncio.Event] = {}
         self._server: asyncio.Server | None = None
         self.client_address: Address | None = None
@@ -180,6 +183,10 @@ class BrokerServer:
             return self.state.offsets.get((group, topic, queue_id), -1)
         if req.kind == BROKER_STATUS:
             return self.status()
+        if req.kind == HEARTBEAT:
+            client_id, group, model, subs, ttl_ms = a
+            return self.members.heartbeat(str(client_id), str(group), str(model), dict(subs),
+                                          int(ttl_ms) / 1000, time.monotonic())
         raise BadEntryError(f"unknown request kind {req.kind}")
 
     def _require_leader(self) -> None:
@@ -261,6 +268,7 @@ class BrokerServer:
                                  "perm": t.perm} for t in self.state.topics.values()}
         st["applied_index"] = self.state.applied_index
         st["admin_address"] = list(self.admin_address or ())
+        st["consumer_groups"] = self.members.snapshot(time.monotonic())
         return st
 
 

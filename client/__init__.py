@@ -1,6 +1,6 @@
-"""The dledger client library: a producer and a pull consumer (async-first, with blocking twins
-of the same names), routes from the NameServers, one exception hierarchy. Push consumers with
-rebalancing come next."""
+"""The dledger client library: a producer, a pull consumer and a push consumer (clustering with
+rebalancing, or broadcasting), async-first with blocking twins of the producer and the pull
+consumer, routes from the NameServers, one exception hierarchy."""
 
 from client.consumer import PullConsumer
 from client.errors import (
@@ -18,13 +18,14 @@ from client.errors import (
     UnavailableError,
 )
 from client.producer import Producer
+from client.push import ConsumeStatus, PushConsumer
 from client.sync import SyncProducer, SyncPullConsumer
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
-    "ClientError", "InvalidTopicError", "Message", "MessageQueue", "MessageTooLargeError",
+    "ClientError", "ConsumeStatus", "InvalidTopicError", "Message", "MessageQueue", "MessageTooLargeError",
     "NoLeaderYetError", "NoPermissionError", "NonRetriableError", "NotLeaderError",
-    "OverloadedError", "Producer", "PullConsumer", "PullResult", "ReceivedMessage",
+    "OverloadedError", "Producer", "PullConsumer", "PushConsumer", "PullResult", "ReceivedMessage",
     "RetriableError", "SendResult", "SendTimeoutError", "SyncProducer", "SyncPullConsumer",
     "TopicNotFoundError", "UnavailableError",
 ]

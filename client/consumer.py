@@ -12,6 +12,7 @@ from broker import protocol as bp
 from client import errors
 from client.routes import GroupRoute, Routes, client_error
 from client.types import MessageQueue, PullResult, ReceivedMessage
+from dledger.client import LogClient
 from dledger.errors import DLedgerError
 
 
@@ -74,6 +75,15 @@ class PullConsumer:
     async def committed(self, mq: MessageQueue) -> int:
         """The group's committed offset on ``mq``, or -1 if it never committed one."""
         return int(await self._call(mq, bp.OFFSET_QUERY, self.group, mq.topic, mq.queue_id))
+
+    async def groups(self, topic: str) -> list[GroupRoute]:
+        """The groups that serve ``topic`` (empty if none does yet)."""
+        return list(await self._route(topic))
+
+    def group_client(self, group: GroupRoute) -> LogClient:
+        """The connection pool to one group's nodes (it follows leader redirects)."""
+        assert self._routes is not None, "call start() first"
+        return self._routes.group_client(group)
 
     async def _route(self, topic: str, refresh: bool = False) -> tuple[GroupRoute, ...]:
         assert self._routes is not None, "call start() first"

@@ -1,0 +1,249 @@
+"""The push consumer: subscribe to topics with a tag expression, give a listener; the consumer
+heartbeats every broker node of its topics, shares queues with the other members of its group
+(clustering: one member per queue, rebalanced on membership change and every 20 s) or reads every
+queue (broadcasting), long-polls each of its queues, runs the listener with bounded concurrency,
+and commits progress (the lowest offset not yet consumed per queue) every few seconds and on close.
+
+A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None: also
+LATER). Until retry topics exist, LATER redelivers the messages in this process after a short
+delay, and the queue's committed offset never passes them, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Sequence, Union
+
+from broker import protocol as bp
+from client import errors
+from client.consumer import PullConsumer
+from client.rebalance import STRATEGIES
+from client.routes import GroupRoute
+from client.types import MessageQueue, ReceivedMessage
+from dledger.errors import DLedgerError
+
+log = logging.getLogger("client.push")
+
+
+class ConsumeStatus(enum.Enum):
+    SUCCESS = "success"
+    LATER = "later"
+
+
+Listener = Callable[[list[ReceivedMessage]], Union[ConsumeStatus, None, Awaitable[ConsumeStatus | None]]]
+
+
+@dataclass
+class _QueueState:
+    next_pull: int
+    in_flight: set[int] = field(default_factory=set)
+    task: asyncio.Task[None] | None = None
+    committed: int = -1  # what was last committed (commits only when progress moves)
+
+    def committable(self) -> int:
+        return min(self.in_flight) if self.in_flight else self.next_pull
+
+
+class PushConsumer:
+    def __init__(self, namesrv: str | Sequence[str], group: str, listener: Listener, *,
+                 model: str = "clustering", strategy: str = "averagely", concurrency: int = 4,
+                 batch_size: int = 1, start_from: str = "last", heartbeat_s: float = 5.0,
+                 rebalance_s: float = 20.0, commit_s: float = 5.0, suspend_ms: int = 1000,
+                 later_delay_s: float = 1.0, client_id: str | None = None) -> None:
+        if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
+            raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
+        if start_from not in ("first", "last"):
+            raise ValueError("start_from is 'first' or 'last'")
+        self.group, self.listener, self.model = group, listener, model
+        self.strategy = STRATEGIES[strategy]
+        self.concurrency, self.batch_size, self.start_from = concurrency, batch_size, start_from
+        self.heartbeat_s, self.rebalance_s, self.commit_s = heartbeat_s, rebalance_s, commit_s
+        self.suspend_ms, self.later_delay_s = suspend_ms, later_delay_s
+        self.client_id = client_id or f"{uuid.uuid4().hex[:12]}"
+        self._pull = PullConsumer(namesrv, group)
+        self._subs: dict[str, str] = {}
+        self._queues: dict[MessageQueue, _QueueState] = {}
+        self._work: asyncio.Queue[tuple[MessageQueue, list[ReceivedMessage]]] = asyncio.Queue(
+            maxsize=concurrency * 4)
+        self.members: list[str] = []
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.consumed = 0
+
+    def subscribe(self, topic: str, tags: str = "*") -> None:
+        """Before start(): consume ``topic``, messages whose tag is in ``tags`` (``A || B``, ``*``)."""
+        self._subs[topic] = tags
+
+    @property
+    def assigned(self) -> list[MessageQueue]:
+        return sorted(self._queues)
+
+    async def start(self) -> PushConsumer:
+        if not self._subs:
+            raise ValueError("subscribe to a topic before start()")
+        await self._pull.start()
+        await self._heartbeat()
+        await self._rebalance()
+        loops = [self._heartbeat_loop(), self._rebalance_loop(), self._commit_loop()]
+        self._tasks = [asyncio.create_task(c) for c in loops]
+        self._tasks += [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
+        return self
+
+    async def close(self) -> None:
+        for t in self._tasks + [s.task for s in self._queues.values() if s.task]:
+            t.cancel()
+        await asyncio.gather(*self._tasks, *[s.task for s in self._queues.values() if s.task],
+                             return_exceptions=True)
+        await self._commit_all()
+        await self._heartbeat(leave=True)
+        await self._pull.close()
+
+    async def __aenter__(self) -> PushConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- membership and rebalancing ------------------------------------------------------------------
+
+    async def _heartbeat(self, leave: bool = False) -> None:
+        members: set[str] = set()
+        ttl_ms = 0 if leave else int(self.heartbeat_s * 3000)
+        for topic in self._subs:
+            for g in await self._groups(topic):
+                client = self._pull.group_client(g)
+                for node in g.nodes:
+                    try:
+                        got = await client.call(node, bp.HEARTBEAT, self.client_id, self.group,
+                                                self.model, self._subs, ttl_ms, timeout_s=2.0)
+                        members.update(got)
+                    except DLedgerError:
+                        continue  # that node is down: the others answer
+        if not leave:
+            members.add(self.client_id)
+            if sorted(members) != self.members:
+                self.members = sorted(members)
+                self._changed.set()
+
+    async def _groups(self, topic: str) -> list[GroupRoute]:
+        try:
+            return await self._pull.groups(topic)
+        except errors.ClientError:
+            return []
+
+    async def _rebalance(self) -> None:
+        wanted: set[MessageQueue] = set()
+        for topic in self._subs:
+            try:
+                queues = await self._pull.fetch_queues(topic)
+            except errors.TopicNotFoundError:
+                continue
+            mine = queues if self.model == "broadcasting" else \
+                self.strategy(self.client_id, self.members, queues)
+            wanted.update(mine)
+        for mq in [q for q in self._queues if q not in wanted]:
+            await self._drop(mq)
+        for mq in sorted(wanted - set(self._queues)):
+            await self._take(mq)
+
+    async def _take(self, mq: MessageQueue) -> None:
+        start = await self._pull.committed(mq) if self.model == "clustering" else -1
+        if start < 0:
+            start = 0 if self.start_from == "first" else (await self._pull.pull(mq, 0, 0)).max_offset
+        state = _QueueState(start)
+        self._queues[mq] = state
+        state.task = asyncio.create_task(self._puller(mq, state))
+
+    async def _drop(self, mq: MessageQueue) -> None:
+        state = self._queues.pop(mq)
+        if state.task:
+            state.task.cancel()
+            await asyncio.gather(state.task, return_exceptions=True)
+        await self._commit(mq, state)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)  # the heartbeat period
+            await self._heartbeat()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._changed.wait(), self.rebalance_s)
+            except TimeoutError:
+                pass  # the periodic rebalance
+            self._changed.clear()
+            try:
+                await self._rebalance()
+            except errors.ClientError as err:
+                log.warning("rebalance of %s failed: %s", self.group, err)
+
+    # -- pulling, consuming, committing ----------------------------------------------------------------
+
+    async def _puller(self, mq: MessageQueue, state: _QueueState) -> None:
+        tags = [t.strip() for t in self._subs[mq.topic].split("||")]
+        while True:
+            try:
+                res = await self._pull.pull(mq, state.next_pull, 32, self.suspend_ms, tags)
+            except errors.ClientError as err:
+                log.warning("pull %s: %s", mq, err)
+                await asyncio.sleep(0.2)  # a back-off before pulling that queue again
+                continue
+            if res.status == bp.OFFSET_OUT_OF_RANGE:
+                state.next_pull = res.max_offset if state.next_pull > res.max_offset else res.min_offset
+                continue
+            for k in range(0, len(res.messages), self.batch_size):
+                batch = list(res.messages[k : k + self.batch_size])
+                state.in_flight.update(m.queue_offset for m in batch)
+                await self._work.put((mq, batch))  # bounded: back-pressure on the puller
+            state.next_pull = res.next_offset
+
+    async def _worker(self) -> None:
+        while True:
+            mq, batch = await self._work.get()
+            status = await self._call_listener(batch)
+            state = self._queues.get(mq)
+            if status is ConsumeStatus.SUCCESS:
+                self.consumed += len(batch)
+                if state is not None:
+                    state.in_flight.difference_update(m.queue_offset for m in batch)
+            else:  # LATER: redeliver here after a delay; the offset stays uncommitted meanwhile
+                asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue, mq, batch)
+
+    def _requeue(self, mq: MessageQueue, batch: list[ReceivedMessage]) -> None:
+        if mq in self._queues:
+            asyncio.ensure_future(self._work.put((mq, batch)))
+
+    async def _call_listener(self, batch: list[ReceivedMessage]) -> ConsumeStatus:
+        try:
+            out = self.listener(batch)
+            if inspect.isawaitable(out):
+                out = await out
+        except Exception:  # noqa: BLE001 - a listener's exception means "later", as RocketMQ's
+            log.exception("listener of %s failed; the messages will be redelivered", self.group)
+            return ConsumeStatus.LATER
+        return out if out is ConsumeStatus.SUCCESS else ConsumeStatus.LATER
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.commit_s)  # the commit period
+            await self._commit_all()
+
+    async def _commit_all(self) -> None:
+        for mq, state in list(self._queues.items()):
+            await self._commit(mq, state)
+
+    async def _commit(self, mq: MessageQueue, state: _QueueState) -> None:
+        offset = state.committable()
+        if self.model != "clustering" or offset == state.committed:
+            return  # broadcasting keeps progress in this client; unchanged progress is not sent
+        try:
+            await self._pull.commit(mq, offset)
+            state.committed = offset
+        except errors.ClientError as err:
+            log.warning("commit %s: %s", mq, err)

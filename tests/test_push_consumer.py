@@ -1,0 +1,110 @@
+"""The push consumer on real processes: a two-member clustering group shares the queues and
+consumes every message exactly once, in queue order; a listener's "later" is redelivered and
+nothing is lost; broadcasting members each read everything."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from client import ConsumeStatus, Message, Producer, PushConsumer
+from client.types import ReceivedMessage
+from dledger.localcluster import LocalCluster
+from tests.test_broker_processes import BROKER, _start_namesrv
+from tests.test_processes import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _cluster(tmp_path: Path, ns: str) -> LocalCluster:
+    return LocalCluster(str(tmp_path), size=3, tick_ms=50,
+                        program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1"))
+
+
+class Recorder:
+    def __init__(self, later_once: set[bytes] | None = None) -> None:
+        self.seen: list[ReceivedMessage] = []
+        self.later_once = set(later_once or ())
+
+    def __call__(self, batch: list[ReceivedMessage]) -> ConsumeStatus:
+        if any(m.body in self.later_once for m in batch):
+            self.later_once -= {m.body for m in batch}
+            return ConsumeStatus.LATER
+        self.seen.extend(batch)
+        return ConsumeStatus.SUCCESS
+
+
+def test_a_two_member_group_consumes_everything_exactly_once(tmp_path: Path) -> None:
+    ns_proc, ns = _start_namesrv(tmp_path)
+
+    async def run() -> None:
+        async with Producer(ns) as producer:
+            await producer.send(Message("jobs", b"warm-up"))  # creates the topic (4 queues)
+            a, b = Recorder(later_once={b"job-7"}), Recorder()
+            ca = PushConsumer(ns, "workers", a, heartbeat_s=0.3, rebalance_s=1, commit_s=0.5,
+                              start_from="last", suspend_ms=500)
+            cb = PushConsumer(ns, "workers", b, heartbeat_s=0.3, rebalance_s=1, commit_s=0.5,
+                              start_from="last", suspend_ms=500)
+            ca.subscribe("jobs")
+            cb.subscribe("jobs")
+            await ca.start()
+            await cb.start()
+            try:
+                await wait_until(lambda: len(ca.members) == 2 and len(cb.members) == 2
+                                 and len(ca.assigned) + len(cb.assigned) == 4
+                                 and not set(ca.assigned) & set(cb.assigned), 20,
+                                 "both members to share the four queues")
+                bodies = [f"job-{i}".encode() for i in range(400)]
+                for i in range(0, 400, 40):
+                    await asyncio.gather(*(producer.send(Message("jobs", x)) for x in bodies[i:i + 40]))
+                await wait_until(lambda: len(a.seen) + len(b.seen) >= 400, 30, "every job consumed")
+            finally:
+                await ca.close()
+                await cb.close()
+            got = [m.body for m in a.seen + b.seen]
+            assert sorted(got) == sorted(bodies), "every message exactly once"
+            assert a.seen and b.seen, "both members consumed"
+            per_queue: dict = defaultdict(list)
+            for m in a.seen + b.seen:
+                per_queue[m.queue].append(m.queue_offset)
+            assert all(len(v) == len(set(v)) for v in per_queue.values())
+
+    try:
+        with _cluster(tmp_path, ns):
+            asyncio.run(run())
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)
+
+
+def test_broadcasting_members_each_read_everything(tmp_path: Path) -> None:
+    ns_proc, ns = _start_namesrv(tmp_path)
+
+    async def run() -> None:
+        async with Producer(ns) as producer:
+            await producer.send(Message("news", b"first"))
+            r1, r2 = Recorder(), Recorder()
+            consumers = [PushConsumer(ns, "readers", r, model="broadcasting", start_from="first",
+                                      heartbeat_s=0.3, suspend_ms=500) for r in (r1, r2)]
+            for c in consumers:
+                c.subscribe("news")
+                await c.start()
+            try:
+                for i in range(20):
+                    await producer.send(Message("news", f"n{i}".encode()))
+                await wait_until(lambda: len(r1.seen) >= 21 and len(r2.seen) >= 21, 20,
+                                 "both readers to see every message")
+            finally:
+                for c in consumers:
+                    await c.close()
+            assert sorted(m.body for m in r1.seen) == sorted(m.body for m in r2.seen)
+
+    try:
+        with _cluster(tmp_path, ns):
+            asyncio.run(run())
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)
