@@ -73,8 +73,10 @@ class PullConsumer:
                          leader=True)
 
     async def committed(self, mq: MessageQueue) -> int:
-        """The group's committed offset on ``mq``, or -1 if it never committed one."""
-        return int(await self._call(mq, bp.OFFSET_QUERY, self.group, mq.topic, mq.queue_id))
+        """The group's committed offset on ``mq``, or -1 if it never committed one. Asked of the
+        leader: a follower may not have applied the latest commit yet."""
+        return int(await self._call(mq, bp.OFFSET_QUERY, self.group, mq.topic, mq.queue_id,
+                                    leader=True))
 
     async def groups(self, topic: str) -> list[GroupRoute]:
         """The groups that serve ``topic`` (empty if none does yet)."""
@@ -96,16 +98,24 @@ class PullConsumer:
         group = next((g for g in await self._route(mq.topic) if g.group == mq.group), None)
         if group is None:
             raise errors.TopicNotFoundError(f"group {mq.group} does not serve {mq.topic!r}")
-        client = self._routes.group_client(group)
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
-        try:
-            if leader or client.leader in client.nodes:
-                return (await client.call_leader(kind, *args, timeout_s=deadline - time.monotonic()))[1]
-            return await client.call(next(iter(client.nodes)), kind, *args,
-                                     timeout_s=deadline - time.monotonic())
-        except DLedgerError as err:
-            self._routes.invalidate(mq.topic)
-            raise client_error(err) from err
+        for attempt in range(2):  # a second try with a fresh route (the leader may be new to it)
+            client = self._routes.group_client(group)
+            try:
+                if leader or client.leader in client.nodes:
+                    return (await client.call_leader(
+                        kind, *args, timeout_s=max(0.05, deadline - time.monotonic())))[1]
+                return await client.call(next(iter(client.nodes)), kind, *args,
+                                         timeout_s=max(0.05, deadline - time.monotonic()))
+            except DLedgerError as err:
+                self._routes.invalidate(mq.topic)
+                mapped = client_error(err)
+                if attempt or not isinstance(mapped, errors.RetriableError) \
+                        or time.monotonic() >= deadline:
+                    raise mapped from err
+                fresh = [g for g in await self._route(mq.topic, refresh=True) if g.group == mq.group]
+                group = fresh[0] if fresh else group
+        raise errors.UnavailableError(f"{mq}: no answer")
 
 
 def _message(mq: MessageQueue, r: list[Any]) -> ReceivedMessage:

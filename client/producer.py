@@ -3,10 +3,12 @@ groups that serve the topic, with isolation of a group that failed recently; ret
 the send deadline.
 
 Retry rule: every message carries a unique key, kept across attempts. A send whose outcome is
-unknown (timeout, connection lost, leadership change) is retried on the *same* group, whose
-state machine stores a key once and answers a retry with the original result; a send that
-certainly failed (no leader reachable, refused) moves to another group, at most ``retries``
-times. The library never configures logging or writes files.
+unknown (timeout, connection lost, leadership change) is retried on the *same* group while that
+group's share of the deadline lasts (its state machine stores a key once and answers a retry
+with the original result); a send that certainly failed (no leader reachable, refused), or a
+group that stays silent past its share, moves to another group, at most ``retries`` times. Only
+in that last case can a message be stored twice (once in each group): at-least-once, as
+RocketMQ. The library never configures logging or writes files.
 """
 
 from __future__ import annotations
@@ -96,26 +98,34 @@ class Producer:
                        retry: bool) -> list[SendResult]:
         assert self._routes is not None, "call start() first"
         deadline = time.monotonic() + self.send_timeout_s
+        attempts = 1 + (self.retries if retry else 0)
         tried: set[str] = set()
         last: errors.ClientError | None = None
-        for _ in range(1 + (self.retries if retry else 0)):
+        for k in range(attempts):
             route = await self._routes.route(topic, refresh=last is not None)
             group, queue_id = self._choose(topic, route.groups, tried)
             tried.add(group.group)
+            others = any(g.group not in tried for g in route.groups)
+            share = (deadline - time.monotonic()) / (attempts - k) if others else None
             try:
-                return await self._send_to_group(group, topic, queue_id, raw, deadline, retry)
-            except errors.RetriableError as err:  # certainly not stored: try another group
-                last = err
+                return await self._send_to_group(group, topic, queue_id, raw, deadline, retry,
+                                                 share)
+            except (errors.RetriableError, errors.SendTimeoutError) as err:
+                last = err  # certainly not stored, or silent past its share: try another group
                 self._isolated[group.group] = time.monotonic() + ISOLATE_S
                 self._routes.invalidate(topic)
+                if isinstance(err, errors.SendTimeoutError) and not others:
+                    raise
             if time.monotonic() >= deadline:
                 break
         raise last or errors.UnavailableError(f"no group took the send to {topic!r}")
 
     async def _send_to_group(self, group: GroupRoute, topic: str, queue_id: int, raw: list[Any],
-                             deadline: float, retry: bool) -> list[SendResult]:
+                             deadline: float, retry: bool, share_s: float | None) -> list[SendResult]:
         assert self._routes is not None
         client = self._routes.group_client(group)
+        if share_s is not None:
+            deadline = min(deadline, time.monotonic() + share_s)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

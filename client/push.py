@@ -44,8 +44,11 @@ class _QueueState:
     in_flight: set[int] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
     committed: int = -1  # what was last committed (commits only when progress moves)
+    processing: int = 0  # batches inside the listener right now
+    dropped: bool = False  # given away by a rebalance: queued batches are skipped
 
     def committable(self) -> int:
+        """-1 while the start offset is not known yet (nothing to commit)."""
         return min(self.in_flight) if self.in_flight else self.next_pull
 
 
@@ -68,8 +71,8 @@ class PushConsumer:
         self._pull = PullConsumer(namesrv, group)
         self._subs: dict[str, str] = {}
         self._queues: dict[MessageQueue, _QueueState] = {}
-        self._work: asyncio.Queue[tuple[MessageQueue, list[ReceivedMessage]]] = asyncio.Queue(
-            maxsize=concurrency * 4)
+        self._work: asyncio.Queue[tuple[_QueueState, MessageQueue, list[ReceivedMessage]]] = \
+            asyncio.Queue(maxsize=concurrency * 4)
         self.members: list[str] = []
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -87,6 +90,11 @@ class PushConsumer:
         if not self._subs:
             raise ValueError("subscribe to a topic before start()")
         await self._pull.start()
+        for topic in self._subs:  # a topic created a moment ago: wait for its route first
+            try:
+                await self._pull.fetch_queues(topic)
+            except errors.TopicNotFoundError:
+                continue  # not there yet: the periodic rebalance picks it up later
         await self._heartbeat()
         await self._rebalance()
         loops = [self._heartbeat_loop(), self._rebalance_loop(), self._commit_loop()]
@@ -152,18 +160,32 @@ class PushConsumer:
             await self._take(mq)
 
     async def _take(self, mq: MessageQueue) -> None:
-        start = await self._pull.committed(mq) if self.model == "clustering" else -1
-        if start < 0:
-            start = 0 if self.start_from == "first" else (await self._pull.pull(mq, 0, 0)).max_offset
-        state = _QueueState(start)
+        state = _QueueState(-1)
         self._queues[mq] = state
         state.task = asyncio.create_task(self._puller(mq, state))
 
-    async def _drop(self, mq: MessageQueue) -> None:
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        if self.model == "clustering" and len(self.members) > 1:
+            # Hand-over: the queue's previous owner notices the new membership at its next
+            # heartbeat, finishes what is in its listener and commits; only then read the offset.
+            await asyncio.sleep(2 * self.heartbeat_s + self.commit_s)
+        start = await self._pull.committed(mq) if self.model == "clustering" else -1
+        if start < 0:
+            start = 0 if self.start_from == "first" else (await self._pull.pull(mq, 0, 0)).max_offset
+        return start
+
+    async def _drop(self, mq: MessageQueue, wait_s: float = 10.0) -> None:
+        """Give a queue away: stop pulling it, skip its queued batches (the next owner gets them
+        from the committed offset), let the batches in the listener finish, then commit. So a
+        rebalance without faults delivers nothing twice."""
         state = self._queues.pop(mq)
+        state.dropped = True
         if state.task:
             state.task.cancel()
             await asyncio.gather(state.task, return_exceptions=True)
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while state.processing and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # batches already in the listener finish first
         await self._commit(mq, state)
 
     async def _heartbeat_loop(self) -> None:
@@ -187,6 +209,12 @@ class PushConsumer:
 
     async def _puller(self, mq: MessageQueue, state: _QueueState) -> None:
         tags = [t.strip() for t in self._subs[mq.topic].split("||")]
+        while state.next_pull < 0:
+            try:
+                state.next_pull = await self._start_offset(mq)
+            except errors.ClientError as err:
+                log.warning("start offset of %s: %s", mq, err)
+                await asyncio.sleep(0.2)  # a back-off before asking again
         while True:
             try:
                 res = await self._pull.pull(mq, state.next_pull, 32, self.suspend_ms, tags)
@@ -200,24 +228,29 @@ class PushConsumer:
             for k in range(0, len(res.messages), self.batch_size):
                 batch = list(res.messages[k : k + self.batch_size])
                 state.in_flight.update(m.queue_offset for m in batch)
-                await self._work.put((mq, batch))  # bounded: back-pressure on the puller
+                await self._work.put((state, mq, batch))  # bounded: back-pressure on the puller
             state.next_pull = res.next_offset
 
     async def _worker(self) -> None:
         while True:
-            mq, batch = await self._work.get()
-            status = await self._call_listener(batch)
-            state = self._queues.get(mq)
+            state, mq, batch = await self._work.get()
+            if state.dropped:
+                continue  # the queue's new owner delivers it from the committed offset
+            state.processing += 1
+            try:
+                status = await self._call_listener(batch)
+            finally:
+                state.processing -= 1
             if status is ConsumeStatus.SUCCESS:
                 self.consumed += len(batch)
-                if state is not None:
-                    state.in_flight.difference_update(m.queue_offset for m in batch)
+                state.in_flight.difference_update(m.queue_offset for m in batch)
             else:  # LATER: redeliver here after a delay; the offset stays uncommitted meanwhile
-                asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue, mq, batch)
+                asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue,
+                                                      state, mq, batch)
 
-    def _requeue(self, mq: MessageQueue, batch: list[ReceivedMessage]) -> None:
-        if mq in self._queues:
-            asyncio.ensure_future(self._work.put((mq, batch)))
+    def _requeue(self, state: _QueueState, mq: MessageQueue, batch: list[ReceivedMessage]) -> None:
+        if not state.dropped:
+            asyncio.ensure_future(self._work.put((state, mq, batch)))
 
     async def _call_listener(self, batch: list[ReceivedMessage]) -> ConsumeStatus:
         try:
@@ -240,7 +273,7 @@ class PushConsumer:
 
     async def _commit(self, mq: MessageQueue, state: _QueueState) -> None:
         offset = state.committable()
-        if self.model != "clustering" or offset == state.committed:
+        if self.model != "clustering" or offset < 0 or offset == state.committed:
             return  # broadcasting keeps progress in this client; unchanged progress is not sent
         try:
             await self._pull.commit(mq, offset)

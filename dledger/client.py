@@ -43,6 +43,14 @@ class UnavailableError(DLedgerError):
     """No server could be reached (or none knew a leader) before the deadline."""
 
 
+class UnknownLeaderError(UnavailableError):
+    """A node named a leader this client has no address for: refresh the membership and retry."""
+
+    def __init__(self, leader_hint: str) -> None:
+        super().__init__(f"the leader is {leader_hint!r}, which this client does not know")
+        self.leader_hint = leader_hint
+
+
 class UnknownNodeError(DLedgerError):
     """The node id is not one of the client's nodes."""
 
@@ -178,6 +186,8 @@ class LogClient:
             except NotLeaderError as err:  # certainly not appended: follow the hint at once
                 last_err = err
                 self.redirects += 1
+                if err.leader_hint and err.leader_hint not in self.nodes:
+                    raise UnknownLeaderError(err.leader_hint) from err
                 self.leader = err.leader_hint if err.leader_hint in self.nodes else None
                 if self.leader is None:
                     await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
