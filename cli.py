@@ -208,6 +208,38 @@ def topic() -> None:
     """Create, update, delete, list and route topics."""
 
 
+@topic.command("update")
+@click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.option("--read-queues", type=click.IntRange(0, 1024), required=True)
+@click.option("--write-queues", type=click.IntRange(0, 1024), required=True)
+@click.option("--perm", type=click.Choice(["2", "4", "6"]), default="6", show_default=True)
+@click.option("--group", "groups", multiple=True, help="Only these broker groups (default: all).")
+@click.argument("name")
+def topic_update(namesrv: str, read_queues: int, write_queues: int, perm: str,
+                 groups: tuple[str, ...], name: str) -> None:
+    """Change topic NAME's read/write queue counts and permission."""
+    async def run(routes: Routes) -> None:
+        for g in await _groups(routes, groups):
+            _, st = await routes.group_client(g).call_leader(
+                bp.TOPIC_PUT, name, read_queues, write_queues, int(perm))
+            click.echo(f"group {g.group}: {st}")
+    _with_routes(namesrv, run)
+
+
+@topic.command("status")
+@click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.argument("name")
+def topic_status(namesrv: str, name: str) -> None:
+    """Per group and queue: min and max offset of topic NAME."""
+    async def run() -> None:
+        async with PullConsumer(namesrv.split(","), "dledger-cli") as c:
+            click.echo(f"{'queue':<12} {'min':>8} {'max':>8}")
+            for mq in await c.fetch_queues(name):
+                r = await c.pull(mq, 0, 0)
+                click.echo(f"{mq.group + '/' + str(mq.queue_id):<12} {r.min_offset:>8} {r.max_offset:>8}")
+    _run(run())
+
+
 @topic.command("create")
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
 @click.option("--queues", type=click.IntRange(1, 1024), default=4, show_default=True,
@@ -295,6 +327,25 @@ def consume(namesrv: str, consumer_group: str | None, from_offset: int, max_mess
             if count_only:
                 click.echo(total)
     _run(run())
+
+
+@main.group()
+def leader() -> None:
+    """Leadership of broker groups."""
+
+
+@leader.command("transfer")
+@click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.argument("group")
+@click.argument("to")
+def leader_transfer(namesrv: str, group: str, to: str) -> None:
+    """Hand GROUP's leadership to node TO (it is caught up first)."""
+    async def run(routes: Routes) -> None:
+        for g in await _groups(routes, (group,)):
+            node, _ = await routes.group_client(g).call_leader(bp.TRANSFER_LEADERSHIP, to,
+                                                               timeout_s=10.0)
+            click.echo(f"group {g.group}: leadership moved from {node} to {to}")
+    _with_routes(namesrv, run)
 
 
 @main.group()

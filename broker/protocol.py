@@ -17,6 +17,7 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - HEARTBEAT ``client_id, group, model, {topic: tags}, ttl_ms`` -> the group's live members
   (sorted client ids) as this node knows them; ``ttl_ms`` 0 leaves the group. Membership is
   per node and in memory (clients heartbeat every node), as RocketMQ's.
+- TRANSFER_LEADERSHIP ``node_id`` -> true once that node leads (leader only)
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ OFFSET_COMMIT = 104
 OFFSET_QUERY = 105
 BROKER_STATUS = 106
 HEARTBEAT = 107
-KINDS = {SEND, PULL, TOPIC_PUT, TOPIC_DELETE, OFFSET_COMMIT, OFFSET_QUERY, BROKER_STATUS, HEARTBEAT}
+TRANSFER_LEADERSHIP = 108
+KINDS = {SEND, PULL, TOPIC_PUT, TOPIC_DELETE, OFFSET_COMMIT, OFFSET_QUERY, BROKER_STATUS, HEARTBEAT,
+         TRANSFER_LEADERSHIP}
 
 FOUND = "FOUND"
 NO_NEW_MSG = "NO_NEW_MSG"

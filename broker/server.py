@@ -26,6 +26,7 @@ from broker.protocol import (
     BROKER_STATUS,
     HEARTBEAT,
     KINDS,
+    TRANSFER_LEADERSHIP,
     FOUND,
     MAX_BATCH_BYTES,
     MAX_MESSAGE_BYTES,
@@ -183,6 +184,10 @@ class BrokerServer:
             return self.state.offsets.get((group, topic, queue_id), -1)
         if req.kind == BROKER_STATUS:
             return self.status()
+        if req.kind == TRANSFER_LEADERSHIP:
+            self._require_leader()
+            await self.node.transfer_leadership(str(a[0]))
+            return True
         if req.kind == HEARTBEAT:
             client_id, group, model, subs, ttl_ms = a
             return self.members.heartbeat(str(client_id), str(group), str(model), dict(subs),

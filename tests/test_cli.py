@@ -113,6 +113,19 @@ def test_broker_cluster_up_send_consume_status(tmp_path: Path) -> None:
         assert group["health"] == "ok" and len(group["nodes"]) == 3
         res = runner.invoke(cli.main, ["consumer", "progress", "--namesrv", ns, "g1", "orders"])
         assert res.exit_code == 0 and "committed" in res.output
+        res = runner.invoke(cli.main, ["topic", "update", "--namesrv", ns, "--read-queues", "8",
+                                       "--write-queues", "8", "orders"])
+        assert res.exit_code == 0 and "group a: OK" in res.output
+        deadline = time.monotonic() + 10  # the route shows the change once the leader re-registers
+        while True:
+            res = runner.invoke(cli.main, ["topic", "status", "--namesrv", ns, "orders"])
+            if res.output.count("a/") == 8 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)  # polling the NameServer until the route changes
+        assert res.exit_code == 0 and res.output.count("a/") == 8, res.output
+        target = next(n["node"] for n in group["nodes"] if n["role"] != "leader")
+        res = runner.invoke(cli.main, ["leader", "transfer", "--namesrv", ns, "a", target])
+        assert res.exit_code == 0 and f"to {target}" in res.output, res.output
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
