@@ -1,0 +1,290 @@
+"""The broker benchmark (``dledger bench``): a fresh NameServer + 3-node broker group in both flush
+modes, and NATS JetStream R3 (three ``nats-server`` processes, a file stream with 3 replicas) side
+by side in one run, over the workloads of BENCH.md: sync, 64 concurrent, batch/pipelined, consume,
+and (ours) failover. Prints a table with ratios to NATS, saves JSON and, when matplotlib is
+installed, a PNG chart. A tool, not a test: figures are only compared within one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Awaitable, Callable
+
+from client import Message, Producer, PullConsumer, SendTimeoutError
+from dledger.bench.load import closed_loop
+from dledger.localcluster import LocalCluster, free_ports
+
+INSTALL_HINT = "apt-get install -y nats-server && pip install nats-py"
+
+
+@dataclass
+class Row:
+    system: str
+    mode: str
+    workload: str
+    payload_bytes: int
+    msgs_per_s: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    note: str = ""
+
+
+def _pct(lat: list[float], p: float) -> float | None:
+    if not lat:
+        return None
+    lat = sorted(lat)
+    return lat[min(len(lat) - 1, round(p / 100 * (len(lat) - 1)))]
+
+
+async def _closed(call: Callable[[], Awaitable[object]], n: int, k: int) -> tuple[float, float | None, float | None]:
+    lat, elapsed, _ = await closed_loop(call, n, k, warmup=min(200, n // 5))
+    return len(lat) / elapsed if elapsed else 0.0, _pct(lat, 50), _pct(lat, 99)
+
+
+# -- ours -----------------------------------------------------------------------------------------------
+
+
+async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) -> list[Row]:
+    body = os.urandom(size)
+    rows = []
+    topic = f"bench-{mode}-{size}"
+    async with Producer(ns, send_timeout_s=10) as p:
+        await p.send(Message(topic, body))
+        for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
+            tput, p50, p99 = await _closed(lambda: p.send(Message(topic, body)), count, k)
+            rows.append(Row("dledger", mode, name, size, tput, p50, p99))
+        batch = [Message(topic, body) for _ in range(64)]
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < n:
+            await asyncio.gather(*(p.send_batch(batch) for _ in range(4)))
+            sent += 256
+        rows.append(Row("dledger", mode, "batch", size, sent / (time.perf_counter() - t0),
+                        note="4 batches of 64 in flight"))
+    async with PullConsumer(ns, "bench") as c:
+        t0 = time.perf_counter()
+        got = 0
+        for mq in await c.fetch_queues(topic):
+            offset = 0
+            while True:
+                r = await c.pull(mq, offset, 256)
+                if not r.messages:
+                    break
+                got += len(r.messages)
+                offset = r.next_offset
+        rows.append(Row("dledger", mode, "consume", size, got / (time.perf_counter() - t0)))
+    rows.append(await _failover(ns, cluster, mode, size, topic))
+    return rows
+
+
+async def _failover(ns: str, cluster: LocalCluster, mode: str, size: int, topic: str) -> Row:
+    """Kill -9 the leader under 64 concurrent senders: time to the next acknowledged send."""
+    body = os.urandom(size)
+    acks: list[float] = []
+    stop = asyncio.Event()
+    async with Producer(ns, send_timeout_s=10) as p:
+        async def sender() -> None:
+            while not stop.is_set():
+                try:
+                    await p.send(Message(topic, body))
+                    acks.append(time.monotonic())
+                except SendTimeoutError:
+                    continue
+        tasks = [asyncio.create_task(sender()) for _ in range(64)]
+        await asyncio.sleep(1.0)  # steady load before the fault
+        leader = await _leader(cluster)
+        killed_at = time.monotonic()
+        cluster.kill(leader)
+        deadline = killed_at + 30
+        while time.monotonic() < deadline and not any(t > killed_at + 0.05 for t in acks):
+            await asyncio.sleep(0.01)  # waiting for the first acknowledgement after the kill
+        after = [t for t in acks if t > killed_at + 0.05]
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        cluster.restart(leader)
+    gap = (after[0] - killed_at) * 1000 if after else None
+    return Row("dledger", mode, "failover", size, 0.0, gap, None, note="p50 column: ms to next ack")
+
+
+async def _leader(cluster: LocalCluster) -> str:
+    from broker import protocol as bp
+    from dledger.client import LogClient
+    async with LogClient(cluster.client_addresses, timeout_s=2) as lc:
+        for nid in cluster.servers:
+            if (await lc.call(nid, bp.BROKER_STATUS))["raft"]["role"] == "leader":
+                return nid
+    raise RuntimeError("no leader")
+
+
+def run_ours(mode: str, size: int, n: int) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d:
+        ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert ns_proc.stdout is not None
+            host, port = json.loads(ns_proc.stdout.readline())["listen"]
+            ns = f"{host}:{port}"
+            program = ("-m", "broker", "start", "--namesrv", ns, "--register-interval-s", "1")
+            with LocalCluster(d, size=3, flush_mode=mode, program=program) as cluster:
+                return asyncio.run(_ours(ns, cluster, mode, size, n))
+        finally:
+            ns_proc.terminate()
+            ns_proc.wait(timeout=10)
+
+
+# -- NATS JetStream R3 ------------------------------------------------------------------------------
+
+
+def nats_available() -> str | None:
+    if shutil.which("nats-server") is None:
+        return f"nats-server not found ({INSTALL_HINT})"
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        return f"nats-py not installed ({INSTALL_HINT})"
+    return None
+
+
+def _start_nats(d: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+    ports = free_ports(6)
+    client_ports, route_ports = ports[:3], ports[3:]
+    procs, urls = [], []
+    for i in range(3):
+        routes = ", ".join(f"nats-route://127.0.0.1:{p}" for j, p in enumerate(route_ports) if j != i)
+        conf = os.path.join(d, f"n{i}.conf")
+        with open(conf, "w") as f:
+            f.write(f"port: {client_ports[i]}\nhost: 127.0.0.1\nserver_name: n{i}\n"
+                    f"jetstream {{ store_dir: \"{d}/js{i}\" }}\n"
+                    f"cluster {{ name: bench\n listen: 127.0.0.1:{route_ports[i]}\n routes: [{routes}] }}\n")
+        procs.append(subprocess.Popen(["nats-server", "-c", conf], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        urls.append(f"nats://127.0.0.1:{client_ports[i]}")
+    return procs, urls
+
+
+async def _nats(urls: list[str], size: int, n: int) -> list[Row]:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig
+    async def quiet(err: Exception) -> None:
+        return None  # the servers are still starting: nats-py retries by itself
+
+    nc = await nats.connect(servers=urls, connect_timeout=5, error_cb=quiet,
+                            max_reconnect_attempts=120, reconnect_time_wait=0.25)
+    js = nc.jetstream(timeout=10)
+    deadline = time.monotonic() + 60
+    while True:  # the JetStream meta leader takes a few seconds to appear
+        try:
+            await js.add_stream(name="BENCH", subjects=["bench.>"], num_replicas=3)
+            break
+        except Exception:  # noqa: BLE001 - any error before the cluster is ready: retry
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+    body = os.urandom(size)
+    rows = []
+    for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
+        tput, p50, p99 = await _closed(lambda: js.publish("bench.x", body), count, k)
+        rows.append(Row("NATS JetStream R3", "-", name, size, tput, p50, p99))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await js.publish_async("bench.x", body)
+    await js.publish_async_completed()
+    rows.append(Row("NATS JetStream R3", "-", "batch", size, n / (time.perf_counter() - t0),
+                    note="publish_async"))
+    total = (await js.stream_info("BENCH")).state.messages
+    sub = await js.pull_subscribe("bench.x", "bench", config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+    t0 = time.perf_counter()
+    got = 0
+    while got < total:
+        msgs = await sub.fetch(batch=256, timeout=5)
+        got += len(msgs)
+    rows.append(Row("NATS JetStream R3", "-", "consume", size, got / (time.perf_counter() - t0)))
+    await nc.close()
+    return rows
+
+
+def run_nats(size: int, n: int) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="nats-bench-") as d:
+        procs, urls = _start_nats(d)
+        try:
+            return asyncio.run(_nats(urls, size, n))
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait(timeout=10)
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def render(rows: list[Row]) -> str:
+    peer = {(r.workload, r.payload_bytes): r for r in rows if r.system.startswith("NATS")}
+    head = (f"{'workload':<11} {'payload':>7} {'system':<18} {'mode':<6} {'msgs/s':>9} {'p50 ms':>8} "
+            f"{'p99 ms':>8} {'x NATS':>7}  note")
+    out = [head, "-" * len(head)]
+    for r in rows:
+        p = peer.get((r.workload, r.payload_bytes))
+        ratio = f"{r.msgs_per_s / p.msgs_per_s:.2f}" if p and p is not r and p.msgs_per_s and r.msgs_per_s else ""
+        f = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
+        out.append(f"{r.workload:<11} {r.payload_bytes:>7} {r.system:<18} {r.mode:<6} "
+                   f"{r.msgs_per_s:>9.0f} {f(r.p50_ms):>8} {f(r.p99_ms):>8} {ratio:>7}  {r.note}")
+    return "\n".join(out)
+
+
+def chart(rows: list[Row], path: str) -> str | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib not installed: no chart (pip install matplotlib)"
+    tput = [r for r in rows if r.msgs_per_s and r.workload != "failover"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 1.5 + 0.32 * len(tput)))
+    labels = [f"{r.workload} · {r.system.split()[0]} {r.mode} · {r.payload_bytes} B" for r in tput]
+    a.barh(labels, [r.msgs_per_s for r in tput])
+    a.set_xlabel("messages/s (higher is better)")
+    lat = [r for r in rows if r.p50_ms is not None and r.workload in ("sync", "concurrent")]
+    b.barh([f"{r.workload} {r.system.split()[0]} {r.mode} {r.payload_bytes}B" for r in lat],
+           [r.p50_ms for r in lat])
+    b.set_xlabel("p50 latency, ms (lower is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return None
+
+
+def main(quick: bool, payloads: list[int], out_dir: str) -> int:
+    n = 2000 if quick else 20_000
+    plan: list[tuple[str, Any]] = []
+    for size in payloads:
+        plan += [("nats", size), ("sync", size), ("async", size)]
+    missing = nats_available()
+    rows: list[Row] = []
+    import click
+    with click.progressbar(plan, label="dledger bench", file=sys.stderr,
+                           item_show_func=lambda s: f"{s[0]} {s[1]} B" if s else "") as bar:
+        for what, size in bar:
+            if what == "nats":
+                if missing:
+                    continue
+                rows += run_nats(size, n)
+            else:
+                rows += run_ours(what, size, n)
+    os.makedirs(out_dir, exist_ok=True)
+    print(render(rows))
+    if missing:
+        print(f"\nNATS JetStream skipped: {missing}")
+    with open(os.path.join(out_dir, "broker-bench.json"), "w") as f:
+        json.dump({"rows": [asdict(r) for r in rows], "cores": os.cpu_count(),
+                   "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f, indent=2)
+    note = chart(rows, os.path.join(out_dir, "broker-bench.png"))
+    print(note or f"\nsaved {out_dir}/broker-bench.json and broker-bench.png")
+    return 0
