@@ -86,6 +86,8 @@ class _Connection(FramedProtocol):
         except WireError as err:
             self.send_payload(encode_error(-1, err))
             return
+        if req.kind == SEND and self.server.send_fast(req, self):
+            return
         task = asyncio.ensure_future(self.server.handle(req, self))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -206,7 +208,8 @@ class BrokerServer:
             raise SendRefusedError(result.status, result.detail)
         return result
 
-    async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+    def _send_entry(self, topic: str, queue_id: int, raw: list[Any]) -> bytes:
+        """Validate a send on the leader and encode its entry (raises named errors)."""
         self._require_leader()
         validate_topic_name(topic)
         messages = _messages(raw)
@@ -215,15 +218,52 @@ class BrokerServer:
             raise SendRefusedError("TOPIC_NOT_FOUND", topic)
         if cfg is not None and not cfg.writable:
             raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
-        entry = SendEntry(topic, int(queue_id), int(time.time() * 1000), messages,
-                          self.config.auto_create_topics, self.config.default_queues)
-        result = await self._commit(encode(entry))
+        return encode(SendEntry(topic, int(queue_id), int(time.time() * 1000), messages,
+                                self.config.auto_create_topics, self.config.default_queues))
+
+    def _send_answer(self, index: int) -> list[Any]:
+        result = self.results.pop(index, None)
+        if result is None:
+            raise BrokerError(f"no apply result for entry {index}")
         if result.status != "SEND_OK":
             raise SendRefusedError(result.status, result.detail)
         position = self.node.store.position_of(result.index) if self.node.store else 0
-        ids = [offset_msg_id(self.group, position, slot) for slot in range(len(messages))]
+        ids = [offset_msg_id(self.group, position, slot) for slot in range(len(result.queue_offsets))]
         return ["SEND_OK", result.queue_id, list(result.queue_offsets), ids,
                 list(result.duplicates), list(result.queue_ids)]
+
+    async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+        data = self._send_entry(topic, queue_id, raw)
+        committed = await self.node.propose(data, self.config.send_timeout_s)
+        return self._send_answer(committed.index)
+
+    def send_fast(self, req: Request, conn: _Connection) -> bool:
+        """The hot path: no task per send. The node's future always ends (committed,
+        leadership lost, stopped); the client enforces its own deadline. Returns False to
+        leave a malformed request to the slow path's named errors."""
+        try:
+            topic, queue_id, raw = req.args
+            fut = self.node.submit(self._send_entry(topic, queue_id, raw))
+        except (DLedgerError, BrokerError) as err:
+            conn.send_payload(encode_error(req.request_id, err))
+            return True
+        except (TypeError, ValueError, IndexError):
+            return False
+        rid = req.request_id
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if f.cancelled():
+                return
+            err = f.exception()
+            try:
+                if err is not None:
+                    raise err
+                conn.send_payload(encode_result(rid, self._send_answer(f.result().index)))
+            except (DLedgerError, BrokerError) as failure:
+                conn.send_payload(encode_error(rid, failure))
+
+        fut.add_done_callback(done)
+        return True
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
                    max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
