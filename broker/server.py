@@ -162,8 +162,8 @@ class BrokerServer:
             result = await self._dispatch(req)
         except (DLedgerError, BrokerError) as err:
             conn.send_payload(encode_error(req.request_id, err))
-        except (TypeError, ValueError, IndexError) as err:
-            conn.send_payload(encode_error(req.request_id, BadEntryError(f"bad request: {err}")))
+        except (TypeError, ValueError, IndexError, OverflowError, KeyError, AttributeError) as err:
+            conn.send_payload(encode_error(req.request_id, BadEntryError(f"bad request: {err!r}")))
         else:
             conn.send_payload(encode_result(req.request_id, result))
 
@@ -183,6 +183,7 @@ class BrokerServer:
             return (await self._leader_commit(OffsetCommit(group, topic, queue_id, offset))).status
         if req.kind == OFFSET_QUERY:
             group, topic, queue_id = a
+            await self.node.read_barrier()  # the leader, with every earlier commit applied
             return self.state.offsets.get((group, topic, queue_id), -1)
         if req.kind == BROKER_STATUS:
             return self.status()
@@ -276,6 +277,7 @@ class BrokerServer:
         if offset >= hi:
             return [NO_NEW_MSG, offset, lo, hi, []]
         wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
+        entries: dict[int, SendEntry] = {}  # each entry decoded once per pull
         units = self.state.units(topic, queue_id, offset, min(max_messages, MAX_PULL_MESSAGES))
         out: list[Any] = []
         size = 0
@@ -286,7 +288,7 @@ class BrokerServer:
             next_offset = offset + k + 1
             if wanted is not None and unit.tag_hash not in wanted:
                 continue  # filtered by tag hash on the broker; clients check tags exactly
-            m = self._read_message(unit.position, unit.slot)
+            m = self._read_message(unit.position, unit.slot, entries)
             size += unit.size
             out.append([offset + k, m.body, m.tags, list(m.keys), m.unique_key,
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
@@ -300,11 +302,14 @@ class BrokerServer:
         except TimeoutError:
             return
 
-    def _read_message(self, position: int, slot: int) -> Message:
-        store = self.node.store
-        assert store is not None
-        entry = decode(store.read_at(position).data)
-        assert isinstance(entry, SendEntry)
+    def _read_message(self, position: int, slot: int, entries: dict[int, SendEntry]) -> Message:
+        entry = entries.get(position)
+        if entry is None:
+            store = self.node.store
+            assert store is not None
+            decoded = decode(store.read_at(position).data)
+            assert isinstance(decoded, SendEntry)
+            entry = entries[position] = decoded
         return entry.messages[slot]
 
     def status(self) -> dict[str, Any]:

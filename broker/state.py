@@ -86,7 +86,7 @@ class BrokerState:
         try:
             return self._apply(index, position, entry)
         except BrokerError as err:
-            return ApplyResult(index, type(err).__name__, detail=str(err))
+            return ApplyResult(index, err.code, detail=str(err))
 
     def _apply(self, index: int, position: int, entry: BrokerEntry) -> ApplyResult:
         if isinstance(entry, SendEntry):
@@ -101,6 +101,11 @@ class BrokerState:
                 return ApplyResult(index, "TOPIC_NOT_FOUND", topic=entry.name)
             for key in [k for k in self.queues if k[0] == entry.name]:
                 del self.queues[key]
+            # A re-created topic starts afresh: no offsets or unique keys of the old one apply.
+            for key in [k for k in self.offsets if k[1] == entry.name]:
+                del self.offsets[key]
+            for key in [k for k, v in self.dedup.items() if v[0] == entry.name]:
+                del self.dedup[key]
             return ApplyResult(index, "OK", topic=entry.name)
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset

@@ -70,6 +70,7 @@ class PushConsumer:
         self.client_id = client_id or f"{uuid.uuid4().hex[:12]}"
         self._pull = PullConsumer(namesrv, group)
         self._subs: dict[str, str] = {}
+        self._known_queues: set[MessageQueue] = set()
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._work: asyncio.Queue[tuple[_QueueState, MessageQueue, list[ReceivedMessage]]] = \
             asyncio.Queue(maxsize=concurrency * 4)
@@ -77,6 +78,7 @@ class PushConsumer:
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.consumed = 0
+        self._initial_queues: set[MessageQueue] | None = None  # the queues seen at start()
 
     def subscribe(self, topic: str, tags: str = "*") -> None:
         """Before start(): consume ``topic``, messages whose tag is in ``tags`` (``A || B``, ``*``)."""
@@ -97,6 +99,7 @@ class PushConsumer:
                 continue  # not there yet: the periodic rebalance picks it up later
         await self._heartbeat()
         await self._rebalance()
+        self._initial_queues = set(self._known_queues)
         loops = [self._heartbeat_loop(), self._rebalance_loop(), self._commit_loop()]
         self._tasks = [asyncio.create_task(c) for c in loops]
         self._tasks += [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
@@ -151,6 +154,7 @@ class PushConsumer:
                 queues = await self._pull.fetch_queues(topic)
             except errors.TopicNotFoundError:
                 continue
+            self._known_queues.update(queues)
             mine = queues if self.model == "broadcasting" else \
                 self.strategy(self.client_id, self.members, queues)
             wanted.update(mine)
@@ -171,7 +175,14 @@ class PushConsumer:
             await asyncio.sleep(2 * self.heartbeat_s + self.commit_s)
         start = await self._pull.committed(mq) if self.model == "clustering" else -1
         if start < 0:
-            start = 0 if self.start_from == "first" else (await self._pull.pull(mq, 0, 0)).max_offset
+            # A queue that appeared after start() (its topic was created, or a group or queues
+            # were added, while we ran) is read from its beginning whatever start_from says:
+            # its messages were all sent after we subscribed.
+            new = self._initial_queues is not None and mq not in self._initial_queues
+            if self.start_from == "first" or new:
+                start = 0
+            else:
+                start = (await self._pull.pull(mq, 0, 0)).max_offset
         return start
 
     async def _drop(self, mq: MessageQueue, wait_s: float = 10.0) -> None:
@@ -223,7 +234,10 @@ class PushConsumer:
                 await asyncio.sleep(0.2)  # a back-off before pulling that queue again
                 continue
             if res.status == bp.OFFSET_OUT_OF_RANGE:
-                state.next_pull = res.max_offset if state.next_pull > res.max_offset else res.min_offset
+                if state.next_pull < res.min_offset:
+                    state.next_pull = res.min_offset  # retention moved past us
+                else:  # this replica lags behind what we read: never rewind, ask again
+                    await asyncio.sleep(0.05)  # a back-off before pulling that queue again
                 continue
             for k in range(0, len(res.messages), self.batch_size):
                 batch = list(res.messages[k : k + self.batch_size])

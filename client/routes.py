@@ -19,7 +19,7 @@ from dledger.client import LogClient
 from dledger.client import UnavailableError as LogUnavailableError
 from dledger.errors import DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
 from dledger.errors import OverloadedError as LogOverloadedError
-from dledger.protocol import RemoteError
+from dledger.protocol import BadRequestError, RemoteError
 
 ROUTE_REFRESH_S = 30.0
 DEFAULT_QUEUES = 4
@@ -128,7 +128,8 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "NO_PERMISSION": errors.NoPermissionError,
     "MESSAGE_TOO_LARGE": errors.MessageTooLargeError,
     "INVALID_TOPIC": errors.InvalidTopicError,
-    "QUEUE_NOT_FOUND": errors.TopicNotFoundError,
+    "QUEUE_NOT_FOUND": errors.UnavailableError,  # a stale route (queues shrank): refresh, retry
+    "BAD_REQUEST": errors.NonRetriableError,
 }
 
 
@@ -136,6 +137,8 @@ def client_error(err: DLedgerError) -> errors.ClientError:
     """The client library's exception for an error of the transport layer or of a broker."""
     if isinstance(err, RemoteError):
         return _CODES.get(err.code, errors.NonRetriableError)(str(err))
+    if isinstance(err, BadRequestError):
+        return errors.NonRetriableError(str(err))
     if isinstance(err, OutcomeUnknownError):
         return errors.SendTimeoutError(str(err))
     if isinstance(err, LogOverloadedError):

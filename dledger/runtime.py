@@ -240,6 +240,15 @@ class Node:
             self._apply_waiters = [w for w in self._apply_waiters if w[1] is not fut]
             raise ProposalTimeoutError(f"index {index} not applied within {timeout_s} s") from err
 
+    async def read_barrier(self, timeout_s: float = 3.0) -> None:
+        """Return once this node leads and has applied everything committed before its term
+        (its no-op), so reads of applied state see every earlier commit (Raft section 8).
+        Raises NotLeaderError or ProposalTimeoutError."""
+        core = self._core()
+        if core.role is not Role.LEADER:
+            raise NotLeaderError(core.leader_id, core.term)
+        await self.wait_applied(core.term_start_index, timeout_s)
+
     def read_committed(self, lo: int, max_entries: int = 256,
                        max_bytes: int = 4 << 20) -> list[AppliedEntry]:
         """Committed entries from index lo, as stored here (followers serve these too)."""

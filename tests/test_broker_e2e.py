@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker import protocol as bp
-from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, SendTimeoutError
+from client import ClientError, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from client.types import MessageQueue, ReceivedMessage
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def brokers(tmp_path: Path, ns: str, group: str = "a") -> LocalCluster:
-    return LocalCluster(str(tmp_path), size=3, tick_ms=50, group=group,
+    return LocalCluster(str(tmp_path), size=3, tick_ms=50, group=group, trace=True,
                         program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1"))
 
 
@@ -46,15 +46,20 @@ def push(ns: str, sink: Sink, topic: str) -> PushConsumer:
 
 
 async def produce(ns: str, topic: str, n: int, producers: int,
-                  acked: dict[bytes, tuple[MessageQueue, int]]) -> None:
+                  acked: dict[bytes, tuple[MessageQueue, int]],
+                  stop: asyncio.Event | None = None) -> None:
+    """Producers send until n messages were tried or ``stop`` is set; a failed or unknown send
+    is simply not acknowledged (every producer keeps going, so none outlives the call)."""
     async def one(p: int) -> None:
         async with Producer(ns) as producer:
             for k in range(p, n, producers):
+                if stop is not None and stop.is_set():
+                    return
                 body = f"m{k}".encode()
                 try:
                     r = await producer.send(Message(topic, body))
-                except SendTimeoutError:
-                    continue  # outcome unknown: not acknowledged
+                except ClientError:
+                    continue  # failed or outcome unknown: not acknowledged
                 acked[body] = (r.queue, r.queue_offset)
     await asyncio.gather(*(one(p) for p in range(producers)))
 
@@ -254,12 +259,13 @@ def test_sigkill_of_every_node_during_sends_loses_nothing(tmp_path: Path) -> Non
 
     async def run(cluster: LocalCluster) -> None:
         acked: dict[bytes, tuple[MessageQueue, int]] = {}
-        sending = asyncio.create_task(produce(ns, "all", 100_000, 4, acked))
+        stop = asyncio.Event()
+        sending = asyncio.create_task(produce(ns, "all", 100_000, 4, acked, stop))
         await wait_until(lambda: len(acked) >= 300, 30, "sends before the kill")
         for n in cluster.servers:
             cluster.kill(n)
-        sending.cancel()
-        await asyncio.gather(sending, return_exceptions=True)
+        stop.set()
+        await sending  # every producer has stopped: nothing is sent after the restart
         for n in cluster.servers:
             cluster.restart(n)
         async with LogClient(cluster.client_addresses, timeout_s=5) as lc:
@@ -282,17 +288,36 @@ def test_sigkill_of_every_node_during_sends_loses_nothing(tmp_path: Path) -> Non
             await wait_until(rebuilt, 30, "every replica to rebuild its consume queues")
 
             async def converged() -> bool:  # committed-but-unacknowledged sends count too
-                maxes = set()
-                for n in cluster.servers:
-                    maxes.add(tuple([(await lc.call(n, bp.PULL, "all", q, 0, 0, 0, 0, []))[3]
-                                     for q in range(4)]))
-                return len(maxes) == 1
+                try:
+                    sts = [await lc.call(n, bp.BROKER_STATUS) for n in cluster.servers]
+                except DLedgerError:
+                    return False
+                leader_st = [st for st in sts if st["raft"]["role"] == "leader"]
+                if not leader_st:
+                    return False
+                raft = leader_st[0]["raft"]
+                # quiet: the leader committed all it holds, and every replica applied exactly that
+                return raft["commit_index"] == raft["last_index"] and \
+                    all(st["applied_index"] == raft["commit_index"] for st in sts)
 
             await wait_until(converged, 30, "every replica to apply the same entries")
             views = {}
             for n in cluster.servers:
                 views[n] = {q: await _all(lc, n, q) for q in range(4)}
-            assert views["n0"] == views["n1"] == views["n2"], "consume queues identical everywhere"
+            for n in ("n1", "n2"):  # the consume queues are identical on every replica
+                for q in range(4):
+                    assert views["n0"][q] == views[n][q], f"n0 and {n} differ on queue {q}"
+            for n, view in views.items():  # and each replica holds every acknowledged message
+                held = {m[1]: (q, m[0]) for q, ms in view.items() for m in ms}
+                wrong = [(b, (mq.queue_id, off), held.get(b)) for b, (mq, off) in acked.items()
+                         if held.get(b) != (mq.queue_id, off)]
+                if wrong:
+                    sts = {x: (await lc.call(x, bp.BROKER_STATUS)) for x in cluster.servers}
+                    brief = {x: (st["raft"]["role"], st["raft"]["term"], st["raft"]["last_index"],
+                                 st["raft"]["commit_index"], st["applied_index"])
+                             for x, st in sts.items()}
+                    raise AssertionError((n, len(wrong), wrong[:3], brief,
+                                          {q: len(ms) for q, ms in view.items()}))
             stored = {m[1]: (q, m[0]) for q, ms in views["n0"].items() for m in ms}
             assert all(stored.get(b) == (mq.queue_id, off) for b, (mq, off) in acked.items())
 

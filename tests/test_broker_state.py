@@ -115,7 +115,7 @@ def test_a_bad_entry_is_refused_the_same_way_everywhere_without_raising() -> Non
     assert state.apply(1, 0, b"\xff\x00garbage").status == "BAD_ENTRY"
     assert state.apply(2, 10, b"").status == "NOOP"  # the leader's no-op
     bad_topic = encode(TopicPut("%RETRY%g", 1, 1, PERM_RW))  # reserved, not a system put
-    assert state.apply(3, 20, bad_topic).status == "InvalidTopicError"
+    assert state.apply(3, 20, bad_topic).status == "INVALID_TOPIC"  # the wire code
     with pytest.raises(ValueError):
         state.apply(3, 20, bad_topic)  # applying an index twice is a shell bug, not input
     with pytest.raises(BadEntryError):
@@ -157,3 +157,13 @@ def test_replicas_and_checkpoints_derive_identical_state(ops, cut: int) -> None:
     results_b = [restored.apply(e) for e in ops[cut:]]
     assert restored.state.snapshot() == a.state.snapshot()
     assert results_a[cut:] == results_b
+
+
+def test_deleting_a_topic_forgets_its_offsets_and_unique_keys() -> None:
+    log = Log()
+    log.apply(send("t", 0, b"a", keys=("K1",)))
+    log.apply(OffsetCommit("g", "t", 0, 1))
+    log.apply(TopicDelete("t"))
+    assert ("g", "t", 0) not in log.state.offsets
+    again = log.apply(send("t", 0, b"a", keys=("K1",)))  # re-created: stored, not a duplicate
+    assert again.duplicates == (False,) and again.queue_offsets == (0,)

@@ -68,6 +68,7 @@ class RaftCore(LeaderRole):
         self.progress: dict[str, Progress] = {}
         self.transferee: str | None = None
         self.transfer_elapsed = 0
+        self.term_start_index = 0  # as leader: the index of this term's no-op
         self.retain_index = 0  # lowest index any member still needs, learned from the leader
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
@@ -273,6 +274,7 @@ class RaftCore(LeaderRole):
         self.progress = {p: Progress(nxt, self.config.max_inflight) for p in self.config.peers}
         self._clear_uncommitted()
         # Raft 8: a no-op of the new term lets the leader learn (and commit) what is committed.
+        self.term_start_index = nxt
         self._append_as_leader([Entry(nxt, self.term, EntryKind.NOOP, b"")])
 
     def _start_election(self, transfer: bool = False) -> None:
