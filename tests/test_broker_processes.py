@@ -256,3 +256,34 @@ def test_brokers_register_with_the_namesrv_and_routes_follow_the_leader(tmp_path
     finally:
         ns_proc.terminate()
         ns_proc.wait(timeout=10)
+
+
+def test_bad_input_gets_named_errors_and_the_broker_keeps_serving(tmp_path: Path) -> None:
+    import socket
+    import struct
+
+    async def run(cluster: LocalCluster) -> None:
+        async with LogClient(cluster.client_addresses, timeout_s=5.0) as client:
+            leader = await _wait_leader(client, cluster)
+            with pytest.raises(RemoteError) as err:  # auto-create is off here
+                await send(client, "nosuch", 0, msg(b"x"))
+            assert err.value.code == "TOPIC_NOT_FOUND"
+            with pytest.raises(RemoteError) as err:
+                await send(client, "nosuch", 0, msg(b"x" * (bp.MAX_MESSAGE_BYTES + 1)))
+            assert err.value.code == "MESSAGE_TOO_LARGE"
+            with pytest.raises(DLedgerError):  # malformed arguments: a named error, no hang
+                await client.call(leader, bp.SEND, "t", "not a queue id", "not a list")
+            host, port = cluster.servers[leader].client_address
+            with socket.create_connection((host, port), timeout=5) as s:  # garbage, then oversize
+                s.sendall(struct.pack(">I", 5) + b"\xff\xfe\xfd\xfc\xfb")
+                s.sendall(struct.pack(">I", 1 << 30))
+                s.settimeout(5)
+                while s.recv(65536):
+                    pass  # the server answers the garbage frame, then closes the connection
+            _, status = await client.call_leader(bp.TOPIC_PUT, "made", 4, 4, 6)
+            assert status == "OK"  # and it keeps serving
+            assert (await send(client, "made", 0, msg(b"ok")))[0] == "SEND_OK"
+
+    with LocalCluster(str(tmp_path), size=3, tick_ms=50,
+                      program=(*BROKER, "--no-auto-create")) as cluster:
+        asyncio.run(run(cluster))
