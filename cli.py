@@ -75,10 +75,17 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
                 raise click.ClickException(log_cli._start_failure(str(err))) from err
         _print_up(ns, clusters, flush_mode, data_dir)
         deadline = time.monotonic() + exit_after_s if exit_after_s else None
+        reported: set[str] = set()
         while not stop["now"] and (deadline is None or time.monotonic() < deadline):
-            dead = [f"{c.group}-{n}" for c in clusters for n, s in c.servers.items() if not s.running]
-            if dead or ns_proc.poll() is not None:
-                raise click.ClickException(f"{dead or 'the NameServer'} exited; stopping")
+            if ns_proc.poll() is not None:
+                raise click.ClickException("the NameServer exited; stopping")
+            for c in clusters:  # a broker dying is a fault to watch, not a reason to stop
+                for nid, srv in c.servers.items():
+                    name = f"{c.group}-{nid}"
+                    if not srv.running and name not in reported:
+                        reported.add(name)
+                        click.echo(f"broker {name} exited; its group carries on without it "
+                                   f"(see {srv.log_path})", err=True)
             time.sleep(0.2)  # the foreground wait of an interactive command
         click.echo("stopping...")
     finally:
