@@ -190,7 +190,10 @@ def test_limit_data_counts_across_chunks_and_updates(client, echo_proxy):
         sock.sendall(b"efghijkl")  # 4 sent so far: 8 more allowed, so all of this passes
         assert recv_exactly(sock, 8) == b"efghijkl"
         sock.sendall(b"mnop")
-        assert read_to_end(sock) == (b"", "eof")
+        # Nothing past the limit arrives and the connection ends; a FIN or an RST depending on
+        # whether the proxy still had unread bytes from us when it closed (a kernel race).
+        data, how = read_to_end(sock)
+        assert data == b"" and how in ("eof", "reset")
 
 
 def test_disable_drops_connections_and_refuses_new_ones(client, echo_proxy):
