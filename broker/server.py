@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -47,7 +49,9 @@ from broker.protocol import (
 from broker.registrar import Registrar
 from broker.state import ApplyResult, BrokerState, tag_hash
 from broker.topics import DEFAULT_QUEUES, validate_topic_name
+from dledger.commitlog import FileLogStore
 from dledger.errors import DLedgerError, NotLeaderError, WireError
+from dledger.hardstate import write_file_atomically
 from dledger.framed import FramedProtocol
 from dledger.protocol import Request, decode_request, encode_error, encode_result
 from dledger.raft.types import EntryKind
@@ -67,6 +71,7 @@ class BrokerConfig:
     default_queues: int = DEFAULT_QUEUES
     send_timeout_s: float = 3.0
     admin_listen: Address | None = ("127.0.0.1", 0)  # None: no admin HTTP
+    checkpoint_interval_s: float = 10.0  # persist the state machine this often (0: never)
     namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
     register_interval_s: float = 30.0
 
@@ -97,8 +102,10 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.group = config.node.group
-        self.node = Node(config.node)
-        self.state = BrokerState()
+        self.state = load_checkpoint(config.node.data_dir)
+        # The log replays only what the checkpoint does not cover.
+        self.node = Node(config.node, applied_index=self.state.applied_index)
+        self._checkpointer: asyncio.Task[None] | None = None
         self.results: OrderedDict[int, ApplyResult] = OrderedDict()
         self.members = GroupMembers()
         self._arrivals: dict[tuple[str, int], asyncio.Event] = {}
@@ -124,8 +131,22 @@ class BrokerServer:
             self.admin_address = (host, port)
         if self.config.namesrv:
             self.registrar.start()
+        if self.config.checkpoint_interval_s > 0:
+            self._checkpointer = asyncio.create_task(self._checkpoint_loop())
+
+    async def _checkpoint_loop(self) -> None:
+        saved = self.state.applied_index
+        while True:
+            await asyncio.sleep(self.config.checkpoint_interval_s)  # the checkpoint period
+            if self.state.applied_index > saved:
+                saved = self.state.applied_index
+                blob = self.state.snapshot()  # on the loop: a consistent view
+                await asyncio.to_thread(save_checkpoint, self.config.node.data_dir, blob)
 
     async def stop(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            await asyncio.gather(self._checkpointer, return_exceptions=True)
         if self.config.namesrv:
             await self.registrar.stop()
         if self._admin is not None:
@@ -320,6 +341,46 @@ class BrokerServer:
         st["admin_address"] = list(self.admin_address or ())
         st["consumer_groups"] = self.members.snapshot(time.monotonic())
         return st
+
+
+CHECKPOINT_FILE = "broker.checkpoint"
+
+
+def save_checkpoint(data_dir: str, blob: bytes) -> None:
+    """The state machine's checkpoint: CRC32 then the snapshot, written atomically."""
+    write_file_atomically(os.path.join(data_dir, CHECKPOINT_FILE),
+                          zlib.crc32(blob).to_bytes(4, "big") + blob)
+
+
+def load_checkpoint(data_dir: str) -> BrokerState:
+    """The last checkpoint, or an empty state (the log is then replayed from the start). A
+    checkpoint that is damaged, or ahead of what the log holds (a power loss took entries the
+    leader had applied before its own fsync), is set aside rather than trusted."""
+    path = os.path.join(data_dir, CHECKPOINT_FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return BrokerState()
+    blob = raw[4:]
+    try:
+        if len(raw) < 4 or zlib.crc32(blob) != int.from_bytes(raw[:4], "big"):
+            raise BadEntryError("checksum mismatch")
+        state = BrokerState.restore(blob)
+    except BadEntryError as err:
+        log.warning("ignoring checkpoint %s: %s", path, err)
+        return BrokerState()
+    log_dir = os.path.join(data_dir, "log")
+    if os.path.isdir(log_dir):
+        store = FileLogStore.open(log_dir)
+        last = store.last_index()
+        store.close()
+    else:
+        last = 0
+    if state.applied_index > last:
+        log.warning("ignoring checkpoint at %d: the log ends at %d", state.applied_index, last)
+        return BrokerState()
+    return state
 
 
 def _messages(raw: Any) -> tuple[Message, ...]:

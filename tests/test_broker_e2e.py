@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 def brokers(tmp_path: Path, ns: str, group: str = "a") -> LocalCluster:
     return LocalCluster(str(tmp_path), size=3, tick_ms=50, group=group, trace=True,
-                        program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1"))
+                        program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1",
+                                 "--checkpoint-interval-s", "0.3"))  # restarts use checkpoints
 
 
 class Sink:

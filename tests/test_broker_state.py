@@ -167,3 +167,26 @@ def test_deleting_a_topic_forgets_its_offsets_and_unique_keys() -> None:
     assert ("g", "t", 0) not in log.state.offsets
     again = log.apply(send("t", 0, b"a", keys=("K1",)))  # re-created: stored, not a duplicate
     assert again.duplicates == (False,) and again.queue_offsets == (0,)
+
+
+def test_checkpoints_round_trip_and_a_bad_or_early_one_is_set_aside(tmp_path) -> None:
+    from broker.server import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+    from dledger.commitlog import FileLogStore
+    from dledger.raft.types import Entry, EntryKind
+
+    log = Log()
+    log.apply(send("t", 0, b"a", b"b"))
+    log.apply(OffsetCommit("g", "t", 0, 2))
+    store = FileLogStore.open(str(tmp_path / "log"))  # a log that holds those two entries
+    store.append([Entry(i, 1, EntryKind.NORMAL, b"x") for i in (1, 2)])
+    store.sync()
+    store.close()
+    save_checkpoint(str(tmp_path), log.state.snapshot())
+    assert load_checkpoint(str(tmp_path)).snapshot() == log.state.snapshot()
+    log.apply(send("t", 0, b"c"))  # index 3: ahead of what the log holds
+    save_checkpoint(str(tmp_path), log.state.snapshot())
+    assert load_checkpoint(str(tmp_path)).applied_index == 0  # not trusted: replay the log
+    raw = bytearray((tmp_path / CHECKPOINT_FILE).read_bytes())
+    raw[-1] ^= 0xFF
+    (tmp_path / CHECKPOINT_FILE).write_bytes(bytes(raw))
+    assert load_checkpoint(str(tmp_path)).applied_index == 0  # damaged: set aside
