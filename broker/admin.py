@@ -21,9 +21,8 @@ def make_app(server: BrokerServer) -> web.Application:
         return web.json_response({"ok": server.node.failure is None})
 
     async def readyz(_: web.Request) -> web.Response:
-        raft = server.node.status().raft
-        ready = raft.leader_id is not None and server.state.applied_index >= raft.commit_index
-        return web.json_response({"ready": ready, "leader": raft.leader_id},
+        ready = server.caught_up()
+        return web.json_response({"ready": ready, "leader": server.node.status().raft.leader_id},
                                  status=200 if ready else 503)
 
     async def metrics(_: web.Request) -> web.Response:

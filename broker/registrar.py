@@ -1,5 +1,5 @@
-"""Registers a broker node with every NameServer: at start, at once on every role or term change
-and whenever its topics change, and periodically (30 s by default), carrying group, node id, client and admin addresses, role,
+"""Registers a broker node with every NameServer: once it has caught up with its group, at once on
+every role or term change and whenever its topics change, and periodically (30 s by default), carrying group, node id, client and admin addresses, role,
 term and the topic configuration; unregisters on stop. NameServers that do not answer are
 retried on the next round (never blocking the node: every request has a deadline)."""
 
@@ -52,7 +52,9 @@ class Registrar:
             raft = self.server.node.status().raft
             now = time.monotonic()
             seen = (raft.role.value, raft.term, hash(frozenset(self.server.state.topics.items())))
-            if seen != last or now >= next_at:
+            if not self.server.caught_up():
+                pass  # a restarted node or a new leader would report stale topics: wait
+            elif seen != last or now >= next_at:
                 last, next_at = seen, now + self.interval_s
                 body = self.registration()
                 await asyncio.gather(*(self._post(u, "/v1/brokers/register", body) for u in self.urls))

@@ -333,6 +333,17 @@ class BrokerServer:
             entry = entries[position] = decoded
         return entry.messages[slot]
 
+    def caught_up(self) -> bool:
+        """Whether this node's state reflects what its group has committed: it knows a leader,
+        has applied its commit index, and, as leader, has applied its own term's no-op (so its
+        topic list is not a stale or empty one, e.g. right after a restart)."""
+        core = self.node.core
+        if core is None or core.leader_id is None:
+            return False
+        if self.state.applied_index < core.log.commit_index:
+            return False
+        return not self.node.is_leader or self.state.applied_index >= core.term_start_index
+
     def status(self) -> dict[str, Any]:
         st = status_dict(self.node, self.client_address)
         st["topics"] = {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,

@@ -101,19 +101,34 @@ class Producer:
         attempts = 1 + (self.retries if retry else 0)
         tried: set[str] = set()
         last: errors.ClientError | None = None
-        for k in range(attempts):
-            route = await self._routes.route(topic, refresh=last is not None)
+        k = 0
+        while k < attempts:
+            try:
+                route = await self._routes.route(topic, refresh=last is not None)
+            except errors.UnavailableError as err:  # no group registered yet: wait a little
+                last = err
+                if time.monotonic() + 0.1 >= deadline:
+                    break
+                await asyncio.sleep(0.1)  # polling the NameServer until a group shows up
+                continue
             group, queue_id = self._choose(topic, route.groups, tried)
             tried.add(group.group)
             others = any(g.group not in tried for g in route.groups)
             share = (deadline - time.monotonic()) / (attempts - k) if others else None
+            k += 1
             try:
                 return await self._send_to_group(group, topic, queue_id, raw, deadline, retry,
                                                  share)
             except (errors.RetriableError, errors.SendTimeoutError) as err:
                 last = err  # certainly not stored, or silent past its share: try another group
-                self._isolated[group.group] = time.monotonic() + ISOLATE_S
                 self._routes.invalidate(topic)
+                if isinstance(err, errors.UnavailableError) and not others:
+                    k -= 1  # the only group: its membership is changing; refresh and retry
+                    if time.monotonic() + 0.1 >= deadline:
+                        break
+                    await asyncio.sleep(0.1)  # polling the NameServer for the group's new view
+                    continue
+                self._isolated[group.group] = time.monotonic() + ISOLATE_S
                 if isinstance(err, errors.SendTimeoutError) and not others:
                     raise
             if time.monotonic() >= deadline:

@@ -81,8 +81,8 @@ class Routes:
             groups = tuple(GroupRoute(g.group, g.leader, g.nodes, DEFAULT_QUEUES, DEFAULT_QUEUES, 6)
                            for g in await self.cluster_groups())
             route = TopicRoute(topic, groups, time.monotonic(), False)
-        if not route.groups:
-            raise errors.TopicNotFoundError(f"no broker group serves or can create {topic!r}")
+        if not route.groups:  # nothing registered yet (a cluster starting up): try again soon
+            raise errors.UnavailableError(f"no broker group is registered to serve {topic!r}")
         self._routes[topic] = route
         return route
 
