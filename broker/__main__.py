@@ -4,16 +4,19 @@ cleanly on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import signal
 from typing import Any
 
 import click
 
 from broker.server import BrokerConfig, BrokerServer
 from dledger import evloop
-from dledger.node_cli import node_config, node_options, parse_address, setup_logging
+from dledger.node_cli import (
+    node_config,
+    node_options,
+    parse_address,
+    serve_until_signal,
+    setup_logging,
+)
 
 
 @click.group()
@@ -49,23 +52,9 @@ def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str
 
 async def _serve(config: BrokerConfig) -> None:
     server = BrokerServer(config)
-    await server.start()
-    print(json.dumps({"event": "ready", "node": config.node.node_id,
-                      "peer": list(server.node.peer_address or ()),
-                      "client": list(server.client_address or ()),
-                      "admin": list(server.admin_address or ())}), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    waiter = asyncio.ensure_future(stop.wait())
-    joined = asyncio.ensure_future(server.node.join())
-    await asyncio.wait({waiter, joined}, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    joined.cancel()
-    await server.stop()
-    if server.node.failure is not None:
-        raise SystemExit(1)
+    await serve_until_signal(server, lambda: {
+        "node": config.node.node_id, "peer": list(server.node.peer_address or ()),
+        "client": list(server.client_address or ()), "admin": list(server.admin_address or ())})
 
 
 if __name__ == "__main__":

@@ -4,14 +4,17 @@ peer lists and addresses, and turning them into a ``NodeConfig`` with clear usag
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import signal
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 import click
 
 from dledger.raft.config import Canaries
-from dledger.runtime import Address, NodeConfig
+from dledger.runtime import Address, Node, NodeConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,3 +100,31 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
 def setup_logging() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+class NodeServer(Protocol):
+    node: Node
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]]) -> None:
+    """Start ``server``, print the JSON ready line (``ready()`` gives its fields, read after
+    start so ports are real), run until SIGTERM/SIGINT or until the node's loop ends on its
+    own, stop cleanly; exit 1 if the node failed."""
+    await server.start()
+    print(json.dumps({"event": "ready", **ready()}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.ensure_future(stop.wait())
+    joined = asyncio.ensure_future(server.node.join())
+    await asyncio.wait({waiter, joined}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    joined.cancel()
+    await server.stop()
+    if server.node.failure is not None:
+        sys.exit(1)

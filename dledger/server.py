@@ -12,11 +12,8 @@ handling and the command line; replication is the runtime's business.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import signal
-import sys
 import time
 from dataclasses import asdict
 from typing import Any
@@ -41,7 +38,13 @@ from dledger.protocol import (
     encode_error,
     encode_result,
 )
-from dledger.node_cli import node_config, node_options, parse_address, setup_logging
+from dledger.node_cli import (
+    node_config,
+    node_options,
+    parse_address,
+    serve_until_signal,
+    setup_logging,
+)
 from dledger.runtime import Address, Committed, Node, NodeConfig
 from dledger.framed import FramedProtocol
 
@@ -218,22 +221,9 @@ def main(client_listen: str, enable_bench: bool, **opts: Any) -> None:
 
 async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool) -> None:
     server = LogServer(config, client_listen, enable_bench=enable_bench)
-    await server.start()
-    print(json.dumps({"event": "ready", "node": config.node_id,
-                      "peer": list(server.node.peer_address or ()),
-                      "client": list(server.client_address or ())}), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    waiter = asyncio.ensure_future(stop.wait())
-    joined = asyncio.ensure_future(server.node.join())
-    await asyncio.wait({waiter, joined}, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    joined.cancel()
-    await server.stop()
-    if server.node.failure is not None:
-        sys.exit(1)
+    await serve_until_signal(server, lambda: {
+        "node": config.node_id, "peer": list(server.node.peer_address or ()),
+        "client": list(server.client_address or ())})
 
 
 if __name__ == "__main__":

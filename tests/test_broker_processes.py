@@ -223,14 +223,16 @@ def test_brokers_register_with_the_namesrv_and_routes_follow_the_leader(tmp_path
             await send(client, "routed", 0, msg(b"x"))
             got: list[dict[str, Any]] = []
 
-            async def routed_to(node: str) -> bool:
+            async def routed_to(node: str, nodes: int = 1) -> bool:
                 r = await route(session, "routed")
-                if r is not None and r["groups"][0]["leader"] == node:
+                if r is not None and r["groups"][0]["leader"] == node \
+                        and len(r["groups"][0]["nodes"]) >= nodes:
                     got.append(r)
                     return True
                 return False
 
-            await wait_until(lambda: routed_to(leader), 15, "the route to name the leader")
+            # every node registers once it has caught up with the group
+            await wait_until(lambda: routed_to(leader, 3), 15, "the route to name the leader")
             group = got[-1]["groups"][0]
             assert group["write_queues"] == 4 and len(group["nodes"]) == 3
             term = group["term"]
