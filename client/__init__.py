@@ -14,6 +14,7 @@ from client.errors import (
     OverloadedError,
     RetriableError,
     SendTimeoutError,
+    StaleRouteError,
     TopicNotFoundError,
     UnavailableError,
 )
@@ -26,6 +27,6 @@ __all__ = [
     "ClientError", "ConsumeStatus", "InvalidTopicError", "Message", "MessageQueue", "MessageTooLargeError",
     "NoLeaderYetError", "NoPermissionError", "NonRetriableError", "NotLeaderError",
     "OverloadedError", "Producer", "PullConsumer", "PushConsumer", "PullResult", "ReceivedMessage",
-    "RetriableError", "SendResult", "SendTimeoutError", "SyncProducer", "SyncPullConsumer",
+    "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncProducer", "SyncPullConsumer",
     "TopicNotFoundError", "UnavailableError",
 ]

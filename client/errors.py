@@ -24,6 +24,11 @@ class UnavailableError(RetriableError):
     """No node of any group could take the request before the deadline."""
 
 
+class StaleRouteError(UnavailableError):
+    """The route names a group's nodes without its current leader (it is still registering):
+    refresh the route and retry."""
+
+
 class OverloadedError(RetriableError):
     """The leader has too many proposals pending."""
 

@@ -122,8 +122,12 @@ class Producer:
             except (errors.RetriableError, errors.SendTimeoutError) as err:
                 last = err  # certainly not stored, or silent past its share: try another group
                 self._routes.invalidate(topic)
-                if isinstance(err, errors.UnavailableError) and not others:
-                    k -= 1  # the only group: its membership is changing; refresh and retry
+                if isinstance(err, errors.StaleRouteError) or (
+                        isinstance(err, errors.UnavailableError) and not others):
+                    # the group is fine but our view of it is stale (or it is the only group):
+                    # refresh the route and try it again, without isolating it
+                    k -= 1
+                    tried.discard(group.group)
                     if time.monotonic() + 0.1 >= deadline:
                         break
                     await asyncio.sleep(0.1)  # polling the NameServer for the group's new view

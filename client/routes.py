@@ -17,6 +17,7 @@ import aiohttp
 from client import errors
 from dledger.client import LogClient
 from dledger.client import UnavailableError as LogUnavailableError
+from dledger.client import UnknownLeaderError
 from dledger.errors import DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
 from dledger.errors import OverloadedError as LogOverloadedError
 from dledger.protocol import BadRequestError, RemoteError
@@ -143,6 +144,8 @@ def client_error(err: DLedgerError) -> errors.ClientError:
         return errors.SendTimeoutError(str(err))
     if isinstance(err, LogOverloadedError):
         return errors.OverloadedError(str(err))
+    if isinstance(err, UnknownLeaderError):
+        return errors.StaleRouteError(str(err))
     if isinstance(err, NotLeaderError):
         return errors.NoLeaderYetError(str(err))
     if isinstance(err, (LogUnavailableError, NodeStoppedError)):
