@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,6 +23,12 @@ from tests.test_broker_processes import BROKER, _start_namesrv, _wait_leader
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
+
+
+def _stop(proc: "subprocess.Popen[str]") -> None:
+    """Every test here starts one NameServer; this stops it."""
+    proc.terminate()
+    proc.wait(timeout=10)
 
 
 def brokers(tmp_path: Path, ns: str, group: str = "a") -> LocalCluster:
@@ -112,8 +119,7 @@ def test_ten_thousand_messages_through_a_two_member_group_exactly_once(tmp_path:
         with brokers(tmp_path, ns):
             asyncio.run(run())
     finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+        _stop(ns_proc)
 
 
 def test_leader_kill_during_sends_and_a_consumer_restart(tmp_path: Path) -> None:
@@ -153,8 +159,7 @@ def test_leader_kill_during_sends_and_a_consumer_restart(tmp_path: Path) -> None
         with brokers(tmp_path, ns) as cluster:
             asyncio.run(run(cluster))
     finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+        _stop(ns_proc)
 
 
 def test_two_groups_serve_one_topic_and_one_losing_its_leader_does_not_stop_the_other(
@@ -185,8 +190,7 @@ def test_two_groups_serve_one_topic_and_one_losing_its_leader_does_not_stop_the_
             asyncio.run(_wait_route(ns, "shared", a, b))
             asyncio.run(run(a, b))
     finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+        _stop(ns_proc)
 
 
 async def _wait_route(ns: str, topic: str, a: LocalCluster, b: LocalCluster) -> None:
@@ -251,8 +255,7 @@ def test_an_appended_but_uncommitted_message_is_never_delivered(tmp_path: Path) 
         with brokers(tmp_path, ns) as cluster:
             asyncio.run(run(cluster))
     finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+        _stop(ns_proc)
 
 
 def test_sigkill_of_every_node_during_sends_loses_nothing(tmp_path: Path) -> None:
@@ -326,8 +329,7 @@ def test_sigkill_of_every_node_during_sends_loses_nothing(tmp_path: Path) -> Non
         with brokers(tmp_path, ns) as cluster:
             asyncio.run(run(cluster))
     finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+        _stop(ns_proc)
 
 
 async def _all(lc: LogClient, node: str, q: int) -> list:
