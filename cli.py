@@ -22,6 +22,7 @@ from client import ClientError, Message, Producer, PullConsumer
 from client.routes import GroupRoute, Routes, client_error
 from dledger import log_cli
 from dledger.errors import DLedgerError
+from chaos.live import command as chaos_command
 from dledger.localcluster import ClusterError, LocalCluster
 
 NAMESRV_HELP = "NameServer address(es): host:port[,host:port]"
@@ -33,6 +34,7 @@ def main() -> None:
 
 
 main.add_command(log_cli.main, name="log")
+main.add_command(chaos_command.chaos, name="chaos")
 
 
 # -- dledger up ------------------------------------------------------------------------------------

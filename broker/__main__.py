@@ -34,10 +34,13 @@ def main() -> None:
               help="Admin HTTP address (/status, /metrics, /livez, /readyz).")
 @click.option("--namesrv", default="", help="NameServers to register with: host:port,host:port")
 @click.option("--register-interval-s", type=float, default=30.0, show_default=True)
+@click.option("--advertise", default=None,
+              help="Client address to register instead of --listen's (NAT, a proxy).")
 @click.option("--checkpoint-interval-s", type=float, default=10.0, show_default=True,
               help="Persist the broker state this often, so a restart replays only the rest.")
 def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str,
-          register_interval_s: float, checkpoint_interval_s: float, **opts: Any) -> None:
+          register_interval_s: float, checkpoint_interval_s: float, advertise: str | None,
+          **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
     names = tuple(a.strip() for a in namesrv.split(",") if a.strip())
@@ -46,7 +49,8 @@ def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str
     config = BrokerConfig(node_config(opts), parse_address(client_listen),
                           auto_create_topics=auto_create, admin_listen=parse_address(admin_listen),
                           namesrv=names, register_interval_s=register_interval_s,
-                          checkpoint_interval_s=checkpoint_interval_s)
+                          checkpoint_interval_s=checkpoint_interval_s,
+                          advertise_client=parse_address(advertise) if advertise else None)
     evloop.run(_serve(config))
 
 

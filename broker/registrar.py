@@ -65,7 +65,8 @@ class Registrar:
         raft = s.node.status().raft
         role = {"pre_candidate": "candidate"}.get(raft.role.value, raft.role.value)
         return {"group": node.group, "node_id": node.node_id,
-                "client_address": _fmt(s.client_address), "admin_address": _fmt(s.admin_address),
+                "client_address": _fmt(s.config.advertise_client or s.client_address),
+                "admin_address": _fmt(s.admin_address),
                 "role": role, "term": raft.term,
                 "topics": {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                     "perm": t.perm} for t in s.state.topics.values()}}

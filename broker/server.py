@@ -74,6 +74,7 @@ class BrokerConfig:
     checkpoint_interval_s: float = 10.0  # persist the state machine this often (0: never)
     namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
     register_interval_s: float = 30.0
+    advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
 
 
 class _Connection(FramedProtocol):

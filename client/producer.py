@@ -101,6 +101,7 @@ class Producer:
         attempts = 1 + (self.retries if retry else 0)
         tried: set[str] = set()
         last: errors.ClientError | None = None
+        unknown = False  # some attempt may have stored the message: never report a sure failure
         k = 0
         while k < attempts:
             try:
@@ -121,6 +122,7 @@ class Producer:
                                                  share)
             except (errors.RetriableError, errors.SendTimeoutError) as err:
                 last = err  # certainly not stored, or silent past its share: try another group
+                unknown = unknown or isinstance(err, errors.SendTimeoutError)
                 self._routes.invalidate(topic)
                 if isinstance(err, errors.StaleRouteError) or (
                         isinstance(err, errors.UnavailableError) and not others):
@@ -137,6 +139,9 @@ class Producer:
                     raise
             if time.monotonic() >= deadline:
                 break
+        if unknown and not isinstance(last, errors.SendTimeoutError):
+            raise errors.SendTimeoutError(f"send to {topic!r}: an earlier attempt's outcome is "
+                                          f"unknown; the last one failed: {last}") from last
         raise last or errors.UnavailableError(f"no group took the send to {topic!r}")
 
     async def _send_to_group(self, group: GroupRoute, topic: str, queue_id: int, raw: list[Any],
@@ -145,18 +150,24 @@ class Producer:
         client = self._routes.group_client(group)
         if share_s is not None:
             deadline = min(deadline, time.monotonic() + share_s)
+        unknown = False
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise errors.SendTimeoutError(f"send to {topic!r} not known to be committed in time")
             try:
-                _, res = await client.call_leader(bp.SEND, topic, queue_id, raw, timeout_s=remaining)
+                node, res = await client.call_leader(bp.SEND, topic, queue_id, raw,
+                                                     timeout_s=remaining)
             except DLedgerError as err:
                 mapped = client_error(err)
                 if isinstance(mapped, errors.SendTimeoutError) and retry:
+                    unknown = True
                     continue  # outcome unknown: the same group dedups the unique keys
+                if unknown and not isinstance(mapped, errors.SendTimeoutError):
+                    raise errors.SendTimeoutError(
+                        f"send to {topic!r}: outcome unknown, then {mapped}") from err
                 raise mapped from err
-            return _results(topic, group.group, res, raw)
+            return _results(topic, group.group, res, raw, node)
 
     def _choose(self, topic: str, groups: Sequence[GroupRoute], tried: set[str]) -> tuple[GroupRoute, int]:
         now = time.monotonic()
@@ -175,10 +186,11 @@ def _encode(messages: Sequence[Message]) -> list[Any]:
              [list(p) for p in m.properties], int(time.time() * 1000)] for m in messages]
 
 
-def _results(topic: str, group: str, res: list[Any], raw: list[Any]) -> list[SendResult]:
+def _results(topic: str, group: str, res: list[Any], raw: list[Any],
+             node: str = "") -> list[SendResult]:
     status, _, offsets, offset_ids, dups, queue_ids = res
     return [SendResult(status, raw[k][3], offset_ids[k], MessageQueue(topic, group, queue_ids[k]),
-                       offsets[k], dups[k]) for k in range(len(raw))]
+                       offsets[k], dups[k], node) for k in range(len(raw))]
 
 
 def _chunks(messages: Sequence[Message], max_bytes: int) -> list[list[Message]]:

@@ -29,6 +29,7 @@ class SendResult:
     queue: MessageQueue
     queue_offset: int
     duplicate: bool = False  # a retry: the broker returned the original result
+    node: str = ""  # the node (its group's leader) that answered
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,8 +148,10 @@ def _open_append_fd(path: str, exclusive: bool) -> int:
 class FileLogStore:
     """A ``LogStore`` in a directory of segment files. Create with ``FileLogStore.open``."""
 
-    def __init__(self, dir_path: str, segment_bytes_max: int, dir_fd: int) -> None:
+    def __init__(self, dir_path: str, segment_bytes_max: int, dir_fd: int,
+                 verify_checksums: bool = True) -> None:
         self._dir = dir_path
+        self._verify = verify_checksums  # False only for the skip-checksum canary
         self._segment_bytes_max = segment_bytes_max
         self._dir_fd = dir_fd
         self._segments: list[_Segment] = []
@@ -171,6 +173,7 @@ class FileLogStore:
         dir_path: str | os.PathLike[str],
         segment_bytes_max: int = DEFAULT_SEGMENT_BYTES_MAX,
         verify_all: bool = False,
+        verify_checksums: bool = True,
     ) -> FileLogStore:
         """Open (creating if missing) and recover the log in ``dir_path``.
 
@@ -190,7 +193,7 @@ class FileLogStore:
         except OSError as err:
             os.close(dir_fd)
             raise StorageError(f"{path}: log directory is in use by another open store") from err
-        store = cls(path, segment_bytes_max, dir_fd)
+        store = cls(path, segment_bytes_max, dir_fd, verify_checksums)
         try:
             store._recover(verify_all)
         except OSError as err:
@@ -279,7 +282,8 @@ class FileLogStore:
                 for j in range(k, k_end):
                     offset = self._positions[j] - seg.base_position
                     index, size = self._base_index + 1 + j, self._entry_bytes(j)
-                    out.append(decode_entry(buf, self._positions[j] - start, start, index, size))
+                    out.append(decode_entry(buf, self._positions[j] - start, start, index, size,
+                                            self._verify))
             except FrameError as err:
                 raise CorruptLogError(f"{seg.data_path}: offset {offset}: {err}") from err
             except OSError as err:
@@ -555,7 +559,8 @@ class FileLogStore:
         data_bases = self._drop_stale_files(names)
         for k, base_position in enumerate(data_bases):
             last = k == len(data_bases) - 1
-            self._recover_segment(base_position, verify=verify_all or last, last=last)
+            self._recover_segment(base_position, verify=(verify_all or last) and self._verify,
+                                  last=last)
         if self._segments and self._segments[-1].data_bytes == 0:
             self._delete_segment(self._segments.pop())  # a crash left it empty
         if self._segments:
@@ -616,7 +621,7 @@ class FileLogStore:
             return records
         buf = _pread_exact(seg.data_fd, data_bytes - start, start)
         buf_position, buf_index = seg.base_position + start, seg.first_index + len(records)
-        scanned, stop, reason = scan_entries(buf, buf_position, buf_index)
+        scanned, stop, reason = scan_entries(buf, buf_position, buf_index, self._verify)
         records.extend(scanned)
         if reason is None:
             return records

@@ -125,8 +125,9 @@ def encode_entry(entry: Entry, position: int) -> bytes:
 _Frame = tuple[str | None, int, int, int, int]  # (why invalid or None, size, index, term, kind)
 
 
-def _parse_frame(view: memoryview, off: int, buf_position: int) -> _Frame:
-    """Check the frame at ``off``; ``buf_position`` is the logical position of ``view[0]``."""
+def _parse_frame(view: memoryview, off: int, buf_position: int, verify_crc: bool = True) -> _Frame:
+    """Check the frame at ``off``; ``buf_position`` is the logical position of ``view[0]``.
+    ``verify_crc=False`` exists only for the skip-checksum canary (tests prove it is caught)."""
     if len(view) - off < HEADER_BYTES:
         return "incomplete header", 0, 0, 0, 0
     magic, size, index, term, position, kind, version, _flags, _reserved, crc = _HEADER.unpack_from(
@@ -138,8 +139,8 @@ def _parse_frame(view: memoryview, off: int, buf_position: int) -> _Frame:
         return f"declared size {size} is below the header size", 0, 0, 0, 0
     if off + size > len(view):
         return f"declared size {size} runs past the end of the file", 0, 0, 0, 0
-    actual = zlib.crc32(view[off + HEADER_BYTES : off + size], zlib.crc32(view[off : off + 44]))
-    if actual != crc:
+    if verify_crc and crc != zlib.crc32(view[off + HEADER_BYTES : off + size],
+                                        zlib.crc32(view[off : off + 44])):
         return "checksum mismatch", 0, 0, 0, 0
     if position != buf_position + off:
         return f"frame says position {position}, found at {buf_position + off}", 0, 0, 0, 0
@@ -148,10 +149,11 @@ def _parse_frame(view: memoryview, off: int, buf_position: int) -> _Frame:
     return None, size, index, term, kind
 
 
-def decode_entry(buf: bytes, off: int, buf_position: int, index: int, size: int) -> Entry:
+def decode_entry(buf: bytes, off: int, buf_position: int, index: int, size: int,
+                 verify_crc: bool = True) -> Entry:
     """Decode and verify the entry expected at ``off`` with this index and encoded size."""
     view = memoryview(buf)
-    reason, found_size, found_index, term, kind = _parse_frame(view, off, buf_position)
+    reason, found_size, found_index, term, kind = _parse_frame(view, off, buf_position, verify_crc)
     if reason is None and (found_index != index or found_size != size):
         reason = f"found index {found_index} size {found_size}, expected index {index} size {size}"
     if reason is not None:
@@ -160,7 +162,7 @@ def decode_entry(buf: bytes, off: int, buf_position: int, index: int, size: int)
 
 
 def scan_entries(
-    buf: bytes, buf_position: int, first_index: int
+    buf: bytes, buf_position: int, first_index: int, verify_crc: bool = True
 ) -> tuple[Records, int, str | None]:
     """Verify consecutive entries from the start of ``buf``, the first one being ``first_index``.
 
@@ -171,7 +173,7 @@ def scan_entries(
     records = Records()
     off, expected = 0, first_index
     while off < len(view):
-        reason, size, index, term, _kind = _parse_frame(view, off, buf_position)
+        reason, size, index, term, _kind = _parse_frame(view, off, buf_position, verify_crc)
         if reason is None and index != expected:
             reason = f"index {index} where {expected} was expected"
         if reason is not None:

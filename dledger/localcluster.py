@@ -70,6 +70,7 @@ class LocalCluster:
     client_port: int = 0  # first client port; 0: free ports picked at random
     trace: bool = False  # each node appends an event trace to <base_dir>/<group>-<id>.trace
     program: tuple[str, ...] = ("-m", "dledger.server")  # e.g. ("-m", "broker", "start")
+    node_args: dict[str, tuple[str, ...]] = field(default_factory=dict)  # per node, e.g. --dial
     servers: dict[str, ServerProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -100,7 +101,7 @@ class LocalCluster:
                 "--data-dir", s.data_dir, "--flush-mode", self.flush_mode,
                 "--tick-ms", str(self.tick_ms), "--election-ticks", str(self.election_ticks),
                 *(["--trace", self.trace_path(nid)] if self.trace else []),
-                *self.extra_args]
+                *self.extra_args, *self.node_args.get(nid, ())]
 
     def trace_path(self, nid: str) -> str:
         return os.path.join(self.base_dir, f"{self.group}-{nid}.trace")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any, Callable, Protocol, TypeVar
@@ -102,6 +103,16 @@ def setup_logging() -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+async def _power_loss(server: NodeServer) -> None:
+    """Discard every log byte not yet fsynced (tearing the last write), then die at once, as a
+    machine whose power failed: no clean stop, no flush, no checkpoint."""
+    discarded = await server.node.power_loss(tear=True)
+    logging.getLogger("dledger.node").warning("power loss: discarded_bytes=%d", discarded)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(137)
+
+
 class NodeServer(Protocol):
     node: Node
 
@@ -120,6 +131,8 @@ async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, A
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if server.node.config.test_faults:  # SIGUSR1: pull the plug (tests only)
+        loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(_power_loss(server)))
     waiter = asyncio.ensure_future(stop.wait())
     joined = asyncio.ensure_future(server.node.join())
     await asyncio.wait({waiter, joined}, return_when=asyncio.FIRST_COMPLETED)

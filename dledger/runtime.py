@@ -82,7 +82,9 @@ class NodeConfig:
     def raft_config(self) -> RaftConfig:
         return RaftConfig(node_id=self.node_id, voters=tuple(sorted(self.peers)),
                           election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
-                          preferred_leader=self.preferred_leader, canaries=self.canaries)
+                          preferred_leader=self.preferred_leader, canaries=self.canaries,
+                          check_quorum=not self.canaries.no_pre_vote_check_quorum,
+                          pre_vote=not self.canaries.no_pre_vote_check_quorum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +159,8 @@ class Node:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
         self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
-                                       segment_bytes_max=cfg.segment_bytes_max)
+                                       segment_bytes_max=cfg.segment_bytes_max,
+                                       verify_checksums=not cfg.canaries.skip_checksum)
         self._hard_state = FileHardStateStore(os.path.join(cfg.data_dir, "hardstate"))
         if cfg.trace_path is not None:
             self.trace = NodeTrace(cfg.trace_path, cfg.node_id)

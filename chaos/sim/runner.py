@@ -23,6 +23,7 @@ CANARIES = {
     "ack_before_fsync": Canaries(ack_before_fsync=True),
     "truncate_on_append": Canaries(truncate_on_append=True),
     "count_self_before_durable": Canaries(count_self_before_durable=True),
+    "commit_without_quorum": Canaries(commit_without_quorum=True),
 }
 
 MAIN_TICKS = 400

@@ -20,10 +20,12 @@ class Canaries:
     ack_before_fsync: bool = False  # follower answers appends before its entries are durable
     truncate_on_append: bool = False  # follower cuts its log after every append, matched or not
     count_self_before_durable: bool = False  # leader counts its own copy before its fsync
+    commit_without_quorum: bool = False  # leader commits (and acks) its own copy alone
+    no_pre_vote_check_quorum: bool = False  # run without Pre-Vote and CheckQuorum
+    skip_checksum: bool = False  # storage trusts its files: no checksum check on recovery/reads
 
     def any(self) -> bool:
-        return any((self.forget_vote, self.commit_previous_term, self.ack_before_fsync,
-                    self.truncate_on_append, self.count_self_before_durable))
+        return any(getattr(self, name) for name in self.__dataclass_fields__)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,368 @@
+"""The fault schedules of CHAOS.md 4.4 (S0-S15), each a coroutine driven by one seeded RNG.
+
+A schedule runs until its deadline, records every fault it starts and stops in the history
+(``proc: nemesis``), and leaves cleaning up to the runner's final heal. It decides *when* by the
+wall clock: that is the schedule itself, not a wait for a condition. Cluster calls block, so they
+run in a worker thread (``Ctl.do``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from broker import protocol as bp
+from chaos.live.cluster import ChaosCluster
+from chaos.live.workload import History
+from dledger.client import LogClient
+from dledger.errors import DLedgerError
+from dledger.localcluster import ClusterError
+
+
+@dataclass
+class Ctl:
+    """What a schedule may touch: the cluster, the history, the RNG, the run's durability log."""
+
+    cluster: ChaosCluster
+    history: History
+    rng: random.Random
+    deadline: float  # time.monotonic() at which the schedule must stop starting faults
+    durability: dict[str, Any] = field(default_factory=lambda: {
+        "power_loss_events": 0, "bytes_discarded": 0, "corruption_events": 0,
+        "corruptions_detected": 0, "corrupt_node_became_leader": False, "corrupted": []})
+    faults: dict[str, int] = field(default_factory=dict)
+    control: LogClient | None = None
+    say: Callable[[str], None] = lambda text: None  # the progress display
+
+    async def do(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+    def start(self, fault: str, nodes: list[str], **extra: Any) -> None:
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.say(f"{fault} {' '.join(nodes)}".strip())
+        self.history.add(proc="nemesis", type="info", f="start", fault=fault, nodes=sorted(nodes),
+                         **extra)
+
+    def stop(self, fault: str, nodes: list[str]) -> None:
+        self.history.add(proc="nemesis", type="info", f="stop", fault=fault, nodes=sorted(nodes))
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep (the schedule's own timing), capped by the deadline; False once it is past."""
+        await asyncio.sleep(max(0.0, min(seconds, self.left())))
+        return self.left() > 0
+
+    async def leader(self) -> str | None:
+        assert self.control is not None
+        return await find_leader(self.control, [n for n in self.cluster.node_ids
+                                                if self.cluster.running(n)])
+
+    async def restart(self, nid: str) -> None:
+        """Start a stopped node again; a node that refuses its damaged disk is repaired (its log
+        wiped, its term and vote kept) and started again, and the detection is counted."""
+        try:
+            await self.do(self.cluster.restart, nid)
+        except ClusterError as err:
+            if "orrupt" not in str(err):
+                raise
+            self.durability["corruptions_detected"] += 1
+            self.history.add(proc="nemesis", type="info", f="detected", fault="corrupt",
+                             nodes=[nid], error=str(err).splitlines()[-1][:200])
+            await self.do(self.cluster.wipe_log, nid)
+            await self.do(self.cluster.restart, nid)
+
+
+async def find_leader(control: LogClient, nodes: list[str]) -> str | None:
+    """The node that says it leads at the highest term, asked directly (out of band)."""
+    best: tuple[int, str] | None = None
+    for nid in nodes:
+        try:
+            st = await control.call(nid, bp.BROKER_STATUS, timeout_s=1.0)
+        except DLedgerError:
+            continue
+        raft = st["raft"]
+        if raft["role"] == "leader" and (best is None or raft["term"] > best[0]):
+            best = (int(raft["term"]), nid)
+    return best[1] if best else None
+
+
+Schedule = Callable[[Ctl], Awaitable[None]]
+
+
+async def s0_baseline(c: Ctl) -> None:
+    await c.sleep(c.left())
+
+
+async def s1_leader_isolation(c: Ctl) -> None:
+    while await c.sleep(7):
+        leader = await c.leader()
+        if leader is None:
+            continue
+        links = await c.do(c.cluster.isolate, [leader])
+        c.start("isolate", [leader])
+        await c.sleep(8)
+        await c.do(c.cluster.heal, links)
+        c.stop("isolate", [leader])
+
+
+async def s2_majority_minority(c: Ctl) -> None:
+    while await c.sleep(c.rng.uniform(2, 6)):
+        nodes = list(c.cluster.node_ids)
+        c.rng.shuffle(nodes)
+        minority = nodes[: (len(nodes) - 1) // 2]
+        links = await c.do(c.cluster.partition, [minority])
+        c.start("partition", minority)
+        await c.sleep(c.rng.uniform(6, 10))
+        await c.do(c.cluster.heal, links)
+        c.stop("partition", minority)
+
+
+async def s3_partial_partition(c: Ctl) -> None:
+    """Cut one pair's link (both directions), everyone else connected; rotate the pair."""
+    nodes = c.cluster.node_ids
+    pairs = [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+    c.rng.shuffle(pairs)
+    k = 0
+    while await c.sleep(3):
+        a, b = pairs[k % len(pairs)]
+        k += 1
+        links = [(a, b), (b, a)]
+        await c.do(c.cluster.cut, links)
+        c.start("cut-link", [a, b])
+        await c.sleep(15)
+        await c.do(c.cluster.heal, links)
+        c.stop("cut-link", [a, b])
+
+
+async def s4_bridge(c: Ctl) -> None:
+    """Two halves that only one node (the bridge) joins: 5 nodes."""
+    while await c.sleep(10):
+        nodes = list(c.cluster.node_ids)
+        c.rng.shuffle(nodes)
+        half = len(nodes) // 2
+        left, right = nodes[:half], nodes[half + 1:]
+        links = [(a, b) for a in left for b in right] + [(b, a) for a in left for b in right]
+        await c.do(c.cluster.cut, links)
+        c.start("bridge", sorted(nodes), bridge=nodes[half])
+        await c.sleep(15)
+        await c.do(c.cluster.heal, links)
+        c.stop("bridge", sorted(nodes))
+
+
+async def s5_majorities_ring(c: Ctl) -> None:
+    """Each node sees only its two ring neighbours: every node sees a majority, no two the same."""
+    while await c.sleep(10):
+        nodes = list(c.cluster.node_ids)
+        c.rng.shuffle(nodes)
+        n = len(nodes)
+        near = {(nodes[i], nodes[(i + d) % n]) for i in range(n) for d in (-1, 1)}
+        links = [link for link in c.cluster.peer_links() if link not in near]
+        await c.do(c.cluster.cut, links)
+        c.start("ring", sorted(nodes))
+        await c.sleep(15)
+        await c.do(c.cluster.heal, links)
+        c.stop("ring", sorted(nodes))
+
+
+async def s6_kill_leader(c: Ctl) -> None:
+    while await c.sleep(10):
+        leader = await c.leader()
+        if leader is None:
+            continue
+        await c.do(c.cluster.kill, leader)
+        c.start("kill", [leader])
+        await c.sleep(c.rng.uniform(0, 5))
+        await c.restart(leader)
+        c.stop("kill", [leader])
+
+
+async def s7_kill_random_or_all(c: Ctl) -> None:
+    while await c.sleep(10):
+        nodes = list(c.cluster.node_ids) if c.rng.random() < 0.3 else [c.rng.choice(c.cluster.node_ids)]
+        for n in nodes:
+            await c.do(c.cluster.kill, n)
+        c.start("kill-all" if len(nodes) > 1 else "kill", nodes)
+        await c.sleep(c.rng.uniform(0, 3))
+        for n in nodes:
+            await c.restart(n)
+        c.stop("kill-all" if len(nodes) > 1 else "kill", nodes)
+
+
+async def s8_zombie_leader(c: Ctl) -> None:
+    """SIGSTOP the leader for 2-8 election timeouts' worth, then SIGCONT: the zombie wakes up."""
+    election_s = c.cluster.tick_ms * c.cluster.election_ticks / 1000
+    while await c.sleep(8):
+        leader = await c.leader()
+        if leader is None:
+            continue
+        await c.do(c.cluster.pause, leader)
+        c.start("pause", [leader])
+        await c.sleep(c.rng.uniform(2 * election_s, 8 * election_s))
+        await c.do(c.cluster.resume, leader)
+        c.stop("pause", [leader])
+
+
+async def s9_latency(c: Ctl) -> None:
+    """50 +- 50 ms on every peer link; now and then 400 +- 300 ms on the leader's outbound links."""
+    peers = c.cluster.peer_links()
+    await c.do(c.cluster.slow, peers, 50, 50)
+    c.start("latency", [], latency_ms=50, jitter_ms=50)
+    while await c.sleep(10):
+        leader = await c.leader()
+        if leader is None:
+            continue
+        out = [(a, b) for a, b in peers if a == leader]
+        await c.do(c.cluster.slow, out, 400, 300)
+        c.start("slow-leader", [leader], latency_ms=400, jitter_ms=300)
+        await c.sleep(10)
+        await c.do(c.cluster.slow, out, 50, 50)
+        c.stop("slow-leader", [leader])
+
+
+async def s10_loss(c: Ctl) -> None:
+    """Loss, emulated in proxy mode: for 10 s, each of one node's links flaps (blackholed in
+    each 0.5 s slot with probability p = 10-30 %; every lifted cut resets its connections)."""
+    while await c.sleep(5):
+        node = c.rng.choice(c.cluster.node_ids)
+        links = [(a, b) for a, b in c.cluster.peer_links() if node in (a, b)]
+        p = c.rng.uniform(0.1, 0.3)
+        c.start("loss", [node], p=round(p, 2))
+        end = time.monotonic() + 10
+        while time.monotonic() < end and c.left() > 0:
+            cut = [link for link in links if c.rng.random() < p]
+            await c.do(c.cluster.heal, [link for link in links if link not in cut])
+            await c.do(c.cluster.cut, cut)
+            await c.sleep(0.5)
+        await c.do(c.cluster.heal, links)
+        c.stop("loss", [node])
+
+
+async def _power_loss(c: Ctl, nodes: list[str]) -> None:
+    discarded = await asyncio.gather(*(c.do(c.cluster.power_loss, n) for n in nodes))
+    c.durability["power_loss_events"] += len(nodes)
+    c.durability["bytes_discarded"] += sum(max(0, d) for d in discarded)
+
+
+async def s11_power_loss_minority(c: Ctl) -> None:
+    while await c.sleep(10):
+        node = c.rng.choice(c.cluster.node_ids)
+        await _power_loss(c, [node])
+        c.start("power-loss", [node])
+        await c.sleep(c.rng.uniform(1, 3))
+        await c.restart(node)
+        c.stop("power-loss", [node])
+
+
+async def s12_power_loss_all(c: Ctl) -> None:
+    while await c.sleep(10):
+        nodes = list(c.cluster.node_ids)
+        await _power_loss(c, nodes)
+        c.start("power-loss-all", nodes)
+        await c.sleep(c.rng.uniform(1, 3))
+        await asyncio.gather(*(c.restart(n) for n in nodes))
+        c.stop("power-loss-all", nodes)
+
+
+def s13_corruption(kinds: tuple[str, ...] = ("bitflip", "truncate")) -> Schedule:
+    async def run(c: Ctl) -> None:
+        """Stop a follower, damage its newest segment, start it again (a node that refuses
+        its damaged log is repaired by wiping the log: counted as detected)."""
+        while await c.sleep(10):
+            leader = await c.leader()
+            followers = [n for n in c.cluster.node_ids if n != leader]
+            if leader is None or not followers:
+                continue
+            node = c.rng.choice(followers)
+            await c.do(c.cluster.stop_node, node)
+            what = await c.do(c.cluster.corrupt, node, c.rng, c.rng.choice(kinds))
+            c.durability["corruption_events"] += 1
+            c.durability["corrupted"].append({**what, "t": time.time()})
+            c.start("corrupt", [node], **{k: v for k, v in what.items() if k != "node"})
+            await c.restart(node)
+            await c.sleep(5)
+            c.stop("corrupt", [node])
+    return run
+
+
+async def s14_namesrv_and_leader(c: Ctl) -> None:
+    """The NameServer goes down and the leader is killed in the same window; clients must follow
+    the brokers' own redirects."""
+    while await c.sleep(8):
+        await c.do(c.cluster.kill_namesrv)
+        c.start("namesrv-down", [])
+        leader = await c.leader()
+        if leader is not None:
+            await c.do(c.cluster.kill, leader)
+            c.start("kill", [leader])
+            await c.sleep(c.rng.uniform(0, 3))
+            await c.restart(leader)
+            c.stop("kill", [leader])
+        await c.sleep(7)
+        await c.do(c.cluster.start_namesrv)
+        c.stop("namesrv-down", [])
+
+
+async def s15_transfer_storm(c: Ctl) -> None:
+    assert c.control is not None
+    while await c.sleep(8):
+        leader = await c.leader()
+        if leader is None:
+            continue
+        to = c.rng.choice([n for n in c.cluster.node_ids if n != leader])
+        c.start("transfer", [leader, to])
+        try:
+            await c.control.call(leader, bp.TRANSFER_LEADERSHIP, to, timeout_s=5.0)
+        except DLedgerError as err:
+            c.history.add(proc="nemesis", type="info", f="transfer-failed", error=str(err)[:200])
+        c.stop("transfer", [leader, to])
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    schedule: Schedule
+    nodes: int = 3
+    producers: int = 4
+    pause_s: float = 0.04  # between one producer's sends: ~100 msg/s for 4 producers
+    flush_mode: str = "sync"
+    async_flush_ms: int = 50
+    expect_loss: bool = False  # the run measures loss (async flush), it does not forbid it
+    churn_bound: bool = False  # leader changes are bounded (Pre-Vote + CheckQuorum's promise)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("S0", "Baseline, no faults", s0_baseline),
+    Scenario("S1", "Leader isolation", s1_leader_isolation),
+    Scenario("S2", "Random majority/minority split", s2_majority_minority),
+    Scenario("S3", "Partial partition (one cut link)", s3_partial_partition, churn_bound=True),
+    Scenario("S4", "Bridge (5 nodes)", s4_bridge, nodes=5, pause_s=0.08),
+    Scenario("S5", "Majorities ring (5 nodes)", s5_majorities_ring, nodes=5, pause_s=0.08),
+    Scenario("S6", "Kill -9 the leader", s6_kill_leader),
+    Scenario("S7", "Kill -9 a random node or all", s7_kill_random_or_all),
+    Scenario("S8", "Zombie leader (SIGSTOP/SIGCONT)", s8_zombie_leader),
+    Scenario("S9", "Latency and jitter", s9_latency),
+    Scenario("S10", "Packet loss (flapping links)", s10_loss),
+    Scenario("S11", "Power loss of a minority", s11_power_loss_minority),
+    Scenario("S12", "Power loss of all nodes (sync flush)", s12_power_loss_all),
+    Scenario("S12-async", "Power loss of all nodes (async flush, 1 s)", s12_power_loss_all,
+             flush_mode="async", async_flush_ms=1000, expect_loss=True),
+    Scenario("S13", "Disk corruption of a stopped minority", s13_corruption()),
+    Scenario("S14", "NameServer down while the leader is killed", s14_namesrv_and_leader),
+    Scenario("S15", "Leadership transfer storm", s15_transfer_storm),
+]}
+
+CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")
+
+# Seeded bugs (CHAOS.md 4.7) and the scenario that must catch each.
+CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "commit_without_quorum": ("S1", {}),  # ack on the leader's own copy: lost after isolation
+    "ack_before_fsync": ("S12", {"flush_mode": "async", "async_flush_ms": 1000}),
+    "no_pre_vote_check_quorum": ("S3", {}),  # leader churn under a partial partition
+    "skip_checksum": ("S13", {"schedule": s13_corruption(("bitflip",))}),
+}

@@ -1,0 +1,239 @@
+"""Runs one live chaos scenario end to end (CHAOS.md 4.2 and 4.4) and returns its result record:
+
+start the cluster (every link through a proxy) -> create the topic -> start producers and
+consumers -> quiet period -> the scenario's fault schedule -> heal everything -> wait for a leader
+-> let the workload run on (recovery) -> stop producers -> wait until every replica has applied
+what the group committed -> stop consumers -> drain every queue from each replica and through
+the leader -> stop the cluster -> check the history, the dumps and the node traces offline.
+
+A harness failure (the cluster would not start, a replica never caught up) is reported as such,
+apart from safety violations. Every wait has a deadline; every process started is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from broker import protocol as bp
+from chaos import traces
+from chaos.live.checker import check_run
+from chaos.live.cluster import ChaosCluster
+from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
+from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
+from dledger.client import LogClient
+from dledger.errors import DLedgerError
+from dledger.raft.config import Canaries
+
+LEADER_WAIT_S = 30.0
+CATCH_UP_WAIT_S = 30.0
+
+
+class HarnessError(RuntimeError):
+    """The run could not be carried out (not a verdict on the system under test)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    scenario: str
+    seed: int = 0
+    duration_s: float = 120.0  # the fault phase
+    work_dir: str = "chaos-work"
+    canary: str | None = None
+    quiet_s: float = 5.0  # before the first fault
+    recovery_s: float = 10.0  # workload kept running after the final heal
+    tick_ms: int = 100
+    election_ticks: int = 10
+    keep_data: bool = False
+
+
+def scenario_for(cfg: RunConfig) -> Scenario:
+    sc = SCENARIOS[cfg.scenario]
+    if cfg.canary is not None:
+        target, overrides = CANARIES[cfg.canary]
+        if target != cfg.scenario:
+            raise ValueError(f"canary {cfg.canary} belongs to scenario {target}")
+        sc = dataclasses.replace(sc, **overrides)
+    return sc
+
+
+async def _node_statuses(control: LogClient, nodes: list[str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for n in nodes:
+        try:
+            out[n] = await control.call(n, bp.BROKER_STATUS, timeout_s=1.0)
+        except DLedgerError:
+            continue
+    return out
+
+
+async def _wait(cond: Callable[[], Any], timeout_s: float, what: str) -> float:
+    """Poll ``cond`` (a coroutine function) until it returns truthy; returns the seconds taken."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if await cond():
+            return time.monotonic() - start
+        await asyncio.sleep(0.1)  # polling interval of a bounded wait
+    raise HarnessError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+async def _final_heal(ctl: Ctl) -> None:
+    c = ctl.cluster
+    for n in c.node_ids:
+        if c.running(n):
+            await ctl.do(c.resume, n)
+    await ctl.do(c.heal)
+    await ctl.do(c.unslow)
+    if c._ns_proc is None:
+        await ctl.do(c.start_namesrv)
+    for n in c.node_ids:
+        if not c.running(n):
+            await ctl.restart(n)
+
+
+def _fault_windows(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+    open_: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if e.get("proc") != "nemesis" or e.get("f") not in ("start", "stop"):
+            continue
+        key = (e["fault"], tuple(e.get("nodes", ())))
+        if e["f"] == "start":
+            w = {"fault": e["fault"], "nodes": list(key[1]), "start": e["t"] - t0, "stop": None}
+            open_.setdefault(key, []).append(w)
+            out.append(w)
+        elif open_.get(key):
+            open_[key].pop(0)["stop"] = e["t"] - t0
+    return out
+
+
+def _series(events: list[dict[str, Any]], trace_events: list[dict[str, Any]],
+            t0: float) -> dict[str, list[Any]]:
+    invoked = {e["value"]: e["t"] for e in events if e.get("f") == "send" and e["type"] == "invoke"}
+    acks = [[round(e["t"] - t0, 3), round((e["t"] - invoked[e["value"]]) * 1000, 2)]
+            for e in events if e.get("f") == "send" and e["type"] == "ok" and e["value"] in invoked]
+    fails = [[round(e["t"] - t0, 3), e["type"]] for e in events
+             if e.get("f") == "send" and e["type"] in ("fail", "info")]
+    leaders = sorted([round(int(e["t"]) / 1e9 - t0, 3), e["node"], int(e["term"])]
+                     for e in trace_events if e.get("ev") == "role" and e.get("role") == "leader")
+    return {"acks": acks, "fails": fails, "leaders": leaders}
+
+
+async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
+    sc = scenario_for(cfg)
+    rng = random.Random(cfg.seed)
+    label = f"{sc.name}-seed{cfg.seed}" + (f"-{cfg.canary}" if cfg.canary else "")
+    base = os.path.abspath(os.path.join(cfg.work_dir, label))
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    core_canaries = (cfg.canary,) if cfg.canary in Canaries.__dataclass_fields__ else ()
+    cluster = ChaosCluster(base, size=sc.nodes, flush_mode=sc.flush_mode, tick_ms=cfg.tick_ms,
+                           election_ticks=cfg.election_ticks, canaries=core_canaries,
+                           async_flush_ms=sc.async_flush_ms, seed=cfg.seed)
+    wall0 = time.monotonic()
+    t0 = time.time()
+    say(f"[{label}] starting {sc.nodes} brokers, a NameServer and "
+        f"{sc.nodes * (sc.nodes - 1) + 2 * sc.nodes} proxies ({sc.flush_mode} flush)")
+    history = History(os.path.join(base, "history.jsonl"))
+    notes: list[str] = []
+    problems: list[str] = []
+    replicas: dict[str, dict[int, list[tuple[int, str]]]] = {}
+    leader_drain: dict[int, list[tuple[int, str]]] = {}
+    ctl: Ctl | None = None
+    try:
+        await asyncio.to_thread(cluster.start)
+        nodes = cluster.node_ids
+        async with LogClient(cluster.direct_client_addresses, timeout_s=3.0) as control:
+            await _wait(lambda: find_leader(control, nodes), LEADER_WAIT_S, "a first leader")
+            await control.call_leader(bp.TOPIC_PUT, TOPIC, QUEUES, QUEUES, 6, timeout_s=10.0)
+            stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
+            workers = [asyncio.create_task(producer(history, cluster.namesrv, k, stop_producers,
+                                                    sc.pause_s, random.Random(rng.random())))
+                       for k in range(sc.producers)]
+            readers = [asyncio.create_task(consumer(
+                history, cluster.namesrv, f"c{q}{kind}", q, cluster.group, stop_consumers,
+                None if kind == "t" else 10.0, random.Random(rng.random())))
+                for q in range(QUEUES) for kind in ("t", "r")]
+            await asyncio.sleep(cfg.quiet_s)  # the quiet period before the first fault
+            ctl = Ctl(cluster, history, rng, time.monotonic() + cfg.duration_s, control=control,
+                      say=lambda text: say(f"[{label}] {time.time() - t0:6.1f} s  {text}"))
+            await sc.schedule(ctl)
+            say(f"[{label}] {time.time() - t0:6.1f} s  heal everything")
+            await _final_heal(ctl)
+            history.add(proc="nemesis", type="info", f="heal")
+            took = await _wait(lambda: find_leader(control, nodes), LEADER_WAIT_S,
+                               "a leader after the heal")
+            notes.append(f"leader {took:.1f} s after the heal")
+            await asyncio.sleep(cfg.recovery_s)  # the workload runs on: recovery is measured
+            stop_producers.set()
+            await asyncio.gather(*workers)
+
+            async def caught_up() -> bool:
+                st = await _node_statuses(control, nodes)
+                if len(st) < len(nodes):
+                    return False
+                commits = {s["raft"]["commit_index"] for s in st.values()}
+                lasts = {s["raft"]["last_index"] for s in st.values()}
+                return (len(commits) == 1 and lasts == commits
+                        and all(s["applied_index"] >= s["raft"]["commit_index"] for s in st.values()))
+
+            await _wait(caught_up, CATCH_UP_WAIT_S, "every replica to apply the whole log")
+            await asyncio.sleep(1.0)  # consumers' last long polls see the end of each queue
+            stop_consumers.set()
+            await asyncio.gather(*readers)
+            replicas, leader_drain, problems = await drain(control, nodes)
+    except HarnessError as err:
+        problems.append(f"harness: {err}")
+        notes.append("the run did not complete; the checks below cover what was recorded")
+    finally:
+        history.close()
+        await asyncio.to_thread(cluster.stop)
+    trace_events = traces.load(cluster.trace_paths())
+    bound = None
+    if sc.churn_bound:
+        windows = sum(1 for e in history.events if e.get("f") == "start" and e.get("proc") == "nemesis")
+        bound = max(2, windows)
+    result = check_run(history.events, replicas, leader_drain, trace_events,
+                       max_leader_changes=bound, allow_loss=sc.expect_loss)
+    violations = list(result.violations) + problems
+    verdict = "FAIL" if violations else "PASS"
+    durability = dict(ctl.durability) if ctl else {}
+    corrupted = durability.pop("corrupted", [])
+    if corrupted:
+        durability["corrupt_node_became_leader"] = _corrupt_led(corrupted, trace_events)
+    run = {
+        "scenario": sc.name, "title": sc.title, "seed": cfg.seed, "nodes": sc.nodes,
+        "flush_mode": sc.flush_mode, "canary": cfg.canary, "duration_s": cfg.duration_s,
+        "wall_s": round(time.monotonic() - wall0, 1), "faults": dict(ctl.faults) if ctl else {},
+        "fault_windows": _fault_windows(history.events, t0), "durability": durability,
+        "check": result.to_dict(), "series": _series(history.events, trace_events, t0),
+        "verdict": verdict, "violations": violations,
+        "expect": "fail" if cfg.canary else "pass", "notes": notes,
+    }
+    if sc.expect_loss:
+        run["notes"].append("async flush: losing acknowledged messages here is the measured "
+                            "trade-off, not a failure")
+    say(f"[{label}] {verdict}: {result.to_dict().get('ok', 0)} acknowledged, "
+        f"{len(violations)} violation(s) in {run['wall_s']} s")
+    for v in violations[:10]:
+        say(f"[{label}]   {v}")
+    if not cfg.keep_data and verdict == ("FAIL" if cfg.canary else "PASS"):
+        shutil.rmtree(os.path.join(base, "brokers"), ignore_errors=True)
+    return run
+
+
+def _corrupt_led(corrupted: list[dict[str, Any]], trace_events: list[dict[str, Any]]) -> bool:
+    """Whether a node became leader within 5 s of having its disk damaged (before it could
+    have caught up from a healthy leader)."""
+    for c in corrupted:
+        for e in trace_events:
+            if (e.get("ev") == "role" and e.get("role") == "leader" and e.get("node") == c["node"]
+                    and 0 <= int(e["t"]) / 1e9 - c["t"] < 5):
+                return True
+    return False

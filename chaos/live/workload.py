@@ -1,0 +1,162 @@
+"""The client side of a live chaos run (CHAOS.md 4.2): the recorded history, producers, consumers,
+and the final drain of every replica.
+
+- ``History``: one JSON object per event (Appendix A's format; ``t`` is wall-clock seconds, as the
+  nodes' traces use wall-clock time), kept in memory and appended to a file as it happens.
+- Producers: each sends ``p<k>-<seq>`` values through the real client library (``Producer``), one
+  at a time, recording invoke -> ok (queue, offset, node) | fail (certainly not stored) | info
+  (outcome unknown). A value is never resent by the workload; the library's own retries reuse
+  the message's unique key, which the broker deduplicates.
+- Consumers: two per queue, through the real ``PullConsumer``: one tails the queue from 0, one
+  re-reads it from 0 every few seconds (a new session each time).
+- ``drain``: after the heal, every queue read from each replica alone and through the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from typing import IO, Any
+
+from broker import protocol as bp
+from client import errors
+from client.consumer import PullConsumer
+from client.producer import Producer
+from client.types import Message, MessageQueue
+from dledger.client import LogClient
+from dledger.errors import DLedgerError
+
+TOPIC = "chaos"
+QUEUES = 4
+
+
+class History:
+    def __init__(self, path: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def add(self, **event: Any) -> dict[str, Any]:
+        event["t"] = time.time()
+        self.events.append(event)
+        self._f.write(json.dumps(event) + "\n")
+        return event
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def body_of(value: str, rng: random.Random) -> bytes:
+    """The message body: the value, a separator, padding to 64-256 bytes."""
+    raw = value.encode() + b"|"
+    return raw + b"x" * max(0, rng.randint(64, 256) - len(raw))
+
+
+def value_of(body: bytes) -> str:
+    return body.split(b"|", 1)[0].decode(errors="replace")
+
+
+async def producer(history: History, namesrv: str, pid: int, stop: asyncio.Event,
+                   pause_s: float, rng: random.Random, timeout_s: float = 3.0) -> None:
+    proc = f"p{pid}"
+    async with Producer(namesrv, send_timeout_s=timeout_s) as prod:
+        seq = 0
+        while not stop.is_set():
+            value = f"{proc}-{seq}"
+            seq += 1
+            history.add(proc=proc, type="invoke", f="send", value=value)
+            try:
+                r = await asyncio.wait_for(prod.send(Message(TOPIC, body_of(value, rng))),
+                                           timeout_s + 2)
+            except (errors.RetriableError, errors.NonRetriableError) as err:
+                history.add(proc=proc, type="fail", f="send", value=value, error=_name(err))
+            except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+                history.add(proc=proc, type="info", f="send", value=value, error=_name(err))
+            else:
+                history.add(proc=proc, type="ok", f="send", value=value, queue=r.queue.queue_id,
+                            offset=r.queue_offset, node=r.node, dup=r.duplicate)
+            try:
+                await asyncio.wait_for(stop.wait(), pause_s)  # pacing the offered load
+            except asyncio.TimeoutError:
+                pass
+
+
+async def consumer(history: History, namesrv: str, name: str, queue_id: int, group: str,
+                   stop: asyncio.Event, reread_every_s: float | None, rng: random.Random) -> None:
+    mq = MessageQueue(TOPIC, group, queue_id)
+    session, offset = 0, 0
+    next_reread = time.monotonic() + (reread_every_s or 0) * rng.uniform(0.5, 1.5)
+    async with PullConsumer(namesrv, f"chaos-{name}", timeout_s=3.0) as pc:
+        while not stop.is_set():
+            if reread_every_s is not None and time.monotonic() >= next_reread:
+                session, offset = session + 1, 0  # re-read from the start: a new session
+                next_reread = time.monotonic() + reread_every_s * rng.uniform(0.5, 1.5)
+            try:
+                res = await asyncio.wait_for(pc.pull(mq, offset, max_messages=64, suspend_ms=500),
+                                             5.0)
+            except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+                history.add(proc=name, type="fail", f="poll", queue=queue_id, **{"from": offset},
+                            error=_name(err), session=session)
+                await _pause(stop, 0.2)  # back off before the next poll
+                continue
+            values = [[m.queue_offset, value_of(m.body)] for m in res.messages]
+            history.add(proc=name, type="ok", f="poll", queue=queue_id, **{"from": offset},
+                        values=values, node=None, session=session, status=res.status)
+            if res.status == bp.FOUND:
+                offset = res.next_offset
+            elif res.status == bp.OFFSET_OUT_OF_RANGE:
+                await _pause(stop, 0.2)  # a lagging replica: ask again, never skip ahead
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+
+
+def _name(err: BaseException) -> str:
+    text = str(err)
+    return f"{type(err).__name__}: {text[:160]}" if text else type(err).__name__
+
+
+async def read_queue(client: LogClient, node: str | None, queue_id: int,
+                     deadline_s: float = 30.0) -> list[tuple[int, str]]:
+    """Every message of one queue from offset 0, from ``node`` alone (None: the leader)."""
+    out: list[tuple[int, str]] = []
+    offset = 0
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        args = (bp.PULL, TOPIC, queue_id, offset, 1024, 4 << 20, 0, ["*"])
+        if node is None:
+            _, res = await client.call_leader(*args, timeout_s=5.0)
+        else:
+            res = await client.call(node, *args, timeout_s=5.0)
+        status, nxt, _lo, _hi, rows = res
+        if status != bp.FOUND:
+            return out
+        out.extend((int(r[0]), value_of(r[1])) for r in rows)
+        offset = int(nxt)
+    raise TimeoutError(f"reading queue {queue_id} from {node or 'the leader'} took over {deadline_s} s")
+
+
+async def drain(client: LogClient, nodes: list[str]) -> tuple[dict[str, dict[int, list[tuple[int, str]]]],
+                                                             dict[int, list[tuple[int, str]]], list[str]]:
+    """(per-replica dumps, the leader's, problems) for every queue of the topic."""
+    replicas: dict[str, dict[int, list[tuple[int, str]]]] = {}
+    problems: list[str] = []
+    for n in nodes:
+        replicas[n] = {}
+        for q in range(QUEUES):
+            try:
+                replicas[n][q] = await read_queue(client, n, q)
+            except (DLedgerError, TimeoutError, OSError, ValueError, IndexError) as err:
+                problems.append(f"replica {n} queue {q} could not be read: {_name(err)}")
+    leader: dict[int, list[tuple[int, str]]] = {}
+    for q in range(QUEUES):
+        try:
+            leader[q] = await read_queue(client, None, q)
+        except (DLedgerError, TimeoutError, OSError, ValueError, IndexError) as err:
+            problems.append(f"queue {q} could not be read through the leader: {_name(err)}")
+    return replicas, leader, problems
