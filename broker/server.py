@@ -103,7 +103,8 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.group = config.node.group
-        self.state = load_checkpoint(config.node.data_dir)
+        self.state = load_checkpoint(config.node.data_dir,
+                                     not config.node.canaries.skip_checksum)
         # The log replays only what the checkpoint does not cover.
         self.node = Node(config.node, applied_index=self.state.applied_index)
         self._checkpointer: asyncio.Task[None] | None = None
@@ -364,7 +365,7 @@ def save_checkpoint(data_dir: str, blob: bytes) -> None:
                           zlib.crc32(blob).to_bytes(4, "big") + blob)
 
 
-def load_checkpoint(data_dir: str) -> BrokerState:
+def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState:
     """The last checkpoint, or an empty state (the log is then replayed from the start). A
     checkpoint that is damaged, or ahead of what the log holds (a power loss took entries the
     leader had applied before its own fsync), is set aside rather than trusted."""
@@ -384,7 +385,7 @@ def load_checkpoint(data_dir: str) -> BrokerState:
         return BrokerState()
     log_dir = os.path.join(data_dir, "log")
     if os.path.isdir(log_dir):
-        store = FileLogStore.open(log_dir)
+        store = FileLogStore.open(log_dir, verify_checksums=verify_checksums)
         last = store.last_index()
         store.close()
     else:

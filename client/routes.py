@@ -1,7 +1,8 @@
 """Routes from the NameServers: which groups serve a topic, their nodes and leader, their queue
 counts; and one connection pool (a ``LogClient``) per group that follows leader redirects.
 
-Owns caching (a route is refreshed every 30 s and at once after an error) and the mapping of
+Owns caching (a route is refreshed every 30 s and at once after an error; with no NameServer
+answering, the last known route is used) and the mapping of
 server error codes to the client's exceptions. A topic no group serves yet routes to every group
 of the cluster, where the first send auto-creates it.
 """
@@ -58,6 +59,7 @@ class Routes:
         self._session: aiohttp.ClientSession | None = None
         self._routes: dict[str, TopicRoute] = {}
         self._groups: dict[str, LogClient] = {}
+        self._stale: set[str] = set()
 
     async def start(self) -> None:
         """Fail fast when no NameServer answers."""
@@ -71,9 +73,20 @@ class Routes:
             await self._session.close()
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        """The topic's route, from the cache while it is fresh. When no NameServer answers, the
+        last route known is still used (the groups' own redirects keep it useful)."""
         cached = self._routes.get(topic)
-        if cached and not refresh and time.monotonic() - cached.fetched_at < ROUTE_REFRESH_S:
+        if (cached and not refresh and topic not in self._stale
+                and time.monotonic() - cached.fetched_at < ROUTE_REFRESH_S):
             return cached
+        try:
+            return await self._fetch(topic)
+        except errors.UnavailableError:
+            if cached is None or not cached.groups:
+                raise
+            return cached
+
+    async def _fetch(self, topic: str) -> TopicRoute:
         status, body = await self._get(f"/v1/topics/{topic}/route")
         if status == 200:
             groups = tuple(_group(g) for g in body["groups"])
@@ -85,6 +98,7 @@ class Routes:
         if not route.groups:  # nothing registered yet (a cluster starting up): try again soon
             raise errors.UnavailableError(f"no broker group is registered to serve {topic!r}")
         self._routes[topic] = route
+        self._stale.discard(topic)
         return route
 
     async def cluster_groups(self) -> list[GroupRoute]:
@@ -95,7 +109,8 @@ class Routes:
                 for g in cluster["groups"] if g["nodes"]]
 
     def invalidate(self, topic: str) -> None:
-        self._routes.pop(topic, None)
+        """Refresh the route on its next use (kept meanwhile, for when no NameServer answers)."""
+        self._stale.add(topic)
 
     def group_client(self, g: GroupRoute) -> LogClient:
         client = self._groups.get(g.group)

@@ -15,6 +15,7 @@ and the final drain of every replica.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -47,14 +48,26 @@ class History:
         self._f.close()
 
 
+def _filler(value: bytes, size: int) -> bytes:
+    """Padding that depends on the value, so a reader can verify the whole body."""
+    seed = hashlib.sha256(value).hexdigest().encode()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
 def body_of(value: str, rng: random.Random) -> bytes:
-    """The message body: the value, a separator, padding to 64-256 bytes."""
-    raw = value.encode() + b"|"
-    return raw + b"x" * max(0, rng.randint(64, 256) - len(raw))
+    """The message body, 64-256 bytes: the value, a separator, padding derived from the value."""
+    raw = value.encode()
+    return raw + b"|" + _filler(raw, max(0, rng.randint(64, 256) - len(raw) - 1))
 
 
 def value_of(body: bytes) -> str:
-    return body.split(b"|", 1)[0].decode(errors="replace")
+    """The value a body carries; a body damaged anywhere reads as ``<value>!corrupt`` (a value
+    never sent, which the checkers report as unexpected)."""
+    raw, sep, pad = body.partition(b"|")
+    value = raw.decode(errors="replace")
+    if not sep or pad != _filler(raw, len(pad)):
+        return f"{value}!corrupt"
+    return value
 
 
 async def producer(history: History, namesrv: str, pid: int, stop: asyncio.Event,
