@@ -124,6 +124,39 @@ def clean() -> Run:
     return r
 
 
+def offset_op(r: Run, f: str, value: int, kind: str = "ok", op: int = 0,
+              invoke: bool = True) -> None:
+    """One consumer-offset commit or read-back (group g0, queue 0) at the run's clock."""
+    base = {"proc": "c0", "f": f, "group": "g0", "queue": 0, "op": op}
+    if invoke:
+        r.history.append({**base, "type": "invoke", "value": value, "t": r.t})
+        r.t += STEP
+    r.history.append({**base, "type": kind, "value": value, "t": r.t})
+    r.t += STEP
+
+
+def with_offsets(r: Run) -> Run:
+    """Commit 2 then 5, reading back after each (and once before any commit: -1)."""
+    offset_op(r, "offset-read", -1, op=0)
+    offset_op(r, "offset-commit", 2, op=1)
+    offset_op(r, "offset-read", 2, op=2)
+    offset_op(r, "offset-commit", 5, op=3)
+    offset_op(r, "offset-read", 5, op=4)
+    return r
+
+
+def stale_offset_read() -> Run:
+    r = with_offsets(clean().finish())
+    offset_op(r, "offset-read", 2, op=5)  # invoked after the commit of 5 was acknowledged
+    return r
+
+
+def phantom_offset_read() -> Run:
+    r = with_offsets(clean().finish())
+    offset_op(r, "offset-read", 9, op=5)  # nobody ever committed 9
+    return r
+
+
 def fired(result: checker.CheckResult) -> set[str]:
     assert (result.verdict == "FAIL") == bool(result.failed_checks) == bool(result.violations)
     return set(result.failed_checks)
@@ -134,7 +167,7 @@ def fired(result: checker.CheckResult) -> set[str]:
 
 
 def test_a_clean_run_passes_every_check() -> None:
-    result = clean().finish().check()
+    result = with_offsets(clean().finish()).check()
     assert result.verdict == "PASS" and result.violations == [] and result.failed_checks == []
     d = result.to_dict()
     for key in ("lost", "lost_on_replica_max", "replica_divergences", "inconsistent_offsets",
@@ -267,6 +300,8 @@ CASES: list[tuple[str, Callable[[], Run], dict[str, Any], set[str]]] = [
     ("order_realtime", later_send_of_another_producer_gets_a_smaller_offset, {}, {"order_realtime"}),
     ("order_consumer", consumer_skips_ahead, {}, {"order_consumer"}),
     ("raft_traces", two_leaders_in_term_1, {}, {"raft_traces"}),
+    ("stale_reads", stale_offset_read, {}, {"stale_reads"}),
+    ("phantom_offsets", phantom_offset_read, {}, {"phantom_offsets"}),
     ("leader_churn", lambda: clean().finish(), {"max_leader_changes": 0}, {"leader_churn"}),
 ]
 
@@ -485,3 +520,13 @@ def test_percentile_is_nearest_rank() -> None:
     xs = [float(x) for x in range(1, 101)]
     assert (percentile(xs, 50), percentile(xs, 95), percentile(xs, 99)) == (50.0, 95.0, 99.0)
     assert percentile([], 50) is None and percentile([3.0], 99) == 3.0
+
+
+def test_a_read_concurrent_with_a_commit_may_return_the_older_offset() -> None:
+    r = with_offsets(clean().finish())
+    r.history.append({"proc": "c1", "f": "offset-read", "group": "g0", "queue": 0, "op": 9,
+                      "type": "invoke", "value": None, "t": r.t})
+    offset_op(r, "offset-commit", 7, op=10)  # acknowledged after the read began
+    r.history.append({"proc": "c1", "f": "offset-read", "group": "g0", "queue": 0, "op": 9,
+                      "type": "ok", "value": 5, "t": r.t})
+    assert r.check().verdict == "PASS"

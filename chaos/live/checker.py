@@ -4,7 +4,8 @@ the drain through the leader and the nodes' trace events.
 
 Checks: lost, lost_on_replica, replica divergence (split brain), inconsistent offsets, duplicates
 (protocol vs retry), unexpected and failed-but-read values, recovered (informational), order
-(producer FIFO, real-time, consumer monotonicity) and the Raft trace invariants (via
+(producer FIFO, real-time, consumer monotonicity), stale and phantom reads of committed consumer
+offsets (``chaos.live.registers``) and the Raft trace invariants (via
 ``chaos.traces.check``). Liveness numbers come from ``chaos.live.availability`` and never fail a run,
 except the optional bound on leader changes.
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from chaos import traces
 from chaos.live.availability import availability, leadership
+from chaos.live.registers import check_offset_reads
 
 MAX_EXAMPLES = 10
 Dump = dict[int, list[tuple[int, str]]]
@@ -281,6 +283,8 @@ class CheckResult:
     producer_fifo: Finding
     realtime_order: Finding
     consumer_order: Finding
+    stale_reads: Finding  # consumer offsets read back through the leader (chaos.live.registers)
+    phantom_offsets: Finding
     trace_problems: list[str]
     leadership: dict[str, Any]
     availability: dict[str, Any]
@@ -319,7 +323,8 @@ def _named_findings(r: CheckResult) -> dict[str, Finding]:
             "duplicates_retry": r.retry_duplicates, "unexpected": r.unexpected,
             "failed_but_read": r.failed_but_read, "recovered": r.recovered,
             "order_producer": r.producer_fifo, "order_realtime": r.realtime_order,
-            "order_consumer": r.consumer_order}
+            "order_consumer": r.consumer_order, "stale_reads": r.stale_reads,
+            "phantom_offsets": r.phantom_offsets}
 
 
 def _jsonable(x: Any) -> Any:
@@ -341,7 +346,9 @@ SAFETY = {"lost": "acknowledged values never read",
           "failed_but_read": "values read although their send failed",
           "order_producer": "producer FIFO violations",
           "order_realtime": "real-time order violations",
-          "order_consumer": "consumer poll order violations"}
+          "order_consumer": "consumer poll order violations",
+          "stale_reads": "offset reads older than a commit acknowledged before them",
+          "phantom_offsets": "offset reads of a value never committed"}
 
 
 def check_run(history: list[dict[str, Any]], replicas: dict[str, Dump], leader_drain: Dump,
@@ -351,13 +358,15 @@ def check_run(history: list[dict[str, Any]], replicas: dict[str, Dump], leader_d
     whose durability mode may lose acked data); ``max_leader_changes`` bounds leader churn."""
     obs = observe(history, replicas, leader_drain)
     protocol, retry = check_duplicates(obs)
+    stale, phantom = check_offset_reads(history)
     result = CheckResult(
         lost=check_lost(obs), lost_on_replica=check_lost_on_replica(obs),
         replica_divergence=check_replica_identity(obs), inconsistent_offsets=check_inconsistent_offsets(obs),
         duplicates=protocol, retry_duplicates=retry, unexpected=check_unexpected(obs),
         failed_but_read=check_failed_but_read(obs), recovered=check_recovered(obs),
         producer_fifo=check_producer_fifo(obs), realtime_order=check_realtime_order(obs),
-        consumer_order=check_consumer_order(obs), trace_problems=traces.check(trace_events),
+        consumer_order=check_consumer_order(obs), stale_reads=_finding(stale),
+        phantom_offsets=_finding(phantom), trace_problems=traces.check(trace_events),
         leadership=leadership(trace_events), availability=availability(history),
         violations=[], failed_checks=[])
     failed, violations = _violations(result, max_leader_changes, allow_loss)

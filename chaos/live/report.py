@@ -576,8 +576,11 @@ def write_report(runs: list[dict], meta: dict, out_dir: str | Path) -> Path:
     names = png_names(runs)
     for run, name in zip(runs, names):
         plot_timeline(run, out / name)
-    doc = {"meta": meta, "summary": summarize(runs), "images": names, "runs": runs}
-    (out / "report.json").write_text(json.dumps(doc, separators=(",", ":"), default=str) + "\n", encoding="utf-8")
+    # the raw per-send series are drawn in the PNGs; each run's history.jsonl keeps them all
+    slim = [{k: v for k, v in r.items() if k != "series"} for r in runs]
+    doc = {"meta": meta, "summary": summarize(runs), "images": names, "runs": slim}
+    (out / "report.json").write_text(json.dumps(doc, indent=1, default=str) + "\n",
+                                     encoding="utf-8")
     md = out / "report.md"
     md.write_text(render_markdown(runs, meta), encoding="utf-8")
     return md

@@ -7,8 +7,9 @@ and the final drain of every replica.
   at a time, recording invoke -> ok (queue, offset, node) | fail (certainly not stored) | info
   (outcome unknown). A value is never resent by the workload; the library's own retries reuse
   the message's unique key, which the broker deduplicates.
-- Consumers: two per queue, through the real ``PullConsumer``: one tails the queue from 0, one
-  re-reads it from 0 every few seconds (a new session each time).
+- Consumers: two per queue, through the real ``PullConsumer``: one tails the queue from 0 (and
+  every 2 s commits its offset to the broker and reads it back through the leader), one re-reads
+  the queue from 0 every few seconds (a new session each time).
 - ``drain``: after the heal, every queue read from each replica alone and through the leader.
 """
 
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import random
 import time
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
 from broker import protocol as bp
 from client import errors
@@ -31,6 +33,7 @@ from dledger.errors import DLedgerError
 
 TOPIC = "chaos"
 QUEUES = 4
+COMMIT_EVERY_S = 2.0  # tail consumers commit their offset and read it back this often
 
 
 class History:
@@ -100,8 +103,13 @@ async def consumer(history: History, namesrv: str, name: str, queue_id: int, gro
     mq = MessageQueue(TOPIC, group, queue_id)
     session, offset = 0, 0
     next_reread = time.monotonic() + (reread_every_s or 0) * rng.uniform(0.5, 1.5)
+    next_commit = time.monotonic() + COMMIT_EVERY_S * rng.uniform(0.5, 1.5)
+    ops = itertools.count()
     async with PullConsumer(namesrv, f"chaos-{name}", timeout_s=3.0) as pc:
         while not stop.is_set():
+            if reread_every_s is None and time.monotonic() >= next_commit:
+                await _commit_and_read_back(history, pc, name, mq, offset, ops)
+                next_commit = time.monotonic() + COMMIT_EVERY_S
             if reread_every_s is not None and time.monotonic() >= next_reread:
                 session, offset = session + 1, 0  # re-read from the start: a new session
                 next_reread = time.monotonic() + reread_every_s * rng.uniform(0.5, 1.5)
@@ -120,6 +128,34 @@ async def consumer(history: History, namesrv: str, name: str, queue_id: int, gro
                 offset = res.next_offset
             elif res.status == bp.OFFSET_OUT_OF_RANGE:
                 await _pause(stop, 0.2)  # a lagging replica: ask again, never skip ahead
+
+
+async def _commit_and_read_back(history: History, pc: PullConsumer, name: str, mq: MessageQueue,
+                                offset: int, ops: Iterator[int]) -> None:
+    """Commit the consumer's offset (it only grows), then read it back through the leader:
+    the register-like sub-history that ``chaos.live.registers`` checks for stale reads."""
+    key = {"group": pc.group, "queue": mq.queue_id}
+    op = next(ops)
+    history.add(proc=name, type="invoke", f="offset-commit", op=op, value=offset, **key)
+    try:
+        await asyncio.wait_for(pc.commit(mq, offset), 5.0)
+    except (errors.RetriableError, errors.NonRetriableError) as err:
+        history.add(proc=name, type="fail", f="offset-commit", op=op, value=offset,
+                    error=_name(err), **key)
+    except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+        history.add(proc=name, type="info", f="offset-commit", op=op, value=offset,
+                    error=_name(err), **key)
+    else:
+        history.add(proc=name, type="ok", f="offset-commit", op=op, value=offset, **key)
+    op = next(ops)
+    history.add(proc=name, type="invoke", f="offset-read", op=op, value=None, **key)
+    try:
+        value = await asyncio.wait_for(pc.committed(mq), 5.0)
+    except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+        history.add(proc=name, type="fail", f="offset-read", op=op, value=None,
+                    error=_name(err), **key)
+    else:
+        history.add(proc=name, type="ok", f="offset-read", op=op, value=value, **key)
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
