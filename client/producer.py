@@ -26,6 +26,7 @@ from client.types import Message, MessageQueue, SendResult
 from dledger.errors import DLedgerError
 
 ISOLATE_S = 30.0  # a group that failed is skipped this long, unless no other group is left
+ATTEMPT_S = 1.0  # one attempt's share of the send deadline: a silent leader is left for the others
 
 
 class Producer:
@@ -157,12 +158,19 @@ class Producer:
                 raise errors.SendTimeoutError(f"send to {topic!r} not known to be committed in time")
             try:
                 node, res = await client.call_leader(bp.SEND, topic, queue_id, raw,
-                                                     timeout_s=remaining)
+                                                     timeout_s=min(remaining, ATTEMPT_S) if retry
+                                                     else remaining)
             except DLedgerError as err:
                 mapped = client_error(err)
                 if isinstance(mapped, errors.SendTimeoutError) and retry:
                     unknown = True
                     continue  # outcome unknown: the same group dedups the unique keys
+                if unknown and isinstance(mapped, errors.RetriableError) \
+                        and not isinstance(mapped, errors.StaleRouteError):
+                    # an earlier attempt may be stored: only this group can tell (it dedups the
+                    # key), so keep asking it, through its election, until the deadline
+                    await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                    continue
                 if unknown and not isinstance(mapped, errors.SendTimeoutError):
                     raise errors.SendTimeoutError(
                         f"send to {topic!r}: outcome unknown, then {mapped}") from err

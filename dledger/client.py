@@ -39,6 +39,8 @@ from dledger.raft.types import EntryKind
 from dledger.framed import FramedProtocol
 
 
+SUSPECT_S = 5.0  # how long a node that let a request time out is tried last
+
 class UnavailableError(DLedgerError):
     """No server could be reached (or none knew a leader) before the deadline."""
 
@@ -113,6 +115,7 @@ class LogClient:
         self.leader: str | None = None
         self._conns: dict[str, _Connection] = {}
         self.redirects = 0
+        self._suspect_until: dict[str, float] = {}  # node -> when a silent node is trusted again
 
     async def close(self) -> None:
         for conn in self._conns.values():
@@ -183,6 +186,9 @@ class LogClient:
             try:
                 return node, await self.call(node, kind, *args,
                                              timeout_s=max(0.001, deadline - time.monotonic()))
+            except ProposalTimeoutError:  # silent (paused, partitioned, overloaded): outcome unknown
+                self.suspect(node)
+                raise
             except NotLeaderError as err:  # certainly not appended: follow the hint at once
                 last_err = err
                 self.redirects += 1
@@ -198,8 +204,16 @@ class LogClient:
         raise UnavailableError(f"no leader answered within the deadline (tried {tried[-6:]}): "
                                f"{last_err}")
 
+    def suspect(self, node: str) -> None:
+        """``node`` did not answer in time: stop assuming it leads, and try the others first for
+        a while (a paused or cut-off leader would otherwise hold every request until its deadline)."""
+        if self.leader == node:
+            self.leader = None
+        self._suspect_until[node] = time.monotonic() + SUSPECT_S
+
     def _candidates(self) -> list[str]:
-        return sorted(self.nodes)
+        now = time.monotonic()
+        return sorted(self.nodes, key=lambda n: (self._suspect_until.get(n, 0.0) > now, n))
 
     async def wait_for_leader(self, timeout_s: float) -> str:
         """Wait until the group commits (an empty entry, proving it works); returns the leader."""
