@@ -39,6 +39,7 @@ from broker.protocol import (
     OFFSET_OUT_OF_RANGE,
     OFFSET_QUERY,
     PULL,
+    SEARCH_OFFSET,
     SEND,
     TOPIC_DELETE,
     TOPIC_PUT,
@@ -208,6 +209,9 @@ class BrokerServer:
             group, topic, queue_id = a
             await self.node.read_barrier()  # the leader, with every earlier commit applied
             return self.state.offsets.get((group, topic, queue_id), -1)
+        if req.kind == SEARCH_OFFSET:
+            topic, queue_id, timestamp_ms = a
+            return self.state.offset_at(str(topic), int(queue_id), int(timestamp_ms))
         if req.kind == BROKER_STATUS:
             return self.status()
         if req.kind == TRANSFER_LEADERSHIP:
