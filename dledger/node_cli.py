@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import tomllib
 from typing import Any, Callable, Protocol, TypeVar
 
 import click
@@ -48,7 +49,34 @@ def parse_peers(text: str) -> dict[str, Address]:
     return out
 
 
+def load_config_file(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    """``--config FILE``: a TOML file whose keys are the command's long options (``data-dir`` or
+    ``data_dir``; ``peers`` may be a table ``{n0 = "host:port", ...}``). Its values become the
+    defaults, so an option on the command line still wins. Unknown keys are refused by name."""
+    if not path:
+        return
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise click.BadParameter(f"{path}: {err}", ctx, param) from err
+    names = {opt.lstrip("-").replace("-", "_"): p.name for p in ctx.command.params
+             for opt in getattr(p, "opts", ()) if opt.startswith("--")}
+    defaults: dict[str, Any] = {}
+    for key, value in data.items():
+        name = names.get(key.replace("-", "_"))
+        if name is None or name == "config":
+            raise click.BadParameter(f"{path}: unknown setting {key!r}", ctx, param)
+        if isinstance(value, dict) and key in ("peers", "dial"):
+            value = ",".join(f"{nid}={addr}" for nid, addr in value.items())
+        defaults[name] = value
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+
+
 _OPTIONS = [
+    click.option("--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False,
+                 callback=load_config_file,
+                 help="TOML file of option values (command-line options override it)."),
     click.option("--group", required=True, help="Name of the Raft group."),
     click.option("--id", "node_id", required=True, help="This node's id (one of --peers)."),
     click.option("--peers", required=True,
