@@ -90,6 +90,9 @@ _OPTIONS = [
     click.option("--tick-ms", type=int, default=100, show_default=True),
     click.option("--election-ticks", type=int, default=10, show_default=True),
     click.option("--preferred-leader", default=None),
+    click.option("--retention-entries", type=click.IntRange(min=1), default=None,
+                 help="Delete old log segments, keeping at least this many entries (and all "
+                      "that a member still needs). Default: keep everything."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
@@ -98,7 +101,7 @@ _OPTIONS = [
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
-                     "test_faults", "trace_path", "canary")
+                     "retention_entries", "test_faults", "trace_path", "canary")
 
 
 def node_options(f: F) -> F:
@@ -120,7 +123,8 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             group=o["group"], node_id=o["node_id"], peers=members, data_dir=o["data_dir"],
             dial=dials, flush_mode=o["flush_mode"], async_flush_interval_s=o["async_flush_ms"] / 1000,
             tick_interval_s=o["tick_ms"] / 1000, election_ticks=o["election_ticks"],
-            preferred_leader=o["preferred_leader"], test_faults=o["test_faults"],
+            preferred_leader=o["preferred_leader"], retention_entries=o["retention_entries"],
+            test_faults=o["test_faults"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:
         raise click.UsageError(str(err)) from err
