@@ -315,17 +315,26 @@ def send(namesrv: str, tags: str, keys: tuple[str, ...], topic_name: str, bodies
 @click.option("--group", "consumer_group", default=None,
               help="Start from this consumer group's committed offsets and commit what is read.")
 @click.option("--from-offset", type=int, default=0, show_default=True)
+@click.option("--from-timestamp-ms", type=int, default=None,
+              help="Start each queue at its first message stored at or after this time "
+                   "(milliseconds since the epoch).")
 @click.option("--max", "max_messages", type=int, default=100, show_default=True)
 @click.option("--count", "count_only", is_flag=True, help="Print only how many messages were read.")
 @click.argument("topic_name")
-def consume(namesrv: str, consumer_group: str | None, from_offset: int, max_messages: int,
-            count_only: bool, topic_name: str) -> None:
+def consume(namesrv: str, consumer_group: str | None, from_offset: int,
+            from_timestamp_ms: int | None, max_messages: int, count_only: bool,
+            topic_name: str) -> None:
     """Read messages of TOPIC_NAME from every queue (from an offset, or a group's progress)."""
     async def run() -> None:
         async with PullConsumer(namesrv.split(","), consumer_group or "dledger-cli") as consumer:
             total = 0
             for mq in await consumer.fetch_queues(topic_name):
-                offset = max(0, await consumer.committed(mq)) if consumer_group else from_offset
+                if consumer_group:
+                    offset = max(0, await consumer.committed(mq))
+                elif from_timestamp_ms is not None:
+                    offset = await consumer.offset_for_timestamp(mq, from_timestamp_ms)
+                else:
+                    offset = from_offset
                 res = await consumer.pull(mq, offset, max_messages)
                 for m in res.messages:
                     total += 1

@@ -18,11 +18,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
 
-from client import Message, Producer, PullConsumer, SendTimeoutError
+from client import Message, MessageQueue, Producer, PullConsumer, SendTimeoutError
 from dledger.bench.load import closed_loop
 from dledger.localcluster import LocalCluster, free_ports
 
 INSTALL_HINT = "apt-get install -y nats-server && pip install nats-py"
+BATCH = 64  # messages per send_batch request (one log entry)
+BATCHES_IN_FLIGHT = 16  # our fastest publish path: pipelined batches, as NATS's publish_async
+PULL_BATCH = 1024  # messages per pull (the broker's maximum)
 
 
 @dataclass
@@ -61,26 +64,30 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) ->
         for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
             tput, p50, p99 = await _closed(lambda: p.send(Message(topic, body)), count, k)
             rows.append(Row("dledger", mode, name, size, tput, p50, p99))
-        batch = [Message(topic, body) for _ in range(64)]
+        batch = [Message(topic, body) for _ in range(BATCH)]
         t0 = time.perf_counter()
         sent = 0
         while sent < n:
-            await asyncio.gather(*(p.send_batch(batch) for _ in range(4)))
-            sent += 256
+            await asyncio.gather(*(p.send_batch(batch) for _ in range(BATCHES_IN_FLIGHT)))
+            sent += BATCH * BATCHES_IN_FLIGHT
         rows.append(Row("dledger", mode, "batch", size, sent / (time.perf_counter() - t0),
-                        note="4 batches of 64 in flight"))
+                        note=f"{BATCHES_IN_FLIGHT} batches of {BATCH} in flight"))
     async with PullConsumer(ns, "bench") as c:
+        queues = await c.fetch_queues(topic)
         t0 = time.perf_counter()
-        got = 0
-        for mq in await c.fetch_queues(topic):
-            offset = 0
+
+        async def drain(mq: MessageQueue) -> int:  # each queue by its own puller, as consumers do
+            got, offset = 0, 0
             while True:
-                r = await c.pull(mq, offset, 256)
+                r = await c.pull(mq, offset, PULL_BATCH)
                 if not r.messages:
-                    break
+                    return got
                 got += len(r.messages)
                 offset = r.next_offset
-        rows.append(Row("dledger", mode, "consume", size, got / (time.perf_counter() - t0)))
+
+        got = sum(await asyncio.gather(*(drain(mq) for mq in queues)))
+        rows.append(Row("dledger", mode, "consume", size, got / (time.perf_counter() - t0),
+                        note=f"{len(queues)} queues pulled in parallel, {PULL_BATCH} per pull"))
     rows.append(await _failover(ns, cluster, mode, size, topic))
     return rows
 

@@ -18,6 +18,8 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   (sorted client ids) as this node knows them; ``ttl_ms`` 0 leaves the group. Membership is
   per node and in memory (clients heartbeat every node), as RocketMQ's.
 - TRANSFER_LEADERSHIP ``node_id`` -> true once that node leads (leader only)
+- SEARCH_OFFSET ``topic, queue_id, timestamp_ms`` -> the first queue offset stored at or after
+  that time (the queue's max offset if none is); any replica answers from committed data
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ OFFSET_QUERY = 105
 BROKER_STATUS = 106
 HEARTBEAT = 107
 TRANSFER_LEADERSHIP = 108
+SEARCH_OFFSET = 109
 KINDS = {SEND, PULL, TOPIC_PUT, TOPIC_DELETE, OFFSET_COMMIT, OFFSET_QUERY, BROKER_STATUS, HEARTBEAT,
-         TRANSFER_LEADERSHIP}
+         TRANSFER_LEADERSHIP, SEARCH_OFFSET}
 
 FOUND = "FOUND"
 NO_NEW_MSG = "NO_NEW_MSG"

@@ -10,6 +10,7 @@ the state machine assigned. Writes to a follower are answered NOT_LEADER with th
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import os
 import time
@@ -39,6 +40,7 @@ from broker.protocol import (
     OFFSET_OUT_OF_RANGE,
     OFFSET_QUERY,
     PULL,
+    SEARCH_OFFSET,
     SEND,
     TOPIC_DELETE,
     TOPIC_PUT,
@@ -208,6 +210,9 @@ class BrokerServer:
             group, topic, queue_id = a
             await self.node.read_barrier()  # the leader, with every earlier commit applied
             return self.state.offsets.get((group, topic, queue_id), -1)
+        if req.kind == SEARCH_OFFSET:
+            topic, queue_id, timestamp_ms = a
+            return self.state.offset_at(str(topic), int(queue_id), int(timestamp_ms))
         if req.kind == BROKER_STATUS:
             return self.status()
         if req.kind == TRANSFER_LEADERSHIP:
@@ -292,6 +297,7 @@ class BrokerServer:
     async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
                    max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
         lo, hi = self.state.queue_range(topic, queue_id)
+        lo = max(lo, self._retained_offset(topic, queue_id))
         if offset < lo or offset > hi:
             return [OFFSET_OUT_OF_RANGE, offset, lo, hi, []]
         if offset == hi and suspend_ms > 0:
@@ -317,6 +323,17 @@ class BrokerServer:
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
                         offset_msg_id(self.group, unit.position, unit.slot)])
         return [FOUND if out else NO_NEW_MSG, next_offset, lo, hi, out]
+
+    def _retained_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset whose message the local log still holds: log retention
+        (``--retention-entries``) deletes old segments, and the queue's min offset follows. The
+        state machine keeps its units (it is identical on every replica; retention is local)."""
+        store = self.node.store
+        if store is None or store.last_index() < store.first_index():
+            return 0
+        first_position = store.position_of(store.first_index())
+        units = self.state.queues.get((topic, queue_id), [])
+        return bisect.bisect_left(units, first_position, key=lambda u: u.position)
 
     async def _wait_arrival(self, topic: str, queue_id: int, timeout_s: float) -> None:
         event = self._arrivals.setdefault((topic, queue_id), asyncio.Event())

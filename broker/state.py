@@ -10,6 +10,8 @@ mapping forever. Pure and deterministic: no clock (times come from the entries),
 
 from __future__ import annotations
 
+import bisect
+
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -161,6 +163,13 @@ class BrokerState:
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue: max is the next offset to be assigned."""
         return 0, len(self.queues.get((topic, queue_id), ()))
+
+    def offset_at(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset of a queue stored at or after ``timestamp_ms`` (the max offset when
+        none is). Store times follow log order, as the leaders' clocks do (RocketMQ searches the
+        same way)."""
+        units = self.queues.get((topic, queue_id), [])
+        return bisect.bisect_left(units, timestamp_ms, key=lambda u: u.store_ts_ms)
 
     def units(self, topic: str, queue_id: int, offset: int, count: int) -> list[CQUnit]:
         return self.queues.get((topic, queue_id), [])[offset : offset + count]

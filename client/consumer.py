@@ -67,6 +67,11 @@ class PullConsumer:
             msgs = tuple(m for m in msgs if m.tags in wanted)
         return PullResult(status, nxt, lo, hi, msgs)
 
+    async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset of ``mq`` stored at or after ``timestamp_ms`` (milliseconds since the
+        epoch); the queue's max offset when nothing is that recent."""
+        return int(await self._call(mq, bp.SEARCH_OFFSET, mq.topic, mq.queue_id, int(timestamp_ms)))
+
     async def commit(self, mq: MessageQueue, offset: int) -> None:
         """Store this group's progress on ``mq`` (the next offset to consume)."""
         await self._call(mq, bp.OFFSET_COMMIT, self.group, mq.topic, mq.queue_id, offset,

@@ -7,6 +7,10 @@ and commits progress (the lowest offset not yet consumed per queue) every few se
 A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None: also
 LATER). Until retry topics exist, LATER redelivers the messages in this process after a short
 delay, and the queue's committed offset never passes them, so nothing is lost.
+
+A queue the group has no committed offset for starts at its last offset (``start_from="last"``,
+the default), its first (``"first"``), or the first message stored at or after a time
+(``"timestamp"`` with ``start_timestamp_ms``), as RocketMQ's CONSUME_FROM_* settings.
 """
 
 from __future__ import annotations
@@ -57,11 +61,15 @@ class PushConsumer:
                  model: str = "clustering", strategy: str = "averagely", concurrency: int = 4,
                  batch_size: int = 1, start_from: str = "last", heartbeat_s: float = 5.0,
                  rebalance_s: float = 20.0, commit_s: float = 5.0, suspend_ms: int = 1000,
-                 later_delay_s: float = 1.0, client_id: str | None = None) -> None:
+                 later_delay_s: float = 1.0, client_id: str | None = None,
+                 start_timestamp_ms: int | None = None) -> None:
         if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
             raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
-        if start_from not in ("first", "last"):
-            raise ValueError("start_from is 'first' or 'last'")
+        if start_from not in ("first", "last", "timestamp"):
+            raise ValueError("start_from is 'first', 'last' or 'timestamp'")
+        if (start_from == "timestamp") != (start_timestamp_ms is not None):
+            raise ValueError("start_from='timestamp' goes with start_timestamp_ms, and only it")
+        self.start_timestamp_ms = start_timestamp_ms
         self.group, self.listener, self.model = group, listener, model
         self.strategy = STRATEGIES[strategy]
         self.concurrency, self.batch_size, self.start_from = concurrency, batch_size, start_from
@@ -181,6 +189,9 @@ class PushConsumer:
             new = self._initial_queues is not None and mq not in self._initial_queues
             if self.start_from == "first" or new:
                 start = 0
+            elif self.start_from == "timestamp":
+                assert self.start_timestamp_ms is not None
+                start = await self._pull.offset_for_timestamp(mq, self.start_timestamp_ms)
             else:
                 start = (await self._pull.pull(mq, 0, 0)).max_offset
         return start

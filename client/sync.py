@@ -62,6 +62,9 @@ class SyncPullConsumer:
              suspend_ms: int = 0) -> PullResult:
         return self._lt.run(self._c.pull(mq, offset, max_messages, suspend_ms), self._limit_s)
 
+    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._lt.run(self._c.offset_for_timestamp(mq, timestamp_ms), self._limit_s)
+
     def commit(self, mq: MessageQueue, offset: int) -> None:
         self._lt.run(self._c.commit(mq, offset), self._limit_s)
 

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import tomllib
 from typing import Any, Callable, Protocol, TypeVar
 
 import click
@@ -48,7 +49,34 @@ def parse_peers(text: str) -> dict[str, Address]:
     return out
 
 
+def load_config_file(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    """``--config FILE``: a TOML file whose keys are the command's long options (``data-dir`` or
+    ``data_dir``; ``peers`` may be a table ``{n0 = "host:port", ...}``). Its values become the
+    defaults, so an option on the command line still wins. Unknown keys are refused by name."""
+    if not path:
+        return
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise click.BadParameter(f"{path}: {err}", ctx, param) from err
+    names = {opt.lstrip("-").replace("-", "_"): p.name for p in ctx.command.params
+             for opt in getattr(p, "opts", ()) if opt.startswith("--")}
+    defaults: dict[str, Any] = {}
+    for key, value in data.items():
+        name = names.get(key.replace("-", "_"))
+        if name is None or name == "config":
+            raise click.BadParameter(f"{path}: unknown setting {key!r}", ctx, param)
+        if isinstance(value, dict) and key in ("peers", "dial"):
+            value = ",".join(f"{nid}={addr}" for nid, addr in value.items())
+        defaults[name] = value
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+
+
 _OPTIONS = [
+    click.option("--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False,
+                 callback=load_config_file,
+                 help="TOML file of option values (command-line options override it)."),
     click.option("--group", required=True, help="Name of the Raft group."),
     click.option("--id", "node_id", required=True, help="This node's id (one of --peers)."),
     click.option("--peers", required=True,
@@ -62,6 +90,9 @@ _OPTIONS = [
     click.option("--tick-ms", type=int, default=100, show_default=True),
     click.option("--election-ticks", type=int, default=10, show_default=True),
     click.option("--preferred-leader", default=None),
+    click.option("--retention-entries", type=click.IntRange(min=1), default=None,
+                 help="Delete old log segments, keeping at least this many entries (and all "
+                      "that a member still needs). Default: keep everything."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
@@ -70,7 +101,7 @@ _OPTIONS = [
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
-                     "test_faults", "trace_path", "canary")
+                     "retention_entries", "test_faults", "trace_path", "canary")
 
 
 def node_options(f: F) -> F:
@@ -92,7 +123,8 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             group=o["group"], node_id=o["node_id"], peers=members, data_dir=o["data_dir"],
             dial=dials, flush_mode=o["flush_mode"], async_flush_interval_s=o["async_flush_ms"] / 1000,
             tick_interval_s=o["tick_ms"] / 1000, election_ticks=o["election_ticks"],
-            preferred_leader=o["preferred_leader"], test_faults=o["test_faults"],
+            preferred_leader=o["preferred_leader"], retention_entries=o["retention_entries"],
+            test_faults=o["test_faults"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:
         raise click.UsageError(str(err)) from err

@@ -59,6 +59,16 @@ def test_queue_offsets_are_dense_per_queue_and_follow_log_order() -> None:
     assert log.state.queue_range("orders", 0) == (0, 4)
 
 
+def test_offset_at_finds_the_first_message_stored_at_or_after_a_time() -> None:
+    log = Log()
+    for ts, body in ((1000, b"a"), (2000, b"b"), (2000, b"c"), (3000, b"d")):
+        log.apply(send("orders", 0, body, ts=ts))
+    at = log.state.offset_at
+    assert [at("orders", 0, t) for t in (0, 1000, 1001, 2000, 2500, 3000)] == [0, 0, 1, 1, 3, 3]
+    assert at("orders", 0, 3001) == 4  # nothing that recent: the max offset
+    assert at("orders", 1, 0) == 0 and at("nope", 0, 5) == 0  # an empty or unknown queue
+
+
 def test_auto_create_makes_four_queues_and_can_be_off() -> None:
     log = Log()
     assert log.apply(send("t1", 3, b"x")).status == "SEND_OK"

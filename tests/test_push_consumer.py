@@ -5,12 +5,13 @@ nothing is lost; broadcasting members each read everything."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from client import ConsumeStatus, Message, Producer, PushConsumer
+from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from client.types import ReceivedMessage
 from dledger.localcluster import LocalCluster
 from tests.test_broker_processes import BROKER, _start_namesrv
@@ -108,3 +109,47 @@ def test_broadcasting_members_each_read_everything(tmp_path: Path) -> None:
     finally:
         ns_proc.terminate()
         ns_proc.wait(timeout=10)
+
+
+def test_a_group_can_start_from_a_timestamp(tmp_path: Path) -> None:
+    """RocketMQ's CONSUME_FROM_TIMESTAMP: a new group starts each queue at the first message
+    stored at or after a time, so it sees exactly what was stored since."""
+    ns_proc, ns = _start_namesrv(tmp_path)
+
+    async def run() -> None:
+        async with Producer(ns) as producer, PullConsumer(ns, "probe") as probe:
+            for i in range(12):
+                await producer.send(Message("audit", f"old{i}".encode()))
+            queues = await probe.fetch_queues("audit")
+            old = {mq: (await probe.pull(mq, 0, 100)).messages for mq in queues}
+            since_ms = max(m.store_ts_ms for ms in old.values() for m in ms) + 1
+            await wait_until(lambda: time.time() * 1000 > since_ms + 1, 5, "the clock to pass it")
+            new = {f"new{i}".encode() for i in range(12)}
+            for body in sorted(new):
+                await producer.send(Message("audit", body))
+            for mq in queues:  # each queue's first new message: right after its old ones
+                assert await probe.offset_for_timestamp(mq, since_ms) == len(old[mq])
+            recorder = Recorder()
+            consumer = PushConsumer(ns, "auditors", recorder, start_from="timestamp",
+                                    start_timestamp_ms=since_ms, heartbeat_s=0.3, suspend_ms=500)
+            consumer.subscribe("audit")
+            await consumer.start()
+            try:
+                await wait_until(lambda: len(recorder.seen) >= len(new), 20, "the new messages")
+            finally:
+                await consumer.close()
+            assert {m.body for m in recorder.seen} == new
+
+    try:
+        with _cluster(tmp_path, ns):
+            asyncio.run(run())
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)
+
+
+def test_start_from_timestamp_needs_its_time() -> None:
+    with pytest.raises(ValueError):
+        PushConsumer("127.0.0.1:1", "g", Recorder(), start_from="timestamp")
+    with pytest.raises(ValueError):
+        PushConsumer("127.0.0.1:1", "g", Recorder(), start_from="last", start_timestamp_ms=5)
