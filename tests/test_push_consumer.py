@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any, Callable, Coroutine
 
 import pytest
 
@@ -20,9 +21,16 @@ from tests.test_processes import wait_until
 pytestmark = pytest.mark.slow
 
 
-def _cluster(tmp_path: Path, ns: str) -> LocalCluster:
-    return LocalCluster(str(tmp_path), size=3, tick_ms=50,
-                        program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1"))
+def _with_cluster(tmp_path: Path, run: Callable[[str], Coroutine[Any, Any, None]]) -> None:
+    """A NameServer and a 3-node broker group for ``run(namesrv)``; both stopped after."""
+    ns_proc, ns = _start_namesrv(tmp_path)
+    try:
+        with LocalCluster(str(tmp_path), size=3, tick_ms=50,
+                          program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1")):
+            asyncio.run(run(ns))
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)
 
 
 class Recorder:
@@ -39,9 +47,7 @@ class Recorder:
 
 
 def test_a_two_member_group_consumes_everything_exactly_once(tmp_path: Path) -> None:
-    ns_proc, ns = _start_namesrv(tmp_path)
-
-    async def run() -> None:
+    async def run(ns: str) -> None:
         async with Producer(ns) as producer:
             await producer.send(Message("jobs", b"warm-up"))  # creates the topic (4 queues)
             a, b = Recorder(later_once={b"job-7"}), Recorder()
@@ -73,18 +79,11 @@ def test_a_two_member_group_consumes_everything_exactly_once(tmp_path: Path) -> 
                 per_queue[m.queue].append(m.queue_offset)
             assert all(len(v) == len(set(v)) for v in per_queue.values())
 
-    try:
-        with _cluster(tmp_path, ns):
-            asyncio.run(run())
-    finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+    _with_cluster(tmp_path, run)
 
 
 def test_broadcasting_members_each_read_everything(tmp_path: Path) -> None:
-    ns_proc, ns = _start_namesrv(tmp_path)
-
-    async def run() -> None:
+    async def run(ns: str) -> None:
         async with Producer(ns) as producer:
             await producer.send(Message("news", b"first"))
             r1, r2 = Recorder(), Recorder()
@@ -103,20 +102,13 @@ def test_broadcasting_members_each_read_everything(tmp_path: Path) -> None:
                     await c.close()
             assert sorted(m.body for m in r1.seen) == sorted(m.body for m in r2.seen)
 
-    try:
-        with _cluster(tmp_path, ns):
-            asyncio.run(run())
-    finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+    _with_cluster(tmp_path, run)
 
 
 def test_a_group_can_start_from_a_timestamp(tmp_path: Path) -> None:
     """RocketMQ's CONSUME_FROM_TIMESTAMP: a new group starts each queue at the first message
     stored at or after a time, so it sees exactly what was stored since."""
-    ns_proc, ns = _start_namesrv(tmp_path)
-
-    async def run() -> None:
+    async def run(ns: str) -> None:
         async with Producer(ns) as producer, PullConsumer(ns, "probe") as probe:
             for i in range(12):
                 await producer.send(Message("audit", f"old{i}".encode()))
@@ -140,12 +132,7 @@ def test_a_group_can_start_from_a_timestamp(tmp_path: Path) -> None:
                 await consumer.close()
             assert {m.body for m in recorder.seen} == new
 
-    try:
-        with _cluster(tmp_path, ns):
-            asyncio.run(run())
-    finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+    _with_cluster(tmp_path, run)
 
 
 def test_start_from_timestamp_needs_its_time() -> None:
