@@ -136,8 +136,12 @@ def _message(m: Any) -> Message:
     body, tags, keys, unique_key, props, born = m
     if not isinstance(body, bytes):
         raise ValueError("message body must be bytes")
-    return Message(body, _str(tags), tuple(_str(k) for k in keys), _str(unique_key),
-                   tuple((_str(k), _str(v)) for k, v in props), _int(born))
+    if not isinstance(keys, list) or not isinstance(props, list):
+        raise ValueError("message keys and properties must be lists")
+    # the common message has no keys and no properties: skip building and checking them
+    keys_t = tuple(_str(k) for k in keys) if keys else ()
+    props_t = tuple((_str(k), _str(v)) for k, v in props) if props else ()
+    return Message(body, _str(tags), keys_t, _str(unique_key), props_t, _int(born))
 
 
 def _send(f: list[Any]) -> SendEntry:
