@@ -22,7 +22,6 @@ from client import ClientError, Message, Producer, PullConsumer
 from client.routes import GroupRoute, Routes, client_error
 from dledger import log_cli
 from dledger.errors import DLedgerError
-from chaos.live import command as chaos_command
 from dledger.localcluster import ClusterError, LocalCluster
 
 NAMESRV_HELP = "NameServer address(es): host:port[,host:port]"
@@ -34,7 +33,19 @@ def main() -> None:
 
 
 main.add_command(log_cli.main, name="log")
-main.add_command(chaos_command.chaos, name="chaos")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+              add_help_option=False)
+@click.pass_context
+def chaos(ctx: click.Context) -> None:
+    """Live chaos scenarios on real processes: dledger chaos run --help (needs the dev extra)."""
+    try:  # loaded on use: the harness needs the dev extra (toxiproxy-python, matplotlib)
+        from chaos.live.command import chaos as chaos_group
+    except ImportError as err:
+        raise click.ClickException(f"dledger chaos needs the dev extra "
+                                   f"(pip install -e '.[dev]'): {err}") from err
+    chaos_group.main(args=ctx.args, prog_name="dledger chaos")
 
 
 # -- dledger up ------------------------------------------------------------------------------------

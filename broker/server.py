@@ -329,8 +329,8 @@ class BrokerServer:
         (``--retention-entries``) deletes old segments, and the queue's min offset follows. The
         state machine keeps its units (it is identical on every replica; retention is local)."""
         store = self.node.store
-        if store is None or store.last_index() < store.first_index():
-            return 0
+        if store is None or store.first_index() == 1 or store.last_index() < store.first_index():
+            return 0  # nothing retained away (the usual case: retention is off by default)
         first_position = store.position_of(store.first_index())
         units = self.state.queues.get((topic, queue_id), [])
         return bisect.bisect_left(units, first_position, key=lambda u: u.position)

@@ -8,22 +8,15 @@ import asyncio
 import time
 import uuid
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from broker.protocol import FOUND, OFFSET_OUT_OF_RANGE
 from broker.server import BrokerConfig, BrokerServer
 from dledger.runtime import NodeConfig
+from tests.test_processes import wait_until
 
 
 def _raw(body: bytes) -> list[object]:
     return [[body, "", [], uuid.uuid4().hex, [], int(time.time() * 1000)]]
-
-
-async def _until(cond: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)  # polling interval of a bounded wait
 
 
 def test_retention_moves_a_queues_min_offset(tmp_path: Path) -> None:
@@ -35,15 +28,13 @@ def test_retention_moves_a_queues_min_offset(tmp_path: Path) -> None:
     async def run() -> None:
         await server.start()
         try:
-            async def leading() -> bool:
-                return server.node.is_leader
-            await _until(leading, 10, "the node to lead")
+            await wait_until(lambda: server.node.is_leader, 10, "the node to lead")
             for i in range(200):
                 await server.send("t", 0, _raw(b"m%03d" % i))
 
             async def retained() -> bool:
                 return (await server.pull("t", 0, 0, 1, 1 << 20, 0, ["*"]))[0] == OFFSET_OUT_OF_RANGE
-            await _until(retained, 15, "retention to delete old segments")
+            await wait_until(retained, 15, "retention to delete old segments")
             status, _, lo, hi, _ = await server.pull("t", 0, 0, 1, 1 << 20, 0, ["*"])
             assert 0 < lo < hi == 200
             status, nxt, _, _, rows = await server.pull("t", 0, lo, 500, 1 << 20, 0, ["*"])

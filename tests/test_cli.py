@@ -130,3 +130,11 @@ def test_broker_cluster_up_send_consume_status(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
+
+
+def test_the_command_line_loads_without_the_chaos_harness() -> None:
+    """`make up` installs without the dev extra: `dledger` must not import the chaos harness
+    (toxiproxy-python, requests) until `dledger chaos` is used."""
+    code = ("import sys, cli; "
+            "assert not [m for m in sys.modules if m.startswith(('chaos.live', 'toxiproxy'))]")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

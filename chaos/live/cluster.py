@@ -15,11 +15,13 @@ by ``stop()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,6 +94,10 @@ class ChaosCluster:
     @property
     def node_ids(self) -> list[str]:
         return list(self.brokers.servers)
+
+    @property
+    def namesrv_running(self) -> bool:
+        return self._ns_proc is not None and self._ns_proc.poll() is None
 
     @property
     def namesrv(self) -> str:
@@ -330,14 +336,9 @@ class ChaosCluster:
         """An operator's repair of a node whose log is damaged: drop its log and state-machine
         checkpoint, keep its term and vote; it refills from the leader."""
         data_dir = self.brokers.servers[nid].data_dir
-        for name in ("log",):
-            path = os.path.join(data_dir, name)
-            if os.path.isdir(path):
-                for f in os.listdir(path):
-                    os.unlink(os.path.join(path, f))
-        checkpoint = os.path.join(data_dir, "broker.checkpoint")
-        if os.path.exists(checkpoint):
-            os.unlink(checkpoint)
+        shutil.rmtree(os.path.join(data_dir, "log"), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(data_dir, "broker.checkpoint"))
 
     def trace_paths(self) -> list[str]:
         return [p for p in (self.brokers.trace_path(n) for n in self.node_ids) if os.path.exists(p)]

@@ -100,7 +100,7 @@ async def _final_heal(ctl: Ctl, problems: list[str]) -> None:
             await ctl.do(c.resume, n)
     await ctl.do(c.heal)
     await ctl.do(c.unslow)
-    if c._ns_proc is None:
+    if not c.namesrv_running:
         await ctl.do(c.start_namesrv)
     for n in c.node_ids:
         if not c.running(n):
