@@ -2,7 +2,8 @@
 modes, and NATS JetStream R3 (three ``nats-server`` processes, a file stream with 3 replicas) side
 by side in one run, over the workloads of BENCH.md: sync, 64 concurrent, batch/pipelined, consume,
 and (ours) failover. Prints a table with ratios to NATS, saves JSON and, when matplotlib is
-installed, a PNG chart. A tool, not a test: figures are only compared within one run.
+installed, a PNG chart. Both systems are driven from this process on the same event loop (uvloop
+when installed, as the servers). A tool, not a test: figures are only compared within one run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
 
 from client import Message, MessageQueue, Producer, PullConsumer, SendTimeoutError
+from dledger import evloop
 from dledger.bench.load import closed_loop
 from dledger.localcluster import LocalCluster, free_ports
 
@@ -67,9 +69,14 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) ->
         batch = [Message(topic, body) for _ in range(BATCH)]
         t0 = time.perf_counter()
         sent = 0
-        while sent < n:
-            await asyncio.gather(*(p.send_batch(batch) for _ in range(BATCHES_IN_FLIGHT)))
-            sent += BATCH * BATCHES_IN_FLIGHT
+
+        async def pipeline() -> None:  # one of BATCHES_IN_FLIGHT: the next batch on each ack
+            nonlocal sent
+            while sent < n:
+                sent += BATCH
+                await p.send_batch(batch)
+
+        await asyncio.gather(*(pipeline() for _ in range(BATCHES_IN_FLIGHT)))
         rows.append(Row("dledger", mode, "batch", size, sent / (time.perf_counter() - t0),
                         note=f"{BATCHES_IN_FLIGHT} batches of {BATCH} in flight"))
     async with PullConsumer(ns, "bench") as c:
@@ -141,7 +148,7 @@ def run_ours(mode: str, size: int, n: int) -> list[Row]:
             ns = f"{host}:{port}"
             program = ("-m", "broker", "start", "--namesrv", ns, "--register-interval-s", "1")
             with LocalCluster(d, size=3, flush_mode=mode, program=program) as cluster:
-                return asyncio.run(_ours(ns, cluster, mode, size, n))
+                return evloop.run(_ours(ns, cluster, mode, size, n))
         finally:
             ns_proc.terminate()
             ns_proc.wait(timeout=10)
@@ -222,7 +229,7 @@ def run_nats(size: int, n: int) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="nats-bench-") as d:
         procs, urls = _start_nats(d)
         try:
-            return asyncio.run(_nats(urls, size, n))
+            return evloop.run(_nats(urls, size, n))
         finally:
             for p in procs:
                 p.kill()

@@ -80,9 +80,10 @@ def encode(entry: BrokerEntry) -> bytes:
     if isinstance(entry, SendEntry):
         msgs = [[m.body, m.tags, list(m.keys), m.unique_key, [list(p) for p in m.properties],
                  m.born_ts_ms] for m in entry.messages]
-        fields: list[Any] = [KIND_SEND, entry.topic, entry.queue_id, entry.store_ts_ms, msgs,
-                             entry.auto_create, entry.default_queues]
-    elif isinstance(entry, TopicPut):
+        return encode_send(entry.topic, entry.queue_id, entry.store_ts_ms, msgs, entry.auto_create,
+                           entry.default_queues)
+    fields: list[Any]
+    if isinstance(entry, TopicPut):
         fields = [KIND_TOPIC_PUT, entry.name, entry.read_queues, entry.write_queues, entry.perm,
                   entry.system]
     elif isinstance(entry, TopicDelete):
@@ -92,6 +93,14 @@ def encode(entry: BrokerEntry) -> bytes:
     else:
         raise TypeError(f"not a broker entry: {entry!r}")
     return cbor2.dumps([VERSION, *fields])
+
+
+def encode_send(topic: str, queue_id: int, store_ts_ms: int, messages: list[list[Any]],
+                auto_create: bool, default_queues: int) -> bytes:
+    """A send entry from messages already in entry form ``[body, tags, [keys], unique_key,
+    [[name, value]], born_ts_ms]`` (the leader's hot path: no Message objects built)."""
+    return cbor2.dumps([VERSION, KIND_SEND, topic, queue_id, store_ts_ms, messages, auto_create,
+                        default_queues])
 
 
 # -- decode ---------------------------------------------------------------------------------------

@@ -22,7 +22,16 @@ from typing import Any, Sequence
 from aiohttp import web
 
 from broker.admin import make_app
-from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
+from broker.entries import (
+    Message,
+    OffsetCommit,
+    SendEntry,
+    TopicDelete,
+    TopicPut,
+    decode,
+    encode,
+    encode_send,
+)
 from broker.errors import BadEntryError, BrokerError
 from broker.members import GroupMembers
 from broker.protocol import (
@@ -49,6 +58,7 @@ from broker.protocol import (
     offset_msg_id,
 )
 from broker.registrar import Registrar
+from broker.sendgroup import SendGroups
 from broker.state import ApplyResult, BrokerState, tag_hash
 from broker.topics import DEFAULT_QUEUES, validate_topic_name
 from dledger.commitlog import FileLogStore
@@ -57,12 +67,13 @@ from dledger.hardstate import write_file_atomically
 from dledger.framed import FramedProtocol
 from dledger.protocol import Request, decode_request, encode_error, encode_result
 from dledger.raft.types import EntryKind
-from dledger.runtime import Address, AppliedEntry, Node, NodeConfig
+from dledger.runtime import Address, AppliedEntry, Committed, Node, NodeConfig
 from dledger.server import status_dict
 
 log = logging.getLogger("broker.server")
 
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
+CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,7 @@ class BrokerServer:
         self._admin: web.AppRunner | None = None
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
+        self.sends = SendGroups(self._propose_send, self._send_answer, MAX_BATCH_BYTES)
 
     async def start(self) -> None:
         await self.node.start()
@@ -140,11 +152,17 @@ class BrokerServer:
 
     async def _checkpoint_loop(self) -> None:
         saved = self.state.applied_index
+        wait_s = self.config.checkpoint_interval_s
         while True:
-            await asyncio.sleep(self.config.checkpoint_interval_s)  # the checkpoint period
+            await asyncio.sleep(wait_s)  # the checkpoint period
             if self.state.applied_index > saved:
                 saved = self.state.applied_index
+                t0 = time.perf_counter()
                 blob = self.state.snapshot()  # on the loop: a consistent view
+                # A snapshot costs time in proportion to the state: space them so that they
+                # take at most 1/CHECKPOINT_DUTY of the loop, however large the state grows.
+                wait_s = max(self.config.checkpoint_interval_s,
+                             (time.perf_counter() - t0) * CHECKPOINT_DUTY)
                 await asyncio.to_thread(save_checkpoint, self.config.node.data_dir, blob)
 
     async def stop(self) -> None:
@@ -237,23 +255,30 @@ class BrokerServer:
             raise SendRefusedError(result.status, result.detail)
         return result
 
-    def _send_entry(self, topic: str, queue_id: int, raw: list[Any]) -> bytes:
-        """Validate a send on the leader and encode its entry (raises named errors)."""
+    def _check_send(self, topic: str, queue_id: int) -> None:
+        """Refuse (named errors) a send this leader must not take."""
         self._require_leader()
         validate_topic_name(topic)
-        messages = _messages(raw)
+        if queue_id < 0:
+            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
         cfg = self.state.topics.get(topic)
         if cfg is None and not self.config.auto_create_topics:
             raise SendRefusedError("TOPIC_NOT_FOUND", topic)
         if cfg is not None and not cfg.writable:
             raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
-        return encode(SendEntry(topic, int(queue_id), int(time.time() * 1000), messages,
-                                self.config.auto_create_topics, self.config.default_queues))
 
-    def _send_answer(self, index: int) -> list[Any]:
-        result = self.results.pop(index, None)
+    def _send_data(self, topic: str, queue_id: int, messages: list[list[Any]]) -> bytes:
+        return encode_send(topic, queue_id, int(time.time() * 1000), messages,
+                           self.config.auto_create_topics, self.config.default_queues)
+
+    def _propose_send(self, topic: str, queue_id: int,
+                      messages: list[list[Any]]) -> asyncio.Future[Committed]:
+        return self.node.submit(self._send_data(topic, queue_id, messages))
+
+    def _send_answer(self, committed: Committed) -> list[Any]:
+        result = self.results.pop(committed.index, None)
         if result is None:
-            raise BrokerError(f"no apply result for entry {index}")
+            raise BrokerError(f"no apply result for entry {committed.index}")
         if result.status != "SEND_OK":
             raise SendRefusedError(result.status, result.detail)
         position = self.node.store.position_of(result.index) if self.node.store else 0
@@ -262,17 +287,25 @@ class BrokerServer:
                 list(result.duplicates), list(result.queue_ids)]
 
     async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
-        data = self._send_entry(topic, queue_id, raw)
-        committed = await self.node.propose(data, self.config.send_timeout_s)
-        return self._send_answer(committed.index)
+        """The slow path (a request the fast path could not parse): one entry, named errors."""
+        queue_id = int(queue_id)
+        messages, _ = _wire_messages(raw)
+        self._check_send(topic, queue_id)
+        committed = await self.node.propose(self._send_data(topic, queue_id, messages),
+                                            self.config.send_timeout_s)
+        return self._send_answer(committed)
 
     def send_fast(self, req: Request, conn: _Connection) -> bool:
-        """The hot path: no task per send. The node's future always ends (committed,
-        leadership lost, stopped); the client enforces its own deadline. Returns False to
-        leave a malformed request to the slow path's named errors."""
+        """The hot path: no task per send, and sends to one queue in the same loop turn share one
+        entry (``SendGroups``). The node's future always ends (committed, leadership lost,
+        stopped); the client enforces its own deadline. Returns False to leave a malformed
+        request to the slow path's named errors."""
         try:
             topic, queue_id, raw = req.args
-            fut = self.node.submit(self._send_entry(topic, queue_id, raw))
+            if type(queue_id) is not int:
+                return False
+            messages, size = _wire_messages(raw)
+            self._check_send(topic, queue_id)
         except (DLedgerError, BrokerError) as err:
             conn.send_payload(encode_error(req.request_id, err))
             return True
@@ -280,18 +313,15 @@ class BrokerServer:
             return False
         rid = req.request_id
 
-        def done(f: asyncio.Future[Any]) -> None:
-            if f.cancelled():
-                return
-            err = f.exception()
-            try:
-                if err is not None:
-                    raise err
-                conn.send_payload(encode_result(rid, self._send_answer(f.result().index)))
-            except (DLedgerError, BrokerError) as failure:
-                conn.send_payload(encode_error(rid, failure))
+        def reply(answer: list[Any] | None, err: Exception | None) -> None:
+            if answer is not None:
+                conn.send_payload(encode_result(rid, answer))
+            elif isinstance(err, (DLedgerError, BrokerError)):
+                conn.send_payload(encode_error(rid, err))
+            else:
+                conn.send_payload(encode_error(rid, BrokerError(f"send failed: {err!r}")))
 
-        fut.add_done_callback(done)
+        self.sends.add(topic, queue_id, messages, size, reply)
         return True
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
@@ -332,7 +362,9 @@ class BrokerServer:
         if store is None or store.first_index() == 1 or store.last_index() < store.first_index():
             return 0  # nothing retained away (the usual case: retention is off by default)
         first_position = store.position_of(store.first_index())
-        units = self.state.queues.get((topic, queue_id), [])
+        units = self.state.queues.get((topic, queue_id))
+        if units is None:
+            return 0
         return bisect.bisect_left(units, first_position, key=lambda u: u.position)
 
     async def _wait_arrival(self, topic: str, queue_id: int, timeout_s: float) -> None:
@@ -413,7 +445,9 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState
     return state
 
 
-def _messages(raw: Any) -> tuple[Message, ...]:
+def _wire_messages(raw: Any) -> tuple[list[list[Any]], int]:
+    """A send request's messages checked and put in entry form; returns them and their body
+    bytes. Raises named errors for bad or oversized input (TypeError/ValueError on bad shapes)."""
     if not isinstance(raw, list) or not raw:
         raise BadEntryError("a send carries a non-empty list of messages")
     total = 0
@@ -425,8 +459,12 @@ def _messages(raw: Any) -> tuple[Message, ...]:
         if len(body) > MAX_MESSAGE_BYTES:
             raise MessageTooLargeError(f"message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
         total += len(body)
-        out.append(Message(body, str(tags), tuple(str(k) for k in keys), str(unique_key),
-                           tuple((str(k), str(v)) for k, v in props), int(born)))
+        if not (type(m) is list and type(tags) is str and type(unique_key) is str
+                and type(born) is int and type(keys) is list and not keys
+                and type(props) is list and not props):  # the common message is already in form
+            m = [body, str(tags), [str(k) for k in keys], str(unique_key),
+                 [[str(k), str(v)] for k, v in props], int(born)]
+        out.append(m)
     if total > MAX_BATCH_BYTES:
         raise MessageTooLargeError(f"batch of {total} bytes exceeds {MAX_BATCH_BYTES}")
-    return tuple(out)
+    return out, total

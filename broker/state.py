@@ -1,10 +1,10 @@
 """The broker's state machine: applied to committed log entries in log order, on every replica.
 
-Owns topics, consume queues (per (topic, queue): units pointing into the commitlog, RocketMQ's
-20-byte idea: position, size, tag hash, plus the slot within a batch entry and the store
-time), consumer-group offsets, and the dedup table of unique keys. Queue offsets are assigned
-here, at apply time, so every replica derives the same (topic, queue, offset) -> message
-mapping forever. Pure and deterministic: no clock (times come from the entries), no I/O;
+Owns topics, consume queues (per (topic, queue): packed units pointing into the commitlog,
+RocketMQ's 20-byte idea: position, size, tag hash, plus the slot within a batch entry and the
+store time; see ``consumequeue``), consumer-group offsets, and the dedup table of unique keys
+(``dedup``). Queue offsets are assigned here, at apply time, so every replica derives the same
+(topic, queue, offset) -> message mapping forever. Pure and deterministic: no clock (times come from the entries), no I/O;
 ``snapshot``/``restore`` give the shell a checkpoint to persist.
 """
 
@@ -13,33 +13,25 @@ from __future__ import annotations
 import bisect
 
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
 
+from broker.consumequeue import ConsumeQueue, CQUnit
+from broker.dedup import DedupTable
 from broker.entries import BrokerEntry, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode
 from broker.errors import BadEntryError, BrokerError
 from broker.topics import TopicConfig, validate_config
+
+
+CHECKPOINT_VERSION = 2  # 2: packed consume queues, columnar dedup; 1 (lists) is still read
 
 
 @dataclass(frozen=True)
 class StateConfig:
     dedup_window_ms: int = 10 * 60 * 1000  # a retried send within this window is not stored again
     dedup_entries_max: int = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class CQUnit:
-    """One message in a consume queue: where its entry is in the commitlog and which message
-    of the entry it is (a batch entry holds several)."""
-
-    position: int
-    slot: int
-    size: int
-    tag_hash: int
-    store_ts_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +58,13 @@ class BrokerState:
     config: StateConfig = field(default_factory=StateConfig)
     applied_index: int = 0
     topics: dict[str, TopicConfig] = field(default_factory=dict)
-    queues: dict[tuple[str, int], list[CQUnit]] = field(default_factory=dict)
+    queues: dict[tuple[str, int], ConsumeQueue] = field(default_factory=dict)
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     # unique key -> (topic, queue id, queue offset, store time), oldest first
-    dedup: OrderedDict[str, tuple[str, int, int, int]] = field(default_factory=OrderedDict)
+    dedup: DedupTable = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
 
     # -- apply --------------------------------------------------------------------------------
 
@@ -106,8 +101,7 @@ class BrokerState:
             # A re-created topic starts afresh: no offsets or unique keys of the old one apply.
             for key in [k for k in self.offsets if k[1] == entry.name]:
                 del self.offsets[key]
-            for key in [k for k, v in self.dedup.items() if v[0] == entry.name]:
-                del self.dedup[key]
+            self.dedup.forget_topic(entry.name)
             return ApplyResult(index, "OK", topic=entry.name)
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
@@ -124,8 +118,10 @@ class BrokerState:
             return ApplyResult(index, "NO_PERMISSION", topic=e.topic)
         if e.queue_id >= topic.write_queues:
             return ApplyResult(index, "QUEUE_NOT_FOUND", topic=e.topic, queue_id=e.queue_id)
-        self._expire_dedup(e.store_ts_ms)
-        units = self.queues.setdefault((e.topic, e.queue_id), [])
+        self.dedup.expire(e.store_ts_ms)
+        units = self.queues.get((e.topic, e.queue_id))
+        if units is None:
+            units = self.queues[(e.topic, e.queue_id)] = ConsumeQueue()
         offsets: list[int] = []
         dups: list[bool] = []
         qids: list[int] = []
@@ -139,24 +135,11 @@ class BrokerState:
             offsets.append(len(units))
             qids.append(e.queue_id)
             dups.append(False)
-            units.append(CQUnit(position, slot, len(m.body), tag_hash(m.tags), e.store_ts_ms))
+            units.append(position, slot, len(m.body), tag_hash(m.tags), e.store_ts_ms)
             if m.unique_key:
-                self._remember(m.unique_key, (e.topic, e.queue_id, offsets[-1], e.store_ts_ms))
+                self.dedup.remember(m.unique_key, e.topic, e.queue_id, offsets[-1], e.store_ts_ms)
         return ApplyResult(index, "SEND_OK", e.topic, e.queue_id, tuple(offsets), tuple(dups),
                            tuple(qids))
-
-    def _remember(self, key: str, value: tuple[str, int, int, int]) -> None:
-        self.dedup[key] = value
-        while len(self.dedup) > self.config.dedup_entries_max:
-            self.dedup.popitem(last=False)
-
-    def _expire_dedup(self, now_ms: int) -> None:
-        horizon = now_ms - self.config.dedup_window_ms
-        while self.dedup:
-            key, value = next(iter(self.dedup.items()))
-            if value[3] >= horizon:
-                return
-            del self.dedup[key]
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -168,39 +151,54 @@ class BrokerState:
         """The first offset of a queue stored at or after ``timestamp_ms`` (the max offset when
         none is). Store times follow log order, as the leaders' clocks do (RocketMQ searches the
         same way)."""
-        units = self.queues.get((topic, queue_id), [])
+        units = self.queues.get((topic, queue_id), ConsumeQueue())
         return bisect.bisect_left(units, timestamp_ms, key=lambda u: u.store_ts_ms)
 
     def units(self, topic: str, queue_id: int, offset: int, count: int) -> list[CQUnit]:
-        return self.queues.get((topic, queue_id), [])[offset : offset + count]
+        units = self.queues.get((topic, queue_id))
+        return units[offset : offset + count] if units is not None else []
 
     # -- checkpoint ------------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
         """Everything, in a canonical order: equal states give equal bytes."""
         return cbor2.dumps([
-            1, self.applied_index,
+            CHECKPOINT_VERSION, self.applied_index,
             sorted([t.name, t.read_queues, t.write_queues, t.perm] for t in self.topics.values()),
-            sorted([t, q, [[u.position, u.slot, u.size, u.tag_hash, u.store_ts_ms] for u in units]]
-                   for (t, q), units in self.queues.items()),
+            sorted([t, q, units.packed()] for (t, q), units in self.queues.items()),
             sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
-            [[k, *v] for k, v in self.dedup.items()],
+            self.dedup.snapshot(),
         ])
 
     @classmethod
     def restore(cls, blob: bytes, config: StateConfig | None = None) -> BrokerState:
         try:
             version, applied, topics, queues, offsets, dedup = _load(blob)
-            if version != 1:
+            if version not in (1, CHECKPOINT_VERSION):
                 raise BadEntryError(f"unknown checkpoint version {version!r}")
             state = cls(config or StateConfig(), applied)
             state.topics = {n: TopicConfig(n, r, w, p) for n, r, w, p in topics}
-            state.queues = {(t, q): [CQUnit(*u) for u in units] for t, q, units in queues}
+            state.queues = {(t, q): _queue(version, units) for t, q, units in queues}
             state.offsets = {(g, t, q): o for g, t, q, o in offsets}
-            state.dedup = OrderedDict((k, (t, q, o, ts)) for k, t, q, o, ts in dedup)
+            cfg = state.config
+            state.dedup = (DedupTable.restore(cfg.dedup_window_ms, cfg.dedup_entries_max, dedup)
+                           if version == CHECKPOINT_VERSION else DedupTable.from_rows(
+                               cfg.dedup_window_ms, cfg.dedup_entries_max,
+                               [(k, t, q, o, ts) for k, t, q, o, ts in dedup]))
         except (TypeError, ValueError) as err:
             raise BadEntryError(f"malformed checkpoint: {err}") from err
         return state
+
+
+def _queue(version: int, units: Any) -> ConsumeQueue:
+    if version == CHECKPOINT_VERSION:
+        if not isinstance(units, bytes):
+            raise ValueError("consume queue must be packed units")
+        return ConsumeQueue(units)
+    queue = ConsumeQueue()  # version 1 kept each unit as a list
+    for u in units:
+        queue.append(*u)
+    return queue
 
 
 def _load(blob: bytes) -> Any:

@@ -29,6 +29,7 @@ class Flusher:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dledger-fsync")
         self._in_flight: asyncio.Future[None] | None = None
         self._request: Target | None = None
+        self._wanted = False  # a background fsync was asked for and has not started
         self._done: list[Target] = []
 
     @property
@@ -53,9 +54,13 @@ class Flusher:
     # A leader's appends do not wait for its own fsync (Raft thesis 10.2.1): the core counts the
     # leader's copy only once mark_durable says so, and the loop keeps stepping meanwhile.
 
-    def sync_in_background(self, target: Target) -> None:
-        """Make everything written so far durable, then report ``target``."""
-        self._request = target
+    def sync_in_background(self, target: Target | None = None) -> None:
+        """Make everything written so far durable, then report ``target`` (if given). The
+        ``async`` flush mode's periodic flush comes here too, without a target, so that the loop
+        never waits on the disk."""
+        self._wanted = True
+        if target is not None:
+            self._request = target
         self._start()
 
     def take_durable(self) -> list[Target]:
@@ -73,15 +78,15 @@ class Flusher:
         self._pool.shutdown(wait=True)
 
     def _start(self) -> None:
-        if self._in_flight is not None or self._request is None:
+        if self._in_flight is not None or not self._wanted:
             return
-        target, self._request = self._request, None
+        target, self._request, self._wanted = self._request, None, False
         token = self.store.sync_begin()
         fut = asyncio.get_running_loop().run_in_executor(self._pool, self.store.sync_fds, token)
         self._in_flight = fut
         fut.add_done_callback(lambda f: self._finished(f, token, target))
 
-    def _finished(self, fut: asyncio.Future[None], token: SyncToken, target: Target) -> None:
+    def _finished(self, fut: asyncio.Future[None], token: SyncToken, target: Target | None) -> None:
         self._in_flight = None
         if fut.cancelled():
             return
@@ -92,6 +97,7 @@ class Flusher:
             self._on_failure(err)
             return
         self.store.sync_end(token)
-        self._done.append(target)
+        if target is not None:
+            self._done.append(target)
         self._start()
         self._on_progress()

@@ -373,7 +373,7 @@ class Node:
                 self._take_proposals()
                 await self._drain_ready()
                 if self.config.flush_mode == "async" and now >= next_flush:
-                    self._store().sync()
+                    self._flusher().sync_in_background()  # the loop does not wait for the disk
                     next_flush = now + self.config.async_flush_interval_s
                 if now >= next_retain:
                     await self._maybe_retain()
