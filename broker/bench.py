@@ -2,8 +2,8 @@
 modes, and NATS JetStream R3 (three ``nats-server`` processes, a file stream with 3 replicas) side
 by side in one run, over the workloads of BENCH.md: sync, 64 concurrent, batch/pipelined, consume,
 and (ours) failover. Prints a table with ratios to NATS, saves JSON and, when matplotlib is
-installed, a PNG chart. Both systems are driven from this process on the same event loop (uvloop
-when installed, as the servers). A tool, not a test: figures are only compared within one run.
+installed, a PNG chart. Both systems are driven from this process on Python's default event loop
+(the servers run on uvloop). A tool, not a test: figures are only compared within one run.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
 
 from client import Message, MessageQueue, Producer, PullConsumer, SendTimeoutError
-from dledger import evloop
 from dledger.bench.load import closed_loop
 from dledger.localcluster import LocalCluster, free_ports
 
@@ -148,7 +147,7 @@ def run_ours(mode: str, size: int, n: int) -> list[Row]:
             ns = f"{host}:{port}"
             program = ("-m", "broker", "start", "--namesrv", ns, "--register-interval-s", "1")
             with LocalCluster(d, size=3, flush_mode=mode, program=program) as cluster:
-                return evloop.run(_ours(ns, cluster, mode, size, n))
+                return asyncio.run(_ours(ns, cluster, mode, size, n))
         finally:
             ns_proc.terminate()
             ns_proc.wait(timeout=10)
@@ -229,7 +228,7 @@ def run_nats(size: int, n: int) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="nats-bench-") as d:
         procs, urls = _start_nats(d)
         try:
-            return evloop.run(_nats(urls, size, n))
+            return asyncio.run(_nats(urls, size, n))
         finally:
             for p in procs:
                 p.kill()

@@ -106,14 +106,22 @@ def encode_send(topic: str, queue_id: int, store_ts_ms: int, messages: list[list
 # -- decode ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class StoredSend:
+    """A send entry as the state machine applies it: every message checked exactly as
+    ``decode`` checks it, but left in entry form (``[body, tags, [keys], unique_key, [[name,
+    value]], born_ts_ms]``), since applying needs only sizes, tags and unique keys."""
+
+    topic: str
+    queue_id: int
+    store_ts_ms: int
+    messages: list[list[Any]]
+    auto_create: bool
+    default_queues: int
+
+
 def decode(payload: bytes) -> BrokerEntry:
-    try:
-        arr = cbor2.loads(payload)
-    except Exception as err:  # noqa: BLE001 - cbor2 raises many types on garbage; all are bad input
-        raise BadEntryError(f"not CBOR: {err}") from err
-    if not isinstance(arr, list) or len(arr) < 2 or arr[0] != VERSION:
-        raise BadEntryError("not a broker entry of this version")
-    kind, rest = arr[1], arr[2:]
+    kind, rest = _fields(payload)
     decoder = _DECODERS.get(kind) if isinstance(kind, int) else None
     if decoder is None:
         raise BadEntryError(f"unknown broker entry kind {kind!r}")
@@ -121,6 +129,48 @@ def decode(payload: bytes) -> BrokerEntry:
         return decoder(rest)
     except (TypeError, ValueError) as err:
         raise BadEntryError(f"malformed entry of kind {kind}: {err}") from err
+
+
+def decode_for_apply(payload: bytes) -> BrokerEntry | StoredSend:
+    """As ``decode``, refusing exactly the same payloads, but a send comes as a
+    ``StoredSend`` (no ``Message`` objects built: the replicas' hot path)."""
+    kind, rest = _fields(payload)
+    if kind != KIND_SEND:
+        return decode(payload)
+    try:
+        topic, queue_id, ts, msgs, auto_create, default_queues = rest
+        if not isinstance(msgs, list) or not msgs:
+            raise ValueError("a send carries at least one message")
+        for m in msgs:
+            _check_message(m)
+        return StoredSend(_str(topic), _int(queue_id), _int(ts), msgs, _bool(auto_create),
+                          _int(default_queues, 1))
+    except (TypeError, ValueError) as err:
+        raise BadEntryError(f"malformed entry of kind {kind}: {err}") from err
+
+
+def _fields(payload: bytes) -> tuple[Any, list[Any]]:
+    try:
+        arr = cbor2.loads(payload)
+    except Exception as err:  # noqa: BLE001 - cbor2 raises many types on garbage; all are bad input
+        raise BadEntryError(f"not CBOR: {err}") from err
+    if not isinstance(arr, list) or len(arr) < 2 or arr[0] != VERSION:
+        raise BadEntryError("not a broker entry of this version")
+    return arr[1], arr[2:]
+
+
+def _check_message(m: Any) -> None:
+    """Raise ValueError/TypeError where ``_message`` would; the common shape (a list, no keys, no
+    properties) is checked without building anything."""
+    if type(m) is list and len(m) == 6:
+        body, tags, keys, unique_key, props, born = m
+        if (type(body) is bytes and type(tags) is str and type(unique_key) is str
+                and type(born) is int and born >= 0 and type(keys) is list and not keys
+                and type(props) is list and not props):
+            return
+    _message(m)  # the full check: raises on anything it refuses
+    if type(m) is not list:
+        raise ValueError("a message must be a list")
 
 
 def _int(v: Any, lo: int = 0) -> int:

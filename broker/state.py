@@ -20,7 +20,14 @@ import cbor2
 
 from broker.consumequeue import ConsumeQueue, CQUnit
 from broker.dedup import DedupTable
-from broker.entries import BrokerEntry, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode
+from broker.entries import (
+    BrokerEntry,
+    OffsetCommit,
+    StoredSend,
+    TopicDelete,
+    TopicPut,
+    decode_for_apply,
+)
 from broker.errors import BadEntryError, BrokerError
 from broker.topics import TopicConfig, validate_config
 
@@ -77,7 +84,7 @@ class BrokerState:
         if not data:
             return ApplyResult(index, "NOOP")
         try:
-            entry = decode(data)
+            entry = decode_for_apply(data)
         except BadEntryError as err:
             return ApplyResult(index, "BAD_ENTRY", detail=str(err))
         try:
@@ -85,8 +92,8 @@ class BrokerState:
         except BrokerError as err:
             return ApplyResult(index, err.code, detail=str(err))
 
-    def _apply(self, index: int, position: int, entry: BrokerEntry) -> ApplyResult:
-        if isinstance(entry, SendEntry):
+    def _apply(self, index: int, position: int, entry: BrokerEntry | StoredSend) -> ApplyResult:
+        if isinstance(entry, StoredSend):
             return self._send(index, position, entry)
         if isinstance(entry, TopicPut):
             cfg = validate_config(TopicConfig(entry.name, entry.read_queues, entry.write_queues,
@@ -107,7 +114,7 @@ class BrokerState:
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
         return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
 
-    def _send(self, index: int, position: int, e: SendEntry) -> ApplyResult:
+    def _send(self, index: int, position: int, e: StoredSend) -> ApplyResult:
         topic = self.topics.get(e.topic)
         if topic is None:
             if not e.auto_create:
@@ -125,8 +132,8 @@ class BrokerState:
         offsets: list[int] = []
         dups: list[bool] = []
         qids: list[int] = []
-        for slot, m in enumerate(e.messages):
-            seen = self.dedup.get(m.unique_key) if m.unique_key else None
+        for slot, (body, tags, _, unique_key, _, _) in enumerate(e.messages):
+            seen = self.dedup.get(unique_key) if unique_key else None
             if seen is not None and seen[0] == e.topic:
                 offsets.append(seen[2])  # the original result; nothing stored again
                 qids.append(seen[1])
@@ -135,9 +142,9 @@ class BrokerState:
             offsets.append(len(units))
             qids.append(e.queue_id)
             dups.append(False)
-            units.append(position, slot, len(m.body), tag_hash(m.tags), e.store_ts_ms)
-            if m.unique_key:
-                self.dedup.remember(m.unique_key, e.topic, e.queue_id, offsets[-1], e.store_ts_ms)
+            units.append(position, slot, len(body), tag_hash(tags), e.store_ts_ms)
+            if unique_key:
+                self.dedup.remember(unique_key, e.topic, e.queue_id, offsets[-1], e.store_ts_ms)
         return ApplyResult(index, "SEND_OK", e.topic, e.queue_id, tuple(offsets), tuple(dups),
                            tuple(qids))
 

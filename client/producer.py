@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from broker import protocol as bp
 from client import errors
@@ -27,6 +27,9 @@ from dledger.errors import DLedgerError
 
 ISOLATE_S = 30.0  # a group that failed is skipped this long, unless no other group is left
 ATTEMPT_S = 1.0  # one attempt's share of the send deadline: a silent leader is left for the others
+SEND_GROUP_MAX = 256  # concurrent sends of one topic that travel as one request, at most
+
+T = TypeVar("T")
 
 
 class Producer:
@@ -39,6 +42,9 @@ class Producer:
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._isolated: dict[str, float] = {}  # group -> until (monotonic)
         self._oneway: set[asyncio.Task[Any]] = set()
+        self._pending: dict[str, list[tuple[Message, asyncio.Future[SendResult]]]] = {}
+        self._flush_scheduled = False
+        self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
 
     async def start(self) -> Producer:
         self._routes = Routes(self._namesrv)
@@ -46,8 +52,10 @@ class Producer:
         return self
 
     async def close(self) -> None:
-        if self._oneway:
-            await asyncio.gather(*self._oneway, return_exceptions=True)
+        if self._pending:
+            self._flush()
+        if self._oneway or self._in_flight:
+            await asyncio.gather(*self._oneway, *self._in_flight, return_exceptions=True)
         if self._routes is not None:
             await self._routes.close()
 
@@ -60,8 +68,46 @@ class Producer:
     # -- sending ----------------------------------------------------------------------------------
 
     async def send(self, message: Message) -> SendResult:
-        """Store one message; returns once it is committed on a majority of its group."""
-        return (await self._send_request(message.topic, [message]))[0]
+        """Store one message; returns once it is committed on a majority of its group.
+
+        Sends of one topic made in the same turn of the event loop (concurrent coroutines) travel
+        as one request, stored in one queue as one entry, and each caller gets its own result:
+        a client-side group commit. A lone send goes out at the end of its loop turn."""
+        _check_size(message)
+        fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        pending = self._pending.get(message.topic)
+        if pending is None:
+            pending = self._pending[message.topic] = []
+        pending.append((message, fut))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, {}
+        for topic, items in pending.items():
+            for chunk in _chunks(items, bp.MAX_BATCH_BYTES, SEND_GROUP_MAX, lambda x: len(x[0].body)):
+                task = asyncio.get_running_loop().create_task(self._send_group(topic, chunk))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+
+    async def _send_group(self, topic: str, items: list[tuple[Message, asyncio.Future[SendResult]]]) -> None:
+        try:
+            results = await self._send_request(topic, [m for m, _ in items])
+        except asyncio.CancelledError:  # the loop is closing: the callers must not hang
+            for _, fut in items:
+                fut.cancel()
+            raise
+        except Exception as err:  # noqa: BLE001 - handed to every caller of the group
+            for _, fut in items:
+                if not fut.done():
+                    fut.set_exception(err)
+            return
+        for (_, fut), result in zip(items, results):
+            if not fut.done():
+                fut.set_result(result)
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store messages of one topic; split into requests of at most 4 MiB, each stored as one
@@ -72,7 +118,7 @@ class Producer:
         if any(m.topic != topic for m in messages):
             raise ValueError("a batch holds messages of one topic")
         out: list[SendResult] = []
-        for chunk in _chunks(messages, bp.MAX_BATCH_BYTES):
+        for chunk in _chunks(messages, bp.MAX_BATCH_BYTES, len(messages), lambda m: len(m.body)):
             out.extend(await self._send_request(topic, chunk))
         return out
 
@@ -90,9 +136,7 @@ class Producer:
 
     async def _send_request(self, topic: str, messages: Sequence[Message]) -> list[SendResult]:
         for m in messages:
-            if len(m.body) > bp.MAX_MESSAGE_BYTES:
-                raise errors.MessageTooLargeError(f"message of {len(m.body)} bytes exceeds "
-                                                  f"{bp.MAX_MESSAGE_BYTES}")
+            _check_size(m)
         return await self._attempt(topic, messages, _encode(messages), retry=True)
 
     async def _attempt(self, topic: str, messages: Sequence[Message], raw: list[Any],
@@ -222,13 +266,21 @@ def _results(topic: str, group: str, res: list[Any], raw: list[Any],
                        offsets[k], dups[k], node) for k in range(len(raw))]
 
 
-def _chunks(messages: Sequence[Message], max_bytes: int) -> list[list[Message]]:
-    out: list[list[Message]] = []
-    size = 0
-    for m in messages:
-        if not out or size + len(m.body) > max_bytes:
+def _check_size(m: Message) -> None:  # before anything is sent: nothing of the call is stored
+    if len(m.body) > bp.MAX_MESSAGE_BYTES:
+        raise errors.MessageTooLargeError(f"message of {len(m.body)} bytes exceeds "
+                                          f"{bp.MAX_MESSAGE_BYTES}")
+
+
+def _chunks(items: Sequence[T], max_bytes: int, max_items: int, size: Callable[[T], int]) -> list[list[T]]:
+    """Consecutive runs of ``items`` of at most ``max_bytes`` (by ``size``) and ``max_items``."""
+    out: list[list[T]] = []
+    total = 0
+    for x in items:
+        n = size(x)
+        if not out or total + n > max_bytes or len(out[-1]) >= max_items:
             out.append([])
-            size = 0
-        out[-1].append(m)
-        size += len(m.body)
+            total = 0
+        out[-1].append(x)
+        total += n
     return out

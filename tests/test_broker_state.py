@@ -200,3 +200,44 @@ def test_checkpoints_round_trip_and_a_bad_or_early_one_is_set_aside(tmp_path) ->
     raw[-1] ^= 0xFF
     (tmp_path / CHECKPOINT_FILE).write_bytes(bytes(raw))
     assert load_checkpoint(str(tmp_path)).applied_index == 0  # damaged: set aside
+
+
+fields = st.one_of(st.binary(max_size=3), st.text(max_size=2), st.integers(-2, 2), st.booleans(),
+                   st.lists(st.text(max_size=2), max_size=2),
+                   st.lists(st.lists(st.text(max_size=2), min_size=1, max_size=3), max_size=2))
+valid = st.tuples(st.binary(max_size=3), st.text(max_size=2), st.just([]), st.text(max_size=3),
+                  st.just([]), st.integers(0, 9)).map(list)  # the common shape
+
+
+def _spoil(m: list, k: int, v: object) -> list:
+    m = list(m)
+    m[k % 6] = v
+    return m
+
+
+shapes = st.one_of(
+    valid,
+    # one field replaced: wrong types, bad numbers, and unusual but valid keys and properties
+    st.builds(_spoil, valid, st.integers(0, 5),
+              st.sampled_from([-1, True, None, 1.5, "x", b"x", [], [1], ["k"], [["a"]],
+                               [["a", 1]], [["a", "b"]], [["a", "b", "c"]]])),
+    st.lists(fields, min_size=5, max_size=7),
+    fields)
+
+
+@settings(max_examples=400, deadline=None)
+@given(messages=st.lists(shapes, max_size=3))
+def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages) -> None:
+    import cbor2
+    from broker.entries import KIND_SEND, VERSION, StoredSend, decode_for_apply
+    payload = cbor2.dumps([VERSION, KIND_SEND, "t", 0, 1, messages, True, 4])
+    try:
+        full = decode(payload)
+    except BadEntryError:
+        with pytest.raises(BadEntryError):
+            decode_for_apply(payload)
+        return
+    fast = decode_for_apply(payload)
+    assert isinstance(fast, StoredSend) and isinstance(full, SendEntry)
+    assert [(m.body, m.tags, m.unique_key) for m in full.messages] == \
+        [(m[0], m[1], m[3]) for m in fast.messages]
