@@ -51,7 +51,7 @@ def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str
                           namesrv=names, register_interval_s=register_interval_s,
                           checkpoint_interval_s=checkpoint_interval_s,
                           advertise_client=parse_address(advertise) if advertise else None)
-    evloop.run(_serve(config))
+    evloop.run(_serve(config), server=True)
 
 
 async def _serve(config: BrokerConfig) -> None:

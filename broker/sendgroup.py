@@ -3,9 +3,14 @@ the event loop are stored as one log entry (one Raft entry, one share of an fsyn
 every replica), and each request is answered with its own slice of that entry's result.
 
 A request's messages stay contiguous and in their order inside the entry, so a batch is still all
-or nothing in one queue, and per-queue order is arrival order. The entry is bounded like a batch
-request (``max_bytes`` of bodies, ``max_messages``); a request that would overflow the open group
-closes it and starts the next. Retried sends stay safe: dedup is per message (unique key) at apply.
+or nothing in one queue, and per-queue order is arrival order. A group is bounded
+(``max_bytes`` of bodies, ``max_messages``): a request that would overflow the open group closes
+it and starts the next, and a request larger than the bound travels alone. The bounds are well
+below a batch request's 4 MiB on purpose: moderate entries keep the replication pipeline full (a
+follower appends one while the leader builds the next); one huge entry per loop turn made the
+processes take turns (measured: 256 messages or 256 KiB gave about a tenth more throughput on the
+batch path than 1,024 messages or 4 MiB). Retried sends stay safe: dedup is per message (unique
+key) at apply.
 
 The module owns only the grouping and the slicing; the server supplies how to propose an entry
 and how to read an applied entry's answer.
@@ -28,7 +33,8 @@ Propose = Callable[[str, int, list[list[Any]]], "asyncio.Future[Any]"]
 # lists of offsets, message ids, duplicate flags and queue ids (raises a named error if refused)
 Answer = Callable[[Any], list[Any]]
 
-MAX_GROUP_MESSAGES = 1024
+MAX_GROUP_MESSAGES = 256
+MAX_GROUP_BYTES = 256 * 1024
 
 
 @dataclass
@@ -41,7 +47,7 @@ class _Group:
 class SendGroups:
     """Collects sends per (topic, queue) until the loop turn ends, then proposes each group."""
 
-    def __init__(self, propose: Propose, answer: Answer, max_bytes: int,
+    def __init__(self, propose: Propose, answer: Answer, max_bytes: int = MAX_GROUP_BYTES,
                  max_messages: int = MAX_GROUP_MESSAGES) -> None:
         self._propose = propose
         self._answer = answer

@@ -130,7 +130,7 @@ class BrokerServer:
         self._admin: web.AppRunner | None = None
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
-        self.sends = SendGroups(self._propose_send, self._send_answer, MAX_BATCH_BYTES)
+        self.sends = SendGroups(self._propose_send, self._send_answer)
 
     async def start(self) -> None:
         await self.node.start()

@@ -216,7 +216,7 @@ def main(client_listen: str, enable_bench: bool, **opts: Any) -> None:
     """Run one node of a replicated log group."""
     setup_logging()
     config = node_config(opts)
-    evloop.run(_serve(config, parse_address(client_listen), enable_bench))
+    evloop.run(_serve(config, parse_address(client_listen), enable_bench), server=True)
 
 
 async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool) -> None:

@@ -10,12 +10,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PURE_PACKAGES = [ROOT / "dledger" / "raft"]
 # The broker's state machine and what it is made of (its server, the shell, is not pure).
-PURE_BROKER_MODULES = ("broker.state", "broker.entries", "broker.topics", "broker.errors")
+PURE_BROKER_MODULES = ("broker.state", "broker.entries", "broker.topics", "broker.errors",
+                       "broker.consumequeue", "broker.dedup")
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).
 PURE_FIRST_PARTY = {"dledger.errors"}
 ALLOWED_STDLIB = {"__future__", "collections", "dataclasses", "enum", "typing", "abc", "functools",
-                  "itertools", "bisect", "heapq", "math", "operator", "re", "zlib",
+                  "itertools", "bisect", "heapq", "math", "operator", "re", "zlib", "struct",
                   "cbor2"}  # cbor2: a pure encoder/decoder of bytes (the entry codec)
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
 

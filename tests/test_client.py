@@ -128,12 +128,28 @@ def test_sync_twins_batches_and_named_errors(tmp_path: Path) -> None:
                 assert [m.body for m in pulled.messages] == [b"m%d" % i for i in range(10)]
                 with pytest.raises(MessageTooLargeError):
                     producer.send(Message("batch", b"x" * (4 * 1024 * 1024 + 1)))
+                asyncio.run(_concurrent_sends_share_a_request(ns))
             finally:
                 producer.close()
                 consumer.close()
     finally:
         ns_proc.terminate()
         ns_proc.wait(timeout=10)
+
+
+async def _concurrent_sends_share_a_request(ns: str) -> None:
+    """Sends made in one loop turn travel as one request (client-side group commit): each caller
+    still gets its own result, and a bad message fails only its own caller."""
+    async with Producer(ns) as p:
+        sends = [p.send(Message("batch", b"c%d" % i)) for i in range(40)]
+        too_large = p.send(Message("batch", b"x" * (4 * 1024 * 1024 + 1)))
+        *ok, refused = await asyncio.gather(*sends, too_large, return_exceptions=True)
+    assert isinstance(refused, MessageTooLargeError)
+    assert all(r.status == "SEND_OK" for r in ok)
+    assert len({r.queue for r in ok}) == 1  # one request, one queue, one entry
+    first = ok[0].queue_offset
+    assert [r.queue_offset for r in ok] == list(range(first, first + 40))  # in call order
+    assert len({r.msg_id for r in ok}) == 40 and len({r.offset_msg_id for r in ok}) == 40
 
 
 def _retry_until_routed(fn, error: type[Exception] = UnavailableError):
