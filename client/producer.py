@@ -255,15 +255,22 @@ _unique_keys = _UniqueKeys()
 
 def _encode(messages: Sequence[Message]) -> list[Any]:
     born_ms = int(time.time() * 1000)
-    return [[m.body, m.tags, list(m.keys), _unique_keys.next(),
-             [list(p) for p in m.properties], born_ms] for m in messages]
+    key = _unique_keys.next
+    return [[m.body, m.tags, list(m.keys) if m.keys else [], key(),
+             [list(p) for p in m.properties] if m.properties else [], born_ms] for m in messages]
 
 
 def _results(topic: str, group: str, res: list[Any], raw: list[Any],
              node: str = "") -> list[SendResult]:
     status, _, offsets, offset_ids, dups, queue_ids = res
-    return [SendResult(status, raw[k][3], offset_ids[k], MessageQueue(topic, group, queue_ids[k]),
-                       offsets[k], dups[k], node) for k in range(len(raw))]
+    queues: dict[int, MessageQueue] = {}  # one object per queue, not per message
+    out = []
+    for k in range(len(raw)):
+        mq = queues.get(queue_ids[k])
+        if mq is None:
+            mq = queues[queue_ids[k]] = MessageQueue(topic, group, queue_ids[k])
+        out.append(SendResult(status, raw[k][3], offset_ids[k], mq, offsets[k], dups[k], node))
+    return out
 
 
 def _check_size(m: Message) -> None:  # before anything is sent: nothing of the call is stored
