@@ -67,3 +67,9 @@ class MessageTooLargeError(BrokerError):
 def offset_msg_id(group: str, position: int, slot: int) -> str:
     """Names a stored message on any replica: group, commitlog position, slot in the entry."""
     return f"{group}-{position:016X}-{slot}"
+
+
+def offset_msg_ids(group: str, position: int, count: int) -> list[str]:
+    """``offset_msg_id`` of slots 0 .. count-1 of one entry (the prefix is built once)."""
+    prefix = f"{group}-{position:016X}-"
+    return [prefix + str(slot) for slot in range(count)]

@@ -56,6 +56,7 @@ from broker.protocol import (
     MessageTooLargeError,
     SendRefusedError,
     offset_msg_id,
+    offset_msg_ids,
 )
 from broker.registrar import Registrar
 from broker.sendgroup import SendGroups
@@ -282,7 +283,7 @@ class BrokerServer:
         if result.status != "SEND_OK":
             raise SendRefusedError(result.status, result.detail)
         position = self.node.store.position_of(result.index) if self.node.store else 0
-        ids = [offset_msg_id(self.group, position, slot) for slot in range(len(result.queue_offsets))]
+        ids = offset_msg_ids(self.group, position, len(result.queue_offsets))
         return ["SEND_OK", result.queue_id, list(result.queue_offsets), ids,
                 list(result.duplicates), list(result.queue_ids)]
 

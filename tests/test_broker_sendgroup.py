@@ -99,3 +99,9 @@ def test_a_failure_reaches_every_request_of_the_group() -> None:
         assert isinstance(errors[-1], NotLeaderError) and len(errors) == 3
 
     asyncio.run(run())
+
+
+def test_message_ids_of_an_entry_name_its_group_position_and_slot() -> None:
+    from broker.protocol import offset_msg_id, offset_msg_ids
+    assert offset_msg_id("g1", 0x2A, 3) == "g1-000000000000002A-3"
+    assert offset_msg_ids("g1", 0x2A, 3) == [offset_msg_id("g1", 0x2A, k) for k in range(3)]
