@@ -129,20 +129,28 @@ class LocalCluster:
         if s.proc.poll() is None:
             s.proc.send_signal(sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
-            try:
-                s.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                s.proc.kill()
-                s.proc.wait(timeout=10)
-            self._close(s)
+            self._reap(s)
 
     def stop(self) -> None:
         for nid, s in self.servers.items():
             if s.proc is not None and s.proc.poll() is None:
                 s.proc.send_signal(signal.SIGCONT)
                 s.proc.terminate()
-        for nid in self.servers:
-            self.kill(nid, signal.SIGTERM)
+        for s in self.servers.values():
+            # one SIGTERM only: a second one, landing after the server's loop has closed its
+            # signal handlers, would kill a process that was stopping cleanly
+            if s.proc is not None:
+                self._reap(s)
+
+    def _reap(self, s: ServerProcess) -> None:
+        """Wait for a signalled process to exit (SIGKILL after 10 s), then close its files."""
+        assert s.proc is not None
+        try:
+            s.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+            s.proc.wait(timeout=10)
+        self._close(s)
 
     def __enter__(self) -> LocalCluster:
         if not any(s.running for s in self.servers.values()):

@@ -310,10 +310,15 @@ class Node:
         return fut
 
     async def _await(self, fut: asyncio.Future[Committed], timeout_s: float) -> Committed:
+        # A timer on the proposal's own future rather than wait_for(shield(...)): one loop turn
+        # from commit to caller instead of three, on the latency path of every proposal. The
+        # future is this caller's alone; if the wait is cancelled, the loop skips it when the
+        # entry commits (it checks done()).
+        timer = asyncio.get_running_loop().call_later(timeout_s, _expire, fut, timeout_s)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except TimeoutError as err:
-            raise ProposalTimeoutError(f"not known to be committed within {timeout_s} s") from err
+            return await fut
+        finally:
+            timer.cancel()
 
     def _in_loop(self, op: Callable[[], None]) -> asyncio.Future[None]:
         """Run op on the core from the loop, between Readies (the core has one owner)."""
@@ -457,9 +462,14 @@ class Node:
                 await self._flusher().quiesce()  # a truncation closes fds a background fsync uses
             store.append(rd.entries)
             if rd.must_sync and self.config.flush_mode == "sync":
-                deferred = self._core().can_defer_sync(rd)
+                idle = not self._inbox and not self._proposals
+                # A leader's fsync goes to the background (its appends to the followers already
+                # left as early messages) except for a lone entry on an idle loop: synced inline
+                # like a follower's, it saves the two thread hand-offs on the commit path, and the
+                # followers fsync meanwhile.
+                lone = len(rd.entries) <= 2 and idle and not self._flusher().busy
+                deferred = self._core().can_defer_sync(rd) and not lone
                 if not deferred:
-                    idle = not self._inbox and not self._proposals
                     await self._flusher().sync(len(rd.entries), loop_idle=idle)
         for m in rd.messages:
             transport.send(m)
@@ -547,6 +557,11 @@ class Node:
         if self.store is None:
             raise NodeStoppedError("node not started")
         return self.store
+
+
+def _expire(fut: asyncio.Future[Committed], timeout_s: float) -> None:
+    if not fut.done():
+        fut.set_exception(ProposalTimeoutError(f"not known to be committed within {timeout_s} s"))
 
 
 def _clone_error(err: ProposalError) -> ProposalError:
