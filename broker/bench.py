@@ -1,9 +1,11 @@
 """The broker benchmark (``dledger bench``): a fresh NameServer + 3-node broker group in both flush
 modes, and NATS JetStream R3 (three ``nats-server`` processes, a file stream with 3 replicas) side
 by side in one run, over the workloads of BENCH.md: sync, 64 concurrent, batch/pipelined, consume,
-and (ours) failover. Prints a table with ratios to NATS, saves JSON and, when matplotlib is
-installed, a PNG chart. Both systems are driven from this process on Python's default event loop
-(the servers run on uvloop). A tool, not a test: figures are only compared within one run.
+and (ours) failover. Prints a table with ratios to NATS, the server processes' CPU seconds per
+10,000 messages (warm-up included) and their peak resident memory, saves JSON and, when
+matplotlib is installed, a PNG chart. Both systems are driven from this process on Python's
+default event loop (our servers run on uvloop). A tool, not a test: figures are only compared
+within one run.
 """
 
 from __future__ import annotations
@@ -39,6 +41,42 @@ class Row:
     p50_ms: float | None = None
     p99_ms: float | None = None
     note: str = ""
+    cpu_s_per_10k: float | None = None  # CPU seconds of the 3 server processes per 10,000 msgs
+    peak_rss_mib: float | None = None  # the largest server process's peak resident memory so far
+
+
+class Servers:
+    """The CPU and memory of a system's server processes, read from /proc (Linux)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def cpu_s(self) -> float:
+        total = 0.0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+    def peak_rss_mib(self) -> float | None:
+        peaks = []
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    peaks += [int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:")]
+            except (OSError, IndexError, ValueError):
+                continue
+        return round(max(peaks), 1) if peaks else None
+
+    def measured(self, row: Row, cpu0_s: float, count: int) -> Row:
+        """``row`` with the CPU used since ``cpu0_s`` per 10,000 of ``count`` messages."""
+        row.cpu_s_per_10k = round((self.cpu_s() - cpu0_s) / max(1, count) * 10_000, 3)
+        row.peak_rss_mib = self.peak_rss_mib()
+        return row
 
 
 def _pct(lat: list[float], p: float) -> float | None:
@@ -60,12 +98,16 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) ->
     body = os.urandom(size)
     rows = []
     topic = f"bench-{mode}-{size}"
+    servers = Servers([s.proc.pid for s in cluster.servers.values() if s.proc is not None])
     async with Producer(ns, send_timeout_s=10) as p:
         await p.send(Message(topic, body))
         for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
+            cpu0 = servers.cpu_s()
             tput, p50, p99 = await _closed(lambda: p.send(Message(topic, body)), count, k)
-            rows.append(Row("dledger", mode, name, size, tput, p50, p99))
+            rows.append(servers.measured(Row("dledger", mode, name, size, tput, p50, p99), cpu0,
+                                         count + min(200, count // 5)))  # with the warm-up
         batch = [Message(topic, body) for _ in range(BATCH)]
+        cpu0 = servers.cpu_s()
         t0 = time.perf_counter()
         sent = 0
 
@@ -76,10 +118,12 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) ->
                 await p.send_batch(batch)
 
         await asyncio.gather(*(pipeline() for _ in range(BATCHES_IN_FLIGHT)))
-        rows.append(Row("dledger", mode, "batch", size, sent / (time.perf_counter() - t0),
-                        note=f"{BATCHES_IN_FLIGHT} batches of {BATCH} in flight"))
+        rows.append(servers.measured(Row(
+            "dledger", mode, "batch", size, sent / (time.perf_counter() - t0),
+            note=f"{BATCHES_IN_FLIGHT} batches of {BATCH} in flight"), cpu0, sent))
     async with PullConsumer(ns, "bench") as c:
         queues = await c.fetch_queues(topic)
+        cpu0 = servers.cpu_s()
         t0 = time.perf_counter()
 
         async def drain(mq: MessageQueue) -> int:  # each queue by its own puller, as consumers do
@@ -92,8 +136,9 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) ->
                 offset = r.next_offset
 
         got = sum(await asyncio.gather(*(drain(mq) for mq in queues)))
-        rows.append(Row("dledger", mode, "consume", size, got / (time.perf_counter() - t0),
-                        note=f"{len(queues)} queues pulled in parallel, {PULL_BATCH} per pull"))
+        rows.append(servers.measured(Row(
+            "dledger", mode, "consume", size, got / (time.perf_counter() - t0),
+            note=f"{len(queues)} queues pulled in parallel, {PULL_BATCH} per pull"), cpu0, got))
     rows.append(await _failover(ns, cluster, mode, size, topic))
     return rows
 
@@ -183,7 +228,7 @@ def _start_nats(d: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     return procs, urls
 
 
-async def _nats(urls: list[str], size: int, n: int) -> list[Row]:
+async def _nats(urls: list[str], servers: Servers, size: int, n: int) -> list[Row]:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig
     async def quiet(err: Exception) -> None:
@@ -204,22 +249,27 @@ async def _nats(urls: list[str], size: int, n: int) -> list[Row]:
     body = os.urandom(size)
     rows = []
     for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
+        cpu0 = servers.cpu_s()
         tput, p50, p99 = await _closed(lambda: js.publish("bench.x", body), count, k)
-        rows.append(Row("NATS JetStream R3", "-", name, size, tput, p50, p99))
+        rows.append(servers.measured(Row("NATS JetStream R3", "-", name, size, tput, p50, p99),
+                                     cpu0, count + min(200, count // 5)))
+    cpu0 = servers.cpu_s()
     t0 = time.perf_counter()
     for _ in range(n):
         await js.publish_async("bench.x", body)
     await js.publish_async_completed()
-    rows.append(Row("NATS JetStream R3", "-", "batch", size, n / (time.perf_counter() - t0),
-                    note="publish_async"))
+    rows.append(servers.measured(Row("NATS JetStream R3", "-", "batch", size,
+                                     n / (time.perf_counter() - t0), note="publish_async"), cpu0, n))
     total = (await js.stream_info("BENCH")).state.messages
     sub = await js.pull_subscribe("bench.x", "bench", config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+    cpu0 = servers.cpu_s()
     t0 = time.perf_counter()
     got = 0
     while got < total:
         msgs = await sub.fetch(batch=256, timeout=5)
         got += len(msgs)
-    rows.append(Row("NATS JetStream R3", "-", "consume", size, got / (time.perf_counter() - t0)))
+    rows.append(servers.measured(Row("NATS JetStream R3", "-", "consume", size,
+                                     got / (time.perf_counter() - t0)), cpu0, got))
     await nc.close()
     return rows
 
@@ -228,7 +278,7 @@ def run_nats(size: int, n: int) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="nats-bench-") as d:
         procs, urls = _start_nats(d)
         try:
-            return asyncio.run(_nats(urls, size, n))
+            return asyncio.run(_nats(urls, Servers([p.pid for p in procs]), size, n))
         finally:
             for p in procs:
                 p.kill()
@@ -241,14 +291,15 @@ def run_nats(size: int, n: int) -> list[Row]:
 def render(rows: list[Row]) -> str:
     peer = {(r.workload, r.payload_bytes): r for r in rows if r.system.startswith("NATS")}
     head = (f"{'workload':<11} {'payload':>7} {'system':<18} {'mode':<6} {'msgs/s':>9} {'p50 ms':>8} "
-            f"{'p99 ms':>8} {'x NATS':>7}  note")
+            f"{'p99 ms':>8} {'x NATS':>7} {'cpu s/10k':>9} {'peak MiB':>8}  note")
     out = [head, "-" * len(head)]
     for r in rows:
         p = peer.get((r.workload, r.payload_bytes))
         ratio = f"{r.msgs_per_s / p.msgs_per_s:.2f}" if p and p is not r and p.msgs_per_s and r.msgs_per_s else ""
         f = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
         out.append(f"{r.workload:<11} {r.payload_bytes:>7} {r.system:<18} {r.mode:<6} "
-                   f"{r.msgs_per_s:>9.0f} {f(r.p50_ms):>8} {f(r.p99_ms):>8} {ratio:>7}  {r.note}")
+                   f"{r.msgs_per_s:>9.0f} {f(r.p50_ms):>8} {f(r.p99_ms):>8} {ratio:>7} "
+                   f"{f(r.cpu_s_per_10k):>9} {f(r.peak_rss_mib):>8}  {r.note}")
     return "\n".join(out)
 
 

@@ -135,14 +135,14 @@ def decode_for_apply(payload: bytes) -> BrokerEntry | StoredSend:
     """As ``decode``, refusing exactly the same payloads, but a send comes as a
     ``StoredSend`` (no ``Message`` objects built: the replicas' hot path)."""
     kind, rest = _fields(payload)
-    if kind != KIND_SEND:
+    if not isinstance(kind, int) or kind != KIND_SEND:  # (as decode: True counts as 1)
         return decode(payload)
     try:
         topic, queue_id, ts, msgs, auto_create, default_queues = rest
         if not isinstance(msgs, list) or not msgs:
             raise ValueError("a send carries at least one message")
         for m in msgs:
-            _check_message(m)
+            check_message(m)
         return StoredSend(_str(topic), _int(queue_id), _int(ts), msgs, _bool(auto_create),
                           _int(default_queues, 1))
     except (TypeError, ValueError) as err:
@@ -159,13 +159,14 @@ def _fields(payload: bytes) -> tuple[Any, list[Any]]:
     return arr[1], arr[2:]
 
 
-def _check_message(m: Any) -> None:
+def check_message(m: Any) -> None:
     """Raise ValueError/TypeError where ``_message`` would; the common shape (a list, no keys, no
-    properties) is checked without building anything."""
+    properties) is checked without building anything. The leader runs it on every message it
+    accepts, so that no replica refuses what the leader proposed."""
     if type(m) is list and len(m) == 6:
         body, tags, keys, unique_key, props, born = m
         if (type(body) is bytes and type(tags) is str and type(unique_key) is str
-                and type(born) is int and born >= 0 and type(keys) is list and not keys
+                and type(born) is int and 0 <= born <= INT_MAX and type(keys) is list and not keys
                 and type(props) is list and not props):
             return
     _message(m)  # the full check: raises on anything it refuses
@@ -173,9 +174,12 @@ def _check_message(m: Any) -> None:
         raise ValueError("a message must be a list")
 
 
+INT_MAX = 2**63 - 1  # every integer field fits the state's packed 64-bit columns
+
+
 def _int(v: Any, lo: int = 0) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-        raise ValueError(f"expected an integer >= {lo}, got {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= INT_MAX:
+        raise ValueError(f"expected an integer in {lo}..{INT_MAX}, got {v!r}")
     return v
 
 

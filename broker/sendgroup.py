@@ -87,7 +87,7 @@ class SendGroups:
     def _propose_group(self, key: tuple[str, int], group: _Group) -> None:
         try:
             fut = self._propose(key[0], key[1], group.messages)
-        except (DLedgerError, BrokerError) as err:
+        except Exception as err:  # noqa: BLE001 - named or not, every request must be answered
             for _, _, reply in group.replies:
                 reply(None, err)
             return

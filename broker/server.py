@@ -28,6 +28,7 @@ from broker.entries import (
     SendEntry,
     TopicDelete,
     TopicPut,
+    check_message,
     decode,
     encode,
     encode_send,
@@ -465,6 +466,10 @@ def _wire_messages(raw: Any) -> tuple[list[list[Any]], int]:
                 and type(props) is list and not props):  # the common message is already in form
             m = [body, str(tags), [str(k) for k in keys], str(unique_key),
                  [[str(k), str(v)] for k, v in props], int(born)]
+        try:
+            check_message(m)  # what every replica checks at apply: never propose what it refuses
+        except (TypeError, ValueError) as err:
+            raise BadEntryError(f"bad message: {err}") from err
         out.append(m)
     if total > MAX_BATCH_BYTES:
         raise MessageTooLargeError(f"batch of {total} bytes exceeds {MAX_BATCH_BYTES}")

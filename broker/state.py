@@ -11,6 +11,7 @@ store time; see ``consumequeue``), consumer-group offsets, and the dedup table o
 from __future__ import annotations
 
 import bisect
+import struct
 
 import zlib
 from dataclasses import dataclass, field
@@ -192,7 +193,7 @@ class BrokerState:
                            if version == CHECKPOINT_VERSION else DedupTable.from_rows(
                                cfg.dedup_window_ms, cfg.dedup_entries_max,
                                [(k, t, q, o, ts) for k, t, q, o, ts in dedup]))
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, struct.error) as err:
             raise BadEntryError(f"malformed checkpoint: {err}") from err
         return state
 

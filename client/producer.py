@@ -14,6 +14,7 @@ RocketMQ. The library never configures logging or writes files.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import os
 import time
@@ -71,8 +72,10 @@ class Producer:
         """Store one message; returns once it is committed on a majority of its group.
 
         Sends of one topic made in the same turn of the event loop (concurrent coroutines) travel
-        as one request, stored in one queue as one entry, and each caller gets its own result:
-        a client-side group commit. A lone send goes out at the end of its loop turn."""
+        as one request, stored in one queue as one entry, and each caller gets its own result
+        (or its own copy of the request's error): a client-side group commit. A lone send goes out
+        at the end of its loop turn; one cancelled before then is not sent. Round robin over the
+        queues advances per request, so the sends of one turn land in one queue."""
         _check_size(message)
         fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         pending = self._pending.get(message.topic)
@@ -88,6 +91,7 @@ class Producer:
         self._flush_scheduled = False
         pending, self._pending = self._pending, {}
         for topic, items in pending.items():
+            items = [x for x in items if not x[1].done()]  # a send cancelled before it left
             for chunk in _chunks(items, bp.MAX_BATCH_BYTES, SEND_GROUP_MAX, lambda x: len(x[0].body)):
                 task = asyncio.get_running_loop().create_task(self._send_group(topic, chunk))
                 self._in_flight.add(task)
@@ -103,7 +107,7 @@ class Producer:
         except Exception as err:  # noqa: BLE001 - handed to every caller of the group
             for _, fut in items:
                 if not fut.done():
-                    fut.set_exception(err)
+                    fut.set_exception(_fresh(err))
             return
         for (_, fut), result in zip(items, results):
             if not fut.done():
@@ -271,6 +275,19 @@ def _results(topic: str, group: str, res: list[Any], raw: list[Any],
             mq = queues[queue_ids[k]] = MessageQueue(topic, group, queue_ids[k])
         out.append(SendResult(status, raw[k][3], offset_ids[k], mq, offsets[k], dups[k], node))
     return out
+
+
+def _fresh(err: Exception) -> Exception:
+    """A copy of ``err`` for one more caller (one instance raised in many tasks tangles their
+    tracebacks); ``err`` itself when it cannot be copied."""
+    try:
+        twin = copy.copy(err)
+    except Exception:  # noqa: BLE001 - an exception type that does not copy: share it
+        return err
+    if str(twin) != str(err) or vars(twin) != vars(err):
+        return err  # its constructor takes other arguments than its args: share it
+    twin.__cause__ = err.__cause__
+    return twin
 
 
 def _check_size(m: Message) -> None:  # before anything is sent: nothing of the call is stored

@@ -312,8 +312,9 @@ class Node:
     async def _await(self, fut: asyncio.Future[Committed], timeout_s: float) -> Committed:
         # A timer on the proposal's own future rather than wait_for(shield(...)): one loop turn
         # from commit to caller instead of three, on the latency path of every proposal. The
-        # future is this caller's alone; if the wait is cancelled, the loop skips it when the
-        # entry commits (it checks done()).
+        # future is this caller's alone. Cancelling the wait cancels it: a proposal still queued
+        # is then dropped before it reaches the log, and one already in the log may commit
+        # (the loop skips a future that is done).
         timer = asyncio.get_running_loop().call_later(timeout_s, _expire, fut, timeout_s)
         try:
             return await fut

@@ -225,12 +225,19 @@ shapes = st.one_of(
     fields)
 
 
-@settings(max_examples=400, deadline=None)
-@given(messages=st.lists(shapes, max_size=3))
-def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages) -> None:
+ODD_VALUES = [-1, True, None, 1.5, 1.0, "x", b"x", [], 2**63, 2**64, 2**63 - 1]
+entry_fields = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(ODD_VALUES)), max_size=2)
+
+
+@settings(max_examples=600, deadline=None)
+@given(messages=st.lists(shapes, max_size=3), spoilers=entry_fields)
+def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages, spoilers) -> None:
     import cbor2
     from broker.entries import KIND_SEND, VERSION, StoredSend, decode_for_apply
-    payload = cbor2.dumps([VERSION, KIND_SEND, "t", 0, 1, messages, True, 4])
+    entry = [VERSION, KIND_SEND, "t", 0, 1, messages, True, 4]
+    for k, v in spoilers:  # the kind or another field of the entry replaced by an odd value
+        entry[1 + k] = v
+    payload = cbor2.dumps(entry)
     try:
         full = decode(payload)
     except BadEntryError:
@@ -238,6 +245,49 @@ def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages) 
             decode_for_apply(payload)
         return
     fast = decode_for_apply(payload)
-    assert isinstance(fast, StoredSend) and isinstance(full, SendEntry)
+    if not isinstance(full, SendEntry):
+        assert fast == full
+        return
+    assert isinstance(fast, StoredSend)
     assert [(m.body, m.tags, m.unique_key) for m in full.messages] == \
         [(m[0], m[1], m[3]) for m in fast.messages]
+
+
+@settings(max_examples=600, deadline=None)
+@given(messages=st.lists(st.one_of(shapes, st.builds(_spoil, valid, st.integers(0, 5),
+                                                     st.sampled_from(ODD_VALUES))), max_size=3))
+def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
+    """A send the leader takes must never become an entry that replicas refuse: with group
+    commit, that entry also holds other clients' messages."""
+    from broker.entries import StoredSend, decode_for_apply, encode_send
+    from broker.server import _wire_messages
+    try:
+        wire, _ = _wire_messages(messages)
+    except (BadEntryError, TypeError, ValueError, IndexError):
+        return  # refused on the leader, with a named error (or the slow path's)
+    entry = decode_for_apply(encode_send("t", 0, 1, wire, True, 4))
+    assert isinstance(entry, StoredSend) and len(entry.messages) == len(messages)
+
+
+@pytest.mark.parametrize("position, value", [(1, 1.0), (1, True), (2, b"t"), (3, 2**64),
+                                             (4, 2**63), (4, -1), (6, 1), (7, 0)])
+def test_an_odd_field_is_refused_the_same_way_by_both_decoders_and_never_crashes_apply(
+        position: int, value: object) -> None:
+    import cbor2
+    from broker.entries import KIND_SEND, VERSION, decode_for_apply
+    entry = [VERSION, KIND_SEND, "t", 0, 1, [[b"x", "", [], "K", [], 5]], True, 4]
+    entry[position] = value
+    payload = cbor2.dumps(entry)
+    try:
+        decode(payload)
+        accepted = True
+    except BadEntryError:
+        accepted = False
+    if accepted:
+        decode_for_apply(payload)
+    else:
+        with pytest.raises(BadEntryError):
+            decode_for_apply(payload)
+    # applying it never raises: every replica records the same result
+    result = BrokerState().apply(1, 0, payload)
+    assert (result.status == "SEND_OK") == accepted
