@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
 
 from client import Message, MessageQueue, Producer, PullConsumer, SendTimeoutError
-from dledger.bench.load import closed_loop
+from dledger.bench.load import closed_loop, processes_cpu_s
 from dledger.localcluster import LocalCluster, free_ports
 
 INSTALL_HINT = "apt-get install -y nats-server && pip install nats-py"
@@ -52,15 +52,7 @@ class Servers:
         self.pids = pids
 
     def cpu_s(self) -> float:
-        total = 0.0
-        for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except (OSError, IndexError, ValueError):
-                continue
-        return total
+        return processes_cpu_s(self.pids)
 
     def peak_rss_mib(self) -> float | None:
         peaks = []

@@ -70,7 +70,7 @@ class DedupTable:
 
     def forget_topic(self, topic: str) -> None:
         """Forget every key stored for ``topic`` (the topic was deleted)."""
-        live = [r for r in self._live() if r[1] != topic]
+        live = [r for r in self.rows() if r[1] != topic]
         self._load(live)
 
     def _forget_oldest(self) -> None:
@@ -88,7 +88,7 @@ class DedupTable:
             del self._rows[:dead * ROW_BYTES]
             self._base = self._head
 
-    def _live(self) -> list[tuple[str, str, int, int, int]]:
+    def rows(self) -> list[tuple[str, str, int, int, int]]:
         """Remembered rows, oldest first: (key, topic, queue id, offset, store time)."""
         start = self._head - self._base
         out = []
@@ -132,6 +132,3 @@ class DedupTable:
         table = cls(window_ms, max_entries)
         table._load(rows)
         return table
-
-    def rows(self) -> list[tuple[str, str, int, int, int]]:
-        return self._live()

@@ -461,15 +461,17 @@ def _wire_messages(raw: Any) -> tuple[list[list[Any]], int]:
         if len(body) > MAX_MESSAGE_BYTES:
             raise MessageTooLargeError(f"message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
         total += len(body)
-        if not (type(m) is list and type(tags) is str and type(unique_key) is str
-                and type(born) is int and type(keys) is list and not keys
-                and type(props) is list and not props):  # the common message is already in form
+        # What every replica checks at apply: never propose what it refuses. The common message
+        # passes as sent; another is put in entry form first, then checked again.
+        try:
+            check_message(m)
+        except (TypeError, ValueError):
             m = [body, str(tags), [str(k) for k in keys], str(unique_key),
                  [[str(k), str(v)] for k, v in props], int(born)]
-        try:
-            check_message(m)  # what every replica checks at apply: never propose what it refuses
-        except (TypeError, ValueError) as err:
-            raise BadEntryError(f"bad message: {err}") from err
+            try:
+                check_message(m)
+            except (TypeError, ValueError) as err:
+                raise BadEntryError(f"bad message: {err}") from err
         out.append(m)
     if total > MAX_BATCH_BYTES:
         raise MessageTooLargeError(f"batch of {total} bytes exceeds {MAX_BATCH_BYTES}")

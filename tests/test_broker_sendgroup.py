@@ -73,7 +73,7 @@ def test_bounds_close_a_group_and_a_large_request_travels_alone() -> None:
         groups.add("t", 0, msgs(b"c", b"d"), 2, noop)  # 4 messages > 3: a new group
         groups.add("t", 0, msgs(b"e"), 50, noop)  # 52 bytes > 10: a new group, alone
         groups.add("t", 0, msgs(b"f"), 1, noop)
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the flush runs (grouping is per turn, by design)
         assert [[m[0] for m in ms] for _, _, ms, _ in leader.proposed] == [
             [b"a", b"b"], [b"c", b"d"], [b"e"], [b"f"]]
 
@@ -88,14 +88,14 @@ def test_a_failure_reaches_every_request_of_the_group() -> None:
         record = lambda answer, err: errors.append(err)  # noqa: E731
         groups.add("t", 0, msgs(b"a"), 1, record)
         groups.add("t", 0, msgs(b"b"), 1, record)
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the flush runs
         leader.proposed[0][3].set_exception(BrokerError("leadership lost"))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the done callbacks run
         assert [str(e) for e in errors] == ["leadership lost", "leadership lost"]
         # refused at proposal time (this node is no longer the leader): answered at once
         leader.refuse = NotLeaderError("n2", 3)
         groups.add("t", 0, msgs(b"c"), 1, record)
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop turn: the flush runs and meets the refusal
         assert isinstance(errors[-1], NotLeaderError) and len(errors) == 3
 
     asyncio.run(run())

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from dledger import evloop
-from dledger.bench.load import closed_loop
+from dledger.bench.load import closed_loop, processes_cpu_s
 from dledger.bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
@@ -86,18 +86,7 @@ async def _session(cluster: LocalCluster, mode: str, size: int,
 
 def _servers_cpu_s(cluster: LocalCluster) -> float:
     """CPU seconds used so far by the group's server processes (user + system)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for s in cluster.servers.values():
-        if s.proc is None:
-            continue
-        try:
-            with open(f"/proc/{s.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
+    return processes_cpu_s([s.proc.pid for s in cluster.servers.values() if s.proc is not None])
 
 
 def run_dledger(mode: str, size: int, runs: list[tuple[str, str, int, int]]) -> list[Figure]:

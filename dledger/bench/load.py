@@ -1,9 +1,11 @@
 """A closed-loop load: N proposers, each awaiting its commit before the next one. Used by the
-benchmark from a client process and by the server's in-leader benchmark hook."""
+benchmark from a client process and by the server's in-leader benchmark hook. Also the CPU
+seconds of server processes, read from /proc, that both benchmarks report."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Awaitable, Callable
 
@@ -33,3 +35,17 @@ async def closed_loop(call: Callable[[], Awaitable[object]], count: int, concurr
     t0 = time.perf_counter()
     await asyncio.gather(*(caller(max(1, count // concurrency), True) for _ in range(concurrency)))
     return latencies_ms, time.perf_counter() - t0, failures
+
+
+def processes_cpu_s(pids: list[int]) -> float:
+    """CPU seconds used so far (user + system) by the processes ``pids``; gone ones count 0."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
