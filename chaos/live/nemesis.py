@@ -122,12 +122,17 @@ async def s2_majority_minority(c: Ctl) -> None:
         c.stop("partition", minority)
 
 
+S3_MIN_WINDOW_S = 8.0
+
+
 async def s3_partial_partition(c: Ctl) -> None:
     """Cut the link between the leader and one follower (both directions), everyone else
     connected: the stranded follower must not unseat a leader the majority still hears.
-    The follower rotates each cycle."""
+    The follower rotates each cycle. A window starts only while at least ``S3_MIN_WINDOW_S``
+    of the run is left, so that every window is long enough for a stranded follower's election
+    timeout to fire several times (the churn bound counts windows, see the runner)."""
     k = 0
-    while await c.sleep(3):
+    while await c.sleep(3) and c.left() >= S3_MIN_WINDOW_S:
         leader = await c.leader()
         if leader is None:
             continue
