@@ -36,16 +36,21 @@ class Flusher:
     def busy(self) -> bool:
         return self._in_flight is not None
 
-    async def sync(self, batch_entries: int, loop_idle: bool) -> None:
-        """Group commit of one Ready: one fsync for the whole batch. Under load it runs on the
-        fsync thread so that the loop keeps reading the network meanwhile (what arrives forms the
-        next, larger batch); a lone entry on an idle loop is synced inline, which saves two
-        thread hand-offs on the latency path."""
-        if batch_entries <= 2 and loop_idle:
-            self.store.sync()
-            return
-        # Only the fsyncs run on the thread: the store's bookkeeping stays on the loop thread,
-        # where a background fsync's sync_end also runs.
+    @staticmethod
+    def syncs_inline(batch_entries: int, loop_idle: bool) -> bool:
+        """Where the group commit of one Ready runs. A lone entry on an idle loop is synced
+        inline, which saves two thread hand-offs on the latency path; under load the fsync runs
+        on the fsync thread so that the loop keeps reading the network meanwhile (what arrives
+        forms the next, larger batch)."""
+        return batch_entries <= 2 and loop_idle
+
+    def sync_inline(self) -> None:
+        """Group commit of one Ready on the loop thread (see ``syncs_inline``)."""
+        self.store.sync()
+
+    async def sync_on_thread(self) -> None:
+        """Group commit of one Ready on the fsync thread. Only the fsyncs run there: the store's
+        bookkeeping stays on the loop thread, where a background fsync's sync_end also runs."""
         token = self.store.sync_begin()
         await asyncio.get_running_loop().run_in_executor(self._pool, self.store.sync_fds, token)
         self.store.sync_end(token)

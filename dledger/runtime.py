@@ -5,7 +5,12 @@ peer transport. This is the imperative shell of DESIGN.md section 2.
 Owns pending proposals (futures keyed by (term, index), resolved when that entry is applied with
 the same term, failed when leadership changes), the bounded inbox, flush modes (``sync``: one
 fsync per Ready before anything that depends on it leaves; ``async``: page cache, flushed
-periodically), retention, apply listeners and the node's status. It must not interpret entry
+periodically), retention, apply listeners and the node's status.
+
+While the loop task is parked with nothing to do, a message or proposal that arrives is handled
+at once, in the callback that brought it (``_turn_now``), rather than by waking the task: on the
+one-at-a-time latency path that saves a task switch on every hop. Such a turn never awaits; a
+Ready that must wait for the disk is handed to the task. It must not interpret entry
 bodies: that is the state machine's business (the broker).
 """
 
@@ -42,6 +47,12 @@ log = logging.getLogger("dledger.runtime")
 
 RETAIN_INTERVAL_S = 1.0
 TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
+
+# How the fsync of one Ready's writes happens (Node._sync_plan).
+_NO_SYNC = 0  # nothing to fsync, or the async flush mode
+_DEFER = 1  # the leader's background group commit; its copy counts once mark_durable says so
+_INLINE = 2  # on the loop thread, before the Ready's messages leave
+_THREAD = 3  # on the fsync thread, awaited, before the Ready's messages leave
 
 FlushMode = Literal["sync", "async"]
 Address = tuple[str, int]
@@ -135,6 +146,10 @@ class Node:
         self._pending: dict[tuple[int, int], asyncio.Future[Committed]] = {}
         self._listeners: list[ApplyListener] = []
         self._timer_fired = False
+        self._parked = False  # the loop task waits for work: a kick may run a turn at once
+        self._turning = False  # a turn runs now (no turn may start inside another)
+        self._handoff: Ready | None = None  # a Ready a direct turn left to the task
+        self._turn_soon = False  # a direct turn is scheduled for the proposals submitted
         self._control: deque[tuple[Callable[[], None], asyncio.Future[None]]] = deque()
         self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
@@ -168,7 +183,8 @@ class Node:
                              random.Random(self._rng.random()), applied_index=self._applied_floor)
         dial = {p: cfg.dial.get(p, addr) for p, addr in cfg.peers.items() if p != cfg.node_id}
         self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
-                                       dial, self._on_message, rng=random.Random(self._rng.random()))
+                                       dial, self._on_message, rng=random.Random(self._rng.random()),
+                                       on_batch_end=self._kick)
         self.flusher = Flusher(self.store, self._kick, self._on_flush_failure)
         self.peer_address = await self.transport.start()
         self._wake = asyncio.Event()
@@ -288,11 +304,11 @@ class Node:
     # -- inputs from the transport and callers ------------------------------------------------
 
     def _on_message(self, m: Message) -> None:
+        """From the transport, which calls ``_kick`` once the messages of a read are in."""
         if len(self._inbox) >= self.config.inbox_max:
             self._inbox_dropped += 1  # Raft tolerates loss; the sender will retry
             return
         self._inbox.append(m)
-        self._kick()
 
     def submit(self, data: bytes) -> asyncio.Future[Committed]:
         """Queue a proposal; the future ends committed, or with a named error (leadership lost,
@@ -306,7 +322,7 @@ class Node:
             raise OverloadedError(f"{self.config.max_pending_proposals} proposals pending")
         fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
         self._proposals.append((data, fut))
-        self._kick()
+        self._kick_soon()
         return fut
 
     async def _await(self, fut: asyncio.Future[Committed], timeout_s: float) -> Committed:
@@ -342,12 +358,30 @@ class Node:
             if not fut.done():
                 fut.set_result(None)
 
-    def _on_timer(self) -> None:
-        self._timer_fired = True
+    def _kick_soon(self) -> None:
+        """New proposals: handled by one turn once the caller's callback is done, so that the
+        proposals submitted together (a burst from one request, propose_batch) form one batch."""
+        if self._parked and not self._turning and not self._stopping and self._handoff is None:
+            if not self._turn_soon:
+                self._turn_soon = True
+                asyncio.get_running_loop().call_soon(self._scheduled_turn)
+        elif self._wake is not None:
+            self._wake.set()
+
+    def _scheduled_turn(self) -> None:
+        self._turn_soon = False
         self._kick()
 
-    def _kick(self) -> None:
+    def _on_timer(self) -> None:
+        self._timer_fired = True  # ticks and periodic work belong to the loop task
         if self._wake is not None:
+            self._wake.set()
+
+    def _kick(self) -> None:
+        """New work (a message, a proposal, a control op, a finished fsync)."""
+        if self._parked and not self._turning and not self._stopping and self._handoff is None:
+            self._turn_now()
+        elif self._wake is not None:
             self._wake.set()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -361,24 +395,36 @@ class Node:
         timer, timer_at = loop.call_at(next_tick, self._on_timer), next_tick
         try:
             while not self._stopping:
-                if not self._inbox and not self._proposals:
-                    await self._wake.wait()  # type: ignore[union-attr]
+                if not self._inbox and not self._proposals and self._handoff is None:
+                    self._parked = True
+                    try:
+                        await self._wake.wait()  # type: ignore[union-attr]
+                    finally:
+                        self._parked = False
+                    if self._stopping:
+                        break
                 self._wake.clear()  # type: ignore[union-attr]
+                if self._handoff is not None:
+                    rd, self._handoff = self._handoff, None
+                    self._advance(rd, await self._handle_ready(rd))
                 for target in self._flusher().take_durable():
                     self._core().mark_durable(*target)
                 self._run_control()
                 now = loop.time()
                 if now >= next_tick - TIMER_SLACK_S:
                     next_tick = self._tick_until(now + TIMER_SLACK_S, next_tick, tick_s)
-                if self._timer_fired or timer_at != next_tick:
+                wake_at = next_tick
+                if self.config.flush_mode == "async":
+                    wake_at = min(wake_at, next_flush)  # direct turns do not flush: wake for it
+                if self._timer_fired or timer_at != wake_at:
                     # (a loop may fire a timer a little early: always keep one armed)
                     timer.cancel()
                     self._timer_fired = False
-                    timer, timer_at = loop.call_at(next_tick, self._on_timer), next_tick
+                    timer, timer_at = loop.call_at(wake_at, self._on_timer), wake_at
                 self._step_inbox()
                 self._take_proposals()
                 await self._drain_ready()
-                if self.config.flush_mode == "async" and now >= next_flush:
+                if self.config.flush_mode == "async" and now >= next_flush - TIMER_SLACK_S:
                     self._flusher().sync_in_background()  # the loop does not wait for the disk
                     next_flush = now + self.config.async_flush_interval_s
                 if now >= next_retain:
@@ -440,16 +486,87 @@ class Node:
             if not core.has_ready():
                 break
             rd = core.ready()
-            deferred = await self._handle_ready(rd)
-            core.advance(rd, durable=not deferred)
-            if deferred:
-                last = rd.entries[-1]
-                self._flusher().sync_in_background((last.index, last.term, core.write_generation))
+            self._advance(rd, await self._handle_ready(rd))
         self._check_leadership()
 
+    def _turn_now(self) -> None:
+        """One turn of the loop, run in the callback that brought new work while the loop task
+        is parked (ticks and periodic work stay with the task). Never awaits: a Ready that must
+        wait for the disk is handed to the task. An error stops the node, as in the task."""
+        self._turning = True
+        try:
+            core, flusher = self._core(), self._flusher()
+            for target in flusher.take_durable():
+                core.mark_durable(*target)
+            self._run_control()
+            self._step_inbox()
+            self._take_proposals()
+            for _ in range(10_000):
+                if not core.has_ready():
+                    break
+                rd = core.ready()
+                plan = self._sync_plan(rd)
+                if plan == _THREAD or (self._truncates(rd) and flusher.busy):
+                    self._handoff = rd
+                    break
+                self._advance(rd, self._do_ready(rd, plan))
+            self._check_leadership()
+        except BaseException as err:  # noqa: BLE001 - recorded, logged and stops the node
+            self._fail(err)
+        finally:
+            self._turning = False
+        if self._handoff is not None or self._inbox or self._proposals:
+            self._wake.set()  # type: ignore[union-attr]
+
+    def _fail(self, err: BaseException) -> None:
+        self.failure = err
+        log.error("node %s stopped on an error", self.config.node_id, exc_info=err)
+        self._stopping = True
+        self._fail_all(NodeStoppedError(f"node failed: {err!r}"))
+        if self._wake is not None:
+            self._wake.set()
+
+    def _sync_plan(self, rd: Ready) -> int:
+        """How the fsync of rd's writes happens, decided before any of rd is done."""
+        if not (rd.entries and rd.must_sync and self.config.flush_mode == "sync"):
+            return _NO_SYNC
+        flusher = self._flusher()
+        idle = not self._inbox and not self._proposals
+        # A leader's fsync goes to the background (its appends to the followers already left as
+        # early messages) except for a lone entry on an idle loop: synced inline like a
+        # follower's, it saves the two thread hand-offs on the commit path, and the followers
+        # fsync meanwhile.
+        lone = len(rd.entries) <= 2 and idle and not flusher.busy
+        if self._core().can_defer_sync(rd) and not lone:
+            return _DEFER
+        return _INLINE if flusher.syncs_inline(len(rd.entries), idle) else _THREAD
+
+    def _truncates(self, rd: Ready) -> bool:
+        return bool(rd.entries) and rd.entries[0].index <= self._store().last_index()
+
     async def _handle_ready(self, rd: Ready) -> bool:
-        """Do what rd asks; returns True if its fsync was left to the background."""
-        transport, store = self.transport, self._store()
+        """Do what rd asks, in the loop task; returns True if its fsync was left to the
+        background."""
+        plan = self._sync_plan(rd)
+        if self._truncates(rd):
+            await self._flusher().quiesce()  # a truncation closes fds a background fsync uses
+        if plan != _THREAD:
+            return self._do_ready(rd, plan)
+        self._write_ready(rd)
+        await self._flusher().sync_on_thread()
+        self._finish_ready(rd)
+        return False
+
+    def _do_ready(self, rd: Ready, plan: int) -> bool:
+        """Do what rd asks, with no fsync on the thread; returns True if deferred."""
+        self._write_ready(rd)
+        if plan == _INLINE:
+            self._flusher().sync_inline()
+        self._finish_ready(rd)
+        return plan == _DEFER
+
+    def _write_ready(self, rd: Ready) -> None:
+        transport = self.transport
         assert transport is not None and self._hard_state is not None
         for m in rd.early_messages:
             transport.send(m)
@@ -457,28 +574,25 @@ class Node:
             self._hard_state.save(rd.hard_state)  # atomic and fsynced
             if self.trace is not None:
                 self.trace.persisted(rd.hard_state)
-        deferred = False
         if rd.entries:
-            if rd.entries[0].index <= store.last_index():
-                await self._flusher().quiesce()  # a truncation closes fds a background fsync uses
-            store.append(rd.entries)
-            if rd.must_sync and self.config.flush_mode == "sync":
-                idle = not self._inbox and not self._proposals
-                # A leader's fsync goes to the background (its appends to the followers already
-                # left as early messages) except for a lone entry on an idle loop: synced inline
-                # like a follower's, it saves the two thread hand-offs on the commit path, and the
-                # followers fsync meanwhile.
-                lone = len(rd.entries) <= 2 and idle and not self._flusher().busy
-                deferred = self._core().can_defer_sync(rd) and not lone
-                if not deferred:
-                    await self._flusher().sync(len(rd.entries), loop_idle=idle)
+            self._store().append(rd.entries)
+
+    def _finish_ready(self, rd: Ready) -> None:
+        transport = self.transport
+        assert transport is not None
         for m in rd.messages:
             transport.send(m)
         if rd.committed:
             self._apply(rd.committed)
             if self.trace is not None:
                 self.trace.committed(rd.committed[-1])
-        return deferred
+
+    def _advance(self, rd: Ready, deferred: bool) -> None:
+        core = self._core()
+        core.advance(rd, durable=not deferred)
+        if deferred:
+            last = rd.entries[-1]
+            self._flusher().sync_in_background((last.index, last.term, core.write_generation))
 
     def _apply(self, entries: Sequence[Entry]) -> None:
         store = self._store()

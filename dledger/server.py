@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from dledger import evloop
-from dledger.bench.load import closed_loop
+from dledger.bench.load import chained_loop
 from dledger.errors import DLedgerError, WireError
 from dledger.protocol import (
     LOCAL_LOAD,
@@ -177,7 +177,7 @@ async def run_local_load(node: Node, payload_bytes: int, count: int, concurrency
     commit, the way pysyncobj is driven (it has no network client). Returns the latencies."""
     payload = os.urandom(payload_bytes)
     cpu0 = time.process_time()
-    latencies_ms, elapsed, failures = await closed_loop(lambda: node.submit(payload), count,
+    latencies_ms, elapsed, failures = await chained_loop(lambda: node.submit(payload), count,
                                                         concurrency, warmup)
     return {"latencies_ms": latencies_ms, "elapsed_s": elapsed, "failures": failures,
             "leader_cpu_s": time.process_time() - cpu0}

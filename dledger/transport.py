@@ -136,14 +136,20 @@ class _InboundProtocol(asyncio.Protocol):
         except WireError as exc:
             self._refuse(f"bad framing: {exc}")
             return
+        if self._deliver(payloads) and self._owner._on_batch_end is not None:
+            self._owner._on_batch_end()
+
+    def _deliver(self, payloads: list[bytes]) -> int:
+        """Decode and hand on the payloads of one read; returns how many messages went on."""
+        delivered = 0
         for payload in payloads:
             if self._transport is None or self._transport.is_closing():
-                return  # closed by on_message (e.g. the node stopped): deliver nothing more
+                break  # closed by on_message (e.g. the node stopped): deliver nothing more
             try:
                 msg = decode_message(payload)
             except WireError as exc:
                 self._refuse(f"bad payload: {exc}")
-                return
+                break
             if self._peer is None:
                 self._on_hello(msg)
             elif type(msg) is Hello or msg.src != self._peer or msg.dst != self._owner.node_id:
@@ -151,6 +157,8 @@ class _InboundProtocol(asyncio.Protocol):
             else:
                 self._stats.received += 1
                 self._owner._on_message(msg)
+                delivered += 1
+        return delivered
 
     def _on_hello(self, msg: Any) -> None:
         if type(msg) is not Hello:
@@ -194,6 +202,7 @@ class PeerTransport:
         on_message: Callable[[Message], None],
         *,
         rng: random.Random,
+        on_batch_end: Callable[[], None] | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         send_buffer_bytes_max: int = 8 * 1024 * 1024,
         pending_frames_max: int = 1024,
@@ -208,6 +217,9 @@ class PeerTransport:
         self.node_id = node_id
         self.group = group
         self._on_message = on_message
+        # Called after the messages of one read were all handed to on_message (so that the
+        # owner can handle them as one batch).
+        self._on_batch_end = on_batch_end
         self._max_frame_bytes = max_frame_bytes
         self._inbound: set[_InboundProtocol] = set()
         self._listen = listen

@@ -349,6 +349,8 @@ def _decode_entries(flat: list[Any]) -> tuple[Entry, ...]:
         return ()
     if len(flat) % 4:
         raise WireError(f"AppendRequest.entries: {len(flat)} items is not a multiple of 4")
+    if len(flat) <= _SMALL_BATCH_ITEMS:
+        return _decode_few_entries(flat)
     datas = flat[3::4]
     numbers = flat.copy()  # index, term and kind columns, checked in one pass each
     del numbers[3::4]
@@ -362,6 +364,28 @@ def _decode_entries(flat: list[Any]) -> tuple[Entry, ...]:
     ):
         raise _entry_error(flat)
     return _build_entries(flat[0::4], flat[1::4], map(_ENTRY_KINDS.__getitem__, kinds), datas)
+
+
+# Up to this many flat items (4 per entry), a plain loop beats the column-wise checks, whose
+# fixed cost (~2.5 us) dominates a batch of one entry: the one-at-a-time latency path.
+_SMALL_BATCH_ITEMS = 16
+
+
+def _decode_few_entries(flat: list[Any]) -> tuple[Entry, ...]:
+    entries = []
+    n_kinds = len(_ENTRY_KINDS)
+    for pos in range(0, len(flat), 4):
+        index, term, kind, data = flat[pos : pos + 4]
+        if (
+            type(index) is not int
+            or type(term) is not int
+            or type(kind) is not int
+            or type(data) is not bytes
+            or not (0 <= index <= _U64_MAX and 0 <= term <= _U64_MAX and 0 <= kind < n_kinds)
+        ):
+            raise _entry_error(flat)
+        entries.append(Entry(index, term, _ENTRY_KINDS[kind], data))
+    return tuple(entries)
 
 
 def _entry_error(flat: list[Any]) -> WireError:

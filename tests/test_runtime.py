@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from dledger.errors import NotLeaderError, ProposalTimeoutError
+from dledger.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 from dledger.localcluster import free_ports
 from dledger.runtime import Node, NodeConfig
 
@@ -127,6 +127,54 @@ def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(
                            "the restarted follower to catch up")
             await wait_for(lambda: store.first_index() > held + 1, 5,
                            "retention to move on once the follower caught up")
+        finally:
+            for n in nodes:
+                await n.stop()
+
+    asyncio.run(run())
+
+
+def test_a_storage_error_while_handling_a_message_stops_that_node_with_its_cause(
+        tmp_path: Path) -> None:
+    # A follower's append fails inside the callback that read the AppendRequest (the loop was
+    # parked): the node stops as it would in its loop, failure names the cause, the group goes on.
+    async def run() -> None:
+        nodes = await start_all(configs(tmp_path, election_ticks=50))
+        try:
+            leader = leader_of(nodes)
+            await leader.propose(b"before")
+            broken = next(n for n in nodes if n is not leader)
+
+            def fail(entries: object) -> None:
+                raise StorageError("disk gone")
+
+            broken.store.append = fail  # type: ignore[method-assign, union-attr]
+            done = await leader.propose(b"after", timeout_s=5)  # the other follower suffices
+            await asyncio.wait_for(broken.join(), 5)
+            assert isinstance(broken.failure, StorageError)
+            with pytest.raises(NodeStoppedError):
+                broken.submit(b"x")
+            assert done.index == leader.status().raft.commit_index
+        finally:
+            for n in nodes:
+                await n.stop()
+
+    asyncio.run(run())
+
+
+def test_proposals_submitted_together_are_taken_in_one_turn(tmp_path: Path) -> None:
+    async def run() -> None:
+        nodes = await start_all(configs(tmp_path))
+        try:
+            leader = leader_of(nodes)
+            await leader.propose(b"warm")
+            await wait_for(lambda: leader._parked, 5, "the leader's loop to park")
+            last = leader.status().raft.last_index
+            futs = [leader.submit(f"b{k}".encode()) for k in range(50)]
+            # None was handled inside submit: they wait for one turn after this callback.
+            assert leader.status().raft.last_index == last
+            done = await asyncio.gather(*futs)
+            assert [d.index for d in done] == list(range(last + 1, last + 51))
         finally:
             for n in nodes:
                 await n.stop()

@@ -303,6 +303,27 @@ def test_a_good_raw_peer_is_served_alongside() -> None:
     run(scenario)
 
 
+def test_the_owner_hears_once_per_read_after_that_reads_messages() -> None:
+    # on_batch_end lets the node handle what one read brought as one batch.
+    async def scenario() -> None:
+        events: list[object] = []
+        transport = PeerTransport("b", "g", (HOST, 0), {}, lambda m: events.append(m.commit),
+                                  rng=random.Random(3), on_batch_end=lambda: events.append("end"))
+        addr = await transport.start()
+        reader, writer = await asyncio.open_connection(*addr)
+        writer.write(HELLO)  # a read with no message in it: no batch end
+        await writer.drain()
+        writer.write(b"".join(encode_frame(encode_message(beat("x", "b", i))) for i in range(3)))
+        await wait_until(lambda: events[-1:] == ["end"] and events.count("end") + 3 == len(events))
+        assert [e for e in events if e != "end"] == [0, 1, 2]
+        assert events[0] == 0  # no batch end before the first message
+        assert all(events[k - 1] != "end" for k, e in enumerate(events) if e == "end")
+        writer.close()
+        await transport.stop()
+
+    run(scenario)
+
+
 def test_a_far_end_that_writes_on_a_dialed_link_is_disconnected() -> None:
     async def scenario() -> None:
         async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -47,7 +47,7 @@ number = st.one_of(small, u64)
 node = st.text(max_size=12)
 flag = st.booleans()
 entry = st.builds(Entry, number, number, st.sampled_from(EntryKind), st.binary(max_size=2048))
-entries = st.lists(entry, max_size=16).map(tuple)
+entries = st.lists(entry, max_size=16).map(tuple)  # both sides of wire._SMALL_BATCH_ITEMS
 
 messages = st.one_of(
     st.builds(VoteRequest, number, node, node, number, number, flag, flag),
@@ -198,9 +198,12 @@ def append_with(flat_entries: list[object]) -> bytes:
         ([[1, 1, 0, b""], 1, 1, b""], "entry 0 must be"),
     ],
 )
-def test_malformed_entries_raise_wire_error(flat_entries: list[object], why: str) -> None:
+@pytest.mark.parametrize("valid_after", [0, 5])  # few entries: a loop; many: column checks
+def test_malformed_entries_raise_wire_error(flat_entries: list[object], why: str,
+                                            valid_after: int) -> None:
+    padding = [x for k in range(valid_after) for x in (10 + k, 1, 0, b"ok")]
     with pytest.raises(WireError, match=why):
-        decode_message(append_with(flat_entries))
+        decode_message(append_with(flat_entries + padding))
 
 
 def test_entries_must_be_an_array() -> None:

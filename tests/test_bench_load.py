@@ -1,0 +1,60 @@
+"""The benchmark's load drivers, against a fake proposer (no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from dledger.bench.load import chained_loop, closed_loop
+from dledger.errors import NotLeaderError, OverloadedError
+
+
+class FakeNode:
+    """submit() returns a future that the loop resolves on its next turn; every seventh
+    submission fails at once (NotLeader), every eleventh fails later (Overloaded)."""
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.outstanding = 0
+        self.max_outstanding = 0
+
+    def submit(self) -> asyncio.Future[object]:
+        self.submitted += 1
+        n = self.submitted
+        if n % 7 == 0:
+            raise NotLeaderError(None, 1)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[object] = loop.create_future()
+        self.outstanding += 1
+        self.max_outstanding = max(self.max_outstanding, self.outstanding)
+        loop.call_soon(self._finish, fut, n)
+        return fut
+
+    def _finish(self, fut: asyncio.Future[object], n: int) -> None:
+        self.outstanding -= 1
+        if n % 11 == 0:
+            fut.set_exception(OverloadedError("full"))
+        else:
+            fut.set_result(n)
+
+
+def test_chained_loop_issues_every_call_keeps_the_concurrency_and_counts_failures() -> None:
+    node = FakeNode()
+    latencies, elapsed, failures = asyncio.run(chained_loop(node.submit, 300, 8, 50))
+    assert node.submitted == 350
+    assert node.max_outstanding == 8
+    failed = {n for n in range(1, 351) if n % 7 == 0 or n % 11 == 0}
+    assert failures == len(failed)  # warm-up failures count too
+    assert len(latencies) == 300 - len(failed - set(range(1, 51)))
+    assert elapsed > 0 and all(ms >= 0 for ms in latencies)
+
+
+def test_closed_loop_matches_chained_loop_on_the_same_calls() -> None:
+    node = FakeNode()
+
+    async def call() -> object:
+        return await node.submit()
+
+    latencies, _, failures = asyncio.run(closed_loop(call, 300, 1, 50))
+    assert node.submitted == 350
+    failed = {n for n in range(1, 351) if n % 7 == 0 or n % 11 == 0}
+    assert (len(latencies), failures) == (300 - len(failed - set(range(1, 51))), len(failed))
