@@ -119,7 +119,10 @@ class SyncToken:
 
 def _write_all(fd: int, data: bytes) -> None:
     """Append ``data`` (the fd is O_APPEND): one os.write unless the kernel writes short."""
-    view = memoryview(data)
+    written = os.write(fd, data)
+    if written == len(data):
+        return
+    view = memoryview(data)[written:]
     while view:
         view = view[os.write(fd, view) :]
 

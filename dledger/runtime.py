@@ -5,13 +5,13 @@ peer transport. This is the imperative shell of DESIGN.md section 2.
 Owns pending proposals (futures keyed by (term, index), resolved when that entry is applied with
 the same term, failed when leadership changes), the bounded inbox, flush modes (``sync``: one
 fsync per Ready before anything that depends on it leaves; ``async``: page cache, flushed
-periodically), retention, apply listeners and the node's status.
+periodically), retention, apply listeners and the node's status. It must not interpret entry
+bodies: that is the state machine's business (the broker).
 
 While the loop task is parked with nothing to do, a message or proposal that arrives is handled
 at once, in the callback that brought it (``_turn_now``), rather than by waking the task: on the
 one-at-a-time latency path that saves a task switch on every hop. Such a turn never awaits; a
-Ready that must wait for the disk is handed to the task. It must not interpret entry
-bodies: that is the state machine's business (the broker).
+Ready that must wait for the disk is handed to the task.
 """
 
 from __future__ import annotations

@@ -147,6 +147,21 @@ def test_replication_leader_counts_its_own_copy_only_after_it_is_durable() -> No
     assert leader.log.commit_index == index
 
 
+def test_replication_one_append_per_follower_per_proposal_and_shared_entries() -> None:
+    # has_ready() and ready() both look for appends to send: asked twice with nothing new in
+    # between, the leader must not send twice. Followers in step get the same entries.
+    c = Cluster(3)
+    c.elect("n1")
+    leader = c.core("n1")
+    leader.propose(b"x")
+    assert leader.has_ready() and leader.has_ready()
+    rd = leader.ready()
+    appends = [m for m in rd.early_messages if isinstance(m, AppendRequest)]
+    assert sorted(m.dst for m in appends) == ["n2", "n3"]
+    assert appends[0].entries is appends[1].entries
+    assert [e.data for e in appends[0].entries] == [b"x"]
+
+
 def test_log_matching_a_follower_with_a_divergent_tail_is_repaired() -> None:
     c = Cluster(3)
     preset_log(c.nodes["n1"], [1, 1, 3, 3], HardState(term=3))

@@ -77,6 +77,10 @@ class RaftCore(LeaderRole):
         self._uncommitted: deque[tuple[int, int]] = deque()  # (last index, bytes) per proposal
         self.uncommitted_bytes = 0
         self._msgs: list[Message] = []
+        # Inputs so far (tick, step, propose, advance, ...): the appends to send only change with
+        # an input, so has_ready() and ready() do not look for them twice in between.
+        self._inputs = 0
+        self._appends_flushed_at = -1
         self._reset_election_timer()
 
     # ======================================================================================
@@ -84,6 +88,7 @@ class RaftCore(LeaderRole):
     # ======================================================================================
 
     def tick(self) -> None:
+        self._inputs += 1
         self.tick_count += 1
         self.election_elapsed += 1
         if self.role is Role.LEADER:
@@ -97,6 +102,7 @@ class RaftCore(LeaderRole):
         return self.propose_batch((data,))[0]
 
     def propose_batch(self, items: Sequence[bytes]) -> list[tuple[int, int]]:
+        self._inputs += 1
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id, self.term)
         if self.transferee is not None:
@@ -111,10 +117,12 @@ class RaftCore(LeaderRole):
 
     def campaign(self) -> None:
         """Start an election now (as if the election timeout fired)."""
+        self._inputs += 1
         if self.role is not Role.LEADER:
             self._start_election()
 
     def step(self, m: Message) -> None:
+        self._inputs += 1
         if m.dst != self.id or m.src not in self.config.voters:
             return
         if m.term > self.term:
@@ -164,6 +172,7 @@ class RaftCore(LeaderRole):
         """The shell did what ``rd`` asked. ``durable=False`` (allowed only when
         ``can_defer_sync(rd)``): the entries are written but not yet fsynced; the shell calls
         ``mark_durable`` when they are."""
+        self._inputs += 1
         if rd.hard_state is not None and self._pending_hard_state is not None:
             self._persisted_hard_state = self._pending_hard_state
             self._pending_hard_state = None
@@ -190,6 +199,7 @@ class RaftCore(LeaderRole):
 
     def mark_durable(self, index: int, term: int, generation: int) -> None:
         """Entries up to (index, term), written under ``generation``, are now fsynced."""
+        self._inputs += 1
         if generation != self.write_generation or index <= self.durable_index:
             return
         if index > self.log.last_index() or self.log.term_at(index) != term:

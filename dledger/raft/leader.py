@@ -42,6 +42,8 @@ class LeaderRole:
     durable_index: int
     uncommitted_bytes: int
     _uncommitted: deque[tuple[int, int]]
+    _inputs: int
+    _appends_flushed_at: int
 
     def _send(self, m: Message) -> None:
         raise NotImplementedError
@@ -50,6 +52,7 @@ class LeaderRole:
         raise NotImplementedError
 
     def transfer_leadership(self, to: str) -> None:
+        self._inputs += 1
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id, self.term)
         if to not in self.config.voters:
@@ -194,21 +197,28 @@ class LeaderRole:
         self.uncommitted_bytes = 0
 
     def _flush_appends(self) -> None:
-        if self.role is not Role.LEADER:
-            return
+        if self.role is not Role.LEADER or self._appends_flushed_at == self._inputs:
+            return  # (nothing happened since the last flush, which sent all it could)
+        self._appends_flushed_at = self._inputs
         last = self.log.last_index()
+        # Followers in step get the same entries: read them once per flush.
+        batches: dict[int, tuple[Entry, ...]] = {}
         for peer, pr in self.progress.items():
             while not pr.is_paused() and (pr.next_index <= last or pr.needs_send):
-                if not self._send_append(peer, pr, last):
+                if not self._send_append(peer, pr, last, batches):
                     break
 
-    def _send_append(self, peer: str, pr: Progress, last: int) -> bool:
+    def _send_append(self, peer: str, pr: Progress, last: int,
+                     batches: dict[int, tuple[Entry, ...]]) -> bool:
         prev = pr.next_index - 1
         if prev < self.log.first_index() - 1:
             return False  # the follower needs entries retention deleted; nothing to send
-        hi = min(last + 1, pr.next_index + self.config.max_append_entries)
-        entries = self.log.slice(pr.next_index, hi, self.config.max_append_bytes)
+        entries = batches.get(pr.next_index)
+        if entries is None:
+            hi = min(last + 1, pr.next_index + self.config.max_append_entries)
+            entries = tuple(self.log.slice(pr.next_index, hi, self.config.max_append_bytes))
+            batches[pr.next_index] = entries
         self._send(AppendRequest(self.term, self.id, peer, prev, self.log.term_at(prev),
-                                 tuple(entries), self.log.commit_index))
+                                 entries, self.log.commit_index))
         pr.sent(entries[-1].index if entries else prev)
         return True

@@ -96,8 +96,12 @@ class RaftLog:
 
     def slice(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         """Entries [lo, hi), at least one if lo < hi, within max_bytes."""
-        hi = min(hi, self.last_index() + 1)
         out: list[Entry] = []
+        offset = self.unstable_offset
+        if lo >= offset:  # only unstable entries (a leader's fresh proposals)
+            _take(self.unstable[lo - offset : hi - offset], out, 0, max_bytes)
+            return out
+        hi = min(hi, self.last_index() + 1)
         if lo >= hi:
             return out
         stable_hi = min(hi, self.unstable_offset)
