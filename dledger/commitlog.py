@@ -10,7 +10,9 @@ A log directory holds:
   first entry. An entry's position is that name plus its offset in the file (no padding), so it
   depends only on the entries before it and is the same on every replica holding them.
 - ``<position:020d>.index``: one fixed-width record per entry of the data file of the same name.
-  Derived data: rebuilt from the data file when short, cut back when long.
+  Derived data: rebuilt from the data file when short, cut back when long. So the last
+  segment's records are written at its next sync, seal, truncation or close rather than with
+  every append: one write less on the replication path.
 - ``meta``: index, term and position of the last entry retained away (replaced atomically).
 
 Rules that keep recovery simple and safe:
@@ -38,7 +40,7 @@ import logging
 import os
 import random
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from dledger.entry_codec import (
@@ -96,6 +98,9 @@ class _Segment:
     durable_data_bytes: int = 0  # sizes at the last fsync of any kind (sync, seal, truncation)
     durable_entry_count: int = 0
     created_since_sync: bool = True
+    # Index records of the last entries, not yet written to the index file (see the module
+    # docstring): the file holds entry_count - len(pending_index) records.
+    pending_index: list[bytes] = field(default_factory=list)
 
     def mark_durable(self) -> None:
         self.durable_data_bytes, self.durable_entry_count = self.data_bytes, self.entry_count
@@ -125,6 +130,13 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)[written:]
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _write_index(seg: _Segment) -> None:
+    """Write the segment's pending index records (after their data: data before index)."""
+    if seg.pending_index:
+        _write_all(seg.index_fd, b"".join(seg.pending_index))
+        seg.pending_index.clear()
 
 
 def _pread_exact(fd: int, size: int, offset: int) -> bytes:
@@ -322,7 +334,7 @@ class FileLogStore:
             for chunk in chunks:
                 seg = self._segment_for(chunk)
                 _write_all(seg.data_fd, b"".join(chunk.data))  # data before index
-                _write_all(seg.index_fd, b"".join(chunk.index))
+                seg.pending_index.extend(chunk.index)
                 chunk_bytes = chunk.records.end_position(0) - chunk.records.positions[0]
                 seg.data_bytes += chunk_bytes
                 seg.entry_count += len(chunk.records)
@@ -347,6 +359,7 @@ class FileLogStore:
 
     def _seal(self, seg: _Segment) -> None:
         """Make a segment wholly durable before a later one gets bytes (see module docstring)."""
+        _write_index(seg)
         self._fsync(seg.data_fd, seg.index_fd, self._dir_fd)
         seg.mark_durable()
 
@@ -404,7 +417,12 @@ class FileLogStore:
         """Cut both files back and fsync them (data first): a cut is never undone by a crash."""
         os.ftruncate(seg.data_fd, data_bytes)
         self._fsync(seg.data_fd)
-        os.ftruncate(seg.index_fd, entry_count * INDEX_RECORD_BYTES)
+        in_file = seg.entry_count - len(seg.pending_index)
+        if entry_count < in_file:
+            seg.pending_index.clear()
+        else:  # the cut falls among the records not yet written: they stay pending
+            del seg.pending_index[entry_count - in_file :]
+        os.ftruncate(seg.index_fd, min(entry_count, in_file) * INDEX_RECORD_BYTES)
         self._fsync(seg.index_fd)
         seg.data_bytes, seg.entry_count = data_bytes, entry_count
         seg.synced_data_bytes = min(seg.synced_data_bytes, data_bytes)
@@ -419,6 +437,7 @@ class FileLogStore:
                 # Only the data is fsynced on the hot path: the index of the last segment is
                 # derived data that open() verifies and rebuilds from the data (sealing a
                 # segment fsyncs its index too).
+                _write_index(seg)
                 self._fsync(seg.data_fd)
             if self._dir_dirty:
                 self._fsync(self._dir_fd)
@@ -436,6 +455,11 @@ class FileLogStore:
     def sync_begin(self) -> SyncToken:
         self._check_usable()
         dirty = tuple(self._dirty)
+        try:
+            for seg in dirty:
+                _write_index(seg)
+        except OSError as err:
+            raise storage_error(err, f"writing the index of {self._dir}") from err
         return SyncToken(tuple(seg.data_fd for seg in dirty),
                          self._dir_fd if self._dir_dirty else None, self._dir_generation,
                          tuple((seg, seg.data_bytes, seg.entry_count) for seg in dirty))
@@ -512,6 +536,11 @@ class FileLogStore:
             return
         self._closed = True
         for seg in self._segments:
+            if self._failed is None:
+                try:
+                    _write_index(seg)
+                except OSError as err:  # derived data: the next open rebuilds it from the data
+                    log.warning("%s: index not written on close: %s", seg.index_path, err)
             os.close(seg.data_fd)
             os.close(seg.index_fd)
         os.close(self._dir_fd)  # releases the directory lock
@@ -673,6 +702,10 @@ class FileLogStore:
             else:
                 data_bytes = seg.synced_data_bytes
                 index_bytes = seg.synced_entry_count * INDEX_RECORD_BYTES
+            # Records still pending were never written: they cannot survive.
+            in_file = seg.entry_count - len(seg.pending_index)
+            index_bytes = min(index_bytes, in_file * INDEX_RECORD_BYTES)
+            seg.pending_index.clear()
             discarded_bytes += seg.data_bytes - data_bytes
             os.ftruncate(seg.data_fd, data_bytes)
             os.ftruncate(seg.index_fd, index_bytes)
