@@ -173,8 +173,9 @@ class LogServer:
 
 async def run_local_load(node: Node, payload_bytes: int, count: int, concurrency: int,
                          warmup: int) -> dict[str, Any]:
-    """Benchmark hook: ``concurrency`` proposers inside this (leader) process, each awaiting its
-    commit, the way pysyncobj is driven (it has no network client). Returns the latencies."""
+    """Benchmark hook: ``concurrency`` proposals in flight inside this (leader) process, each
+    commit's callback submitting the next, the way pysyncobj is driven (it has no network client,
+    and its driver refills from its completion callback). Returns the latencies."""
     payload = os.urandom(payload_bytes)
     cpu0 = time.process_time()
     latencies_ms, elapsed, failures = await chained_loop(lambda: node.submit(payload), count,

@@ -166,7 +166,8 @@ def write_markdown(path: str, figs: list[Figure], command: str) -> None:
         f"Measured {when} on {os.cpu_count()} cores, {platform.python_implementation()} "
         f"{platform.python_version()}, one run, with `{command}`.", "",
         "Rows marked `in leader` run the proposers inside the leader process (pysyncobj has no "
-        "network client, so that is how it is driven); `client` rows propose from a separate "
+        "network client, so that is how it is driven), each commit's callback submitting the next "
+        "proposal in both systems; `client` rows propose from a separate "
         "process over TCP. `x peer/s` and `p50/peer` are ratios to pysyncobj on the same "
         "workload and payload. pysyncobj keeps its log in memory and never fsyncs; dledger `sync` "
         "fsyncs on a majority before every acknowledgement. `cpu s/10k`: CPU seconds of the three "
