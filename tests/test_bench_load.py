@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from dledger.bench.load import chained_loop, closed_loop
 from dledger.errors import NotLeaderError, OverloadedError
 
@@ -58,3 +60,18 @@ def test_closed_loop_matches_chained_loop_on_the_same_calls() -> None:
     assert node.submitted == 350
     failed = {n for n in range(1, 351) if n % 7 == 0 or n % 11 == 0}
     assert (len(latencies), failures) == (300 - len(failed - set(range(1, 51))), len(failed))
+
+
+def test_chained_loop_hands_on_an_unexpected_error_instead_of_hanging() -> None:
+    node = FakeNode()
+
+    def submit() -> asyncio.Future[object]:
+        if node.submitted == 20:
+            raise RuntimeError("broken proposer")
+        return node.submit()
+
+    async def run() -> None:
+        await asyncio.wait_for(chained_loop(submit, 100, 4, 0), 5)
+
+    with pytest.raises(RuntimeError, match="broken proposer"):
+        asyncio.run(run())

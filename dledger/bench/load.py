@@ -61,6 +61,10 @@ async def chained_loop(submit: Callable[[], asyncio.Future[object]], count: int,
                 except DLedgerError:
                     failures += 1
                     continue
+                except Exception as err:  # handed to the phase (a callback cannot raise it)
+                    if not done.done():
+                        done.set_exception(err)
+                    return
                 running += 1
                 fut.add_done_callback(lambda f: finished(t0, f))
                 return
