@@ -35,6 +35,7 @@ In memory the store keeps two ``array('q')`` (position and term of every entry h
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fcntl
 import logging
 import os
@@ -133,10 +134,21 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _write_index(seg: _Segment) -> None:
-    """Write the segment's pending index records (after their data: data before index)."""
-    if seg.pending_index:
+    """Write the segment's pending index records (after their data: data before index). On an
+    error they stay pending and the file is cut back to whole records (a short write first, as
+    a full disk often does, would misalign the rest)."""
+    if not seg.pending_index:
+        return
+    in_file = seg.entry_count - len(seg.pending_index)
+    try:
         _write_all(seg.index_fd, b"".join(seg.pending_index))
-        seg.pending_index.clear()
+    except OSError:
+        # If even the cut fails, open() still copes: the records' checksums stop at the first
+        # bad one and the rest is rebuilt from the data.
+        with contextlib.suppress(OSError):
+            os.ftruncate(seg.index_fd, in_file * INDEX_RECORD_BYTES)
+        raise
+    seg.pending_index.clear()
 
 
 def _pread_exact(fd: int, size: int, offset: int) -> bytes:

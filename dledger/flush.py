@@ -14,6 +14,7 @@ import logging
 from typing import Callable
 
 from dledger.commitlog import FileLogStore, SyncToken
+from dledger.errors import StorageError
 
 log = logging.getLogger("dledger.flush")
 
@@ -86,7 +87,13 @@ class Flusher:
         if self._in_flight is not None or not self._wanted:
             return
         target, self._request, self._wanted = self._request, None, False
-        token = self.store.sync_begin()
+        try:
+            token = self.store.sync_begin()  # writes pending index records: may hit a full disk
+        except StorageError as err:
+            # Fatal like a failed fsync; this may run in a done callback, which cannot raise.
+            log.error("background group commit failed: %s", err)
+            self._on_failure(err)
+            return
         fut = asyncio.get_running_loop().run_in_executor(self._pool, self.store.sync_fds, token)
         self._in_flight = fut
         fut.add_done_callback(lambda f: self._finished(f, token, target))

@@ -413,6 +413,9 @@ class Node:
                 now = loop.time()
                 if now >= next_tick - TIMER_SLACK_S:
                     next_tick = self._tick_until(now + TIMER_SLACK_S, next_tick, tick_s)
+                flush_due = self.config.flush_mode == "async" and now >= next_flush - TIMER_SLACK_S
+                if flush_due:
+                    next_flush = now + self.config.async_flush_interval_s
                 wake_at = next_tick
                 if self.config.flush_mode == "async":
                     wake_at = min(wake_at, next_flush)  # direct turns do not flush: wake for it
@@ -424,9 +427,8 @@ class Node:
                 self._step_inbox()
                 self._take_proposals()
                 await self._drain_ready()
-                if self.config.flush_mode == "async" and now >= next_flush - TIMER_SLACK_S:
+                if flush_due:
                     self._flusher().sync_in_background()  # the loop does not wait for the disk
-                    next_flush = now + self.config.async_flush_interval_s
                 if now >= next_retain:
                     await self._maybe_retain()
                     next_retain = now + RETAIN_INTERVAL_S
@@ -511,7 +513,7 @@ class Node:
                     break
                 self._advance(rd, self._do_ready(rd, plan))
             self._check_leadership()
-        except BaseException as err:  # noqa: BLE001 - recorded, logged and stops the node
+        except Exception as err:  # recorded, logged and stops the node, as in the loop task
             self._fail(err)
         finally:
             self._turning = False

@@ -500,6 +500,35 @@ def test_a_full_disk_loses_nothing_and_a_retry_succeeds(
     store.close()
 
 
+def test_a_short_index_write_on_a_full_disk_leaves_whole_records_and_a_retry_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileLogStore.open(tmp_path)
+    entries = make_entries(1, 1, [100] * 5)
+    store.append(entries)  # data written; the index records wait for the sync
+    index_file = next(tmp_path.glob("*.index"))
+    assert index_file.stat().st_size == 0
+    real_write, calls = os.write, []
+
+    def short_then_full(fd: int, data: bytes) -> int:
+        calls.append(fd)
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[: INDEX_RECORD_BYTES + 7]))  # a record and a bit
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(commitlog.os, "write", short_then_full)
+    with pytest.raises(DiskFullError):
+        store.sync()
+    assert index_file.stat().st_size == 0  # cut back: the pending records are written again
+    monkeypatch.undo()
+    store.sync()
+    assert index_file.stat().st_size == 5 * INDEX_RECORD_BYTES
+    store.close()
+    store = FileLogStore.open(tmp_path, verify_all=True)
+    assert all_entries(store) == entries
+    store.close()
+
+
 def test_a_failed_fsync_stops_the_store_until_reopened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

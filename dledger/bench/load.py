@@ -53,7 +53,7 @@ async def chained_loop(submit: Callable[[], asyncio.Future[object]], count: int,
 
         def issue() -> None:
             nonlocal left, running, failures
-            while left > 0:
+            while left > 0 and not done.done():
                 left -= 1
                 t0 = time.perf_counter()
                 try:

@@ -99,7 +99,7 @@ class RaftLog:
         out: list[Entry] = []
         offset = self.unstable_offset
         if lo >= offset:  # only unstable entries (a leader's fresh proposals)
-            _take(self.unstable[lo - offset : hi - offset], out, 0, max_bytes)
+            _take(self.unstable[lo - offset : max(lo, hi) - offset], out, 0, max_bytes)
             return out
         hi = min(hi, self.last_index() + 1)
         if lo >= hi:
