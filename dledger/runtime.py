@@ -597,16 +597,17 @@ class Node:
             self._flusher().sync_in_background((last.index, last.term, core.write_generation))
 
     def _apply(self, entries: Sequence[Entry]) -> None:
-        store = self._store()
-        applied = [AppliedEntry(e.index, e.term, e.kind, e.data, store.position_of(e.index))
-                   for e in entries]
-        for a in applied:
-            fut = self._pending.pop((a.term, a.index), None)
-            if fut is not None and not fut.done():
-                fut.set_result(Committed(a.index, a.term, a.position))
-        for listener in self._listeners:
-            listener(applied)
-        top = applied[-1].index
+        if self._pending or self._listeners:  # (a follower with no listener has nothing to tell)
+            store = self._store()
+            applied = [AppliedEntry(e.index, e.term, e.kind, e.data, store.position_of(e.index))
+                       for e in entries]
+            for a in applied:
+                fut = self._pending.pop((a.term, a.index), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(Committed(a.index, a.term, a.position))
+            for listener in self._listeners:
+                listener(applied)
+        top = entries[-1].index
         if self._apply_waiters:
             still = []
             for index, fut in self._apply_waiters:
