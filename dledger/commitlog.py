@@ -103,6 +103,10 @@ class _Segment:
     # docstring): the file holds entry_count - len(pending_index) records.
     pending_index: list[bytes] = field(default_factory=list)
 
+    @property
+    def index_records_in_file(self) -> int:
+        return self.entry_count - len(self.pending_index)
+
     def mark_durable(self) -> None:
         self.durable_data_bytes, self.durable_entry_count = self.data_bytes, self.entry_count
 
@@ -139,7 +143,7 @@ def _write_index(seg: _Segment) -> None:
     a full disk often does, would misalign the rest)."""
     if not seg.pending_index:
         return
-    in_file = seg.entry_count - len(seg.pending_index)
+    in_file = seg.index_records_in_file
     try:
         _write_all(seg.index_fd, b"".join(seg.pending_index))
     except OSError:
@@ -429,7 +433,7 @@ class FileLogStore:
         """Cut both files back and fsync them (data first): a cut is never undone by a crash."""
         os.ftruncate(seg.data_fd, data_bytes)
         self._fsync(seg.data_fd)
-        in_file = seg.entry_count - len(seg.pending_index)
+        in_file = seg.index_records_in_file
         if entry_count < in_file:
             seg.pending_index.clear()
         else:  # the cut falls among the records not yet written: they stay pending
@@ -715,8 +719,7 @@ class FileLogStore:
                 data_bytes = seg.synced_data_bytes
                 index_bytes = seg.synced_entry_count * INDEX_RECORD_BYTES
             # Records still pending were never written: they cannot survive.
-            in_file = seg.entry_count - len(seg.pending_index)
-            index_bytes = min(index_bytes, in_file * INDEX_RECORD_BYTES)
+            index_bytes = min(index_bytes, seg.index_records_in_file * INDEX_RECORD_BYTES)
             seg.pending_index.clear()
             discarded_bytes += seg.data_bytes - data_bytes
             os.ftruncate(seg.data_fd, data_bytes)

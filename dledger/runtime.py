@@ -361,12 +361,16 @@ class Node:
     def _kick_soon(self) -> None:
         """New proposals: handled by one turn once the caller's callback is done, so that the
         proposals submitted together (a burst from one request, propose_batch) form one batch."""
-        if self._parked and not self._turning and not self._stopping and self._handoff is None:
+        if self._can_turn_now():
             if not self._turn_soon:
                 self._turn_soon = True
                 asyncio.get_running_loop().call_soon(self._scheduled_turn)
         elif self._wake is not None:
             self._wake.set()
+
+    def _can_turn_now(self) -> bool:
+        """The loop task is parked, between Readies, and no turn runs: a callback may run one."""
+        return self._parked and not self._turning and not self._stopping and self._handoff is None
 
     def _scheduled_turn(self) -> None:
         self._turn_soon = False
@@ -379,7 +383,7 @@ class Node:
 
     def _kick(self) -> None:
         """New work (a message, a proposal, a control op, a finished fsync)."""
-        if self._parked and not self._turning and not self._stopping and self._handoff is None:
+        if self._can_turn_now():
             self._turn_now()
         elif self._wake is not None:
             self._wake.set()
@@ -407,9 +411,6 @@ class Node:
                 if self._handoff is not None:
                     rd, self._handoff = self._handoff, None
                     self._advance(rd, await self._handle_ready(rd))
-                for target in self._flusher().take_durable():
-                    self._core().mark_durable(*target)
-                self._run_control()
                 now = loop.time()
                 if now >= next_tick - TIMER_SLACK_S:
                     next_tick = self._tick_until(now + TIMER_SLACK_S, next_tick, tick_s)
@@ -424,8 +425,7 @@ class Node:
                     timer.cancel()
                     self._timer_fired = False
                     timer, timer_at = loop.call_at(wake_at, self._on_timer), wake_at
-                self._step_inbox()
-                self._take_proposals()
+                self._take_inputs()
                 await self._drain_ready()
                 if flush_due:
                     self._flusher().sync_in_background()  # the loop does not wait for the disk
@@ -438,12 +438,20 @@ class Node:
             self._fail_all(NodeStoppedError("node loop cancelled"))
             raise
         except BaseException as err:
-            self.failure = err
-            log.exception("node %s stopped on an error", self.config.node_id)
-            self._fail_all(NodeStoppedError(f"node failed: {err!r}"))
+            self._fail(err)
             raise
         finally:
             timer.cancel()
+
+    def _take_inputs(self) -> None:
+        """Hand the core what came in since the last turn: finished fsyncs, control ops,
+        messages, proposals (a turn of the task or a direct one)."""
+        core = self._core()
+        for target in self._flusher().take_durable():
+            core.mark_durable(*target)
+        self._run_control()
+        self._step_inbox()
+        self._take_proposals()
 
     def _tick_until(self, now: float, next_tick: float, tick_s: float) -> float:
         core = self._core()
@@ -498,17 +506,13 @@ class Node:
         self._turning = True
         try:
             core, flusher = self._core(), self._flusher()
-            for target in flusher.take_durable():
-                core.mark_durable(*target)
-            self._run_control()
-            self._step_inbox()
-            self._take_proposals()
+            self._take_inputs()
             for _ in range(10_000):
                 if not core.has_ready():
                     break
                 rd = core.ready()
                 plan = self._sync_plan(rd)
-                if plan == _THREAD or (self._truncates(rd) and flusher.busy):
+                if plan == _THREAD or (flusher.busy and self._truncates(rd)):
                     self._handoff = rd
                     break
                 self._advance(rd, self._do_ready(rd, plan))
@@ -521,6 +525,7 @@ class Node:
             self._wake.set()  # type: ignore[union-attr]
 
     def _fail(self, err: BaseException) -> None:
+        """Stop on an error of the loop or of a direct turn: recorded, logged, proposals failed."""
         self.failure = err
         log.error("node %s stopped on an error", self.config.node_id, exc_info=err)
         self._stopping = True

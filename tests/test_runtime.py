@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import pytest
 
@@ -38,14 +39,25 @@ async def start_all(cfgs: list[NodeConfig]) -> list[Node]:
     return nodes
 
 
+@contextlib.asynccontextmanager
+async def running(cfgs: list[NodeConfig]) -> AsyncIterator[list[Node]]:
+    """A started group with a leader; every node in the list is stopped on the way out (nodes
+    a test adds to the list too)."""
+    nodes = await start_all(cfgs)
+    try:
+        yield nodes
+    finally:
+        for n in nodes:
+            await n.stop()
+
+
 def leader_of(nodes: list[Node]) -> Node:
     return next(n for n in nodes if n.is_leader)
 
 
 def test_propose_commits_and_followers_serve_committed_reads(tmp_path: Path) -> None:
     async def run() -> None:
-        nodes = await start_all(configs(tmp_path))
-        try:
+        async with running(configs(tmp_path)) as nodes:
             leader = leader_of(nodes)
             follower = next(n for n in nodes if n is not leader)
             seen: list[int] = []
@@ -65,17 +77,13 @@ def test_propose_commits_and_followers_serve_committed_reads(tmp_path: Path) -> 
             with pytest.raises(NotLeaderError) as err:
                 await follower.propose(b"not here")
             assert err.value.leader_hint == leader.config.node_id
-        finally:
-            for n in nodes:
-                await n.stop()
 
     asyncio.run(run())
 
 
 def test_propose_times_out_with_outcome_unknown_when_the_quorum_is_gone(tmp_path: Path) -> None:
     async def run() -> None:
-        nodes = await start_all(configs(tmp_path, election_ticks=50))
-        try:
+        async with running(configs(tmp_path, election_ticks=50)) as nodes:
             leader = leader_of(nodes)
             await leader.propose(b"ok")
             for n in nodes:
@@ -93,9 +101,6 @@ def test_propose_times_out_with_outcome_unknown_when_the_quorum_is_gone(tmp_path
             after = await now.propose(b"after", timeout_s=5)
             logged = [e.data for e in now.read_committed(1, max_entries=100)]
             assert logged.index(b"no quorum") < logged.index(b"after") == after.index - 1
-        finally:
-            for n in nodes:
-                await n.stop()
 
     asyncio.run(run())
 
@@ -103,8 +108,7 @@ def test_propose_times_out_with_outcome_unknown_when_the_quorum_is_gone(tmp_path
 def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(tmp_path: Path) -> None:
     async def run() -> None:
         cfgs = configs(tmp_path, segment_bytes_max=4096, retention_entries=20)
-        nodes = await start_all(cfgs)
-        try:
+        async with running(cfgs) as nodes:
             leader = leader_of(nodes)
             lagger = next(n for n in nodes if n is not leader)
             for k in range(150):
@@ -127,9 +131,6 @@ def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(
                            "the restarted follower to catch up")
             await wait_for(lambda: store.first_index() > held + 1, 5,
                            "retention to move on once the follower caught up")
-        finally:
-            for n in nodes:
-                await n.stop()
 
     asyncio.run(run())
 
@@ -139,8 +140,7 @@ def test_a_storage_error_while_handling_a_message_stops_that_node_with_its_cause
     # A follower's append fails inside the callback that read the AppendRequest (the loop was
     # parked): the node stops as it would in its loop, failure names the cause, the group goes on.
     async def run() -> None:
-        nodes = await start_all(configs(tmp_path, election_ticks=50))
-        try:
+        async with running(configs(tmp_path, election_ticks=50)) as nodes:
             leader = leader_of(nodes)
             await leader.propose(b"before")
             broken = next(n for n in nodes if n is not leader)
@@ -155,17 +155,13 @@ def test_a_storage_error_while_handling_a_message_stops_that_node_with_its_cause
             with pytest.raises(NodeStoppedError):
                 broken.submit(b"x")
             assert done.index == leader.status().raft.commit_index
-        finally:
-            for n in nodes:
-                await n.stop()
 
     asyncio.run(run())
 
 
 def test_proposals_submitted_together_are_taken_in_one_turn(tmp_path: Path) -> None:
     async def run() -> None:
-        nodes = await start_all(configs(tmp_path))
-        try:
+        async with running(configs(tmp_path)) as nodes:
             leader = leader_of(nodes)
             await leader.propose(b"warm")
             await wait_for(lambda: leader._parked, 5, "the leader's loop to park")
@@ -175,8 +171,5 @@ def test_proposals_submitted_together_are_taken_in_one_turn(tmp_path: Path) -> N
             assert leader.status().raft.last_index == last
             done = await asyncio.gather(*futs)
             assert [d.index for d in done] == list(range(last + 1, last + 51))
-        finally:
-            for n in nodes:
-                await n.stop()
 
     asyncio.run(run())
