@@ -7,7 +7,10 @@
 
 Workloads (BENCH.md): "one" = one proposer awaiting each commit; "inflight" = 64 proposers in
 flight for dledger, 1,000 calls in flight for pysyncobj (its best case). Prints a table with
-ratios to pysyncobj and checks the targets of the replicated-log issue. A tool, not a test.
+ratios to pysyncobj and checks the targets of the replicated-log issue. It also measures the
+disk (one entry's write and fdatasync with 1, 2 and 3 processes flushing at once, see
+``dledger.bench.disk``) and prints, for the ``sync`` one-proposer rows, the best this disk
+allows. A tool, not a test.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import click
 
 from dledger import evloop
+from dledger.bench.disk import FlushFigure, floor_ms, measure_flushes
 from dledger.bench.load import closed_loop, processes_cpu_s
 from dledger.bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
@@ -159,7 +163,40 @@ def targets(figs: list[Figure]) -> list[tuple[str, bool]]:
     return out
 
 
-def write_markdown(path: str, figs: list[Figure], command: str) -> None:
+def measure_disk(quick: bool, payloads: list[int]) -> list[FlushFigure]:
+    count = 100 if quick else 500
+    return [measure_flushes(size, writers, count) for size in payloads for writers in (1, 2, 3)]
+
+
+def render_disk(disk: list[FlushFigure]) -> str:
+    rows = [f"{'payload':>7} {'writers':>7} {'fdatasync p50 ms':>16} {'p99 ms':>7}"]
+    rows += [f"{d.payload_bytes:>7} {d.writers:>7} {d.p50_ms:>16.3f} {d.p99_ms:>7.3f}"
+             for d in disk]
+    return "\n".join(rows)
+
+
+def floors(figs: list[Figure], disk: list[FlushFigure]) -> list[str]:
+    """For each payload, what this disk leaves of the ``sync`` one-proposer target: a commit
+    waits for two replicas' fdatasyncs of one disk at once, and the rest of the 2x budget is
+    for the round trip; with the ``async`` round trip added, the best p50 to expect here."""
+    out = []
+    for size in sorted({f.payload_bytes for f in figs}):
+        get = {(f.system.split()[0], f.mode): f for f in figs
+               if f.payload_bytes == size and f.proposer == "in leader" and f.workload == "one"}
+        peer, ours = get.get(("pysyncobj", "memory")), get.get(("dledger", "async"))
+        two = next((d for d in disk if d.payload_bytes == size and d.writers == 2), None)
+        if peer and ours and two:
+            disk_x, trip_x = two.p50_ms / peer.p50_ms, ours.p50_ms / peer.p50_ms
+            out.append(f"{size} B: one proposer, sync: two-writer fdatasync p50 "
+                       f"{two.p50_ms:.3f} ms is {disk_x:.2f}x pysyncobj's p50, leaving "
+                       f"{2 - disk_x:.2f}x of the 2x target for the round trip (async p50 "
+                       f"{trip_x:.2f}x): best to expect about "
+                       f"{floor_ms(ours.p50_ms, two) / peer.p50_ms:.2f}x")
+    return out
+
+
+def write_markdown(path: str, figs: list[Figure], command: str,
+                   disk: list[FlushFigure]) -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         "# Replicated-log benchmark: dledger vs pysyncobj 0.3.17", "",
@@ -176,6 +213,10 @@ def write_markdown(path: str, figs: list[Figure], command: str) -> None:
         "`inflight`; see dledger/bench/pysyncobj_peer.py); dledger's servers run on uvloop.", "",
         "```", render(figs), "```", "", "Targets of the replicated-log issue:", ""]
     lines += [f"- {'met' if ok else '**missed**'}: {text}" for text, ok in targets(figs)]
+    lines += ["", "The disk, measured in the same run (one entry's write and fdatasync in a file of "
+              "its own per process, all processes flushing at once; the replicas of a local group "
+              "share this disk):", "", "```", render_disk(disk), "```", ""]
+    lines += [f"- {text}" for text in floors(figs, disk)]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -190,6 +231,7 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
     sizes = [int(p) for p in payloads.split(",") if p]
     steps = plan(quick, sizes)
     figs: list[Figure] = []
+    disk = measure_disk(quick, sizes)
     click.echo(f"dledger bench: {len(steps)} runs on {platform.python_implementation()} "
                f"{platform.python_version()}, {os.cpu_count()} cores", err=True)
     with click.progressbar(steps, label="running", file=sys.stderr,
@@ -203,12 +245,17 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
     click.echo("")
     for text, ok in targets(figs):
         click.echo(f"  [{'met' if ok else 'MISSED'}] {text}")
+    click.echo("")
+    click.echo(render_disk(disk))
+    for text in floors(figs, disk):
+        click.echo(f"  [disk] {text}")
     if md_path:
-        write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]))
+        write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]), disk)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"figures": [asdict(x) for x in figs],
                        "targets": [{"target": t, "met": ok} for t, ok in targets(figs)],
+                       "disk": [asdict(d) for d in disk], "disk_floors": floors(figs, disk),
                        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
                       f, indent=2)

@@ -1,0 +1,71 @@
+"""The benchmark's disk probe and its report (figures are printed by the benchmark, not asserted:
+these tests check the bookkeeping, not the speed)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+
+import pytest
+
+from dledger.bench.__main__ import Figure, floors, render_disk, targets, write_markdown
+from dledger.bench.disk import (
+    FlushFigure,
+    FlushProbeError,
+    _next_result,
+    floor_ms,
+    measure_flushes,
+)
+
+
+def _one(system: str, mode: str, size: int, p50_ms: float) -> Figure:
+    return Figure(system, mode, "in leader", "one", size, 1, 1000, 1 / p50_ms, p50_ms, p50_ms * 2)
+
+
+def test_each_writer_flushes_its_own_file_and_every_round_is_counted(tmp_path):
+    fig = measure_flushes(64, 2, 25, str(tmp_path))
+    assert (fig.writers, fig.payload_bytes, fig.flushes) == (2, 64, 25)
+    assert 0 < fig.p50_ms <= fig.p99_ms
+    assert os.listdir(tmp_path) == []  # the probe's files are removed
+
+
+def test_bad_probe_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="bad flush probe"):
+        measure_flushes(64, 0, 10, str(tmp_path))
+    with pytest.raises(ValueError, match="bad flush probe"):
+        measure_flushes(64, 1, 0, str(tmp_path))
+
+
+def test_the_sync_floor_adds_the_two_writer_flush_to_the_async_round_trip():
+    figs = [_one("pysyncobj 0.3.17", "memory", 128, 0.100), _one("dledger", "async", 128, 0.120),
+            _one("dledger", "sync", 128, 0.400)]
+    disk = [FlushFigure(1, 128, 10, 0.050, 0.1), FlushFigure(2, 128, 10, 0.110, 0.2)]
+    assert floor_ms(0.120, disk[1]) == pytest.approx(0.230)
+    (line,) = floors(figs, disk)
+    assert "0.110 ms is 1.10x pysyncobj's p50, leaving 0.90x" in line
+    assert "(async p50 1.20x): best to expect about 2.30x" in line
+    assert floors(figs, disk[:1]) == []  # no two-writer figure: nothing estimated
+    assert [ok for _, ok in targets(figs)] == [False, False]  # 1.20x > 1x, 4.00x > 2x
+
+
+def test_the_markdown_report_carries_the_disk_table_and_floors(tmp_path):
+    figs = [_one("pysyncobj 0.3.17", "memory", 1024, 0.200), _one("dledger", "async", 1024, 0.150),
+            _one("dledger", "sync", 1024, 0.390)]
+    disk = [FlushFigure(w, 1024, 10, 0.1 * w, 0.3 * w) for w in (1, 2, 3)]
+    path = tmp_path / "bench.md"
+    write_markdown(str(path), figs, "python -m dledger.bench", disk)
+    text = path.read_text()
+    assert render_disk(disk) in text
+    assert "- met: 1024 B: one proposer, sync: p50 1.95x" in text
+    assert "fdatasync p50 0.200 ms is 1.00x" in text and "best to expect about 1.75x" in text
+
+
+def test_a_writer_that_dies_is_reported_by_name_not_waited_for():
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    dead = ctx.Process(target=sys.exit, args=(3,))
+    dead.start()
+    dead.join(30)
+    with pytest.raises(FlushProbeError, match="exited with code 3"):
+        _next_result(out, [dead])
