@@ -23,7 +23,7 @@ def _one(system: str, mode: str, size: int, p50_ms: float) -> Figure:
     return Figure(system, mode, "in leader", "one", size, 1, 1000, 1 / p50_ms, p50_ms, p50_ms * 2)
 
 
-def test_each_writer_flushes_its_own_file_and_every_round_is_counted(tmp_path):
+def test_the_probe_times_its_writers_and_removes_their_files(tmp_path):
     fig = measure_flushes(64, 2, 25, str(tmp_path))
     assert (fig.writers, fig.payload_bytes, fig.flushes) == (2, 64, 25)
     assert 0 < fig.p50_ms <= fig.p99_ms
