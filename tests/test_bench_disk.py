@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
-from dledger.bench.__main__ import Figure, floors, render_disk, targets, write_markdown
+from dledger.bench.__main__ import Figure, render_disk, sync_estimates, targets, write_markdown
 from dledger.bench.disk import (
     FlushFigure,
     FlushProbeError,
     _next_result,
-    floor_ms,
+    flush_loop,
     measure_flushes,
+    sync_estimate_ms,
 )
 
 
@@ -26,6 +27,7 @@ def _one(system: str, mode: str, size: int, p50_ms: float) -> Figure:
 def test_the_probe_times_its_writers_and_removes_their_files(tmp_path):
     fig = measure_flushes(64, 2, 25, str(tmp_path))
     assert (fig.writers, fig.payload_bytes, fig.flushes) == (2, 64, 25)
+    assert fig.samples == 50  # every round of both writers is counted
     assert 0 < fig.p50_ms <= fig.p99_ms
     assert os.listdir(tmp_path) == []  # the probe's files are removed
 
@@ -40,25 +42,25 @@ def test_bad_probe_settings_are_refused(tmp_path):
 def test_the_sync_floor_adds_the_two_writer_flush_to_the_async_round_trip():
     figs = [_one("pysyncobj 0.3.17", "memory", 128, 0.100), _one("dledger", "async", 128, 0.120),
             _one("dledger", "sync", 128, 0.400)]
-    disk = [FlushFigure(1, 128, 10, 0.050, 0.1), FlushFigure(2, 128, 10, 0.110, 0.2)]
-    assert floor_ms(0.120, disk[1]) == pytest.approx(0.230)
-    (line,) = floors(figs, disk)
+    disk = [FlushFigure(1, 128, 10, 0.050, 0.1, 10), FlushFigure(2, 128, 10, 0.110, 0.2, 20)]
+    assert sync_estimate_ms(0.120, disk[1]) == pytest.approx(0.230)
+    (line,) = sync_estimates(figs, disk)
     assert "0.110 ms is 1.10x pysyncobj's p50, leaving 0.90x" in line
-    assert "(async p50 1.20x): best to expect about 2.30x" in line
-    assert floors(figs, disk[:1]) == []  # no two-writer figure: nothing estimated
+    assert "(async p50 1.20x): estimated best about 2.30x" in line
+    assert sync_estimates(figs, disk[:1]) == []  # no two-writer figure: nothing estimated
     assert [ok for _, ok in targets(figs)] == [False, False]  # 1.20x > 1x, 4.00x > 2x
 
 
-def test_the_markdown_report_carries_the_disk_table_and_floors(tmp_path):
+def test_the_markdown_report_carries_the_disk_table_and_sync_estimates(tmp_path):
     figs = [_one("pysyncobj 0.3.17", "memory", 1024, 0.200), _one("dledger", "async", 1024, 0.150),
             _one("dledger", "sync", 1024, 0.390)]
-    disk = [FlushFigure(w, 1024, 10, 0.1 * w, 0.3 * w) for w in (1, 2, 3)]
+    disk = [FlushFigure(w, 1024, 10, 0.1 * w, 0.3 * w, 10 * w) for w in (1, 2, 3)]
     path = tmp_path / "bench.md"
     write_markdown(str(path), figs, "python -m dledger.bench", disk)
     text = path.read_text()
     assert render_disk(disk) in text
     assert "- met: 1024 B: one proposer, sync: p50 1.95x" in text
-    assert "fdatasync p50 0.200 ms is 1.00x" in text and "best to expect about 1.75x" in text
+    assert "fdatasync p50 0.200 ms is 1.00x" in text and "estimated best about 1.75x" in text
 
 
 def test_a_writer_that_dies_is_reported_by_name_not_waited_for():
@@ -69,3 +71,16 @@ def test_a_writer_that_dies_is_reported_by_name_not_waited_for():
     dead.join(30)
     with pytest.raises(FlushProbeError, match="exited with code 3"):
         _next_result(out, [dead])
+
+
+def _first_writer_dies(path: str, entry_bytes: int, count: int, start, out) -> None:
+    if path.endswith("w0"):
+        sys.exit(3)  # before the barrier: the other writer is left waiting there
+    flush_loop(path, entry_bytes, count, start, out)
+
+
+def test_a_writer_that_dies_before_the_start_stops_the_probe_and_leaves_nothing(tmp_path):
+    with pytest.raises(FlushProbeError, match="exited with code 3"):
+        measure_flushes(64, 2, 10, str(tmp_path), writer=_first_writer_dies)
+    assert multiprocessing.active_children() == []
+    assert os.listdir(tmp_path) == []

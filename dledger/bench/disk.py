@@ -5,9 +5,10 @@ what of a ``sync`` latency is the machine's and what is ours. A tool, not a test
 
 A ``sync`` commit needs two of the three replicas to have written and fdatasynced the entry:
 with one proposer, a follower flushes while the leader flushes its own copy, two flushes of one
-disk at once. So ``floor_ms`` adds the two-writer fdatasync p50 to the ``async`` round trip (the
-same path with no fsync): an estimate of the best a ``sync`` round trip can do here, not a proved
-bound (in a real group the flushes overlap other work and were seen to take longer).
+disk at once (the third replica flushes too). So ``sync_estimate_ms`` adds the two-writer
+fdatasync p50 to the ``async`` round trip (the same path with no fsync): a hopeful estimate of
+what a ``sync`` round trip can do here, not a proved bound (in a live group the flushes arrive
+staggered and were seen to take longer).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import queue
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Barrier
 from multiprocessing.queues import Queue
 
+from dledger.bench.load import percentile
 from dledger.entry_codec import HEADER_BYTES
 
-ENTRY_OVERHEAD_BYTES = HEADER_BYTES  # what the commitlog adds to a body
 _START_TIMEOUT_S = 30.0  # for every writer process to be up
 _RUN_TIMEOUT_S = 120.0  # for a writer's rounds, once started
 
@@ -38,8 +40,9 @@ class FlushFigure:
     writers: int  # processes appending and flushing at the same time, one file each
     payload_bytes: int
     flushes: int  # per writer
-    p50_ms: float  # of one write + fdatasync, over all writers
+    p50_ms: float  # of one write + fdatasync, over all writers' rounds
     p99_ms: float
+    samples: int  # rounds timed, all writers together
 
 
 def flush_loop(path: str, entry_bytes: int, count: int, start: Barrier,
@@ -61,36 +64,40 @@ def flush_loop(path: str, entry_bytes: int, count: int, start: Barrier,
         os.close(fd)
 
 
-def _pct_ms(sorted_s: list[float], p: float) -> float:
-    k = min(len(sorted_s) - 1, max(0, round(p / 100 * (len(sorted_s) - 1))))
-    return sorted_s[k] * 1000
-
-
-def measure_flushes(payload_bytes: int, writers: int, count: int,
-                    dir_path: str | None = None) -> FlushFigure:
+def measure_flushes(payload_bytes: int, writers: int, count: int, dir_path: str | None = None,
+                    writer: Callable[..., None] = flush_loop) -> FlushFigure:
     """``writers`` processes, each appending one entry of ``payload_bytes`` and fdatasyncing it
     ``count`` times in a file of its own under ``dir_path`` (default: the temp dir, where the
-    benchmark's groups keep their logs), all starting together."""
+    benchmark's groups keep their logs), all starting together. ``writer`` is the loop each
+    process runs (``flush_loop``; tests pass one that fails)."""
     if writers < 1 or count < 1 or payload_bytes < 0:
         raise ValueError(f"bad flush probe: {writers} writers, {count} flushes, {payload_bytes} B")
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Barrier(writers), ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="dledger-flush-", dir=dir_path) as d:
-        procs = [ctx.Process(target=flush_loop, daemon=True,
-                             args=(os.path.join(d, f"w{i}"), payload_bytes + ENTRY_OVERHEAD_BYTES,
+        procs = [ctx.Process(target=writer, daemon=True,
+                             args=(os.path.join(d, f"w{i}"), payload_bytes + HEADER_BYTES,
                                    count, start, out))
                  for i in range(writers)]
-        for proc in procs:
-            proc.start()
         try:
-            rounds = sorted(s for _ in procs for s in _next_result(out, procs))
-        finally:
             for proc in procs:
-                proc.join(_START_TIMEOUT_S)
+                proc.start()
+            rounds = sorted(s for _ in procs for s in _next_result(out, procs))
+        except BaseException:
+            start.abort()  # writers still waiting to start give up at once
+            for proc in procs:
                 if proc.is_alive():
                     proc.kill()
-                    proc.join()
-    return FlushFigure(writers, payload_bytes, count, _pct_ms(rounds, 50), _pct_ms(rounds, 99))
+            raise
+        finally:
+            for proc in procs:
+                if proc.pid is not None:
+                    proc.join(_START_TIMEOUT_S)
+                    if proc.is_alive():
+                        proc.kill()
+                        proc.join()
+    return FlushFigure(writers, payload_bytes, count, percentile(rounds, 50) * 1000,
+                       percentile(rounds, 99) * 1000, len(rounds))
 
 
 def _next_result(out: Queue[list[float]], procs: list[BaseProcess]) -> list[float]:
@@ -106,7 +113,7 @@ def _next_result(out: Queue[list[float]], procs: list[BaseProcess]) -> list[floa
     raise FlushProbeError(f"flush probe writers gave no result within {_RUN_TIMEOUT_S} s")
 
 
-def floor_ms(async_p50_ms: float, two_writers: FlushFigure) -> float:
-    """Estimated best ``sync`` one-proposer p50: the ``async`` round trip plus a follower's
-    fdatasync while the leader flushes too (see the module docstring)."""
+def sync_estimate_ms(async_p50_ms: float, two_writers: FlushFigure) -> float:
+    """A hopeful estimate of the ``sync`` one-proposer p50: the ``async`` round trip plus a
+    follower's fdatasync while the leader flushes too (see the module docstring)."""
     return async_p50_ms + two_writers.p50_ms

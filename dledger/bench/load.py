@@ -102,3 +102,11 @@ def processes_cpu_s(pids: list[int]) -> float:
         except (OSError, IndexError, ValueError):
             continue
     return total
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of an ascending list; NaN if it is empty."""
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
+    return sorted_values[k]
