@@ -135,12 +135,17 @@ def render(figs: list[Figure]) -> str:
     return "\n".join(rows)
 
 
+def _in_leader(figs: list[Figure], size: int) -> dict[tuple[str, str, str], Figure]:
+    """The like-for-like rows of one payload, by (system, mode, workload)."""
+    return {(f.system.split()[0], f.mode, f.workload): f for f in figs
+            if f.payload_bytes == size and f.proposer == "in leader"}
+
+
 def targets(figs: list[Figure]) -> list[tuple[str, bool]]:
     """The issue's targets, on the like-for-like rows (proposers inside the leader process)."""
     out = []
     for size in sorted({f.payload_bytes for f in figs}):
-        get = {(f.system.split()[0], f.mode, f.workload): f for f in figs
-               if f.payload_bytes == size and f.proposer == "in leader"}
+        get = _in_leader(figs, size)
         peer_many, ours_many = get.get(("pysyncobj", "memory", "inflight")), get.get(("dledger", "sync", "inflight"))
         if peer_many and ours_many:
             r = ours_many.entries_per_s / peer_many.entries_per_s
@@ -175,9 +180,8 @@ def sync_estimates(figs: list[Figure], disk: list[FlushFigure]) -> list[str]:
     Adding the ``async`` round trip gives an estimate of the best p50 to expect, not a bound."""
     out = []
     for size in sorted({f.payload_bytes for f in figs}):
-        get = {(f.system.split()[0], f.mode): f for f in figs
-               if f.payload_bytes == size and f.proposer == "in leader" and f.workload == "one"}
-        peer, ours = get.get(("pysyncobj", "memory")), get.get(("dledger", "async"))
+        get = _in_leader(figs, size)
+        peer, ours = get.get(("pysyncobj", "memory", "one")), get.get(("dledger", "async", "one"))
         two = next((d for d in disk if d.payload_bytes == size and d.writers == 2), None)
         if peer and ours and two:
             disk_x, trip_x = two.p50_ms / peer.p50_ms, ours.p50_ms / peer.p50_ms

@@ -83,13 +83,8 @@ def measure_flushes(payload_bytes: int, writers: int, count: int, dir_path: str 
             for proc in procs:
                 proc.start()
             rounds = sorted(s for _ in procs for s in _next_result(out, procs))
-        except BaseException:
-            start.abort()  # writers still waiting to start give up at once
-            for proc in procs:
-                if proc.is_alive():
-                    proc.kill()
-            raise
         finally:
+            start.abort()  # on an error, writers still waiting to start give up at once
             for proc in procs:
                 if proc.pid is not None:
                     proc.join(_START_TIMEOUT_S)
