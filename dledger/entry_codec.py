@@ -12,11 +12,16 @@ Data files are named ``<position:020d>.data`` (the position of their first entry
 Entry frame (48-byte header, then the body), little-endian::
 
     magic u32 | size u32 (header + body) | index i64 | term i64 | position i64 |
-    kind u8 | version u8 | flags u16 (0) | reserved i64 (0) | crc32 u32 | body
+    kind u8 | version u8 | flags u16 (0) | durable i64 | crc32 u32 | body
 
 The CRC (zlib.crc32) covers the first 44 header bytes and the body. ``position`` is the entry's
-logical commitlog position, so a frame found at the wrong place is detected, and recovery can
-tell a torn tail (nothing valid after the damage) from damage in the middle.
+logical commitlog position, so a frame found at the wrong place is detected. ``durable`` is the
+position up to which the writing replica's log was already durable (fsynced) when it wrote the
+frame (0 in frames written before the field was used). It is this replica's fact, not the
+entry's: replicas write the same index, term, position, kind and body, but their ``durable``
+fields and so their CRCs differ. Recovery uses it to tell a torn tail from damage in the middle:
+pages written since the last fsync may reach the disk in any order, so intact frames can follow
+a hole in a torn tail, but no intact frame can claim durable bytes that are damaged.
 
 Index record (24 bytes): ``position i64 | term i64 | size u32 | crc32 of the first 20 bytes``.
 Meta record (36 bytes): ``magic u32 | version u32 | base_index i64 | base_term i64 |
@@ -39,6 +44,8 @@ _HEAD = struct.Struct("<IIqqqBBHq")  # the header without its CRC
 _HEADER = struct.Struct("<IIqqqBBHqI")
 HEADER_BYTES = _HEADER.size
 _MAGIC_BYTES = struct.pack("<I", ENTRY_MAGIC)
+_DURABLE = struct.Struct("<q")
+_DURABLE_OFFSET = 36  # of the durable field in the header
 _KINDS = frozenset(int(kind) for kind in EntryKind)
 
 _INDEX_BODY = struct.Struct("<qqI")
@@ -105,7 +112,7 @@ def parse_segment_file_name(name: str, suffix: str) -> int | None:
 # --- entries ------------------------------------------------------------------------------
 
 
-def encode_entry(entry: Entry, position: int) -> bytes:
+def encode_entry(entry: Entry, position: int, durable_position: int = 0) -> bytes:
     head = _HEAD.pack(
         ENTRY_MAGIC,
         HEADER_BYTES + len(entry.data),
@@ -115,7 +122,7 @@ def encode_entry(entry: Entry, position: int) -> bytes:
         int(entry.kind),
         ENTRY_VERSION,
         0,
-        0,
+        durable_position,
     )
     crc = zlib.crc32(entry.data, zlib.crc32(head))
     return b"".join((head, crc.to_bytes(4, "little"), entry.data))
@@ -129,7 +136,7 @@ def _parse_frame(view: memoryview, off: int, buf_position: int, verify_crc: bool
     ``verify_crc=False`` exists only for the skip-checksum canary (tests prove it is caught)."""
     if len(view) - off < HEADER_BYTES:
         return "incomplete header", 0, 0, 0, 0
-    magic, size, index, term, position, kind, version, _flags, _reserved, crc = _HEADER.unpack_from(
+    magic, size, index, term, position, kind, version, _flags, _durable, crc = _HEADER.unpack_from(
         view, off
     )
     if magic != ENTRY_MAGIC:
@@ -183,18 +190,50 @@ def scan_entries(
     return records, off, None
 
 
-def valid_entry_after(buf: bytes, buf_position: int, off: int) -> int | None:
-    """Offset of some intact entry that starts after ``off`` (any index), or None.
+def durable_claim_after(buf: bytes, buf_position: int, off: int) -> tuple[int, int] | None:
+    """(offset, durable position) of the intact entry after ``off`` (any index) whose
+    ``durable`` field is the highest, or None if no intact entry follows ``off``.
 
-    Tells a torn tail (nothing valid follows the damage) from damage in the middle of the log.
+    Damage at ``off`` is a torn tail when no intact entry after it claims that the log was
+    durable past ``off``; otherwise the damaged bytes had been fsynced: damage in the middle.
     """
     view = memoryview(buf)
+    best: tuple[int, int] | None = None
     at = buf.find(_MAGIC_BYTES, off + 1)
     while at != -1:
-        if _parse_frame(view, at, buf_position)[0] is None:
-            return at
-        at = buf.find(_MAGIC_BYTES, at + 1)
-    return None
+        reason, size, _index, _term, _kind = _parse_frame(view, at, buf_position)
+        if reason is None:
+            durable_position = _DURABLE.unpack_from(view, at + _DURABLE_OFFSET)[0]
+            if best is None or durable_position > best[1]:
+                best = (at, durable_position)
+            at = buf.find(_MAGIC_BYTES, at + size)
+        else:
+            at = buf.find(_MAGIC_BYTES, at + 1)
+    return best
+
+
+def shows_crash_marks(buf: bytes, off: int, file_offset: int, sector_bytes: int,
+                      intact_after: bool) -> bool:
+    """Whether the bad frame at ``off`` looks as a crash leaves a frame being written: the file
+    ends within it (with no intact frame after it), or one of its sectors holds only zeros. (A
+    crash keeps each sector written since the last fsync whole or not at all, and what was
+    there before was zeros: the file's zero-filled tail.) Damage with neither mark, such as
+    flipped bits or garbage, is not a crash's. ``file_offset`` is the file offset of ``buf[0]``;
+    the frame's extent is its declared size when its header has the magic and a plausible size,
+    else the header alone. ``intact_after``: an intact frame follows somewhere after ``off``."""
+    if len(buf) - off < HEADER_BYTES:
+        return not intact_after
+    magic, size = struct.unpack_from("<II", buf, off)
+    end = off + (size if magic == ENTRY_MAGIC and size >= HEADER_BYTES else HEADER_BYTES)
+    if end > len(buf):
+        return not intact_after
+    lo = off
+    while lo < end:
+        hi = min(end, ((file_offset + lo) // sector_bytes + 1) * sector_bytes - file_offset)
+        if buf.count(0, lo, hi) == hi - lo:
+            return True
+        lo = hi
+    return False
 
 
 class Chunk:
@@ -212,19 +251,21 @@ class Chunk:
 
 
 def plan_chunks(
-    entries: Sequence[Entry], position: int, fill_bytes: int | None, segment_bytes_max: int
+    entries: Sequence[Entry], position: int, fill_bytes: int | None, segment_bytes_max: int,
+    durable_position: int = 0,
 ) -> list[Chunk]:
     """Encode a batch starting at ``position`` and split it by segment.
 
     ``fill_bytes`` is the size of the current last segment (None: there is none). A new segment
     starts when the current one would exceed ``segment_bytes_max``; an entry bigger than that
-    gets a segment of its own. Raises ``StorageError`` if the entries are not contiguous.
+    gets a segment of its own. ``durable_position`` goes in every frame's ``durable`` field.
+    Raises ``StorageError`` if the entries are not contiguous.
     """
     chunks: list[Chunk] = []
     for k, entry in enumerate(entries):
         if entry.index != entries[0].index + k:
             raise StorageError(f"entries not contiguous: index {entry.index} at batch offset {k}")
-        blob = encode_entry(entry, position)
+        blob = encode_entry(entry, position, durable_position)
         if fill_bytes is None or (fill_bytes > 0 and fill_bytes + len(blob) > segment_bytes_max):
             chunks.append(Chunk(position, new_segment=True))
             fill_bytes = 0

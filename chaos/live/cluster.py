@@ -305,15 +305,17 @@ class ChaosCluster:
         self.brokers.kill(nid, signal.SIGTERM)
 
     def corrupt(self, nid: str, rng: random.Random, kind: str = "bitflip") -> dict[str, Any]:
-        """Damage the newest segment of a stopped node: flip bits (p = 1e-4 over its last 64 KiB)
-        or cut 1-1024 bytes off its end. Returns what was done."""
+        """Damage the newest segment of a stopped node: flip bits (p = 1e-4 over the last 64 KiB
+        of its entries) or cut 1-1024 bytes off its entries' end. Returns what was done. (The
+        file of a killed node runs on past its entries with zeros: that tail is not the target.)"""
         assert not self.running(nid), "corrupt a stopped node only"
         log_dir = os.path.join(self.brokers.servers[nid].data_dir, "log")
         data = sorted(f for f in os.listdir(log_dir) if f.endswith(".data"))
         if not data:
             return {"node": nid, "kind": "none"}
         path = os.path.join(log_dir, data[-1])
-        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            size = len(f.read().rstrip(b"\0"))  # where the entries end, give or take a zero
         if kind == "truncate":
             cut = min(size, rng.randint(1, 1024))
             os.truncate(path, size - cut)
@@ -321,7 +323,9 @@ class ChaosCluster:
         start = max(0, size - 65536)
         with open(path, "r+b") as f:
             f.seek(start)
-            buf = bytearray(f.read())
+            buf = bytearray(f.read(size - start))
+            if not buf:
+                return {"node": nid, "kind": "none"}
             bits = max(1, int(len(buf) * 8 * 1e-4))
             for _ in range(bits):
                 k = rng.randrange(len(buf))

@@ -37,7 +37,7 @@ class FlushProbeError(RuntimeError):
 
 @dataclass(frozen=True)
 class FlushFigure:
-    writers: int  # processes appending and flushing at the same time, one file each
+    writers: int  # processes writing and flushing at the same time, one file each
     payload_bytes: int
     flushes: int  # per writer
     p50_ms: float  # of one write + fdatasync, over all writers' rounds
@@ -47,16 +47,20 @@ class FlushFigure:
 
 def flush_loop(path: str, entry_bytes: int, count: int, start: Barrier,
                out: Queue[list[float]]) -> None:
-    """Append ``entry_bytes`` and fdatasync, ``count`` times, once every writer is at the
-    barrier; puts each round's seconds on ``out``. Runs in a writer process."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+    """Write ``entry_bytes`` and fdatasync, ``count`` times, once every writer is at the
+    barrier; puts each round's seconds on ``out``. Runs in a writer process. As the commitlog
+    does, the entries go one after another into a file already filled with zeros and fsynced,
+    so a flush writes data pages only (no new file size to commit)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         data = os.urandom(entry_bytes)
+        os.pwrite(fd, bytes(entry_bytes * count), 0)
+        os.fsync(fd)
         start.wait(_START_TIMEOUT_S)
         rounds = []
-        for _ in range(count):
+        for k in range(count):
             t0 = time.perf_counter()
-            os.write(fd, data)
+            os.pwrite(fd, data, k * entry_bytes)
             os.fdatasync(fd)
             rounds.append(time.perf_counter() - t0)
         out.put(rounds)
@@ -66,7 +70,7 @@ def flush_loop(path: str, entry_bytes: int, count: int, start: Barrier,
 
 def measure_flushes(payload_bytes: int, writers: int, count: int, dir_path: str | None = None,
                     writer: Callable[..., None] = flush_loop) -> FlushFigure:
-    """``writers`` processes, each appending one entry of ``payload_bytes`` and fdatasyncing it
+    """``writers`` processes, each writing one entry of ``payload_bytes`` and fdatasyncing it
     ``count`` times in a file of its own under ``dir_path`` (default: the temp dir, where the
     benchmark's groups keep their logs), all starting together. ``writer`` is the loop each
     process runs (``flush_loop``; tests pass one that fails)."""
