@@ -75,11 +75,11 @@ from dledger.entry_codec import (
     common_record_count,
     decode_entry,
     decode_meta,
+    durable_claim_after,
     encode_index_records,
     encode_meta,
     parse_index,
     parse_segment_file_name,
-    durable_claim_after,
     plan_chunks,
     scan_entries,
     segment_file_name,
@@ -152,16 +152,6 @@ class SyncToken:
     sizes: tuple[tuple[_Segment, int, int], ...]  # segment, data bytes, entry count at begin
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Append ``data`` (the fd is O_APPEND): one os.write unless the kernel writes short."""
-    written = os.write(fd, data)
-    if written == len(data):
-        return
-    view = memoryview(data)[written:]
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     """Write ``data`` at ``offset``: one os.pwrite unless the kernel writes short."""
     written = os.pwrite(fd, data, offset)
@@ -183,7 +173,7 @@ def _write_index(seg: _Segment) -> None:
         return
     in_file = seg.index_records_in_file
     try:
-        _write_all(seg.index_fd, b"".join(seg.pending_index))
+        _pwrite_all(seg.index_fd, b"".join(seg.pending_index), in_file * INDEX_RECORD_BYTES)
     except OSError:
         # If even the cut fails, open() still copes: the records' checksums stop at the first
         # bad one and the rest is rebuilt from the data.
@@ -191,6 +181,13 @@ def _write_index(seg: _Segment) -> None:
             os.ftruncate(seg.index_fd, in_file * INDEX_RECORD_BYTES)
         raise
     seg.pending_index.clear()
+
+
+def _cut_zero_tail(seg: _Segment) -> None:
+    """Cut the data file back to its entries (not fsynced: the caller does, if it must)."""
+    if seg.file_bytes > seg.data_bytes:
+        os.ftruncate(seg.data_fd, seg.data_bytes)
+        seg.file_bytes = seg.data_bytes
 
 
 def _pread_exact(fd: int, size: int, offset: int) -> bytes:
@@ -209,10 +206,10 @@ def _bases_named(names: list[str], suffix: str) -> list[int]:
     return [base for base in bases if base is not None]
 
 
-def _open_fd(path: str, exclusive: bool, append: bool) -> int:
+def _open_fd(path: str, exclusive: bool) -> int:
+    """Data and index files are written at known offsets (pwrite), never appended to."""
     flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if exclusive else 0)
-    flags |= (os.O_APPEND if append else 0) | getattr(os, "O_CLOEXEC", 0)
-    return os.open(path, flags, 0o644)
+    return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
 
 
 class FileLogStore:
@@ -364,7 +361,7 @@ class FileLogStore:
     # -- writes -------------------------------------------------------------------------------
 
     def append(self, entries: Sequence[Entry]) -> None:
-        """Write ``entries`` (one os.write per file touched), truncating a conflicting suffix first.
+        """Write ``entries`` (one pwrite per file touched), truncating a conflicting suffix first.
 
         On ENOSPC raises ``DiskFullError`` with the files cut back and the log as before the
         write (a truncation asked for by this call stays done).
@@ -440,9 +437,7 @@ class FileLogStore:
 
     def _seal(self, seg: _Segment) -> None:
         """Make a segment wholly durable before a later one gets bytes (see module docstring)."""
-        if seg.file_bytes > seg.data_bytes:
-            os.ftruncate(seg.data_fd, seg.data_bytes)
-            seg.file_bytes = seg.data_bytes
+        _cut_zero_tail(seg)
         _write_index(seg)
         self._fsync(seg.data_fd, seg.index_fd, self._dir_fd)
         seg.mark_durable()
@@ -628,8 +623,7 @@ class FileLogStore:
             if tidy and self._failed is None:
                 try:  # both derived or spare: the next open rebuilds the index, cuts the zeros
                     _write_index(seg)
-                    if seg.file_bytes > seg.data_bytes:
-                        os.ftruncate(seg.data_fd, seg.data_bytes)
+                    _cut_zero_tail(seg)
                 except OSError as err:
                     log.warning("%s: not tidied on close: %s", seg.data_path, err)
             os.close(seg.data_fd)
@@ -652,9 +646,9 @@ class FileLogStore:
     ) -> _Segment:
         data_path = self._path(segment_file_name(base_position, DATA_SUFFIX))
         index_path = self._path(segment_file_name(base_position, INDEX_SUFFIX))
-        data_fd = _open_fd(data_path, exclusive, append=False)  # written in place (pwrite)
+        data_fd = _open_fd(data_path, exclusive)
         try:
-            index_fd = _open_fd(index_path, exclusive, append=True)
+            index_fd = _open_fd(index_path, exclusive)
         except OSError:
             os.close(data_fd)
             if exclusive:
@@ -778,7 +772,7 @@ class FileLogStore:
             return
         common_bytes = common_record_count(index_buf, expected) * INDEX_RECORD_BYTES
         os.ftruncate(seg.index_fd, common_bytes)
-        _write_all(seg.index_fd, expected[common_bytes:])
+        _pwrite_all(seg.index_fd, expected[common_bytes:], common_bytes)
         self._fsync(seg.index_fd)
 
     # -- test-only faults ---------------------------------------------------------------------

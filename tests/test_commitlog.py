@@ -657,23 +657,15 @@ def test_a_full_disk_loses_nothing_and_a_retry_succeeds(
     assert first_data.stat().st_size == 1024  # zero-filled up to the segment size
     sizes_before = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
     sizes_before[first_data.name] = 348  # a roll back cuts the zeros off too
-    real_write, real_pwrite, calls = os.write, os.pwrite, []
+    real_pwrite, calls = os.pwrite, []
 
-    def full_disk_once(fd: int) -> None:
+    def full_disk_once(fd: int, data: bytes, offset: int) -> int:
         calls.append(fd)
         if len(calls) == failing_write + 1:
             raise OSError(errno.ENOSPC, "No space left on device")
-
-    def write(fd: int, data: bytes) -> int:
-        full_disk_once(fd)
-        return real_write(fd, data)
-
-    def pwrite(fd: int, data: bytes, offset: int) -> int:
-        full_disk_once(fd)
         return real_pwrite(fd, data, offset)
 
-    monkeypatch.setattr(commitlog.os, "write", write)
-    monkeypatch.setattr(commitlog.os, "pwrite", pwrite)
+    monkeypatch.setattr(commitlog.os, "pwrite", full_disk_once)
     batch = make_entries(2, 1, [300] * 3)
     with pytest.raises(DiskFullError):
         store.append(batch)
@@ -720,15 +712,15 @@ def test_a_short_index_write_on_a_full_disk_leaves_whole_records_and_a_retry_wri
     store.append(entries)  # data written; the index records wait for the sync
     index_file = next(tmp_path.glob("*.index"))
     assert index_file.stat().st_size == 0
-    real_write, calls = os.write, []
+    real_pwrite, calls = os.pwrite, []
 
-    def short_then_full(fd: int, data: bytes) -> int:
+    def short_then_full(fd: int, data: bytes, offset: int) -> int:
         calls.append(fd)
-        if len(calls) == 1:
-            return real_write(fd, bytes(data[: INDEX_RECORD_BYTES + 7]))  # a record and a bit
+        if len(calls) == 1:  # a record and a bit
+            return real_pwrite(fd, bytes(data[: INDEX_RECORD_BYTES + 7]), offset)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(commitlog.os, "write", short_then_full)
+    monkeypatch.setattr(commitlog.os, "pwrite", short_then_full)
     with pytest.raises(DiskFullError):
         store.sync()
     assert index_file.stat().st_size == 0  # cut back: the pending records are written again

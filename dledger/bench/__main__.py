@@ -213,7 +213,8 @@ def write_markdown(path: str, figs: list[Figure], command: str,
     lines += [f"- {'met' if ok else '**missed**'}: {text}" for text, ok in targets(figs)]
     lines += ["", "The disk, measured in the same run (one entry's write and fdatasync in a file of "
               "its own per process, written in place into zeros as the commitlog does, all "
-              "processes flushing at once; the replicas of a local group share this disk):", "", "```", render_disk(disk), "```", ""]
+              "processes flushing at once; the replicas of a local group share this disk):",
+              "", "```", render_disk(disk), "```", ""]
     lines += [f"- {text}" for text in sync_estimates(figs, disk)]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
