@@ -28,16 +28,16 @@ def test_a_full_disk_when_a_queued_background_commit_starts_stops_the_node(
         flusher.sync_in_background((1, 1, 0))  # in flight
         store.append([Entry(2, 1, EntryKind.NORMAL, b"b")])
         flusher.sync_in_background((2, 1, 0))  # queued behind it
-        real_write = os.write
+        real_pwrite = os.pwrite  # the store writes its index records with pwrite
 
-        def full(fd: int, data: bytes) -> int:
+        def full(fd: int, data: bytes, offset: int) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(commitlog.os, "write", full)
+        monkeypatch.setattr(commitlog.os, "pwrite", full)
         try:
             await flusher.quiesce()
         finally:
-            monkeypatch.setattr(commitlog.os, "write", real_write)
+            monkeypatch.setattr(commitlog.os, "pwrite", real_pwrite)
         assert [type(e) for e in failures] == [DiskFullError]
         assert flusher.take_durable() == [(1, 1, 0)]  # the first one did complete
         await flusher.close()
