@@ -12,7 +12,7 @@ import pytest
 
 from dledger.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 from dledger.localcluster import free_ports
-from dledger.runtime import Node, NodeConfig
+from dledger.runtime import MAX_BUSY_POLL_US, Node, NodeConfig
 
 
 async def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -173,3 +173,45 @@ def test_proposals_submitted_together_are_taken_in_one_turn(tmp_path: Path) -> N
             assert [d.index for d in done] == list(range(last + 1, last + 51))
 
     asyncio.run(run())
+
+
+def test_a_leader_busy_polls_while_proposals_await_commit_and_stops_when_none_do(
+        tmp_path: Path) -> None:
+    async def run() -> None:
+        async with running(configs(tmp_path, busy_poll_us=1000, election_ticks=50)) as nodes:
+            leader = leader_of(nodes)
+            polls: list[float] = []
+            poll_again = leader._poll_again
+
+            def counted() -> None:
+                polls.append(time.perf_counter())
+                poll_again()
+
+            leader._poll_again = counted  # type: ignore[method-assign]
+            for k in range(20):
+                await leader.propose(f"p{k}".encode())
+            assert polls, "the leader slept while its proposals awaited commit"
+            await wait_for(lambda: leader._poll_until == 0.0, 5, "polling to stop")
+            seen, tick = len(polls), leader._core().tick_count
+            await wait_for(lambda: leader._core().tick_count >= tick + 5, 5, "five ticks")
+            assert len(polls) == seen, "the leader polled with nothing awaiting commit"
+
+            # A proposal that cannot commit: the leader polls after each turn, each time for a
+            # bounded while, not for as long as the proposal waits.
+            for n in nodes:
+                if n is not leader:
+                    await n.stop()
+            stuck = leader.submit(b"no quorum")
+            await wait_for(lambda: len(polls) > seen, 5, "polling for the waiting proposal")
+            await wait_for(lambda: leader._poll_until == 0.0 and not stuck.done(), 5,
+                           "a pause in polling while the proposal still waits")
+            stuck.cancel()
+
+    asyncio.run(run())
+
+
+def test_busy_poll_is_bounded() -> None:
+    peers = {"n0": ("127.0.0.1", 1)}
+    for bad in (-1, MAX_BUSY_POLL_US + 1):
+        with pytest.raises(ValueError, match="busy_poll_us"):
+            NodeConfig(group="g", node_id="n0", peers=peers, data_dir="d", busy_poll_us=bad)
