@@ -98,6 +98,9 @@ _OPTIONS = [
                  help="A leader with proposals awaiting commit polls for acknowledgements this "
                       "long after its last turn before it sleeps: lower commit latency, paid "
                       "for in CPU while it polls."),
+    click.option("--quorum-first", is_flag=True,
+                 help="A leader sends each new entry at once only to the followers its commit "
+                      "needs; the others get entries in batches and at every heartbeat."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
@@ -106,7 +109,7 @@ _OPTIONS = [
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
-                     "retention_entries", "busy_poll_us", "test_faults", "trace_path", "canary")
+                     "retention_entries", "busy_poll_us", "quorum_first", "test_faults", "trace_path", "canary")
 
 
 def node_options(f: F) -> F:
@@ -129,7 +132,7 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             dial=dials, flush_mode=o["flush_mode"], async_flush_interval_s=o["async_flush_ms"] / 1000,
             tick_interval_s=o["tick_ms"] / 1000, election_ticks=o["election_ticks"],
             preferred_leader=o["preferred_leader"], retention_entries=o["retention_entries"],
-            busy_poll_us=o["busy_poll_us"],
+            busy_poll_us=o["busy_poll_us"], quorum_first=o["quorum_first"],
             test_faults=o["test_faults"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:

@@ -84,6 +84,7 @@ class NodeConfig:
     # this long after its last turn: an acknowledgement is read as it lands, not after the CPU
     # wakes from idle. Costs that much CPU per idle gap; 0 (default) sleeps at once.
     busy_poll_us: int = 0
+    quorum_first: bool = False  # see RaftConfig.quorum_first
     canaries: Canaries = field(default_factory=Canaries)
     test_faults: bool = False  # allow power_loss() and canaries (tests only)
     trace_path: str | None = None  # append an event trace (JSON lines) here: tests, chaos runs
@@ -103,6 +104,7 @@ class NodeConfig:
         return RaftConfig(node_id=self.node_id, voters=tuple(sorted(self.peers)),
                           election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
                           preferred_leader=self.preferred_leader, canaries=self.canaries,
+                          quorum_first=self.quorum_first,
                           check_quorum=not self.canaries.no_pre_vote_check_quorum,
                           pre_vote=not self.canaries.no_pre_vote_check_quorum)
 

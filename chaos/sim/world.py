@@ -48,6 +48,7 @@ class FaultSettings:
     transfer_rate: float  # per tick: the leader is asked to hand leadership to a random node
     preferred_leader: str | None
     retain_rate: float  # per tick and node: delete what safe_retain_index allows
+    quorum_first: bool  # leaders send new entries at once only to the followers a commit needs
 
     @staticmethod
     def draw(rng: random.Random, nodes: int) -> FaultSettings:
@@ -75,6 +76,7 @@ class FaultSettings:
             transfer_rate=rng.choice((0.0, 0.0, 0.01, 0.03)),
             preferred_leader=rng.choice((None, None, None, "n1")),
             retain_rate=rng.choice((0.0, 0.05, 0.3)),
+            quorum_first=rng.random() < 0.5,
         )
 
 
@@ -224,7 +226,8 @@ class World:
             max_append_entries=self.faults.max_append_entries,
             max_inflight=self.faults.max_inflight,
             max_cache_bytes=self.faults.cache_bytes_max,
-            preferred_leader=self.faults.preferred_leader)) for nid in self.ids]
+            preferred_leader=self.faults.preferred_leader,
+            quorum_first=self.faults.quorum_first)) for nid in self.ids]
         self.by_id = {n.id: n for n in self.nodes}
 
     # -- network ---------------------------------------------------------------------------------

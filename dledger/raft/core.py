@@ -81,6 +81,7 @@ class RaftCore(LeaderRole):
         # an input, so has_ready() and ready() do not look for them twice in between.
         self._inputs = 0
         self._appends_flushed_at = -1
+        self.lazy_peers: frozenset[str] = frozenset()  # as leader with quorum_first: see leader.py
         self._reset_election_timer()
 
     # ======================================================================================
@@ -282,6 +283,7 @@ class RaftCore(LeaderRole):
         self._reset_election_timer()
         nxt = self.log.last_index() + 1
         self.progress = {p: Progress(nxt, self.config.max_inflight) for p in self.config.peers}
+        self.lazy_peers = frozenset()  # every follower gets every entry until the first pick
         self._clear_uncommitted()
         # Raft 8: a no-op of the new term lets the leader learn (and commit) what is committed.
         self.term_start_index = nxt

@@ -44,6 +44,7 @@ class LeaderRole:
     _uncommitted: deque[tuple[int, int]]
     _inputs: int
     _appends_flushed_at: int
+    lazy_peers: frozenset[str]
 
     def _send(self, m: Message) -> None:
         raise NotImplementedError
@@ -140,6 +141,31 @@ class LeaderRole:
         if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
             self.heartbeat_elapsed = 0
             self._broadcast_heartbeat()
+            if self.config.quorum_first:
+                self._pick_lazy_peers()
+
+    def _pick_lazy_peers(self) -> None:
+        """Quorum-first replication: keep quorum - 1 followers eager, those in the replicate
+        state that answered within the last tick, the most caught up first (the eager ones
+        before on a tie, so the pick stays put); the rest are lazy. With too few such followers,
+        none is lazy. Every lazy follower with entries to get is sent them now (the heartbeat
+        batch), so none lags by more than a tick."""
+        need = self.config.quorum - 1
+        fresh = [p for p, pr in self.progress.items()
+                 if pr.state is ProgressState.REPLICATE and pr.last_contact_tick >= self.tick_count - 1]
+        if len(fresh) < need:
+            self.lazy_peers = frozenset()
+        else:
+            fresh.sort(key=lambda p: (-self.progress[p].match_index, p in self.lazy_peers, p))
+            eager = set(fresh[:need])
+            if self.transferee is not None:
+                eager.add(self.transferee)
+            self.lazy_peers = frozenset(p for p in self.progress if p not in eager)
+        last = self.log.last_index()
+        for p in self.lazy_peers:
+            pr = self.progress[p]
+            if pr.next_index <= last:
+                pr.needs_send = True
 
     def _quorum_active(self) -> bool:
         active = 1 + sum(1 for pr in self.progress.values() if pr.recent_active)
@@ -203,7 +229,10 @@ class LeaderRole:
         last = self.log.last_index()
         # Followers in step get the same entries: read them once per flush.
         batches: dict[int, tuple[Entry, ...]] = {}
+        lazy, lazy_batch = self.lazy_peers, self.config.lazy_batch_entries
         for peer, pr in self.progress.items():
+            if peer in lazy and not pr.needs_send and last - pr.next_index + 1 < lazy_batch:
+                continue  # (quorum-first: a lazy follower waits for a batch or the heartbeat)
             while not pr.is_paused() and (pr.next_index <= last or pr.needs_send):
                 if not self._send_append(peer, pr, last, batches):
                     break
