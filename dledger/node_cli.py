@@ -109,7 +109,8 @@ _OPTIONS = [
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
-                     "retention_entries", "busy_poll_us", "quorum_first", "test_faults", "trace_path", "canary")
+                     "retention_entries", "busy_poll_us", "quorum_first", "test_faults", "trace_path",
+                     "canary")
 
 
 def node_options(f: F) -> F:
