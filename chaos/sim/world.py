@@ -49,6 +49,7 @@ class FaultSettings:
     preferred_leader: str | None
     retain_rate: float  # per tick and node: delete what safe_retain_index allows
     quorum_first: bool  # leaders send new entries at once only to the followers a commit needs
+    lazy_batch_entries: int  # quorum-first: a lazy follower's batch (else it waits for a heartbeat)
 
     @staticmethod
     def draw(rng: random.Random, nodes: int) -> FaultSettings:
@@ -77,6 +78,7 @@ class FaultSettings:
             preferred_leader=rng.choice((None, None, None, "n1")),
             retain_rate=rng.choice((0.0, 0.05, 0.3)),
             quorum_first=rng.random() < 0.5,
+            lazy_batch_entries=rng.choice((1, 4, 256)),
         )
 
 
@@ -227,7 +229,8 @@ class World:
             max_inflight=self.faults.max_inflight,
             max_cache_bytes=self.faults.cache_bytes_max,
             preferred_leader=self.faults.preferred_leader,
-            quorum_first=self.faults.quorum_first)) for nid in self.ids]
+            quorum_first=self.faults.quorum_first,
+            lazy_batch_entries=self.faults.lazy_batch_entries)) for nid in self.ids]
         self.by_id = {n.id: n for n in self.nodes}
 
     # -- network ---------------------------------------------------------------------------------

@@ -218,7 +218,7 @@ def write_markdown(path: str, figs: list[Figure], command: str,
         f"`--busy-poll-us {BUSY_POLL_US}` (a leader with proposals awaiting commit polls its "
         "sockets that long before it sleeps; the CPU column includes the polling) and "
         "`--quorum-first` (a new entry goes at once to one follower, the one a commit needs; the "
-        "other gets entries in batches of 8 and at every 100 ms heartbeat).", "",
+        "other gets entries in batches of 256 and at every 100 ms heartbeat).", "",
         "```", render(figs), "```", "", "Targets of the replicated-log issue:", ""]
     lines += [f"- {'met' if ok else '**missed**'}: {text}" for text, ok in targets(figs)]
     lines += ["", "The disk, measured in the same run (one entry's write and fdatasync in a file of "
