@@ -62,7 +62,7 @@ import os
 import random
 from array import array
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dledger.entry_codec import (
     DATA_SUFFIX,
@@ -509,8 +509,9 @@ class FileLogStore:
         seg.synced_entry_count = min(seg.synced_entry_count, entry_count)
         seg.mark_durable()
 
-    def sync(self) -> None:
-        """Group commit: fsync every file written since the last sync (and the directory)."""
+    def sync(self, datasync: Callable[[int], None] | None = None) -> None:
+        """Group commit: fsync every file written since the last sync (and the directory).
+        ``datasync`` replaces os.fdatasync for the data files (``dledger.spinsync``)."""
         self._check_usable()
         try:
             for seg in self._dirty:
@@ -518,7 +519,7 @@ class FileLogStore:
                 # derived data that open() verifies and rebuilds from the data (sealing a
                 # segment fsyncs its index too).
                 _write_index(seg)
-                self._fsync(seg.data_fd)
+                self._fsync(seg.data_fd, datasync=datasync)
             if self._dir_dirty:
                 self._fsync(self._dir_fd)
         except OSError as err:
@@ -567,13 +568,13 @@ class FileLogStore:
         if token.dir_fd is not None and token.dir_generation == self._dir_generation:
             self._dir_dirty = False
 
-    def _fsync(self, *fds: int) -> None:
+    def _fsync(self, *fds: int, datasync: Callable[[int], None] | None = None) -> None:
         try:
             for fd in fds:
                 if fd == self._dir_fd:
                     os.fsync(fd)
-                else:
-                    os.fdatasync(fd)  # flushes the file size too: it is needed to read the data
+                else:  # flushes the file size too: it is needed to read the data
+                    (datasync or os.fdatasync)(fd)
         except OSError as err:
             self._failed = f"fsync failed: {err}"
             raise

@@ -15,6 +15,7 @@ from typing import Callable
 
 from dledger.commitlog import FileLogStore, SyncToken
 from dledger.errors import StorageError
+from dledger.spinsync import SpinSync
 
 log = logging.getLogger("dledger.flush")
 
@@ -23,8 +24,9 @@ Target = tuple[int, int, int]  # (index, term, write generation) made durable
 
 class Flusher:
     def __init__(self, store: FileLogStore, on_progress: Callable[[], None],
-                 on_failure: Callable[[BaseException], None]) -> None:
+                 on_failure: Callable[[BaseException], None], spin: SpinSync | None = None) -> None:
         self.store = store
+        self.spin = spin  # waits for an inline group commit without idling the CPU, if given
         self._on_progress = on_progress  # wake the node's loop
         self._on_failure = on_failure
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dledger-fsync")
@@ -47,7 +49,7 @@ class Flusher:
 
     def sync_inline(self) -> None:
         """Group commit of one Ready on the loop thread (see ``syncs_inline``)."""
-        self.store.sync()
+        self.store.sync(self.spin.fdatasync if self.spin is not None else None)
 
     async def sync_on_thread(self) -> None:
         """Group commit of one Ready on the fsync thread. Only the fsyncs run there: the store's
@@ -82,6 +84,8 @@ class Flusher:
     async def close(self) -> None:
         await self.quiesce()
         self._pool.shutdown(wait=True)
+        if self.spin is not None:
+            self.spin.close()
 
     def _start(self) -> None:
         if self._in_flight is not None or not self._wanted:

@@ -40,6 +40,7 @@ from dledger.hardstate import FileHardStateStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Entry, EntryKind, Message, Ready, Role, Status
+from dledger.spinsync import open_spin_sync
 from dledger.trace import NodeTrace
 from dledger.transport import PeerTransport
 
@@ -80,9 +81,12 @@ class NodeConfig:
     propose_batch_max: int = 512
     segment_bytes_max: int = 64 << 20
     retention_entries: int | None = None  # keep at least this many entries; None: keep all
-    # A leader with proposals awaiting commit polls its sockets instead of sleeping, for up to
-    # this long after its last turn: an acknowledgement is read as it lands, not after the CPU
-    # wakes from idle. Costs that much CPU per idle gap; 0 (default) sleeps at once.
+    # A node that expects a message soon polls its sockets instead of sleeping, for up to this
+    # long after its last turn: a leader with proposals awaiting commit, a follower that just
+    # acknowledged entries (the next append usually follows). A message is then read as it
+    # lands, not after the CPU wakes from idle. Any node also polls this long for its inline
+    # group commits to end (dledger.spinsync), rather than sleeping in fdatasync. Costs that
+    # much CPU per idle gap; 0 (default) sleeps at once.
     busy_poll_us: int = 0
     quorum_first: bool = False  # see RaftConfig.quorum_first
     canaries: Canaries = field(default_factory=Canaries)
@@ -162,6 +166,7 @@ class Node:
         self._handoff: Ready | None = None  # a Ready a direct turn left to the task
         self._turn_soon = False  # a direct turn is scheduled for the proposals submitted
         self._poll_until = 0.0  # busy polling runs until then (perf_counter s); 0.0: it does not
+        self._acked_entries = False  # as follower, answered an append of entries since polling
         self._control: deque[tuple[Callable[[], None], asyncio.Future[None]]] = deque()
         self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
@@ -197,7 +202,8 @@ class Node:
         self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
                                        dial, self._on_message, rng=random.Random(self._rng.random()),
                                        on_batch_end=self._kick)
-        self.flusher = Flusher(self.store, self._kick, self._on_flush_failure)
+        spin = open_spin_sync(cfg.busy_poll_us / 1e6) if cfg.busy_poll_us else None
+        self.flusher = Flusher(self.store, self._kick, self._on_flush_failure, spin)
         self.peer_address = await self.transport.start()
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"dledger-node-{cfg.node_id}")
@@ -412,7 +418,7 @@ class Node:
         try:
             while not self._stopping:
                 if not self._inbox and not self._proposals and self._handoff is None:
-                    if self._pending and self.config.busy_poll_us:
+                    if self.config.busy_poll_us and self._expects_message():
                         self._busy_poll()
                     self._parked = True
                     try:
@@ -537,12 +543,18 @@ class Node:
             self._turning = False
         if self._handoff is not None or self._inbox or self._proposals:
             self._wake.set()  # type: ignore[union-attr]
-        elif self._pending and self.config.busy_poll_us:
+        elif self.config.busy_poll_us and self._expects_message():
             self._busy_poll()
+
+    def _expects_message(self) -> bool:
+        """A message is due soon: as leader, an acknowledgement of proposals awaiting commit;
+        as follower that just acknowledged entries, the next append (a lone proposer's next
+        entry follows one round trip later)."""
+        return bool(self._pending) or self._acked_entries
 
     def _busy_poll(self) -> None:
         """Keep the loop polling its sockets (a callback that reschedules itself keeps the
-        loop's poll timeout at zero) until busy_poll_us after now, while proposals await commit.
+        loop's poll timeout at zero) until busy_poll_us after now, while a message is expected.
         A turn that starts meanwhile runs as it would from idle."""
         start = self._poll_until == 0.0
         self._poll_until = time.perf_counter() + self.config.busy_poll_us / 1e6
@@ -550,10 +562,11 @@ class Node:
             asyncio.get_running_loop().call_soon(self._poll_again)
 
     def _poll_again(self) -> None:
-        if self._pending and not self._stopping and time.perf_counter() < self._poll_until:
+        if self._expects_message() and not self._stopping and time.perf_counter() < self._poll_until:
             asyncio.get_running_loop().call_soon(self._poll_again)
         else:
             self._poll_until = 0.0
+            self._acked_entries = False
 
     def _fail(self, err: BaseException) -> None:
         """Stop on an error of the loop or of a direct turn: recorded, logged, proposals failed."""
@@ -620,6 +633,8 @@ class Node:
         assert transport is not None
         for m in rd.messages:
             transport.send(m)
+        if rd.entries and rd.messages and self._core().role is Role.FOLLOWER:
+            self._acked_entries = True  # (its answer left with rd.messages)
         if rd.committed:
             self._apply(rd.committed)
             if self.trace is not None:

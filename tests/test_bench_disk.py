@@ -56,9 +56,12 @@ def test_the_markdown_report_carries_the_disk_table_and_sync_estimates(tmp_path)
             _one("dledger", "sync", 1024, 0.390)]
     disk = [FlushFigure(w, 1024, 10, 0.1 * w, 0.3 * w, 10 * w) for w in (1, 2, 3)]
     path = tmp_path / "bench.md"
-    write_markdown(str(path), figs, "python -m dledger.bench", disk)
+    shipped = [_one("pysyncobj 0.3.17", "memory", 1024, 0.600)]
+    write_markdown(str(path), figs, "python -m dledger.bench", disk, shipped)
     text = path.read_text()
     assert render_disk(disk) in text
+    assert ("pysyncobj with glibc's default malloc, one proposer: p50 0.600 ms (kept memory: "
+            "0.200 ms); dledger's one-proposer p50 against it: async 0.25x, sync 0.65x") in text
     assert "- met: 1024 B: one proposer, sync: p50 1.95x" in text
     assert "fdatasync p50 0.200 ms is 1.00x" in text and "estimated best about 1.75x" in text
 

@@ -210,6 +210,30 @@ def test_a_leader_busy_polls_while_proposals_await_commit_and_stops_when_none_do
     asyncio.run(run())
 
 
+def test_a_follower_busy_polls_after_acknowledging_entries_and_not_for_heartbeats(
+        tmp_path: Path) -> None:
+    async def run() -> None:
+        async with running(configs(tmp_path, busy_poll_us=1000, election_ticks=50)) as nodes:
+            follower = next(n for n in nodes if not n.is_leader)
+            polls: list[float] = []
+            poll_again = follower._poll_again
+
+            def counted() -> None:
+                polls.append(time.perf_counter())
+                poll_again()
+
+            follower._poll_again = counted  # type: ignore[method-assign]
+            for k in range(20):
+                await leader_of(nodes).propose(f"p{k}".encode())
+            assert polls, "the follower slept after acknowledging entries"
+            await wait_for(lambda: follower._poll_until == 0.0, 5, "polling to stop")
+            seen, tick = len(polls), follower._core().tick_count
+            await wait_for(lambda: follower._core().tick_count >= tick + 5, 5, "five ticks")
+            assert len(polls) == seen, "the follower polled after heartbeats alone"
+
+    asyncio.run(run())
+
+
 def test_busy_poll_is_bounded() -> None:
     peers = {"n0": ("127.0.0.1", 1)}
     for bad in (-1, MAX_BUSY_POLL_US + 1):

@@ -98,8 +98,9 @@ def run_dledger(mode: str, size: int, runs: list[tuple[str, str, int, int]]) -> 
             return evloop.run(_session(cluster, mode, size, runs))
 
 
-def run_peer(workload: str, payload_bytes: int, count: int, in_flight: int) -> Figure:
-    r = run_pysyncobj(workload, payload_bytes, count, inflight=in_flight)
+def run_peer(workload: str, payload_bytes: int, count: int, in_flight: int,
+             malloc: str = "tuned") -> Figure:
+    r = run_pysyncobj(workload, payload_bytes, count, inflight=in_flight, malloc=malloc)
     return Figure("pysyncobj 0.3.17", "memory", "in leader", workload, payload_bytes, in_flight,
                   int(r["entries"]), float(r["entries_per_s"]), float(r["p50_ms"]),
                   float(r["p99_ms"]), int(r.get("failures", 0)),
@@ -110,13 +111,15 @@ def run_peer(workload: str, payload_bytes: int, count: int, in_flight: int) -> F
 
 
 def plan(quick: bool, payloads: list[int]) -> list[tuple[Any, ...]]:
-    """Steps in run order: ("dledger", mode, size, runs) or ("pysyncobj", workload, size, n, k)."""
+    """Steps in run order: ("dledger", mode, size, runs), ("pysyncobj", workload, size, n, k) or
+    ("pysyncobj-default-malloc", "one", size, n, 1) (the same peer with glibc's defaults)."""
     one_n, many_n, peer_many_n = (300, 3000, 5000) if quick else (2000, 30_000, 30_000)
     runs = [("in leader", "one", one_n, 1), ("client", "one", one_n, 1),
             ("in leader", "inflight", many_n, 64), ("client", "inflight", many_n, 64)]
     steps: list[tuple[Any, ...]] = []
     for size in payloads:
         steps += [("pysyncobj", "one", size, one_n, 1),
+                  ("pysyncobj-default-malloc", "one", size, one_n, 1),
                   ("dledger", "sync", size, runs),
                   ("dledger", "async", size, runs),
                   ("pysyncobj", "inflight", size, peer_many_n, 1000)]
@@ -167,6 +170,21 @@ def targets(figs: list[Figure]) -> list[tuple[str, bool]]:
     return out
 
 
+def default_malloc_lines(figs: list[Figure], shipped: list[Figure]) -> list[str]:
+    """The one-proposer comparison again, with pysyncobj on glibc's default allocator settings
+    (the table's pysyncobj keeps freed memory: its best case, see pysyncobj_peer)."""
+    out = []
+    for d in shipped:
+        get = _in_leader(figs, d.payload_bytes)
+        tuned = get.get(("pysyncobj", "memory", "one"))
+        ours = {mode: get.get(("dledger", mode, "one")) for mode in ("async", "sync")}
+        ratios = ", ".join(f"{mode} {f.p50_ms / d.p50_ms:.2f}x" for mode, f in ours.items() if f)
+        out.append(f"{d.payload_bytes} B: pysyncobj with glibc's default malloc, one proposer: p50 "
+                   f"{d.p50_ms:.3f} ms (kept memory: {tuned.p50_ms if tuned else float('nan'):.3f} ms)"
+                   f"; dledger's one-proposer p50 against it: {ratios}")
+    return out
+
+
 def measure_disk(quick: bool, payloads: list[int]) -> list[FlushFigure]:
     count = 100 if quick else 500
     return [measure_flushes(size, writers, count) for size in payloads for writers in (1, 2, 3)]
@@ -200,7 +218,7 @@ def sync_estimates(figs: list[Figure], disk: list[FlushFigure]) -> list[str]:
 
 
 def write_markdown(path: str, figs: list[Figure], command: str,
-                   disk: list[FlushFigure]) -> None:
+                   disk: list[FlushFigure], shipped: list[Figure]) -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         "# Replicated-log benchmark: dledger vs pysyncobj 0.3.17", "",
@@ -214,13 +232,20 @@ def write_markdown(path: str, figs: list[Figure], command: str,
         "fsyncs on a majority before every acknowledgement. `cpu s/10k`: CPU seconds of the three "
         "server processes per 10,000 entries (for `one`, idle time is included). pysyncobj runs "
         "with its fastest setting per workload (appendEntriesUseBatch off for `one`, on for "
-        "`inflight`; see dledger/bench/pysyncobj_peer.py). dledger's servers run on uvloop with "
-        f"`--busy-poll-us {BUSY_POLL_US}` (a leader with proposals awaiting commit polls its "
-        "sockets that long before it sleeps; the CPU column includes the polling) and "
+        "`inflight`), and with glibc told to keep freed memory (with glibc's defaults each "
+        "message's zlib state is handed back to the kernel; on this box that made one-at-a-time "
+        "calls about three times slower: see below and dledger/bench/pysyncobj_peer.py). "
+        "dledger's servers run on uvloop with "
+        f"`--busy-poll-us {BUSY_POLL_US}` (a leader with proposals awaiting commit, and a "
+        "follower that just acknowledged entries, poll their sockets that long before they "
+        "sleep, and every node polls for its inline fsyncs to end; the CPU column includes the "
+        "polling) and "
         "`--quorum-first` (a new entry goes at once to one follower, the one a commit needs; the "
         "other gets entries in batches of 256 and at every 100 ms heartbeat).", "",
         "```", render(figs), "```", "", "Targets of the replicated-log issue:", ""]
     lines += [f"- {'met' if ok else '**missed**'}: {text}" for text, ok in targets(figs)]
+    lines += ["", "The same peer with glibc's default allocator settings, in the same run:", ""]
+    lines += [f"- {text}" for text in default_malloc_lines(figs, shipped)]
     lines += ["", "The disk, measured in the same run (one entry's write and fdatasync in a file of "
               "its own per process, written in place into zeros as the commitlog does, all "
               "processes flushing at once; the replicas of a local group share this disk):",
@@ -240,6 +265,7 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
     sizes = [int(p) for p in payloads.split(",") if p]
     steps = plan(quick, sizes)
     figs: list[Figure] = []
+    shipped: list[Figure] = []  # pysyncobj with glibc's default malloc (one proposer)
     disk = measure_disk(quick, sizes)
     click.echo(f"dledger bench: {len(steps)} runs on {platform.python_implementation()} "
                f"{platform.python_version()}, {os.cpu_count()} cores", err=True)
@@ -248,22 +274,28 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
         for step in bar:
             if step[0] == "dledger":
                 figs.extend(run_dledger(step[1], step[2], step[3]))
+            elif step[0] == "pysyncobj-default-malloc":
+                shipped.append(run_peer(step[1], step[2], step[3], step[4], malloc="default"))
             else:
                 figs.append(run_peer(step[1], step[2], step[3], step[4]))
     click.echo(render(figs))
     click.echo("")
     for text, ok in targets(figs):
         click.echo(f"  [{'met' if ok else 'MISSED'}] {text}")
+    for text in default_malloc_lines(figs, shipped):
+        click.echo(f"  [peer] {text}")
     click.echo("")
     click.echo(render_disk(disk))
     for text in sync_estimates(figs, disk):
         click.echo(f"  [disk] {text}")
     if md_path:
-        write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]), disk)
+        write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]), disk,
+                       shipped)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"figures": [asdict(x) for x in figs],
                        "targets": [{"target": t, "met": ok} for t, ok in targets(figs)],
+                       "peer_default_malloc": [asdict(x) for x in shipped],
                        "disk": [asdict(d) for d in disk], "disk_sync_estimates": sync_estimates(figs, disk),
                        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
