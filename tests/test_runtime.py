@@ -175,19 +175,25 @@ def test_proposals_submitted_together_are_taken_in_one_turn(tmp_path: Path) -> N
     asyncio.run(run())
 
 
+def count_polls(node: Node) -> list[float]:
+    """The times of the node's busy-poll callbacks from now on (appended as they run)."""
+    polls: list[float] = []
+    poll_again = node._poll_again
+
+    def counted() -> None:
+        polls.append(time.perf_counter())
+        poll_again()
+
+    node._poll_again = counted  # type: ignore[method-assign]
+    return polls
+
+
 def test_a_leader_busy_polls_while_proposals_await_commit_and_stops_when_none_do(
         tmp_path: Path) -> None:
     async def run() -> None:
         async with running(configs(tmp_path, busy_poll_us=1000, election_ticks=50)) as nodes:
             leader = leader_of(nodes)
-            polls: list[float] = []
-            poll_again = leader._poll_again
-
-            def counted() -> None:
-                polls.append(time.perf_counter())
-                poll_again()
-
-            leader._poll_again = counted  # type: ignore[method-assign]
+            polls = count_polls(leader)
             for k in range(20):
                 await leader.propose(f"p{k}".encode())
             assert polls, "the leader slept while its proposals awaited commit"
@@ -215,14 +221,7 @@ def test_a_follower_busy_polls_after_acknowledging_entries_and_not_for_heartbeat
     async def run() -> None:
         async with running(configs(tmp_path, busy_poll_us=1000, election_ticks=50)) as nodes:
             follower = next(n for n in nodes if not n.is_leader)
-            polls: list[float] = []
-            poll_again = follower._poll_again
-
-            def counted() -> None:
-                polls.append(time.perf_counter())
-                poll_again()
-
-            follower._poll_again = counted  # type: ignore[method-assign]
+            polls = count_polls(follower)
             for k in range(20):
                 await leader_of(nodes).propose(f"p{k}".encode())
             assert polls, "the follower slept after acknowledging entries"
