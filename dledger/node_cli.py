@@ -95,9 +95,10 @@ _OPTIONS = [
                       "that a member still needs). Default: keep everything."),
     click.option("--busy-poll-us", type=click.IntRange(0, MAX_BUSY_POLL_US), default=0,
                  show_default=True,
-                 help="A leader with proposals awaiting commit polls for acknowledgements this "
-                      "long after its last turn before it sleeps: lower commit latency, paid "
-                      "for in CPU while it polls."),
+                 help="A node expecting a message (a leader awaiting acknowledgements, a "
+                      "follower that just acknowledged entries) polls this long after its last "
+                      "turn before it sleeps, and waits for a lone entry's fsync by polling for "
+                      "up to this long: lower commit latency, paid for in CPU while it polls."),
     click.option("--quorum-first", is_flag=True,
                  help="A leader sends each new entry at once only to the followers its commit "
                       "needs; the others get entries in batches and at every heartbeat."),
