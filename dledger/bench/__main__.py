@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import click
 
@@ -185,6 +185,19 @@ def default_malloc_lines(figs: list[Figure], shipped: list[Figure]) -> list[str]
     return out
 
 
+def cpu_probe_us() -> float:
+    """How fast this machine runs Python now: the best of five timings of ``sum(range(1000))``
+    (in µs). Shared machines drift during a run (8.2 to 14.4 µs on the 2-core box within one
+    hour); printed at the start and the end so a run can be read against the machine's state."""
+    best = float("inf")
+    for _ in range(6):  # the first round warms up (the CPU may just have woken)
+        t0 = time.perf_counter()
+        for _ in range(10_000):
+            sum(range(1000))
+        best = min(best, (time.perf_counter() - t0) / 10_000 * 1e6)
+    return best
+
+
 def measure_disk(quick: bool, payloads: list[int]) -> list[FlushFigure]:
     count = 100 if quick else 500
     return [measure_flushes(size, writers, count) for size in payloads for writers in (1, 2, 3)]
@@ -218,7 +231,8 @@ def sync_estimates(figs: list[Figure], disk: list[FlushFigure]) -> list[str]:
 
 
 def write_markdown(path: str, figs: list[Figure], command: str,
-                   disk: list[FlushFigure], shipped: list[Figure]) -> None:
+                   disk: list[FlushFigure], shipped: list[Figure],
+                   probe_us: Sequence[float] = ()) -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         "# Replicated-log benchmark: dledger vs pysyncobj 0.3.17", "",
@@ -242,7 +256,11 @@ def write_markdown(path: str, figs: list[Figure], command: str,
         "polling) and "
         "`--quorum-first` (a new entry goes at once to one follower, the one a commit needs; the "
         "other gets entries in batches of 256 and at every 100 ms heartbeat).", "",
-        "```", render(figs), "```", "", "Targets of the replicated-log issue:", ""]
+        "```", render(figs), "```", ""]
+    if len(probe_us) == 2:
+        lines += [f"Python speed probe (`sum(range(1000))`, best of five): {probe_us[0]:.2f} µs "
+                  f"at the start of the run, {probe_us[1]:.2f} µs at the end.", ""]
+    lines += ["Targets of the replicated-log issue:", ""]
     lines += [f"- {'met' if ok else '**missed**'}: {text}" for text, ok in targets(figs)]
     lines += ["", "The same peer with glibc's default allocator settings, in the same run:", ""]
     lines += [f"- {text}" for text in default_malloc_lines(figs, shipped)]
@@ -266,6 +284,7 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
     steps = plan(quick, sizes)
     figs: list[Figure] = []
     shipped: list[Figure] = []  # pysyncobj with glibc's default malloc (one proposer)
+    probe_us = [cpu_probe_us()]
     disk = measure_disk(quick, sizes)
     click.echo(f"dledger bench: {len(steps)} runs on {platform.python_implementation()} "
                f"{platform.python_version()}, {os.cpu_count()} cores", err=True)
@@ -278,7 +297,10 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
                 shipped.append(run_peer(step[1], step[2], step[3], step[4], malloc="default"))
             else:
                 figs.append(run_peer(step[1], step[2], step[3], step[4]))
+    probe_us.append(cpu_probe_us())
     click.echo(render(figs))
+    click.echo(f"python speed probe, sum(range(1000)): {probe_us[0]:.2f} us at the start, "
+               f"{probe_us[1]:.2f} us at the end")
     click.echo("")
     for text, ok in targets(figs):
         click.echo(f"  [{'met' if ok else 'MISSED'}] {text}")
@@ -290,7 +312,7 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
         click.echo(f"  [disk] {text}")
     if md_path:
         write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]), disk,
-                       shipped)
+                       shipped, probe_us)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"figures": [asdict(x) for x in figs],
@@ -298,6 +320,7 @@ def main(quick: bool, payloads: str, json_path: str | None, md_path: str | None)
                        "peer_default_malloc": [asdict(x) for x in shipped],
                        "disk": [asdict(d) for d in disk], "disk_sync_estimates": sync_estimates(figs, disk),
                        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                                   "python_speed_probe_us": probe_us,
                                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}},
                       f, indent=2)
 
