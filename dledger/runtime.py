@@ -167,6 +167,8 @@ class Node:
         self._turn_soon = False  # a direct turn is scheduled for the proposals submitted
         self._poll_until = 0.0  # busy polling runs until then (perf_counter s); 0.0: it does not
         self._acked_entries = False  # as follower, answered an append of entries since polling
+        self._acked_at = 0.0  # as follower, when it last answered an append of entries (perf s)
+        self._turn_started_at = 0.0  # when the current turn took its inputs (perf_counter s)
         self._control: deque[tuple[Callable[[], None], asyncio.Future[None]]] = deque()
         self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
@@ -466,6 +468,7 @@ class Node:
     def _take_inputs(self) -> None:
         """Hand the core what came in since the last turn: finished fsyncs, control ops,
         messages, proposals (a turn of the task or a direct one)."""
+        self._turn_started_at = time.perf_counter()
         core = self._core()
         for target in self._flusher().take_durable():
             core.mark_durable(*target)
@@ -546,10 +549,18 @@ class Node:
         elif self.config.busy_poll_us and self._expects_message():
             self._busy_poll()
 
+    def _note_ack(self) -> None:
+        """A follower answered an append of entries. It polls for the next one only if the last
+        one came within the polling window of the answer before it: a lone proposer's next
+        entry does, one round trip later; under load the leader takes longer to gather the next
+        batch, and polling would only take CPU from it (and from the other processes)."""
+        now = time.perf_counter()
+        idle_s, self._acked_at = self._turn_started_at - self._acked_at, now
+        self._acked_entries = idle_s * 1e6 <= self.config.busy_poll_us
+
     def _expects_message(self) -> bool:
         """A message is due soon: as leader, an acknowledgement of proposals awaiting commit;
-        as follower that just acknowledged entries, the next append (a lone proposer's next
-        entry follows one round trip later)."""
+        as follower that just acknowledged entries, the next append (see ``_note_ack``)."""
         return bool(self._pending) or self._acked_entries
 
     def _busy_poll(self) -> None:
@@ -633,8 +644,8 @@ class Node:
         assert transport is not None
         for m in rd.messages:
             transport.send(m)
-        if rd.entries and rd.messages and self._core().role is Role.FOLLOWER:
-            self._acked_entries = True  # (its answer left with rd.messages)
+        if rd.entries and rd.messages and self.config.busy_poll_us and self._core().role is Role.FOLLOWER:
+            self._note_ack()  # (its answer left with rd.messages)
         if rd.committed:
             self._apply(rd.committed)
             if self.trace is not None:

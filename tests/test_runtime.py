@@ -233,6 +233,22 @@ def test_a_follower_busy_polls_after_acknowledging_entries_and_not_for_heartbeat
     asyncio.run(run())
 
 
+def test_a_follower_whose_appends_come_further_apart_than_the_window_does_not_poll(
+        tmp_path: Path) -> None:
+    async def run() -> None:
+        # A 1 µs window: no append can follow an answer that quickly, so polling would only
+        # burn CPU (as under load, when the leader gathers the next batch for a while).
+        async with running(configs(tmp_path, busy_poll_us=1, election_ticks=50)) as nodes:
+            followers = [n for n in nodes if not n.is_leader]
+            polls = [count_polls(f) for f in followers]
+            for k in range(20):
+                await leader_of(nodes).propose(f"p{k}".encode())
+            assert all(f._acked_at > 0 for f in followers), "the followers answered no append"
+            assert polls == [[], []], "a follower polled for an append it could not expect"
+
+    asyncio.run(run())
+
+
 def test_busy_poll_is_bounded() -> None:
     peers = {"n0": ("127.0.0.1", 1)}
     for bad in (-1, MAX_BUSY_POLL_US + 1):
