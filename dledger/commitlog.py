@@ -144,7 +144,8 @@ class _Segment:
 @dataclass(frozen=True, eq=False)
 class SyncToken:
     """What one background group commit covers: taken on the loop thread by ``sync_begin``,
-    fsynced on another thread by ``sync_fds``, recorded back by ``sync_end``."""
+    fsynced elsewhere (``fsync_fds`` on a thread, or the kernel's AIO), recorded back by
+    ``sync_end``."""
 
     fds: tuple[int, ...]
     dir_fd: int | None
@@ -511,7 +512,7 @@ class FileLogStore:
 
     def sync(self, datasync: Callable[[int], None] | None = None) -> None:
         """Group commit: fsync every file written since the last sync (and the directory).
-        ``datasync`` replaces os.fdatasync for the data files (``dledger.spinsync``)."""
+        ``datasync`` replaces os.fdatasync for the data files (``dledger.aiofsync``)."""
         self._check_usable()
         try:
             for seg in self._dirty:
@@ -545,14 +546,20 @@ class FileLogStore:
                          self._dir_fd if self._dir_dirty else None, self._dir_generation,
                          tuple((seg, seg.data_bytes, seg.entry_count) for seg in dirty))
 
-    def sync_fds(self, token: SyncToken) -> None:
-        """The fsyncs of a token; safe on another thread while the loop thread appends."""
-        try:
-            self._fsync(*token.fds)
-            if token.dir_fd is not None:
-                self._fsync(token.dir_fd)
-        except OSError as err:
-            raise storage_error(err, f"syncing {self._dir}") from err
+    def fsync_fds(self, token: SyncToken) -> None:
+        """The fsyncs of a token (OSError on failure); safe on another thread while the loop
+        thread appends. The caller reports a failure through ``fsync_failed``."""
+        for fd in token.fds:
+            os.fdatasync(fd)
+        if token.dir_fd is not None:
+            os.fsync(token.dir_fd)
+
+    def fsync_failed(self, err: OSError) -> StorageError:
+        """An fsync of a token failed (on a thread or in the kernel's AIO): from now on the
+        store refuses work, as after a failed fsync of its own (the kernel may have dropped the
+        pages). Returns the error for the caller to raise."""
+        self._failed = f"fsync failed: {err}"
+        return storage_error(err, f"syncing {self._dir}")
 
     def sync_end(self, token: SyncToken) -> None:
         for seg, data_bytes, entry_count in token.sizes:

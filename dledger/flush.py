@@ -1,9 +1,12 @@
-"""How a node makes its log durable: the group commit of a Ready (inline for a lone entry, on
-the fsync thread under load) and the leader's background group commit, whose completion is
-reported back as (index, term, generation) targets for ``RaftCore.mark_durable``.
+"""How a node makes its log durable: the group commit of a Ready (inline for a lone entry,
+awaited under load) and the leader's background group commit, whose completion is reported back
+as (index, term, generation) targets for ``RaftCore.mark_durable``.
 
-Owns the fsync thread and the one background fsync in flight. It must not touch the core: the
-node's loop collects ``take_durable()`` and hands it to the core between Readies.
+Owns the one background fsync in flight and where fsyncs that the loop does not wait for
+inline run: through Linux AIO where there is an ``AioFsync`` (the kernel runs them, the loop
+watches for their completion: no thread hand-offs, see ``dledger.aiofsync``), else on the
+fsync thread. It must not touch the core: the node's loop collects ``take_durable()`` and hands
+it to the core between Readies.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Callable
 
 from dledger.commitlog import FileLogStore, SyncToken
 from dledger.errors import StorageError
-from dledger.spinsync import SpinSync
+from dledger.aiofsync import AioFsync, SpinSync
 
 log = logging.getLogger("dledger.flush")
 
@@ -24,9 +27,11 @@ Target = tuple[int, int, int]  # (index, term, write generation) made durable
 
 class Flusher:
     def __init__(self, store: FileLogStore, on_progress: Callable[[], None],
-                 on_failure: Callable[[BaseException], None], spin: SpinSync | None = None) -> None:
+                 on_failure: Callable[[BaseException], None], spin: SpinSync | None = None,
+                 aio: AioFsync | None = None) -> None:
         self.store = store
         self.spin = spin  # waits for an inline group commit without idling the CPU, if given
+        self.aio = aio  # runs the other fsyncs in the kernel, if given (else the fsync thread)
         self._on_progress = on_progress  # wake the node's loop
         self._on_failure = on_failure
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dledger-fsync")
@@ -51,12 +56,22 @@ class Flusher:
         """Group commit of one Ready on the loop thread (see ``syncs_inline``)."""
         self.store.sync(self.spin.fdatasync if self.spin is not None else None)
 
-    async def sync_on_thread(self) -> None:
-        """Group commit of one Ready on the fsync thread. Only the fsyncs run there: the store's
-        bookkeeping stays on the loop thread, where a background fsync's sync_end also runs."""
+    async def sync_awaited(self) -> None:
+        """Group commit of one Ready that the loop awaits while it keeps running. Only the
+        fsyncs leave the loop thread: the store's bookkeeping stays on it, where a background
+        fsync's sync_end also runs."""
         token = self.store.sync_begin()
-        await asyncio.get_running_loop().run_in_executor(self._pool, self.store.sync_fds, token)
+        try:
+            await self._fsync(token)
+        except OSError as err:
+            raise self.store.fsync_failed(err) from err
         self.store.sync_end(token)
+
+    def _fsync(self, token: SyncToken) -> asyncio.Future[None]:
+        """The fsyncs of ``token``, through AIO or on the fsync thread (OSError on failure)."""
+        if self.aio is not None:
+            return self.aio.sync(token.fds, token.dir_fd)
+        return asyncio.get_running_loop().run_in_executor(self._pool, self.store.fsync_fds, token)
 
     # -- the leader's background group commit ----------------------------------------------------
     # A leader's appends do not wait for its own fsync (Raft thesis 10.2.1): the core counts the
@@ -86,6 +101,8 @@ class Flusher:
         self._pool.shutdown(wait=True)
         if self.spin is not None:
             self.spin.close()
+        if self.aio is not None:
+            self.aio.close()
 
     def _start(self) -> None:
         if self._in_flight is not None or not self._wanted:
@@ -98,7 +115,11 @@ class Flusher:
             log.error("background group commit failed: %s", err)
             self._on_failure(err)
             return
-        fut = asyncio.get_running_loop().run_in_executor(self._pool, self.store.sync_fds, token)
+        try:
+            fut = self._fsync(token)
+        except OSError as err:  # a refused request's own fsync failed at once
+            self._on_failure(self.store.fsync_failed(err))
+            return
         self._in_flight = fut
         fut.add_done_callback(lambda f: self._finished(f, token, target))
 
@@ -110,7 +131,7 @@ class Flusher:
         if err is not None:
             # A failed fsync is fatal (the kernel may have dropped the pages): stop serving.
             log.error("background fsync failed: %s", err)
-            self._on_failure(err)
+            self._on_failure(self.store.fsync_failed(err) if isinstance(err, OSError) else err)
             return
         self.store.sync_end(token)
         if target is not None:

@@ -102,6 +102,9 @@ _OPTIONS = [
     click.option("--quorum-first", is_flag=True,
                  help="A leader sends each new entry at once only to the followers its commit "
                       "needs; the others get entries in batches and at every heartbeat."),
+    click.option("--aio-fsync/--no-aio-fsync", default=True, show_default=True,
+                 help="Run the fsyncs the node does not do inline through Linux AIO, where "
+                      "available, rather than on a thread."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
@@ -110,8 +113,8 @@ _OPTIONS = [
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
-                     "retention_entries", "busy_poll_us", "quorum_first", "test_faults", "trace_path",
-                     "canary")
+                     "retention_entries", "busy_poll_us", "quorum_first", "aio_fsync", "test_faults",
+                     "trace_path", "canary")
 
 
 def node_options(f: F) -> F:
@@ -135,7 +138,7 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             tick_interval_s=o["tick_ms"] / 1000, election_ticks=o["election_ticks"],
             preferred_leader=o["preferred_leader"], retention_entries=o["retention_entries"],
             busy_poll_us=o["busy_poll_us"], quorum_first=o["quorum_first"],
-            test_faults=o["test_faults"],
+            aio_fsync=o["aio_fsync"], test_faults=o["test_faults"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:
         raise click.UsageError(str(err)) from err

@@ -40,7 +40,7 @@ from dledger.hardstate import FileHardStateStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Entry, EntryKind, Message, Ready, Role, Status
-from dledger.spinsync import open_spin_sync
+from dledger.aiofsync import open_aio_fsync, open_spin_sync
 from dledger.trace import NodeTrace
 from dledger.transport import PeerTransport
 
@@ -53,7 +53,7 @@ TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 _NO_SYNC = 0  # nothing to fsync, or the async flush mode
 _DEFER = 1  # the leader's background group commit; its copy counts once mark_durable says so
 _INLINE = 2  # on the loop thread, before the Ready's messages leave
-_THREAD = 3  # on the fsync thread, awaited, before the Ready's messages leave
+_AWAIT = 3  # awaited (AIO or the fsync thread) while the loop runs, before the messages leave
 
 MAX_BUSY_POLL_US = 10_000
 
@@ -85,10 +85,13 @@ class NodeConfig:
     # long after its last turn: a leader with proposals awaiting commit, a follower that just
     # acknowledged entries (the next append usually follows). A message is then read as it
     # lands, not after the CPU wakes from idle. Any node also polls this long for its inline
-    # group commits to end (dledger.spinsync), rather than sleeping in fdatasync. Costs that
+    # group commits to end (dledger.aiofsync), rather than sleeping in fdatasync. Costs that
     # much CPU per idle gap; 0 (default) sleeps at once.
     busy_poll_us: int = 0
     quorum_first: bool = False  # see RaftConfig.quorum_first
+    # Run the fsyncs that the loop does not do inline through Linux AIO, where available
+    # (dledger.aiofsync), rather than on a thread: no thread hand-off per group commit.
+    aio_fsync: bool = True
     canaries: Canaries = field(default_factory=Canaries)
     test_faults: bool = False  # allow power_loss() and canaries (tests only)
     trace_path: str | None = None  # append an event trace (JSON lines) here: tests, chaos runs
@@ -205,7 +208,8 @@ class Node:
                                        dial, self._on_message, rng=random.Random(self._rng.random()),
                                        on_batch_end=self._kick)
         spin = open_spin_sync(cfg.busy_poll_us / 1e6) if cfg.busy_poll_us else None
-        self.flusher = Flusher(self.store, self._kick, self._on_flush_failure, spin)
+        aio = open_aio_fsync() if cfg.aio_fsync else None
+        self.flusher = Flusher(self.store, self._kick, self._on_flush_failure, spin, aio)
         self.peer_address = await self.transport.start()
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"dledger-node-{cfg.node_id}")
@@ -535,7 +539,7 @@ class Node:
                     break
                 rd = core.ready()
                 plan = self._sync_plan(rd)
-                if plan == _THREAD or (flusher.busy and self._truncates(rd)):
+                if plan == _AWAIT or (flusher.busy and self._truncates(rd)):
                     self._handoff = rd
                     break
                 self._advance(rd, self._do_ready(rd, plan))
@@ -601,7 +605,7 @@ class Node:
         lone = len(rd.entries) <= 2 and idle and not flusher.busy
         if self._core().can_defer_sync(rd) and not lone:
             return _DEFER
-        return _INLINE if flusher.syncs_inline(len(rd.entries), idle) else _THREAD
+        return _INLINE if flusher.syncs_inline(len(rd.entries), idle) else _AWAIT
 
     def _truncates(self, rd: Ready) -> bool:
         return bool(rd.entries) and rd.entries[0].index <= self._store().last_index()
@@ -612,10 +616,10 @@ class Node:
         plan = self._sync_plan(rd)
         if self._truncates(rd):
             await self._flusher().quiesce()  # a truncation closes fds a background fsync uses
-        if plan != _THREAD:
+        if plan != _AWAIT:
             return self._do_ready(rd, plan)
         self._write_ready(rd)
-        await self._flusher().sync_on_thread()
+        await self._flusher().sync_awaited()
         self._finish_ready(rd)
         return False
 

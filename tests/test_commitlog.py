@@ -598,7 +598,7 @@ def test_a_crash_that_loses_unsynced_sectors_keeps_every_fsynced_entry(
                 fsynced = len(model)
             elif op < 0.8 and token is None:
                 token = (store.sync_begin(), len(model))
-                store.sync_fds(token[0])
+                store.fsync_fds(token[0])
             elif token is not None:
                 store.sync_end(token[0])
                 fsynced = max(fsynced, token[1])
@@ -630,7 +630,7 @@ def test_a_frame_claims_only_what_was_fsynced_before_it_was_written(tmp_path: Pa
     store.append(make_entries(1, 1, [100]))
     token = store.sync_begin()
     store.append(make_entries(2, 1, [100]))  # while the fsync "runs"
-    store.sync_fds(token)
+    store.fsync_fds(token)
     store.sync_end(token)
     store.append(make_entries(3, 1, [100]))
     store.close()
