@@ -6,6 +6,7 @@ are absent (None) where they cannot work. A node uses them for its group commits
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import platform
@@ -15,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from dledger.aiofsync import SpinSync, open_aio_fsync, open_spin_sync
+from dledger.aiofsync import AioFsync, SpinSync, open_aio_fsync, open_spin_sync
 from dledger.commitlog import FileLogStore
 from dledger.errors import StorageError
 from dledger.flush import Flusher
@@ -32,6 +33,17 @@ def spin() -> Iterator[SpinSync]:
     assert s is not None, "no AIO context on a supported machine"
     yield s
     s.close()
+
+
+@contextlib.contextmanager
+def aio_fsync() -> Iterator[AioFsync]:
+    """An AioFsync on the running loop, closed on the way out."""
+    aio = open_aio_fsync()
+    assert aio is not None, "no AIO context on a supported machine"
+    try:
+        yield aio
+    finally:
+        aio.close()
 
 
 def _written_file(path: Path) -> int:
@@ -112,20 +124,16 @@ def test_none_where_it_cannot_work_and_a_negative_spin_is_refused() -> None:
 @needs_aio
 def test_the_loop_delivers_completions_of_several_files_and_a_directory(tmp_path: Path) -> None:
     async def run() -> None:
-        aio = open_aio_fsync()
-        assert aio is not None
         fds = [_written_file(tmp_path / f"f{k}") for k in range(3)]
         dir_fd = os.open(tmp_path, os.O_RDONLY)
-        try:
+        with aio_fsync() as aio:
             first = aio.sync(fds, dir_fd)
             second = aio.sync(fds[:1])  # two requests in flight at once
             assert aio.in_flight == 2
             await asyncio.wait_for(asyncio.gather(first, second), 10)
             assert (aio.completed, aio.fallbacks, aio.in_flight) == (5, 0, 0)
-        finally:
-            aio.close()
-            for fd in (*fds, dir_fd):
-                os.close(fd)
+        for fd in (*fds, dir_fd):
+            os.close(fd)
 
     asyncio.run(run())
 
@@ -133,19 +141,15 @@ def test_the_loop_delivers_completions_of_several_files_and_a_directory(tmp_path
 @needs_aio
 def test_a_refused_request_fails_its_future_with_the_plain_calls_error(tmp_path: Path) -> None:
     async def run() -> None:
-        aio = open_aio_fsync()
-        assert aio is not None
         r, w = os.pipe()
         good = _written_file(tmp_path / "f")
-        try:
+        with aio_fsync() as aio:
             with pytest.raises(OSError) as got:
                 await asyncio.wait_for(aio.sync([good, r]), 10)  # one in flight, one refused
             assert got.value.errno == errno.EINVAL
             assert (aio.completed, aio.fallbacks, aio.in_flight) == (1, 1, 0)
-        finally:
-            aio.close()
-            for fd in (r, w, good):
-                os.close(fd)
+        for fd in (r, w, good):
+            os.close(fd)
 
     asyncio.run(run())
 
@@ -153,10 +157,8 @@ def test_a_refused_request_fails_its_future_with_the_plain_calls_error(tmp_path:
 @needs_aio
 def test_a_waiter_that_went_away_and_a_close_with_requests_in_flight(tmp_path: Path) -> None:
     async def run() -> None:
-        aio = open_aio_fsync()
-        assert aio is not None
         fd = _written_file(tmp_path / "f")
-        try:
+        with aio_fsync() as aio:
             gone = aio.sync([fd])
             gone.cancel()  # its fsync still runs; the completion finds no one waiting
             await asyncio.wait_for(aio.sync([fd]), 10)
@@ -166,9 +168,7 @@ def test_a_waiter_that_went_away_and_a_close_with_requests_in_flight(tmp_path: P
             assert left.cancelled() and aio.in_flight == 0
             with pytest.raises(ValueError, match="closed"):
                 aio.sync([fd])
-            aio.close()
-        finally:
-            os.close(fd)
+        os.close(fd)
 
     asyncio.run(run())
 
