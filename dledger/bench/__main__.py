@@ -251,9 +251,9 @@ def write_markdown(path: str, figs: list[Figure], command: str,
         "calls about three times slower: see below and dledger/bench/pysyncobj_peer.py). "
         "dledger's servers run on uvloop with "
         f"`--busy-poll-us {BUSY_POLL_US}` (a leader with proposals awaiting commit, and a "
-        "follower that just acknowledged entries, poll their sockets that long before they "
-        "sleep, and every node polls for its inline fsyncs to end; the CPU column includes the "
-        "polling) and "
+        "follower that just acknowledged entries when appends come that often, poll their "
+        "sockets that long before they sleep, and every node polls for its inline fsyncs to end; "
+        "the CPU column includes the polling), with fsyncs through Linux AIO, and "
         "`--quorum-first` (a new entry goes at once to one follower, the one a commit needs; the "
         "other gets entries in batches of 256 and at every 100 ms heartbeat).", "",
         "```", render(figs), "```", ""]
