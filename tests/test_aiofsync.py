@@ -11,8 +11,9 @@ import errno
 import os
 import platform
 import sys
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -44,6 +45,15 @@ def aio_fsync() -> Iterator[AioFsync]:
         yield aio
     finally:
         aio.close()
+
+
+async def _until(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Wait for pred on the running loop (completions arrive as loop callbacks)."""
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.001)
 
 
 def _written_file(path: Path) -> int:
@@ -162,7 +172,8 @@ def test_a_waiter_that_went_away_and_a_close_with_requests_in_flight(tmp_path: P
             gone = aio.sync([fd])
             gone.cancel()  # its fsync still runs; the completion finds no one waiting
             await asyncio.wait_for(aio.sync([fd]), 10)
-            assert aio.in_flight == 0
+            await _until(lambda: aio.in_flight == 0, 10, "the cancelled request to complete")
+            assert aio.completed == 2
             left = aio.sync([fd])
             aio.close()  # the kernel finishes the request; its waiter is told it is over
             assert left.cancelled() and aio.in_flight == 0
