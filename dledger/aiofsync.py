@@ -32,7 +32,7 @@ import platform
 import select
 import sys
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = ["AioFsync", "SpinSync", "open_aio_fsync", "open_spin_sync"]
 
@@ -114,9 +114,54 @@ class _Context:
             os.close(self.efd)
 
 
+def _error(res: int) -> OSError | None:
+    """The error an AIO completion's result stands for (a negative errno), if any."""
+    return OSError(-res, os.strerror(-res)) if res < 0 else None
+
+
 def _result(res: int) -> None:
-    if res < 0:
-        raise OSError(-res, os.strerror(-res))
+    err = _error(res)
+    if err is not None:
+        raise err
+
+
+class _Pending:
+    """One AioFsync request: the iocbs still in flight, the first error, who hears of it."""
+
+    __slots__ = ("future", "on_error", "outstanding", "error", "_iocbs")
+
+    def __init__(self, future: asyncio.Future[None],
+                 on_error: Callable[[OSError], object] | None) -> None:
+        self.future = future
+        self.on_error = on_error
+        self.outstanding = 0
+        self.error: OSError | None = None
+        self._iocbs: list[_Iocb] = []  # kept until done (the kernel copied them; cheap insurance)
+
+    def submitted(self, iocb: _Iocb) -> None:
+        self.outstanding += 1
+        self._iocbs.append(iocb)
+
+    def failed(self, err: OSError) -> None:
+        self.error = self.error or err
+
+    def completed(self, res: int) -> bool:
+        """One iocb completed with ``res``; True once none is outstanding."""
+        self.outstanding -= 1
+        err = _error(res)
+        if err is not None:
+            self.failed(err)
+        return self.outstanding == 0
+
+    def settle(self) -> None:
+        if self.error is not None and self.on_error is not None:
+            self.on_error(self.error)  # whether or not anyone still waits
+        if self.future.done():
+            return  # the waiter went away (cancelled); the fsync itself still ran
+        if self.error is not None:
+            self.future.set_exception(self.error)
+        else:
+            self.future.set_result(None)
 
 
 class SpinSync:
@@ -127,28 +172,43 @@ class SpinSync:
         self.spin_s = spin_s
         self.completed = 0  # requests that completed through the AIO context
         self.fallbacks = 0  # requests the kernel would not take, done by os.fdatasync instead
+        self.stale = 0  # completions of requests whose wait was interrupted, dropped when seen
         self._poller = select.poll()
         self._poller.register(ctx.efd, select.POLLIN)
+        self._next_id = 1
 
     def fdatasync(self, fd: int) -> None:
         """``os.fdatasync(fd)``, waited for by polling for up to ``spin_s`` (then sleeping)."""
         if self._ctx.closed:
             raise ValueError("SpinSync is closed")
-        iocb = self._ctx.iocb(fd, _IOCB_CMD_FDSYNC, 0)
+        rid, self._next_id = self._next_id, self._next_id + 1
+        iocb = self._ctx.iocb(fd, _IOCB_CMD_FDSYNC, rid)
         if not self._ctx.submit_one(iocb):
             self.fallbacks += 1
             os.fdatasync(fd)
             return
-        self._wait()
-        os.eventfd_read(self._ctx.efd)
-        done = self._ctx.reap()
-        assert len(done) == 1, done  # one request in flight at a time
-        self.completed += 1
-        _result(done[0][1])
-
-    def _wait(self) -> None:
-        poll, yield_cpu = self._poller.poll, os.sched_yield
         deadline = time.perf_counter() + self.spin_s
+        while True:
+            # A wait interrupted earlier (KeyboardInterrupt, say) leaves its completion behind:
+            # only this request's own completion ends this wait.
+            self._wait(deadline)
+            try:
+                os.eventfd_read(self._ctx.efd)
+            except BlockingIOError:
+                continue
+            own = None
+            for got_id, res in self._ctx.reap():
+                if got_id == rid:
+                    own = res
+                else:
+                    self.stale += 1
+            if own is not None:
+                self.completed += 1
+                _result(own)
+                return
+
+    def _wait(self, deadline: float) -> None:
+        poll, yield_cpu = self._poller.poll, os.sched_yield
         while not poll(0):
             if time.perf_counter() >= deadline:
                 while not poll(None):  # a slow disk: sleep like fdatasync (EINTR is retried)
@@ -169,38 +229,37 @@ class AioFsync:
         self._loop = loop
         self.completed = 0  # requests that completed through the AIO context
         self.fallbacks = 0  # requests the kernel would not take, done by the plain call
-        # request id -> [future, requests outstanding, first error, the iocbs (kept alive)]
-        self._waiting: dict[int, list] = {}
+        self._waiting: dict[int, _Pending] = {}  # request id -> what it waits for
         self._next_id = 1
         loop.add_reader(ctx.efd, self._on_completions)
 
-    def sync(self, fds: Sequence[int], dir_fd: int | None = None) -> asyncio.Future[None]:
+    def sync(self, fds: Sequence[int], dir_fd: int | None = None,
+             on_error: Callable[[OSError], object] | None = None) -> asyncio.Future[None]:
         """fdatasync every fd of ``fds`` and fsync ``dir_fd`` (a directory), all at once; the
-        future ends when all are done, with the first error if any failed (OSError)."""
+        future ends when all are done, with the first error if any failed (OSError).
+        ``on_error`` hears that error even when no one waits for the future any more."""
         if self._ctx.closed:
             raise ValueError("AioFsync is closed")
-        fut: asyncio.Future[None] = self._loop.create_future()
+        pending = _Pending(self._loop.create_future(), on_error)
         rid, self._next_id = self._next_id, self._next_id + 1
-        entry: list = [fut, 0, None, []]
         work = [(fd, _IOCB_CMD_FDSYNC) for fd in fds]
         if dir_fd is not None:
             work.append((dir_fd, _IOCB_CMD_FSYNC))
         for fd, opcode in work:
             iocb = self._ctx.iocb(fd, opcode, rid)
             if self._ctx.submit_one(iocb):
-                entry[1] += 1
-                entry[3].append(iocb)
+                pending.submitted(iocb)
                 continue
             self.fallbacks += 1
             try:
                 (os.fsync if opcode == _IOCB_CMD_FSYNC else os.fdatasync)(fd)
             except OSError as err:
-                entry[2] = entry[2] or err
-        if entry[1]:
-            self._waiting[rid] = entry
+                pending.failed(err)
+        if pending.outstanding:
+            self._waiting[rid] = pending
         else:
-            self._settle(entry)
-        return fut
+            pending.settle()
+        return pending.future
 
     def _on_completions(self) -> None:
         try:
@@ -208,26 +267,13 @@ class AioFsync:
         except BlockingIOError:  # already reaped with an earlier wake-up
             return
         for rid, res in self._ctx.reap():
-            entry = self._waiting.get(rid)
-            if entry is None:
+            pending = self._waiting.get(rid)
+            if pending is None:
                 continue
             self.completed += 1
-            entry[1] -= 1
-            if res < 0 and entry[2] is None:
-                entry[2] = OSError(-res, os.strerror(-res))
-            if entry[1] == 0:
+            if pending.completed(res):
                 del self._waiting[rid]
-                self._settle(entry)
-
-    @staticmethod
-    def _settle(entry: list) -> None:
-        fut, err = entry[0], entry[2]
-        if fut.done():
-            return  # the waiter went away (cancelled); the fsync itself still ran
-        if err is not None:
-            fut.set_exception(err)
-        else:
-            fut.set_result(None)
+                pending.settle()
 
     @property
     def in_flight(self) -> int:
@@ -240,14 +286,15 @@ class AioFsync:
             return
         self._loop.remove_reader(self._ctx.efd)
         self._ctx.close()
-        for entry in self._waiting.values():
-            entry[0].cancel()
+        for pending in self._waiting.values():
+            pending.future.cancel()
         self._waiting.clear()
 
 
 def _context(machine: str | None, nr_events: int) -> _Context | None:
     numbers = _SYSCALLS.get(machine if machine is not None else platform.machine())
-    if not sys.platform.startswith("linux") or numbers is None or sys.byteorder != "little":
+    if (not sys.platform.startswith("linux") or numbers is None or sys.byteorder != "little"
+            or ctypes.sizeof(ctypes.c_void_p) != 8):  # (a 32-bit Python on a 64-bit kernel)
         return None
     try:
         return _Context(numbers, nr_events)

@@ -547,12 +547,16 @@ class FileLogStore:
                          tuple((seg, seg.data_bytes, seg.entry_count) for seg in dirty))
 
     def fsync_fds(self, token: SyncToken) -> None:
-        """The fsyncs of a token (OSError on failure); safe on another thread while the loop
-        thread appends. The caller reports a failure through ``fsync_failed``."""
-        for fd in token.fds:
-            os.fdatasync(fd)
-        if token.dir_fd is not None:
-            os.fsync(token.dir_fd)
+        """The fsyncs of a token (OSError on failure, which also marks the store failed, as
+        ``fsync_failed`` does); safe on another thread while the loop thread appends."""
+        try:
+            for fd in token.fds:
+                os.fdatasync(fd)
+            if token.dir_fd is not None:
+                os.fsync(token.dir_fd)
+        except OSError as err:
+            self.fsync_failed(err)  # even if no one waits for the answer any more
+            raise
 
     def fsync_failed(self, err: OSError) -> StorageError:
         """An fsync of a token failed (on a thread or in the kernel's AIO): from now on the

@@ -68,9 +68,11 @@ class Flusher:
         self.store.sync_end(token)
 
     def _fsync(self, token: SyncToken) -> asyncio.Future[None]:
-        """The fsyncs of ``token``, through AIO or on the fsync thread (OSError on failure)."""
+        """The fsyncs of ``token``, through AIO or on the fsync thread (OSError on failure).
+        Either way a failure marks the store failed when it happens, even if the waiter is
+        gone by then (a cancelled node task): the kernel may have dropped the pages."""
         if self.aio is not None:
-            return self.aio.sync(token.fds, token.dir_fd)
+            return self.aio.sync(token.fds, token.dir_fd, on_error=self.store.fsync_failed)
         return asyncio.get_running_loop().run_in_executor(self._pool, self.store.fsync_fds, token)
 
     # -- the leader's background group commit ----------------------------------------------------
@@ -117,8 +119,10 @@ class Flusher:
             return
         try:
             fut = self._fsync(token)
-        except OSError as err:  # a refused request's own fsync failed at once
-            self._on_failure(self.store.fsync_failed(err))
+        except (ValueError, RuntimeError) as err:  # AIO closed, or the pool shut down
+            # (this may run in a done callback, which cannot raise)
+            log.error("background group commit could not start: %s", err)
+            self._on_failure(err)
             return
         self._in_flight = fut
         fut.add_done_callback(lambda f: self._finished(f, token, target))

@@ -207,10 +207,10 @@ class Node:
         self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
                                        dial, self._on_message, rng=random.Random(self._rng.random()),
                                        on_batch_end=self._kick)
+        self.peer_address = await self.transport.start()  # (nothing turns before the task runs)
         spin = open_spin_sync(cfg.busy_poll_us / 1e6) if cfg.busy_poll_us else None
         aio = open_aio_fsync() if cfg.aio_fsync else None
         self.flusher = Flusher(self.store, self._kick, self._on_flush_failure, spin, aio)
-        self.peer_address = await self.transport.start()
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"dledger-node-{cfg.node_id}")
         return self.peer_address
@@ -569,10 +569,17 @@ class Node:
 
     def _busy_poll(self) -> None:
         """Keep the loop polling its sockets (a callback that reschedules itself keeps the
-        loop's poll timeout at zero) until busy_poll_us after now, while a message is expected.
-        A turn that starts meanwhile runs as it would from idle."""
+        loop's poll timeout at zero) while a message is expected: as leader until busy_poll_us
+        after now (each turn starts the window again), as follower until busy_poll_us after its
+        acknowledgement (heartbeats meanwhile do not stretch it). A turn that starts meanwhile
+        runs as it would from idle."""
+        now, window_s = time.perf_counter(), self.config.busy_poll_us / 1e6
+        until = now + window_s if self._pending else self._acked_at + window_s
+        if until <= now:
+            self._acked_entries = False
+            return
         start = self._poll_until == 0.0
-        self._poll_until = time.perf_counter() + self.config.busy_poll_us / 1e6
+        self._poll_until = max(self._poll_until, until)
         if start:
             asyncio.get_running_loop().call_soon(self._poll_again)
 

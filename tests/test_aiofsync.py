@@ -17,7 +17,16 @@ from typing import Callable, Iterator
 
 import pytest
 
-from dledger.aiofsync import AioFsync, SpinSync, open_aio_fsync, open_spin_sync
+from dledger.aiofsync import (
+    _IOCB_CMD_FDSYNC,
+    AioFsync,
+    SpinSync,
+    _Iocb,
+    _Pending,
+    _result,
+    open_aio_fsync,
+    open_spin_sync,
+)
 from dledger.commitlog import FileLogStore
 from dledger.errors import StorageError
 from dledger.flush import Flusher
@@ -108,6 +117,51 @@ def test_a_closed_descriptor_is_a_named_os_error(tmp_path: Path, spin: SpinSync)
 
 
 @needs_aio
+def test_a_spin_wait_ends_only_with_its_own_completion(tmp_path: Path, spin: SpinSync) -> None:
+    """A request whose wait was interrupted (KeyboardInterrupt, say) leaves its completion in
+    the context; a later fdatasync must not take it for its own."""
+    fd = _written_file(tmp_path / "f")
+    try:
+        orphan = spin._ctx.iocb(fd, _IOCB_CMD_FDSYNC, 10**9)  # as if its waiter had gone
+        assert spin._ctx.submit_one(orphan)
+        calls = 0
+        while spin.stale == 0 and calls < 200:
+            spin.fdatasync(fd)
+            calls += 1
+        assert (spin.stale, spin.completed) == (1, calls)
+    finally:
+        os.close(fd)
+
+
+def test_a_negative_completion_result_is_that_errno() -> None:
+    with pytest.raises(OSError) as got:
+        _result(-errno.EIO)
+    assert got.value.errno == errno.EIO
+    _result(0)
+
+
+def test_a_pending_request_fails_with_its_first_error_and_tells_on_error_even_unwaited() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        heard: list[OSError] = []
+        p = _Pending(loop.create_future(), heard.append)
+        p.submitted(_Iocb())
+        p.submitted(_Iocb())
+        p.future.cancel()  # the waiter went away
+        assert not p.completed(-errno.EIO)
+        assert p.completed(-errno.ENOSPC)
+        p.settle()
+        assert [e.errno for e in heard] == [errno.EIO]  # the first error, heard all the same
+        ok = _Pending(loop.create_future(), heard.append)
+        ok.submitted(_Iocb())
+        assert ok.completed(0)
+        ok.settle()
+        assert ok.future.result() is None and len(heard) == 1
+
+    asyncio.run(run())
+
+
+@needs_aio
 def test_a_closed_spin_sync_refuses_work_and_closes_once() -> None:
     s = open_spin_sync(0.0)
     assert s is not None
@@ -188,18 +242,25 @@ def test_a_waiter_that_went_away_and_a_close_with_requests_in_flight(tmp_path: P
 
 
 @needs_aio
-def test_a_failed_fsync_through_aio_stops_the_store_as_one_on_the_thread_would(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["aio", "thread"])
+@pytest.mark.parametrize("commit", ["background", "awaited"])
+def test_a_failed_fsync_stops_the_store_on_either_path(tmp_path: Path, path: str,
+                                                       commit: str) -> None:
     async def run() -> None:
         store = FileLogStore.open(tmp_path)
         failures: list[BaseException] = []
-        flusher = Flusher(store, lambda: None, failures.append, aio=open_aio_fsync())
+        aio = open_aio_fsync() if path == "aio" else None
+        flusher = Flusher(store, lambda: None, failures.append, aio=aio)
         store.append([Entry(1, 1, EntryKind.NORMAL, b"a")])
         os.close(store.sync_begin().fds[0])  # the data file's descriptor goes bad behind it
-        flusher.sync_in_background((1, 1, 0))
-        await flusher.quiesce()
-        assert [type(e) for e in failures] == [StorageError] and "syncing" in str(failures[0])
-        assert flusher.take_durable() == []
+        if commit == "background":
+            flusher.sync_in_background((1, 1, 0))
+            await flusher.quiesce()
+            assert [type(e) for e in failures] == [StorageError]
+            assert "syncing" in str(failures[0]) and flusher.take_durable() == []
+        else:
+            with pytest.raises(StorageError, match="syncing"):
+                await flusher.sync_awaited()
         with pytest.raises(StorageError, match="reopen"):
             store.append([Entry(2, 1, EntryKind.NORMAL, b"b")])
         await flusher.close()

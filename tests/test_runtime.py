@@ -27,8 +27,9 @@ async def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> Non
 def configs(tmp_path: Path, **kw) -> list[NodeConfig]:
     ports = free_ports(3)
     peers = {f"n{i}": ("127.0.0.1", p) for i, p in enumerate(ports)}
-    return [NodeConfig(group="g", node_id=n, peers=peers, data_dir=str(tmp_path / n),
-                       tick_interval_s=0.02, **kw) for n in peers]
+    kw.setdefault("tick_interval_s", 0.02)
+    return [NodeConfig(group="g", node_id=n, peers=peers, data_dir=str(tmp_path / n), **kw)
+            for n in peers]
 
 
 async def start_all(cfgs: list[NodeConfig]) -> list[Node]:
@@ -220,9 +221,10 @@ def test_a_follower_busy_polls_after_acknowledging_entries_and_not_for_heartbeat
         tmp_path: Path) -> None:
     async def run() -> None:
         # The widest window: each next append comes well within it, even on a loaded machine
-        # (a follower polls only for appends that come that soon after its answer).
-        async with running(configs(tmp_path, busy_poll_us=MAX_BUSY_POLL_US,
-                                   election_ticks=50)) as nodes:
+        # (a follower polls only for appends that come that soon after its answer); and
+        # heartbeats every 4 ms, within it too, so that only the kind of message decides.
+        async with running(configs(tmp_path, busy_poll_us=MAX_BUSY_POLL_US, election_ticks=100,
+                                   tick_interval_s=0.004)) as nodes:
             follower = next(n for n in nodes if not n.is_leader)
             polls = count_polls(follower)
             for k in range(20):
