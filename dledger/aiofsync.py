@@ -126,9 +126,10 @@ def _result(res: int) -> None:
 
 
 class _Pending:
-    """One AioFsync request: the iocbs still in flight, the first error, who hears of it."""
+    """One AioFsync request: how many iocbs are still in flight, the first error, who hears of
+    it. (The kernel copies an iocb when it is submitted, so none needs keeping.)"""
 
-    __slots__ = ("future", "on_error", "outstanding", "error", "_iocbs")
+    __slots__ = ("future", "on_error", "outstanding", "error")
 
     def __init__(self, future: asyncio.Future[None],
                  on_error: Callable[[OSError], object] | None) -> None:
@@ -136,11 +137,9 @@ class _Pending:
         self.on_error = on_error
         self.outstanding = 0
         self.error: OSError | None = None
-        self._iocbs: list[_Iocb] = []  # kept until done (the kernel copied them; cheap insurance)
 
-    def submitted(self, iocb: _Iocb) -> None:
+    def submitted(self) -> None:
         self.outstanding += 1
-        self._iocbs.append(iocb)
 
     def failed(self, err: OSError) -> None:
         self.error = self.error or err
@@ -246,9 +245,8 @@ class AioFsync:
         if dir_fd is not None:
             work.append((dir_fd, _IOCB_CMD_FSYNC))
         for fd, opcode in work:
-            iocb = self._ctx.iocb(fd, opcode, rid)
-            if self._ctx.submit_one(iocb):
-                pending.submitted(iocb)
+            if self._ctx.submit_one(self._ctx.iocb(fd, opcode, rid)):
+                pending.submitted()
                 continue
             self.fallbacks += 1
             try:

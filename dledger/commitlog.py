@@ -549,14 +549,8 @@ class FileLogStore:
     def fsync_fds(self, token: SyncToken) -> None:
         """The fsyncs of a token (OSError on failure, which also marks the store failed, as
         ``fsync_failed`` does); safe on another thread while the loop thread appends."""
-        try:
-            for fd in token.fds:
-                os.fdatasync(fd)
-            if token.dir_fd is not None:
-                os.fsync(token.dir_fd)
-        except OSError as err:
-            self.fsync_failed(err)  # even if no one waits for the answer any more
-            raise
+        dir_fds = () if token.dir_fd is None else (token.dir_fd,)
+        self._fsync(*token.fds, *dir_fds)  # (a failure is recorded even if no one waits now)
 
     def fsync_failed(self, err: OSError) -> StorageError:
         """An fsync of a token failed (on a thread or in the kernel's AIO): from now on the
@@ -587,7 +581,7 @@ class FileLogStore:
                 else:  # flushes the file size too: it is needed to read the data
                     (datasync or os.fdatasync)(fd)
         except OSError as err:
-            self._failed = f"fsync failed: {err}"
+            self.fsync_failed(err)
             raise
 
     def retain_from(self, index: int) -> int:

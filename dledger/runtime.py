@@ -472,7 +472,8 @@ class Node:
     def _take_inputs(self) -> None:
         """Hand the core what came in since the last turn: finished fsyncs, control ops,
         messages, proposals (a turn of the task or a direct one)."""
-        self._turn_started_at = time.perf_counter()
+        if self.config.busy_poll_us:  # (only a polling follower looks at it: see _note_ack)
+            self._turn_started_at = time.perf_counter()
         core = self._core()
         for target in self._flusher().take_durable():
             core.mark_durable(*target)
@@ -655,7 +656,7 @@ class Node:
         assert transport is not None
         for m in rd.messages:
             transport.send(m)
-        if rd.entries and rd.messages and self.config.busy_poll_us and self._core().role is Role.FOLLOWER:
+        if self.config.busy_poll_us and rd.entries and rd.messages and self._core().role is Role.FOLLOWER:
             self._note_ack()  # (its answer left with rd.messages)
         if rd.committed:
             self._apply(rd.committed)

@@ -11,9 +11,8 @@ import errno
 import os
 import platform
 import sys
-import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -21,7 +20,6 @@ from dledger.aiofsync import (
     _IOCB_CMD_FDSYNC,
     AioFsync,
     SpinSync,
-    _Iocb,
     _Pending,
     _result,
     open_aio_fsync,
@@ -31,7 +29,7 @@ from dledger.commitlog import FileLogStore
 from dledger.errors import StorageError
 from dledger.flush import Flusher
 from dledger.raft.types import Entry, EntryKind
-from tests.test_runtime import configs, leader_of, running
+from tests.test_runtime import configs, leader_of, running, wait_for
 
 SUPPORTED = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")
 needs_aio = pytest.mark.skipif(not SUPPORTED, reason="Linux AIO on x86_64 or aarch64 only")
@@ -54,15 +52,6 @@ def aio_fsync() -> Iterator[AioFsync]:
         yield aio
     finally:
         aio.close()
-
-
-async def _until(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Wait for pred on the running loop (completions arrive as loop callbacks)."""
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.001)
 
 
 def _written_file(path: Path) -> int:
@@ -145,15 +134,15 @@ def test_a_pending_request_fails_with_its_first_error_and_tells_on_error_even_un
         loop = asyncio.get_running_loop()
         heard: list[OSError] = []
         p = _Pending(loop.create_future(), heard.append)
-        p.submitted(_Iocb())
-        p.submitted(_Iocb())
+        p.submitted()
+        p.submitted()
         p.future.cancel()  # the waiter went away
         assert not p.completed(-errno.EIO)
         assert p.completed(-errno.ENOSPC)
         p.settle()
         assert [e.errno for e in heard] == [errno.EIO]  # the first error, heard all the same
         ok = _Pending(loop.create_future(), heard.append)
-        ok.submitted(_Iocb())
+        ok.submitted()
         assert ok.completed(0)
         ok.settle()
         assert ok.future.result() is None and len(heard) == 1
@@ -226,7 +215,7 @@ def test_a_waiter_that_went_away_and_a_close_with_requests_in_flight(tmp_path: P
             gone = aio.sync([fd])
             gone.cancel()  # its fsync still runs; the completion finds no one waiting
             await asyncio.wait_for(aio.sync([fd]), 10)
-            await _until(lambda: aio.in_flight == 0, 10, "the cancelled request to complete")
+            await wait_for(lambda: aio.in_flight == 0, 10, "the cancelled request to complete")
             assert aio.completed == 2
             left = aio.sync([fd])
             aio.close()  # the kernel finishes the request; its waiter is told it is over

@@ -30,7 +30,7 @@ glibc's defaults (``malloc="default"``). pysyncobj zlib-compresses every message
 allocates a deflate state of about 256 KiB, which glibc's defaults hand back to the kernel when it
 is freed. Where the kernel's page faults are costly (a virtual machine that reports free pages to
 its host: the 2-core box of 2026-12) that alone made one-at-a-time calls three times slower
-(p50 0.42-0.49 against 0.14-0.15 ms); elsewhere it changes little. Neither setting touches
+(p50 0.42-0.49 against 0.14-0.17 ms); elsewhere it changes little. Neither setting touches
 pysyncobj's code; the tuned one is its best case, so the benchmark compares with that.
 
 Latency is measured per call, from just before the ``append(...)`` call to its callback; only
