@@ -303,6 +303,13 @@ class FileLogStore:
             raise IndexError(f"index {index} not held ({self.first_index()}..{self.last_index()})")
         return self._positions[k]
 
+    def positions_of(self, lo: int, hi: int) -> Sequence[int]:
+        """``position_of`` for every index in lo..hi (one slice, for a batch being applied)."""
+        if lo > hi:
+            return []
+        self.position_of(lo), self.position_of(hi)  # (IndexError if either end is not held)
+        return self._positions[lo - self._base_index - 1 : hi - self._base_index]
+
     def entries(self, lo: int, hi: int, max_bytes: int) -> Sequence[Entry]:
         """Entries [lo, hi), at least one if lo < hi, stopping before max_bytes (counted as
         ``Entry.size_bytes``) would be exceeded. Every entry read is verified."""

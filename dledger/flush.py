@@ -45,16 +45,21 @@ class Flusher:
         return self._in_flight is not None
 
     @staticmethod
-    def syncs_inline(batch_entries: int, loop_idle: bool) -> bool:
-        """Where the group commit of one Ready runs. A lone entry on an idle loop is synced
-        inline, which saves two thread hand-offs on the latency path; under load the fsync runs
-        on the fsync thread so that the loop keeps reading the network meanwhile (what arrives
-        forms the next, larger batch)."""
-        return batch_entries <= 2 and loop_idle
+    def syncs_inline(batch_entries: int, loop_idle: bool, follower: bool) -> bool:
+        """Where the group commit of one Ready runs. A follower's is inline: its answer must
+        wait for the fsync anyway, and what arrives meanwhile waits in the socket and forms the
+        next, larger batch. So is a lone entry on an idle loop, which saves the hand-offs on the
+        latency path; other group commits (a candidate's, a leader's that cannot go to the
+        background) are awaited while the loop keeps running."""
+        return follower or (batch_entries <= 2 and loop_idle)
 
-    def sync_inline(self) -> None:
-        """Group commit of one Ready on the loop thread (see ``syncs_inline``)."""
-        self.store.sync(self.spin.fdatasync if self.spin is not None else None)
+    def sync_inline(self, batch_entries: int) -> None:
+        """Group commit of one Ready on the loop thread (see ``syncs_inline``). A lone entry's
+        fsync is spin-waited, if there is a ``SpinSync`` (its latency is the point); a batch's
+        is a plain fdatasync, which leaves the CPU to the other processes while the disk works
+        (on a box with fewer cores than replicas, polling would take it from them)."""
+        spin = self.spin if batch_entries <= 2 else None
+        self.store.sync(spin.fdatasync if spin is not None else None)
 
     async def sync_awaited(self) -> None:
         """Group commit of one Ready that the loop awaits while it keeps running. Only the

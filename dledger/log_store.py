@@ -25,7 +25,7 @@ class LogStore(Protocol):
     - ``retain_from(index)``: may delete whole segments holding only entries below ``index``;
       returns the new first_index() (which is <= index).
     - ``position_of(index)``: the byte position of the entry in the logical commitlog, the same
-      on every replica that holds the same entries.
+      on every replica that holds the same entries; ``positions_of(lo, hi)`` those of lo..hi.
     """
 
     def first_index(self) -> int: ...
@@ -41,6 +41,8 @@ class LogStore(Protocol):
     def sync(self) -> None: ...
 
     def position_of(self, index: int) -> int: ...
+
+    def positions_of(self, lo: int, hi: int) -> Sequence[int]: ...
 
     def retain_from(self, index: int) -> int: ...
 

@@ -79,6 +79,12 @@ class MemoryLogStore:
             raise IndexError(f"index {index} not held")
         return self.positions[index - self.base_index - 1]
 
+    def positions_of(self, lo: int, hi: int) -> Sequence[int]:
+        if lo > hi:
+            return []
+        self.position_of(lo), self.position_of(hi)
+        return self.positions[lo - self.base_index - 1 : hi - self.base_index]
+
     def end_position(self) -> int:
         if not self.entries_list:
             return self.base_position

@@ -56,6 +56,11 @@ _INLINE = 2  # on the loop thread, before the Ready's messages leave
 _AWAIT = 3  # awaited (AIO or the fsync thread) while the loop runs, before the messages leave
 
 MAX_BUSY_POLL_US = 10_000
+# A leader polls for acknowledgements only while at most this many proposals await commit (a
+# lone proposer's, or a short burst): a bigger batch's round trip is long (the followers decode,
+# write and fsync all of it), and on a box with fewer cores than replicas polling through it only
+# takes CPU from the followers doing that work.
+BUSY_POLL_PENDING_MAX = 4
 
 FlushMode = Literal["sync", "async"]
 Address = tuple[str, int]
@@ -564,9 +569,10 @@ class Node:
         self._acked_entries = idle_s * 1e6 <= self.config.busy_poll_us
 
     def _expects_message(self) -> bool:
-        """A message is due soon: as leader, an acknowledgement of proposals awaiting commit;
-        as follower that just acknowledged entries, the next append (see ``_note_ack``)."""
-        return bool(self._pending) or self._acked_entries
+        """A message is due soon: as leader, an acknowledgement of a few proposals awaiting
+        commit (see BUSY_POLL_PENDING_MAX); as follower that just acknowledged entries, the next
+        append (see ``_note_ack``)."""
+        return 0 < len(self._pending) <= BUSY_POLL_PENDING_MAX or self._acked_entries
 
     def _busy_poll(self) -> None:
         """Keep the loop polling its sockets (a callback that reschedules itself keeps the
@@ -613,7 +619,8 @@ class Node:
         lone = len(rd.entries) <= 2 and idle and not flusher.busy
         if self._core().can_defer_sync(rd) and not lone:
             return _DEFER
-        return _INLINE if flusher.syncs_inline(len(rd.entries), idle) else _AWAIT
+        follower = self._core().role is Role.FOLLOWER
+        return _INLINE if flusher.syncs_inline(len(rd.entries), idle, follower) else _AWAIT
 
     def _truncates(self, rd: Ready) -> bool:
         return bool(rd.entries) and rd.entries[0].index <= self._store().last_index()
@@ -635,7 +642,7 @@ class Node:
         """Do what rd asks, with no fsync on the thread; returns True if deferred."""
         self._write_ready(rd)
         if plan == _INLINE:
-            self._flusher().sync_inline()
+            self._flusher().sync_inline(len(rd.entries))
         self._finish_ready(rd)
         return plan == _DEFER
 
@@ -671,16 +678,20 @@ class Node:
             self._flusher().sync_in_background((last.index, last.term, core.write_generation))
 
     def _apply(self, entries: Sequence[Entry]) -> None:
-        if self._pending or self._listeners:  # (a follower with no listener has nothing to tell)
-            store = self._store()
-            applied = [AppliedEntry(e.index, e.term, e.kind, e.data, store.position_of(e.index))
-                       for e in entries]
-            for a in applied:
-                fut = self._pending.pop((a.term, a.index), None)
-                if fut is not None and not fut.done():
-                    fut.set_result(Committed(a.index, a.term, a.position))
-            for listener in self._listeners:
-                listener(applied)
+        pending, listeners = self._pending, self._listeners
+        if pending or listeners:  # (a follower with no listener has nothing to tell)
+            positions = self._store().positions_of(entries[0].index, entries[-1].index)
+            if pending:
+                pop = pending.pop
+                for e, position in zip(entries, positions):
+                    fut = pop((e.term, e.index), None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(Committed(e.index, e.term, position))
+            if listeners:
+                applied = [AppliedEntry(e.index, e.term, e.kind, e.data, position)
+                           for e, position in zip(entries, positions)]
+                for listener in listeners:
+                    listener(applied)
         top = entries[-1].index
         if self._apply_waiters:
             still = []

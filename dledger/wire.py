@@ -23,14 +23,11 @@ unsigned fields. Only when that fast check fails do we walk the fields to say wh
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import io
-import itertools
 import reprlib
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Union
 
 import cbor2
 
@@ -46,6 +43,7 @@ from dledger.raft.types import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+    build_entries,
 )
 
 __all__ = [
@@ -363,7 +361,7 @@ def _decode_entries(flat: list[Any]) -> tuple[Entry, ...]:
         or max(kinds) >= len(_ENTRY_KINDS)
     ):
         raise _entry_error(flat)
-    return _build_entries(flat[0::4], flat[1::4], map(_ENTRY_KINDS.__getitem__, kinds), datas)
+    return build_entries(flat[0::4], flat[1::4], map(_ENTRY_KINDS.__getitem__, kinds), datas)
 
 
 # Up to this many flat items (4 per entry), a plain loop beats the column-wise checks, whose
@@ -405,28 +403,6 @@ def _entry_error(flat: list[Any]) -> WireError:
         if not 0 <= kind < len(_ENTRY_KINDS):
             return WireError(f"AppendRequest entry {pos // 4}: unknown entry kind {kind}")
     return WireError("AppendRequest: malformed entries")  # unreachable: some column was bad
-
-
-# Entry is a frozen slots dataclass whose generated __init__ costs ~0.4 us per call: for a
-# 64-entry batch that was more than the CBOR decode. The columns are validated before this runs,
-# so fill the slots directly through their descriptors, one C-level pass per column. Guarded:
-# should Entry gain a field or a __post_init__, importing this module fails loudly instead of
-# building half-initialised entries.
-_ENTRY_FIELDS = ("index", "term", "kind", "data")
-if tuple(f.name for f in dataclasses.fields(Entry)) != _ENTRY_FIELDS or hasattr(
-    Entry, "__post_init__"
-):
-    raise RuntimeError("dledger.wire._build_entries must be updated for the new Entry layout")
-_ENTRY_SLOT_SETTERS = tuple(getattr(Entry, name).__set__ for name in _ENTRY_FIELDS)
-
-
-def _build_entries(
-    indexes: list[int], terms: list[int], kinds: Iterable[EntryKind], datas: list[bytes]
-) -> tuple[Entry, ...]:
-    entries = list(map(object.__new__, itertools.repeat(Entry, len(indexes))))
-    for setter, column in zip(_ENTRY_SLOT_SETTERS, (indexes, terms, kinds, datas)):
-        collections.deque(map(setter, entries, column), maxlen=0)
-    return tuple(entries)
 
 
 def _field_error(schema: _Schema, array: list[Any]) -> WireError:

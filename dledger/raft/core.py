@@ -11,6 +11,7 @@ The shell must not call ``step``/``tick``/``propose`` between ``ready()`` and ``
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Sequence
 
@@ -37,6 +38,7 @@ from dledger.raft.types import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+    build_entries,
 )
 
 if TYPE_CHECKING:  # the core only uses the Random instance it is given, never the global one
@@ -112,8 +114,10 @@ class RaftCore(LeaderRole):
         if self.uncommitted_bytes and self.uncommitted_bytes + size > self.config.max_uncommitted_bytes:
             raise OverloadedError(f"{self.uncommitted_bytes} bytes uncommitted")
         first = self.log.last_index() + 1
-        entries = [Entry(first + k, self.term, EntryKind.NORMAL, d) for k, d in enumerate(items)]
-        self._append_as_leader(entries)
+        n = len(items)
+        entries = build_entries(range(first, first + n), itertools.repeat(self.term, n),
+                                itertools.repeat(EntryKind.NORMAL, n), items)
+        self._append_as_leader(entries, size)
         return [(self.term, e.index) for e in entries]
 
     def campaign(self) -> None:

@@ -7,6 +7,7 @@ leader. A mixin of ``RaftCore`` (core.py), split out only to keep modules small;
 from __future__ import annotations
 
 from collections import deque
+from typing import Sequence
 
 from dledger.errors import NotLeaderError
 from dledger.raft.config import RaftConfig
@@ -191,9 +192,11 @@ class LeaderRole:
         matches = [pr.match_index for pr in self.progress.values()]
         return min(matches, default=self.log.last_index()) + 1
 
-    def _append_as_leader(self, entries: list[Entry]) -> None:
+    def _append_as_leader(self, entries: Sequence[Entry], size: int | None = None) -> None:
+        """Append new entries of this term; ``size`` is their total size_bytes, if known."""
         self.log.append(entries)
-        size = sum(e.size_bytes for e in entries)
+        if size is None:
+            size = sum(e.size_bytes for e in entries)
         self._uncommitted.append((entries[-1].index, size))
         self.uncommitted_bytes += size
 
