@@ -1,6 +1,7 @@
-"""How a node makes its log durable: the group commit of a Ready (inline for a lone entry,
-awaited under load) and the leader's background group commit, whose completion is reported back
-as (index, term, generation) targets for ``RaftCore.mark_durable``.
+"""How a node makes its log durable: the group commit of a Ready (inline for a follower's and
+for a lone entry, else awaited while the loop runs) and the leader's background group commit,
+whose completion is reported back as (index, term, generation) targets for
+``RaftCore.mark_durable``.
 
 Owns the one background fsync in flight and where fsyncs that the loop does not wait for
 inline run: through Linux AIO where there is an ``AioFsync`` (the kernel runs them, the loop

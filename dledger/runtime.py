@@ -351,7 +351,8 @@ class Node:
             raise OverloadedError(f"{self.config.max_pending_proposals} proposals pending")
         fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
         self._proposals.append((data, fut))
-        self._kick_soon()
+        if not self._turn_soon:  # (else the turn already scheduled takes this one too)
+            self._kick_soon()
         return fut
 
     async def _await(self, fut: asyncio.Future[Committed], timeout_s: float) -> Committed:

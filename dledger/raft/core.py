@@ -22,6 +22,7 @@ from dledger.raft.log import RaftLog
 from dledger.raft.progress import Progress
 from dledger.raft.quorum import VoteResult, vote_result
 from dledger.raft.types import (
+    ENTRY_OVERHEAD_BYTES,
     AppendRequest,
     AppendResponse,
     Entry,
@@ -110,7 +111,7 @@ class RaftCore(LeaderRole):
             raise NotLeaderError(self.leader_id, self.term)
         if self.transferee is not None:
             raise LeadershipTransferInProgressError(f"transferring leadership to {self.transferee}")
-        size = sum(len(d) + 24 for d in items)  # as Entry.size_bytes: empty ones count too
+        size = sum(map(len, items)) + ENTRY_OVERHEAD_BYTES * len(items)  # as entries_bytes
         if self.uncommitted_bytes and self.uncommitted_bytes + size > self.config.max_uncommitted_bytes:
             raise OverloadedError(f"{self.uncommitted_bytes} bytes uncommitted")
         first = self.log.last_index() + 1

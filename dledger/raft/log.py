@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dledger.raft.types import Entry, LogReader
+from dledger.raft.types import Entry, LogReader, entries_bytes
 
 
 class RaftLog:
@@ -168,9 +168,9 @@ class RaftLog:
             return
         drop = last_persisted - self.unstable_offset + 1
         cache = self._cache
-        for e in self.unstable[:drop]:
-            cache.append(e)
-            self.cache_bytes += e.size_bytes
+        persisted = self.unstable[:drop]
+        cache.extend(persisted)
+        self.cache_bytes += entries_bytes(persisted)
         while self._cache_head < len(cache) and self.cache_bytes > self.cache_bytes_max:
             self.cache_bytes -= cache[self._cache_head].size_bytes
             self._cache_head += 1
@@ -188,6 +188,10 @@ class RaftLog:
 def _take(entries: Sequence[Entry], out: list[Entry], size: int,
           max_bytes: int) -> int:
     """Append entries to out while within max_bytes (at least one overall); returns the size."""
+    total = size + entries_bytes(entries)
+    if total <= max_bytes:  # (the common case: all of them, in one extend)
+        out.extend(entries)
+        return total
     for e in entries:
         size += e.size_bytes
         if out and size > max_bytes:
