@@ -30,7 +30,6 @@ base_position i64 | crc32 of the first 32 bytes``.
 
 from __future__ import annotations
 
-import itertools
 import struct
 import zlib
 from array import array
@@ -263,13 +262,8 @@ def plan_chunks(
     gets a segment of its own. ``durable_position`` goes in every frame's ``durable`` field.
     Raises ``StorageError`` if the entries are not contiguous.
     """
-    # This runs for every entry on every replica, on the commit path: a batch that fits in the
-    # current segment (nearly all) is encoded column by column in C-level maps; the loop below
-    # handles segment boundaries. Both write what encode_entry and encode_index_record would.
-    if fill_bytes is not None and entries:
-        chunk = _one_chunk(entries, position, fill_bytes, segment_bytes_max, durable_position)
-        if chunk is not None:
-            return [chunk]
+    # One loop with the encoding inline (encode_entry and encode_index_record spelled out, the
+    # same bytes): this runs for every entry on every replica, on the commit path.
     chunks: list[Chunk] = []
     chunk: Chunk | None = None
     head_pack, index_pack, crc_pack, crc32 = _HEAD.pack, _INDEX_BODY.pack, _CRC.pack, zlib.crc32
@@ -301,36 +295,6 @@ def plan_chunks(
         position += size
     return chunks
 
-
-def _one_chunk(entries: Sequence[Entry], position: int, fill_bytes: int, segment_bytes_max: int,
-               durable_position: int) -> Chunk | None:
-    """plan_chunks for a batch that goes whole into the current segment; None if it does not
-    fit there (or is not contiguous: the loop then names the culprit)."""
-    n = len(entries)
-    first_index = entries[0].index
-    datas = [e.data for e in entries]
-    sizes = [HEADER_BYTES + len(d) for d in datas]
-    total = sum(sizes)
-    if fill_bytes + total > segment_bytes_max and not (fill_bytes == 0 and n == 1):
-        return None  # (an entry bigger than a segment gets one of its own, as in the loop)
-    indexes = [e.index for e in entries]
-    if indexes[-1] - first_index != n - 1 or indexes != list(range(first_index, first_index + n)):
-        return None
-    terms = [e.term for e in entries]
-    positions = list(itertools.accumulate(sizes[:-1], initial=position))
-    heads = list(map(_HEAD.pack, itertools.repeat(ENTRY_MAGIC, n), sizes, indexes, terms,
-                     positions, [e.kind for e in entries], itertools.repeat(ENTRY_VERSION, n),
-                     itertools.repeat(0, n), itertools.repeat(durable_position, n)))
-    crcs = map(_CRC.pack, map(zlib.crc32, datas, map(zlib.crc32, heads)))
-    chunk = Chunk(position - fill_bytes, new_segment=False)
-    chunk.data = list(itertools.chain.from_iterable(zip(heads, crcs, datas)))
-    bodies = list(map(_INDEX_BODY.pack, positions, terms, sizes))
-    chunk.index = list(map(bytes.__add__, bodies, map(_CRC.pack, map(zlib.crc32, bodies))))
-    records = chunk.records
-    records.positions.extend(positions)
-    records.terms.extend(terms)
-    records.sizes.extend(sizes)
-    return chunk
 
 
 # --- index records ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The batch encoder of the commitlog (``entry_codec.plan_chunks``) against the per-entry layout
-functions: the same bytes, the same split into segments, whichever of its two paths (the mapped
-one for a batch that fits in the current segment, the loop at segment boundaries) runs."""
+"""The batch encoder of the commitlog (``entry_codec.plan_chunks``, which spells the layout out
+inline for speed) against the per-entry layout functions: the same bytes, the same split into
+segments, for batches that fit the current segment and batches that cross into new ones."""
 
 from __future__ import annotations
 
@@ -73,3 +73,17 @@ def test_plan_chunks_refuses_a_gap_in_the_batch(fill: int | None) -> None:
     entries = [Entry(5, 1, EntryKind.NORMAL, b"a"), Entry(7, 1, EntryKind.NORMAL, b"b")]
     with pytest.raises(StorageError, match="not contiguous: index 7 at batch offset 1"):
         plan_chunks(entries, 1000, fill, 1 << 20)
+
+
+@pytest.mark.parametrize("fill", [0, 48, 500])
+def test_a_segment_filled_exactly_takes_its_last_entry_and_the_next_one_starts_a_new_one(
+    fill: int,
+) -> None:
+    entries = [Entry(1 + k, 1, EntryKind.NORMAL, b"x" * (10 * k)) for k in range(6)]
+    sizes = [HEADER_BYTES + len(e.data) for e in entries]
+    for cut in range(1, len(entries)):  # the segment ends exactly after entry `cut - 1`
+        segment = fill + sum(sizes[:cut])
+        got = [(c.base_position, c.new_segment, b"".join(c.data), c.index)
+               for c in plan_chunks(entries, 10_000, fill, segment)]
+        assert got == reference_chunks(entries, 10_000, fill, segment, 0)
+        assert len(got[0][3]) == cut and got[1][1]  # the rest begins a new segment
