@@ -54,13 +54,14 @@ class Flusher:
         background) are awaited while the loop keeps running."""
         return follower or (batch_entries <= 2 and loop_idle)
 
-    def sync_inline(self, batch_entries: int) -> None:
-        """Group commit of one Ready on the loop thread (see ``syncs_inline``). A lone entry's
-        fsync is spin-waited, if there is a ``SpinSync`` (its latency is the point); a batch's
-        is a plain fdatasync, which leaves the CPU to the other processes while the disk works
-        (on a box with fewer cores than replicas, polling would take it from them)."""
-        spin = self.spin if batch_entries <= 2 else None
-        self.store.sync(spin.fdatasync if spin is not None else None)
+    def sync_inline(self, spin: bool) -> None:
+        """Group commit of one Ready on the loop thread (see ``syncs_inline``). ``spin``: the
+        fsync is spin-waited, if there is a ``SpinSync`` (for a lone entry on an idle loop, whose
+        latency is the point); else it is a plain fdatasync, which leaves the CPU to the other
+        processes while the disk works (on a box with fewer cores than replicas, polling would
+        take it from them)."""
+        waiter = self.spin if spin else None
+        self.store.sync(waiter.fdatasync if waiter is not None else None)
 
     async def sync_awaited(self) -> None:
         """Group commit of one Ready that the loop awaits while it keeps running. Only the

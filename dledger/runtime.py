@@ -573,7 +573,9 @@ class Node:
         """A message is due soon: as leader, an acknowledgement of a few proposals awaiting
         commit (see BUSY_POLL_PENDING_MAX); as follower that just acknowledged entries, the next
         append (see ``_note_ack``)."""
-        return 0 < len(self._pending) <= BUSY_POLL_PENDING_MAX or self._acked_entries
+        if self._pending:  # (a leader's: an acknowledgement flag left from following is moot)
+            return len(self._pending) <= BUSY_POLL_PENDING_MAX
+        return self._acked_entries
 
     def _busy_poll(self) -> None:
         """Keep the loop polling its sockets (a callback that reschedules itself keeps the
@@ -643,7 +645,8 @@ class Node:
         """Do what rd asks, with no fsync on the thread; returns True if deferred."""
         self._write_ready(rd)
         if plan == _INLINE:
-            self._flusher().sync_inline(len(rd.entries))
+            idle = not self._inbox and not self._proposals
+            self._flusher().sync_inline(spin=len(rd.entries) <= 2 and idle)
         self._finish_ready(rd)
         return plan == _DEFER
 

@@ -25,10 +25,21 @@ def test_each_row_is_its_median_round_with_every_rounds_headline() -> None:
     assert (one.p50_ms, one.rounds) == (0.50, [0.50, 0.30, 0.90])
 
 
-def test_a_row_measured_in_fewer_rounds_takes_the_median_of_those() -> None:
-    rounds = [[_inflight("dledger", "sync", 10_000)], [], [_inflight("dledger", "sync", 30_000)]]
-    (fig,) = median_figures(rounds)
-    assert fig.entries_per_s == 10_000 and fig.rounds == [10_000, 30_000]  # the lower of two
+def test_a_row_measured_in_fewer_rounds_takes_the_worse_middle_of_those() -> None:
+    rounds = [[_inflight("dledger", "sync", 10_000), _one("dledger", "sync", 0.3)], [],
+              [_inflight("dledger", "sync", 30_000), _one("dledger", "sync", 0.5)]]
+    many, one = median_figures(rounds)
+    # of two, the worse for the row itself: the lower rate, the higher p50
+    assert many.entries_per_s == 10_000 and many.rounds == [10_000, None, 30_000]
+    assert one.p50_ms == 0.5 and one.rounds == [0.3, None, 0.5]
+
+
+def test_each_rounds_ratio_pairs_the_same_round_of_both_systems() -> None:
+    rounds = [[_inflight("dledger", "sync", 50_000)],
+              [_inflight("dledger", "sync", 60_000), _inflight("pysyncobj 0.3.17", "memory", 10_000)],
+              [_inflight("pysyncobj 0.3.17", "memory", 12_000)]]
+    ((text, _),) = targets(median_figures(rounds))
+    assert text.endswith("(each round: -, 6.00x, -)")
 
 
 def test_targets_are_judged_on_the_medians_and_show_each_round() -> None:

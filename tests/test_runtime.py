@@ -12,7 +12,7 @@ import pytest
 
 from dledger.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 from dledger.localcluster import free_ports
-from dledger.runtime import MAX_BUSY_POLL_US, Node, NodeConfig
+from dledger.runtime import BUSY_POLL_PENDING_MAX, MAX_BUSY_POLL_US, Node, NodeConfig
 
 
 async def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -250,6 +250,26 @@ def test_a_follower_whose_appends_come_further_apart_than_the_window_does_not_po
                 await leader_of(nodes).propose(f"p{k}".encode())
             assert all(f._acked_at > 0 for f in followers), "the followers answered no append"
             assert polls == [[], []], "a follower polled for an append it could not expect"
+
+    asyncio.run(run())
+
+
+def test_a_leader_polls_only_for_a_few_pending_proposals_whatever_it_acknowledged_before(
+        tmp_path: Path) -> None:
+    async def run() -> None:
+        async with running(configs(tmp_path, busy_poll_us=300)) as nodes:
+            leader = leader_of(nodes)
+            loop = asyncio.get_running_loop()
+            # A flag left from its days as a follower must not make a loaded leader poll.
+            leader._acked_entries = True
+            real, leader._pending = leader._pending, {}
+            try:
+                for n, expected in ((1, True), (BUSY_POLL_PENDING_MAX, True),
+                                    (BUSY_POLL_PENDING_MAX + 1, False), (64, False)):
+                    leader._pending = {(0, -k): loop.create_future() for k in range(n)}
+                    assert leader._expects_message() is expected, n
+            finally:
+                leader._pending = real
 
     asyncio.run(run())
 

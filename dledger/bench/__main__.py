@@ -62,7 +62,7 @@ class Figure:
     p99_ms: float
     failures: int = 0
     cpu_s_per_10k: float | None = None
-    rounds: list[float] = field(default_factory=list)  # the headline figure of every round
+    rounds: list[float | None] = field(default_factory=list)  # headline per round (None: not run)
 
     @property
     def key(self) -> tuple[str, str, str, str, int]:
@@ -70,23 +70,30 @@ class Figure:
 
     @property
     def headline(self) -> float:
-        """What a round is ranked by: throughput under load, latency one at a time."""
+        """What a round is judged by: throughput under load, latency one at a time."""
         return self.entries_per_s if self.workload == "inflight" else self.p50_ms
+
+    @property
+    def goodness(self) -> float:
+        """The headline as higher-is-better (a p50 negated), for ranking rounds."""
+        return self.headline if self.workload == "inflight" else -self.headline
 
 
 def median_figures(rounds: Sequence[Sequence[Figure]]) -> list[Figure]:
     """One figure per row: of the rounds that measured it, the one whose headline figure is
-    the median (an odd number of rounds: the median is a measured run, not a blend), with every
-    round's headline in ``rounds``. Rows keep the order of the first round."""
-    by_key: dict[tuple[str, str, str, str, int], list[Figure]] = {}
-    for figs in rounds:
+    the median (an odd number of rounds: the median is a measured run, not a blend; of an even
+    number, the worse of the two middle ones, for every system alike), with each round's
+    headline in ``rounds`` by round number (None where the row was not measured). Rows keep
+    the order in which they first appear."""
+    by_key: dict[tuple[str, str, str, str, int], dict[int, Figure]] = {}
+    for k, figs in enumerate(rounds):
         for f in figs:
-            by_key.setdefault(f.key, []).append(f)
+            by_key.setdefault(f.key, {})[k] = f
     out = []
     for group in by_key.values():
-        ranked = sorted(group, key=lambda f: f.headline)
-        pick = replace(ranked[(len(ranked) - 1) // 2], rounds=[f.headline for f in group])
-        out.append(pick)
+        ranked = sorted(group.values(), key=lambda f: f.goodness)
+        headlines = [group[k].headline if k in group else None for k in range(len(rounds))]
+        out.append(replace(ranked[(len(ranked) - 1) // 2], rounds=headlines))
     return out
 
 
@@ -188,7 +195,8 @@ def _per_round(ours: Figure, peer: Figure) -> str:
     """Each round's ratio of the two rows' headline figures, when there were several rounds."""
     if len(ours.rounds) < 2 or len(ours.rounds) != len(peer.rounds):
         return ""
-    ratios = ", ".join(f"{a / b:.2f}x" for a, b in zip(ours.rounds, peer.rounds) if b)
+    ratios = ", ".join(f"{a / b:.2f}x" if a is not None and b else "-"
+                       for a, b in zip(ours.rounds, peer.rounds))
     return f" (each round: {ratios})"
 
 
