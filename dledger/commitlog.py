@@ -307,8 +307,10 @@ class FileLogStore:
         """``position_of`` for every index in lo..hi (one slice, for a batch being applied)."""
         if lo > hi:
             return []
-        self.position_of(lo), self.position_of(hi)  # (IndexError if either end is not held)
-        return self._positions[lo - self._base_index - 1 : hi - self._base_index]
+        k_lo, k_hi = lo - self._base_index - 1, hi - self._base_index
+        if not 0 <= k_lo < k_hi <= len(self._positions):
+            raise IndexError(f"indexes {lo}..{hi} not held ({self.first_index()}..{self.last_index()})")
+        return self._positions[k_lo:k_hi]
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> Sequence[Entry]:
         """Entries [lo, hi), at least one if lo < hi, stopping before max_bytes (counted as

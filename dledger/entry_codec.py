@@ -45,7 +45,6 @@ _HEADER = struct.Struct("<IIqqqBBHqI")
 HEADER_BYTES = _HEADER.size
 _MAGIC_BYTES = struct.pack("<I", ENTRY_MAGIC)
 _DURABLE = struct.Struct("<q")
-_CRC = struct.Struct("<I")
 _DURABLE_OFFSET = 36  # of the durable field in the header
 _KINDS = frozenset(int(kind) for kind in EntryKind)
 
@@ -246,7 +245,7 @@ class Chunk:
     def __init__(self, base_position: int, new_segment: bool) -> None:
         self.base_position = base_position  # of the segment
         self.new_segment = new_segment
-        self.data: list[bytes] = []  # the frames' pieces, in order (joined for the write)
+        self.data: list[bytes] = []
         self.index: list[bytes] = []
         self.records = Records()
 
@@ -262,39 +261,23 @@ def plan_chunks(
     gets a segment of its own. ``durable_position`` goes in every frame's ``durable`` field.
     Raises ``StorageError`` if the entries are not contiguous.
     """
-    # One loop with the encoding inline (encode_entry and encode_index_record spelled out, the
-    # same bytes): this runs for every entry on every replica, on the commit path.
     chunks: list[Chunk] = []
-    chunk: Chunk | None = None
-    head_pack, index_pack, crc_pack, crc32 = _HEAD.pack, _INDEX_BODY.pack, _CRC.pack, zlib.crc32
-    first_index = entries[0].index if entries else 0
     for k, entry in enumerate(entries):
-        index = entry.index
-        if index != first_index + k:
-            raise StorageError(f"entries not contiguous: index {index} at batch offset {k}")
-        body = entry.data
-        size = HEADER_BYTES + len(body)
-        if fill_bytes is None or (fill_bytes > 0 and fill_bytes + size > segment_bytes_max):
-            chunk = Chunk(position, new_segment=True)
-            chunks.append(chunk)
+        if entry.index != entries[0].index + k:
+            raise StorageError(f"entries not contiguous: index {entry.index} at batch offset {k}")
+        blob = encode_entry(entry, position, durable_position)
+        if fill_bytes is None or (fill_bytes > 0 and fill_bytes + len(blob) > segment_bytes_max):
+            chunks.append(Chunk(position, new_segment=True))
             fill_bytes = 0
-        elif chunk is None:
-            chunk = Chunk(position - fill_bytes, new_segment=False)
-            chunks.append(chunk)
-        term = entry.term
-        head = head_pack(ENTRY_MAGIC, size, index, term, position, entry.kind, ENTRY_VERSION, 0,
-                         durable_position)
-        chunk.data += (head, crc_pack(crc32(body, crc32(head))), body)
-        record = index_pack(position, term, size)
-        chunk.index.append(record + crc_pack(crc32(record)))
-        records = chunk.records
-        records.positions.append(position)
-        records.terms.append(term)
-        records.sizes.append(size)
-        fill_bytes += size
-        position += size
+        elif not chunks:
+            chunks.append(Chunk(position - fill_bytes, new_segment=False))
+        chunk = chunks[-1]
+        chunk.data.append(blob)
+        chunk.index.append(encode_index_record(position, entry.term, len(blob)))
+        chunk.records.append(position, entry.term, len(blob))
+        fill_bytes += len(blob)
+        position += len(blob)
     return chunks
-
 
 
 # --- index records ---------------------------------------------------------------------------

@@ -45,18 +45,9 @@ class Flusher:
     def busy(self) -> bool:
         return self._in_flight is not None
 
-    @staticmethod
-    def syncs_inline(batch_entries: int, loop_idle: bool, follower: bool) -> bool:
-        """Where the group commit of one Ready runs. A follower's is inline: its answer must
-        wait for the fsync anyway, and what arrives meanwhile waits in the socket and forms the
-        next, larger batch. So is a lone entry on an idle loop, which saves the hand-offs on the
-        latency path; other group commits (a candidate's, a leader's that cannot go to the
-        background) are awaited while the loop keeps running."""
-        return follower or (batch_entries <= 2 and loop_idle)
-
     def sync_inline(self, spin: bool) -> None:
-        """Group commit of one Ready on the loop thread (see ``syncs_inline``). ``spin``: the
-        fsync is spin-waited, if there is a ``SpinSync`` (for a lone entry on an idle loop, whose
+        """Group commit of one Ready on the loop thread (``Node._sync_plan`` says when). ``spin``:
+        the fsync is spin-waited, if there is a ``SpinSync`` (for a lone entry on an idle loop, whose
         latency is the point); else it is a plain fdatasync, which leaves the CPU to the other
         processes while the disk works (on a box with fewer cores than replicas, polling would
         take it from them)."""

@@ -82,8 +82,10 @@ class MemoryLogStore:
     def positions_of(self, lo: int, hi: int) -> Sequence[int]:
         if lo > hi:
             return []
-        self.position_of(lo), self.position_of(hi)
-        return self.positions[lo - self.base_index - 1 : hi - self.base_index]
+        k_lo, k_hi = lo - self.base_index - 1, hi - self.base_index
+        if not 0 <= k_lo < k_hi <= len(self.positions):
+            raise IndexError(f"indexes {lo}..{hi} not held")
+        return self.positions[k_lo:k_hi]
 
     def end_position(self) -> int:
         if not self.entries_list:

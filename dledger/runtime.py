@@ -52,7 +52,8 @@ TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 # How the fsync of one Ready's writes happens (Node._sync_plan).
 _NO_SYNC = 0  # nothing to fsync, or the async flush mode
 _DEFER = 1  # the leader's background group commit; its copy counts once mark_durable says so
-_INLINE = 2  # on the loop thread, before the Ready's messages leave
+_INLINE = 2  # on the loop thread with a plain fdatasync, before the Ready's messages leave
+_SPIN = 4  # on the loop thread, spin-waited (see Flusher.sync_inline), before the messages leave
 _AWAIT = 3  # awaited (AIO or the fsync thread) while the loop runs, before the messages leave
 
 MAX_BUSY_POLL_US = 10_000
@@ -351,8 +352,7 @@ class Node:
             raise OverloadedError(f"{self.config.max_pending_proposals} proposals pending")
         fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
         self._proposals.append((data, fut))
-        if not self._turn_soon:  # (else the turn already scheduled takes this one too)
-            self._kick_soon()
+        self._kick_soon()
         return fut
 
     async def _await(self, fut: asyncio.Future[Committed], timeout_s: float) -> Committed:
@@ -619,11 +619,17 @@ class Node:
         # early messages) except for a lone entry on an idle loop: synced inline like a
         # follower's, it saves the two thread hand-offs on the commit path, and the followers
         # fsync meanwhile.
-        lone = len(rd.entries) <= 2 and idle and not flusher.busy
-        if self._core().can_defer_sync(rd) and not lone:
+        small = len(rd.entries) <= 2 and idle
+        if self._core().can_defer_sync(rd) and not (small and not flusher.busy):
             return _DEFER
-        follower = self._core().role is Role.FOLLOWER
-        return _INLINE if flusher.syncs_inline(len(rd.entries), idle, follower) else _AWAIT
+        # Else a lone entry on an idle loop is synced inline, spin-waited: its latency is the
+        # point. A follower's batch is synced inline too: its answer waits for the fsync anyway,
+        # and what arrives meanwhile waits in the socket and forms the next, larger batch. Other
+        # group commits (a candidate's, a leader's that cannot go to the background) are awaited
+        # while the loop keeps running.
+        if small:
+            return _SPIN
+        return _INLINE if self._core().role is Role.FOLLOWER else _AWAIT
 
     def _truncates(self, rd: Ready) -> bool:
         return bool(rd.entries) and rd.entries[0].index <= self._store().last_index()
@@ -644,9 +650,8 @@ class Node:
     def _do_ready(self, rd: Ready, plan: int) -> bool:
         """Do what rd asks, with no fsync on the thread; returns True if deferred."""
         self._write_ready(rd)
-        if plan == _INLINE:
-            idle = not self._inbox and not self._proposals
-            self._flusher().sync_inline(spin=len(rd.entries) <= 2 and idle)
+        if plan in (_INLINE, _SPIN):
+            self._flusher().sync_inline(spin=plan == _SPIN)
         self._finish_ready(rd)
         return plan == _DEFER
 

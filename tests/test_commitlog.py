@@ -815,3 +815,19 @@ def test_append_and_term_at_are_cheap(tmp_path: Path) -> None:
     store.close()
     print(f"append+sync of 64 x 128 B: {per_batch_ms:.2f} ms CPU; term_at {term_at_us:.2f} us")
     assert per_batch_ms < 20 and term_at_us < 20
+
+
+def test_positions_of_a_range_are_its_entries_positions_and_a_range_not_held_is_refused(
+        tmp_path: Path) -> None:
+    file_store = FileLogStore.open(tmp_path / "log", segment_bytes_max=4096)
+    stores = [file_store, MemoryLogStore()]
+    entries = [Entry(i, 1, EntryKind.NORMAL, b"x" * (i * 37 % 300)) for i in range(1, 41)]
+    for store in stores:
+        store.append(entries)  # (several segments of the file store)
+        assert list(store.positions_of(1, 40)) == [store.position_of(i) for i in range(1, 41)]
+        assert list(store.positions_of(7, 7)) == [store.position_of(7)]
+        assert list(store.positions_of(9, 8)) == []
+        for lo, hi in ((0, 3), (39, 41)):
+            with pytest.raises(IndexError):
+                store.positions_of(lo, hi)
+    file_store.close()

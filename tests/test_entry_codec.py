@@ -1,6 +1,6 @@
-"""The batch encoder of the commitlog (``entry_codec.plan_chunks``, which spells the layout out
-inline for speed) against the per-entry layout functions: the same bytes, the same split into
-segments, for batches that fit the current segment and batches that cross into new ones."""
+"""The batch encoder of the commitlog (``entry_codec.plan_chunks``) against a reference written
+from the layout's docstring one entry at a time: the same bytes, the same split into segments,
+for batches that fit the current segment and batches that cross into new ones."""
 
 from __future__ import annotations
 
