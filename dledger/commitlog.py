@@ -92,6 +92,7 @@ from dledger.hardstate import (
     storage_error,
     write_file_atomically,
 )
+from dledger.log_store import slice_positions
 from dledger.raft.types import Entry
 
 __all__ = ["FileLogStore", "DEFAULT_SEGMENT_BYTES_MAX"]
@@ -305,12 +306,7 @@ class FileLogStore:
 
     def positions_of(self, lo: int, hi: int) -> Sequence[int]:
         """``position_of`` for every index in lo..hi (one slice, for a batch being applied)."""
-        if lo > hi:
-            return []
-        k_lo, k_hi = lo - self._base_index - 1, hi - self._base_index
-        if not 0 <= k_lo < k_hi <= len(self._positions):
-            raise IndexError(f"indexes {lo}..{hi} not held ({self.first_index()}..{self.last_index()})")
-        return self._positions[k_lo:k_hi]
+        return slice_positions(self._positions, self._base_index, lo, hi)
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> Sequence[Entry]:
         """Entries [lo, hi), at least one if lo < hi, stopping before max_bytes (counted as

@@ -11,6 +11,17 @@ from typing import Protocol, Sequence
 from dledger.raft.types import Entry, HardState
 
 
+def slice_positions(positions: Sequence[int], base_index: int, lo: int, hi: int) -> Sequence[int]:
+    """``positions_of`` of a store that keeps the position of entry ``base_index + 1 + k`` at
+    ``positions[k]``: one slice; IndexError unless every index in lo..hi is held."""
+    if lo > hi:
+        return []
+    k_lo, k_hi = lo - base_index - 1, hi - base_index
+    if not 0 <= k_lo < k_hi <= len(positions):
+        raise IndexError(f"indexes {lo}..{hi} not held ({base_index + 1}..{base_index + len(positions)})")
+    return positions[k_lo:k_hi]
+
+
 class LogStore(Protocol):
     """A durable, ordered log of Raft entries, 1-based and contiguous from first_index().
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from dledger.errors import CompactedError
+from dledger.log_store import slice_positions
 from dledger.raft.types import Entry, HardState
 
 # Same per-entry overhead the file store's header has; only used to model positions.
@@ -80,12 +81,7 @@ class MemoryLogStore:
         return self.positions[index - self.base_index - 1]
 
     def positions_of(self, lo: int, hi: int) -> Sequence[int]:
-        if lo > hi:
-            return []
-        k_lo, k_hi = lo - self.base_index - 1, hi - self.base_index
-        if not 0 <= k_lo < k_hi <= len(self.positions):
-            raise IndexError(f"indexes {lo}..{hi} not held")
-        return self.positions[k_lo:k_hi]
+        return slice_positions(self.positions, self.base_index, lo, hi)
 
     def end_position(self) -> int:
         if not self.entries_list:

@@ -53,8 +53,8 @@ TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 _NO_SYNC = 0  # nothing to fsync, or the async flush mode
 _DEFER = 1  # the leader's background group commit; its copy counts once mark_durable says so
 _INLINE = 2  # on the loop thread with a plain fdatasync, before the Ready's messages leave
-_SPIN = 4  # on the loop thread, spin-waited (see Flusher.sync_inline), before the messages leave
 _AWAIT = 3  # awaited (AIO or the fsync thread) while the loop runs, before the messages leave
+_SPIN = 4  # on the loop thread, spin-waited (see Flusher.sync_inline), before the messages leave
 
 MAX_BUSY_POLL_US = 10_000
 # A leader polls for acknowledgements only while at most this many proposals await commit (a
