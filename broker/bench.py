@@ -30,7 +30,7 @@ import click
 from broker.bench_failover import measure_failover
 from client import Message, MessageQueue, Producer, PullConsumer
 from dledger.bench.load import closed_loop, processes_cpu_s
-from dledger.bench.nodeflags import NodeFlags, node_flag_options
+from dledger.bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
 from dledger.localcluster import LocalCluster, free_ports
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -338,7 +338,7 @@ def chart(rows: list[Row], path: str) -> str | None:
 
 def options(f: F) -> F:
     """The options of ``dledger bench`` (applied in cli.py, which stays a thin call into main)."""
-    f = node_flag_options(busy_poll_us=0, quorum_first=False)(f)  # the node's defaults
+    f = node_flag_options(NODE_BUSY_POLL_US, NODE_QUORUM_FIRST)(f)  # the node's defaults
     f = click.option("--topics", type=click.IntRange(0, 64), default=TOPICS, show_default=True,
                      help="The many-topics row: 64 concurrent producers over this many topics "
                           "(NATS: one stream, this many subjects); 0 leaves the row out.")(f)
