@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import click
 
+from broker import bench as broker_bench
 from broker import protocol as bp
 from client import ClientError, Message, Producer, PullConsumer
 from client.routes import GroupRoute, Routes, client_error
@@ -403,15 +404,12 @@ def consumer_progress(namesrv: str, group: str, topic_name: str) -> None:
 
 
 @main.command()
-@click.option("--quick", is_flag=True, help="A short run (2,000 messages per workload).")
-@click.option("--payloads", default="128,1024", show_default=True)
-@click.option("--out", "out_dir", default="bench-results", show_default=True,
-              type=click.Path(file_okay=False), help="Where the JSON and the PNG chart go.")
-def bench(quick: bool, payloads: str, out_dir: str) -> None:
+@broker_bench.options
+def bench(**opts: Any) -> None:
     """Benchmark a 3-node broker group (both flush modes) against NATS JetStream R3, side by side:
-    sync, 64 concurrent, batch, consume, failover. The replicated log alone: python -m dledger.bench."""
-    from broker import bench as broker_bench
-    sys.exit(broker_bench.main(quick, [int(p) for p in payloads.split(",") if p], out_dir))
+    sync, 64 concurrent, 64 concurrent over 64 topics, batch, consume, failover. The replicated log
+    alone: python -m dledger.bench."""
+    sys.exit(broker_bench.main(**opts))
 
 
 # -- plumbing -----------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The broker benchmark (``dledger bench``): a fresh NameServer + 3-node broker group in both flush
 modes, and NATS JetStream R3 (three ``nats-server`` processes, a file stream with 3 replicas) side
 by side in one run, over the workloads of BENCH.md: sync, 64 concurrent, batch/pipelined, consume,
-and (ours) failover. Prints a table with ratios to NATS, the server processes' CPU seconds per
-10,000 messages (warm-up included) and their peak resident memory, saves JSON and, when
+64 concurrent over N topics (BENCH.md's growth workload; NATS: one stream with N subjects, as
+our N topics share one group's log), and (ours) failover (``broker.bench_failover``). Our servers
+run with the node options given (``--busy-poll-us``, ``--quorum-first``; by default the node's
+defaults), stated in the output. Prints a table with ratios to NATS, the server processes' CPU
+seconds per 10,000 messages (warm-up included) and their peak resident memory, saves JSON and, when
 matplotlib is installed, a PNG chart. Both systems are driven from this process on Python's
 default event loop (our servers run on uvloop). A tool, not a test: figures are only compared
 within one run.
@@ -11,6 +14,7 @@ within one run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -19,16 +23,23 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
 
-from client import Message, MessageQueue, Producer, PullConsumer, SendTimeoutError
+import click
+
+from broker.bench_failover import measure_failover
+from client import Message, MessageQueue, Producer, PullConsumer
 from dledger.bench.load import closed_loop, processes_cpu_s
+from dledger.bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
 from dledger.localcluster import LocalCluster, free_ports
+
+F = TypeVar("F", bound=Callable[..., object])
 
 INSTALL_HINT = "apt-get install -y nats-server && pip install nats-py"
 BATCH = 64  # messages per send_batch request (one log entry)
 BATCHES_IN_FLIGHT = 16  # our fastest publish path: pipelined batches, as NATS's publish_async
 PULL_BATCH = 1024  # messages per pull (the broker's maximum)
+TOPICS = 64  # the many-topics row: 64 concurrent producers, producer i sending to topic i % TOPICS
 
 
 @dataclass
@@ -78,15 +89,26 @@ def _pct(lat: list[float], p: float) -> float | None:
     return lat[min(len(lat) - 1, round(p / 100 * (len(lat) - 1)))]
 
 
-async def _closed(call: Callable[[], Awaitable[object]], n: int, k: int) -> tuple[float, float | None, float | None]:
-    lat, elapsed, _ = await closed_loop(call, n, k, warmup=min(200, n // 5))
+async def _closed(call: Callable[[], Awaitable[object]], n: int, k: int,
+                  per_caller: Sequence[Callable[[], Awaitable[object]]] = (),
+                  ) -> tuple[float, float | None, float | None]:
+    lat, elapsed, _ = await closed_loop(call, n, k, warmup=min(200, n // 5), per_caller=per_caller)
     return len(lat) / elapsed if elapsed else 0.0, _pct(lat, 50), _pct(lat, 99)
 
 
 # -- ours -----------------------------------------------------------------------------------------------
 
 
-async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) -> list[Row]:
+def topics_workload(topics: int) -> str:
+    return f"{topics} topics"
+
+
+def _topics_note(topics: int, nats: bool) -> str:
+    where = f"one stream, {topics} subjects" if nats else f"{topics} topics, one group"
+    return f"64 concurrent, producer i on topic i % {topics} ({where})"
+
+
+async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int, topics: int) -> list[Row]:
     body = os.urandom(size)
     rows = []
     topic = f"bench-{mode}-{size}"
@@ -131,50 +153,38 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int) ->
         rows.append(servers.measured(Row(
             "dledger", mode, "consume", size, got / (time.perf_counter() - t0),
             note=f"{len(queues)} queues pulled in parallel, {PULL_BATCH} per pull"), cpu0, got))
-    rows.append(await _failover(ns, cluster, mode, size, topic))
+    if topics:
+        rows.append(await _ours_over_topics(ns, servers, mode, topic, body, n, topics))
+    gap_ms, note = await measure_failover(ns, cluster, size, topic)
+    rows.append(Row("dledger", mode, "failover", size, 0.0, gap_ms, None, note=note))
     return rows
 
 
-async def _failover(ns: str, cluster: LocalCluster, mode: str, size: int, topic: str) -> Row:
-    """Kill -9 the leader under 64 concurrent senders: time to the next acknowledged send."""
-    body = os.urandom(size)
-    acks: list[float] = []
-    stop = asyncio.Event()
+async def _ours_over_topics(ns: str, servers: Servers, mode: str, topic: str, body: bytes,
+                            n: int, topics: int) -> Row:
+    names = [f"{topic}-t{i}" for i in range(topics)]
     async with Producer(ns, send_timeout_s=10) as p:
-        async def sender() -> None:
-            while not stop.is_set():
-                try:
-                    await p.send(Message(topic, body))
-                    acks.append(time.monotonic())
-                except SendTimeoutError:
-                    continue
-        tasks = [asyncio.create_task(sender()) for _ in range(64)]
-        await asyncio.sleep(1.0)  # steady load before the fault
-        leader = await _leader(cluster)
-        killed_at = time.monotonic()
-        cluster.kill(leader)
-        deadline = killed_at + 30
-        while time.monotonic() < deadline and not any(t > killed_at + 0.05 for t in acks):
-            await asyncio.sleep(0.01)  # waiting for the first acknowledgement after the kill
-        after = [t for t in acks if t > killed_at + 0.05]
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        cluster.restart(leader)
-    gap = (after[0] - killed_at) * 1000 if after else None
-    return Row("dledger", mode, "failover", size, 0.0, gap, None, note="p50 column: ms to next ack")
+        for name in names:  # auto-created here, before the clock starts
+            await p.send(Message(name, body))
+        calls = [lambda name=name: p.send(Message(name, body)) for name in names]
+        cpu0 = servers.cpu_s()
+        tput, p50, p99 = await _closed(calls[0], n, 64, per_caller=calls)
+        return servers.measured(Row("dledger", mode, topics_workload(topics), len(body), tput, p50,
+                                    p99, note=_topics_note(topics, nats=False)), cpu0,
+                                n + min(200, n // 5))
 
 
-async def _leader(cluster: LocalCluster) -> str:
-    from broker import protocol as bp
-    from dledger.client import LogClient
-    async with LogClient(cluster.client_addresses, timeout_s=2) as lc:
-        for nid in cluster.servers:
-            if (await lc.call(nid, bp.BROKER_STATUS))["raft"]["role"] == "leader":
-                return nid
-    raise RuntimeError("no leader")
+def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topics: int = TOPICS,
+             ) -> list[Row]:
+    with broker_group(mode, flags) as (ns, cluster):
+        return asyncio.run(_ours(ns, cluster, mode, size, n, topics))
 
 
-def run_ours(mode: str, size: int, n: int) -> list[Row]:
+@contextlib.contextmanager
+def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
+                 ) -> Iterator[tuple[str, LocalCluster]]:
+    """A fresh NameServer and 3-node broker group in flush mode ``mode``, with the node options
+    ``flags``: (the NameServer's address, the group). Stopped on leaving."""
     with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d:
         ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0"],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -182,9 +192,11 @@ def run_ours(mode: str, size: int, n: int) -> list[Row]:
             assert ns_proc.stdout is not None
             host, port = json.loads(ns_proc.stdout.readline())["listen"]
             ns = f"{host}:{port}"
-            program = ("-m", "broker", "start", "--namesrv", ns, "--register-interval-s", "1")
-            with LocalCluster(d, size=3, flush_mode=mode, program=program) as cluster:
-                return asyncio.run(_ours(ns, cluster, mode, size, n))
+            program = ("-m", "broker", "start", "--namesrv", ns,
+                       "--register-interval-s", f"{register_interval_s:g}")
+            with LocalCluster(d, size=3, flush_mode=mode, program=program,
+                              extra_args=flags.args()) as cluster:
+                yield ns, cluster
         finally:
             ns_proc.terminate()
             ns_proc.wait(timeout=10)
@@ -220,7 +232,7 @@ def _start_nats(d: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     return procs, urls
 
 
-async def _nats(urls: list[str], servers: Servers, size: int, n: int) -> list[Row]:
+async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: int) -> list[Row]:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig
     async def quiet(err: Exception) -> None:
@@ -262,15 +274,22 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int) -> list[Ro
         got += len(msgs)
     rows.append(servers.measured(Row("NATS JetStream R3", "-", "consume", size,
                                      got / (time.perf_counter() - t0)), cpu0, got))
+    if topics:  # after the consume row, which drains bench.x alone and counts the whole stream
+        calls = [lambda i=i: js.publish(f"bench.t{i}", body) for i in range(topics)]
+        cpu0 = servers.cpu_s()
+        tput, p50, p99 = await _closed(calls[0], n, 64, per_caller=calls)
+        rows.append(servers.measured(Row("NATS JetStream R3", "-", topics_workload(topics), size,
+                                         tput, p50, p99, note=_topics_note(topics, nats=True)),
+                                     cpu0, n + min(200, n // 5)))
     await nc.close()
     return rows
 
 
-def run_nats(size: int, n: int) -> list[Row]:
+def run_nats(size: int, n: int, topics: int = TOPICS) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="nats-bench-") as d:
         procs, urls = _start_nats(d)
         try:
-            return asyncio.run(_nats(urls, Servers([p.pid for p in procs]), size, n))
+            return asyncio.run(_nats(urls, Servers([p.pid for p in procs]), size, n, topics))
         finally:
             for p in procs:
                 p.kill()
@@ -317,29 +336,46 @@ def chart(rows: list[Row], path: str) -> str | None:
     return None
 
 
-def main(quick: bool, payloads: list[int], out_dir: str) -> int:
+def options(f: F) -> F:
+    """The options of ``dledger bench`` (applied in cli.py, which stays a thin call into main)."""
+    f = node_flag_options(NODE_BUSY_POLL_US, NODE_QUORUM_FIRST)(f)  # the node's defaults
+    f = click.option("--topics", type=click.IntRange(0, 64), default=TOPICS, show_default=True,
+                     help="The many-topics row: 64 concurrent producers over this many topics "
+                          "(NATS: one stream, this many subjects); 0 leaves the row out.")(f)
+    f = click.option("--out", "out_dir", default="bench-results", show_default=True,
+                     type=click.Path(file_okay=False), help="Where the JSON and the PNG chart go.")(f)
+    f = click.option("--payloads", default="128,1024", show_default=True)(f)
+    return click.option("--quick", is_flag=True, help="A short run (2,000 messages per workload).")(f)
+
+
+def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_poll_us: int = 0,
+         quorum_first: bool = False) -> int:
+    sizes = [int(p) for p in payloads.split(",") if p]
+    flags = NodeFlags(busy_poll_us, quorum_first)
     n = 2000 if quick else 20_000
     plan: list[tuple[str, Any]] = []
-    for size in payloads:
+    for size in sizes:
         plan += [("nats", size), ("sync", size), ("async", size)]
     missing = nats_available()
     rows: list[Row] = []
-    import click
+    click.echo(f"dledger bench: {flags.describe()}", err=True)
     with click.progressbar(plan, label="dledger bench", file=sys.stderr,
                            item_show_func=lambda s: f"{s[0]} {s[1]} B" if s else "") as bar:
         for what, size in bar:
             if what == "nats":
                 if missing:
                     continue
-                rows += run_nats(size, n)
+                rows += run_nats(size, n, topics)
             else:
-                rows += run_ours(what, size, n)
+                rows += run_ours(what, size, n, flags, topics)
     os.makedirs(out_dir, exist_ok=True)
+    print(f"dledger servers' {flags.describe()}")
     print(render(rows))
     if missing:
         print(f"\nNATS JetStream skipped: {missing}")
     with open(os.path.join(out_dir, "broker-bench.json"), "w") as f:
         json.dump({"rows": [asdict(r) for r in rows], "cores": os.cpu_count(),
+                   "node_options": asdict(flags), "node_args": list(flags.args()),
                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f, indent=2)
     note = chart(rows, os.path.join(out_dir, "broker-bench.png"))
     print(note or f"\nsaved {out_dir}/broker-bench.json and broker-bench.png")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Awaitable, Callable
 
 import pytest
 
-from dledger.bench.load import chained_loop, closed_loop
+from dledger.bench.load import chained_loop, closed_loop, paced_loop
 from dledger.errors import NotLeaderError, OverloadedError
 
 
@@ -75,3 +76,44 @@ def test_chained_loop_hands_on_an_unexpected_error_instead_of_hanging() -> None:
 
     with pytest.raises(RuntimeError, match="broken proposer"):
         asyncio.run(run())
+
+
+def test_closed_loop_gives_each_caller_its_own_call_when_asked() -> None:
+    made: list[int] = []
+
+    def maker(i: int) -> Callable[[], Awaitable[object]]:
+        async def call() -> object:
+            made.append(i)
+            await asyncio.sleep(0)
+            return i
+        return call
+
+    calls = [maker(i) for i in range(4)]
+    latencies, _, failures = asyncio.run(closed_loop(calls[0], 80, 8, 16, per_caller=calls))
+    # 8 callers over 4 calls: caller i makes calls[i % 4], so each call is made by two callers
+    assert (len(latencies), failures) == (80, 0)
+    assert sorted(set(made)) == [0, 1, 2, 3] and all(made.count(i) == 24 for i in range(4))
+
+
+def test_closed_loop_counts_the_failures_it_is_told_of() -> None:
+    async def call() -> object:
+        raise KeyError("refused")
+
+    assert asyncio.run(closed_loop(call, 10, 2, 0, failure=(KeyError,)))[2] == 10 + 2
+    with pytest.raises(KeyError):  # an error not named as a failure is not swallowed
+        asyncio.run(closed_loop(call, 10, 2, 0))
+
+
+def test_paced_loop_makes_rate_times_duration_calls_no_faster_than_the_rate() -> None:
+    calls = 0
+
+    async def call() -> object:
+        nonlocal calls
+        calls += 1
+        if calls % 5 == 0:
+            raise KeyError("refused")
+        return calls
+
+    latencies, elapsed, failures = asyncio.run(paced_loop(call, 200.0, 0.1, failure=(KeyError,)))
+    assert (calls, len(latencies), failures) == (20, 16, 4)
+    assert elapsed >= 19 / 200  # the 20th call starts 95 ms after the first, however loaded

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from broker.bench import Row, Servers, render
+from broker.bench import Row, Servers, render, topics_workload
 
 
 def test_rows_carry_ratios_cpu_and_memory_of_the_server_processes() -> None:
@@ -21,3 +21,11 @@ def test_rows_carry_ratios_cpu_and_memory_of_the_server_processes() -> None:
     assert "cpu s/10k" in table[0] and "peak MiB" in table[0]
     assert " 2.00 " in table[3]  # 60,000 / 30,000 msg/s
     assert f"{ours.peak_rss_mib:.2f}" in table[3] and "-" in table[2].split()[-1]
+
+
+def test_the_many_topics_row_is_compared_with_nats_over_as_many_subjects() -> None:
+    nats = Row("NATS JetStream R3", "-", topics_workload(64), 1024, 8_000.0)
+    one_topic = Row("NATS JetStream R3", "-", "concurrent", 1024, 2_000.0)
+    ours = Row("dledger", "async", topics_workload(64), 1024, 4_000.0)
+    line = render([nats, one_topic, ours]).splitlines()[-1]
+    assert line.startswith("64 topics") and " 0.50 " in line  # against NATS's 64 subjects

@@ -37,15 +37,16 @@ import click
 from dledger import evloop
 from dledger.bench.disk import FlushFigure, measure_flushes, sync_estimate_ms
 from dledger.bench.load import closed_loop, percentile, processes_cpu_s
+from dledger.bench.nodeflags import NodeFlags, node_flag_options
 from dledger.bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from dledger.protocol import LOCAL_LOAD
 
 
-# dledger's servers poll for acknowledgements this long (--busy-poll-us) before sleeping, and
-# replicate quorum first (--quorum-first).
-BUSY_POLL_US = 300
+# The benchmark's node options unless told otherwise: servers poll for acknowledgements this long
+# (--busy-poll-us) before sleeping, and replicate quorum first (--quorum-first).
+BENCH_FLAGS = NodeFlags(busy_poll_us=300, quorum_first=True)
 
 
 @dataclass
@@ -132,9 +133,10 @@ def _servers_cpu_s(cluster: LocalCluster) -> float:
     return processes_cpu_s([s.proc.pid for s in cluster.servers.values() if s.proc is not None])
 
 
-def run_dledger(mode: str, size: int, runs: list[tuple[str, str, int, int]]) -> list[Figure]:
+def run_dledger(mode: str, size: int, runs: list[tuple[str, str, int, int]],
+                flags: NodeFlags = BENCH_FLAGS) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="dledger-bench-") as d:
-        args = ("--enable-bench", "--busy-poll-us", str(BUSY_POLL_US), "--quorum-first")
+        args = ("--enable-bench", *flags.args())
         with LocalCluster(d, size=3, flush_mode=mode, extra_args=args) as cluster:
             return evloop.run(_session(cluster, mode, size, runs))
 
@@ -283,7 +285,8 @@ def sync_estimates(figs: list[Figure], disk: list[FlushFigure]) -> list[str]:
 
 def write_markdown(path: str, figs: list[Figure], command: str,
                    disk: list[FlushFigure], shipped: list[Figure],
-                   probe_us: Sequence[float] = (), repeats: int = 1) -> None:
+                   probe_us: Sequence[float] = (), repeats: int = 1,
+                   flags: NodeFlags = BENCH_FLAGS) -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         "# Replicated-log benchmark: dledger vs pysyncobj 0.3.17", "",
@@ -304,14 +307,9 @@ def write_markdown(path: str, figs: list[Figure], command: str,
         "`inflight`), and with glibc told to keep freed memory (with glibc's defaults each "
         "message's zlib state is handed back to the kernel; on this box that made one-at-a-time "
         "calls about three times slower: see below and dledger/bench/pysyncobj_peer.py). "
-        "dledger's servers run on uvloop with "
-        f"`--busy-poll-us {BUSY_POLL_US}` (a leader with at most 4 proposals awaiting commit, "
-        "and a follower that just acknowledged entries when appends come that often, poll their "
-        "sockets that long before they sleep, and a node polls for the fsync of a lone entry to "
-        "end; the CPU column includes the polling), with a leader's background fsyncs through "
-        "Linux AIO (a follower fsyncs a batch with a plain fdatasync), and `--quorum-first` (a "
-        "new entry goes at once to one follower, the one a commit needs; the other gets entries "
-        "in batches of 1024 and at every 100 ms heartbeat).", "",
+        "dledger's servers run on uvloop, with a leader's background fsyncs through Linux AIO (a "
+        f"follower fsyncs a batch with a plain fdatasync), with {flags.prose()}.", "",
+        f"dledger's {flags.describe()}.", "",
         "```", render(figs), "```", ""]
     if len(probe_us) == 2:
         lines += [f"Python speed probe (`sum(range(1000))`, best of five): {probe_us[0]:.2f} µs "
@@ -338,9 +336,11 @@ def write_markdown(path: str, figs: list[Figure], command: str,
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--markdown", "md_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the table and targets as markdown (e.g. docs/bench.md).")
+@node_flag_options(BENCH_FLAGS.busy_poll_us, BENCH_FLAGS.quorum_first)
 def main(quick: bool, payloads: str, repeats: int | None, json_path: str | None,
-         md_path: str | None) -> None:
+         md_path: str | None, busy_poll_us: int, quorum_first: bool) -> None:
     sizes = [int(p) for p in payloads.split(",") if p]
+    flags = NodeFlags(busy_poll_us, quorum_first)
     repeats = repeats if repeats is not None else (1 if quick else 3)
     if repeats % 2 == 0:
         raise click.BadParameter(f"{repeats} is even: the median must be one of the rounds",
@@ -352,14 +352,14 @@ def main(quick: bool, payloads: str, repeats: int | None, json_path: str | None,
     disk = measure_disk(quick, sizes)
     click.echo(f"dledger bench: {repeats} x {len(steps)} runs on "
                f"{platform.python_implementation()} {platform.python_version()}, "
-               f"{os.cpu_count()} cores", err=True)
+               f"{os.cpu_count()} cores; dledger's {flags.describe()}", err=True)
     work = [(k, step) for k in range(repeats) for step in steps]
     with click.progressbar(work, label="running", file=sys.stderr,
                            item_show_func=lambda w: f"round {w[0] + 1}: {w[1][0]} {w[1][1]} "
                                                     f"{w[1][2]} B" if w else "") as bar:
         for k, step in bar:
             if step[0] == "dledger":
-                rounds[k].extend(run_dledger(step[1], step[2], step[3]))
+                rounds[k].extend(run_dledger(step[1], step[2], step[3], flags))
             elif step[0] == "pysyncobj-default-malloc":
                 shipped_rounds[k].append(run_peer(step[1], step[2], step[3], step[4],
                                                   malloc="default"))
@@ -369,6 +369,7 @@ def main(quick: bool, payloads: str, repeats: int | None, json_path: str | None,
     probe_us.append(cpu_probe_us())
     if repeats > 1:
         click.echo(f"each row: the median of {repeats} rounds (entries/s for inflight, p50 for one)")
+    click.echo(f"dledger's {flags.describe()}")
     click.echo(render(figs))
     click.echo(f"python speed probe, sum(range(1000)): {probe_us[0]:.2f} us at the start, "
                f"{probe_us[1]:.2f} us at the end")
@@ -383,10 +384,11 @@ def main(quick: bool, payloads: str, repeats: int | None, json_path: str | None,
         click.echo(f"  [disk] {text}")
     if md_path:
         write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]), disk,
-                       shipped, probe_us, repeats)
+                       shipped, probe_us, repeats, flags)
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"figures": [asdict(x) for x in figs],
+            json.dump({"figures": [asdict(x) for x in figs], "node_options": asdict(flags),
+                       "node_args": list(flags.args()),
                        "targets": [{"target": t, "met": ok} for t, ok in targets(figs)],
                        "peer_default_malloc": [asdict(x) for x in shipped],
                        "disk": [asdict(d) for d in disk], "disk_sync_estimates": sync_estimates(figs, disk),

@@ -1,39 +1,69 @@
 """A closed-loop load: N proposers, each awaiting its commit before the next one. Used by the
-benchmark from a client process and by the server's in-leader benchmark hook. Also the CPU
-seconds of server processes, read from /proc, that both benchmarks report."""
+benchmark from a client process and by the server's in-leader benchmark hook. Also an open-loop
+light load at a fixed rate, and the CPU seconds of server processes, read from /proc, that both
+benchmarks report."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from dledger.errors import DLedgerError
 
 
 async def closed_loop(call: Callable[[], Awaitable[object]], count: int, concurrency: int,
-                      warmup: int) -> tuple[list[float], float, int]:
+                      warmup: int, per_caller: Sequence[Callable[[], Awaitable[object]]] = (),
+                      failure: tuple[type[Exception], ...] = (DLedgerError,),
+                      ) -> tuple[list[float], float, int]:
     """Run ``warmup`` unmeasured then ``count`` measured calls with ``concurrency`` callers.
+    With ``per_caller``, caller i makes ``per_caller[i % len(per_caller)]`` instead of ``call``
+    (e.g. each producer its own topic). A call raising one of ``failure`` counts as failed.
     Returns (latencies in ms, elapsed seconds of the measured part, failures)."""
     latencies_ms: list[float] = []
     failures = 0
 
-    async def caller(n: int, measure: bool) -> None:
+    async def caller(i: int, n: int, measure: bool) -> None:
         nonlocal failures
+        call_i = per_caller[i % len(per_caller)] if per_caller else call
         for _ in range(n):
             t0 = time.perf_counter()
             try:
-                await call()
-            except DLedgerError:
+                await call_i()
+            except failure:
                 failures += 1
                 continue
             if measure:
                 latencies_ms.append((time.perf_counter() - t0) * 1000)
 
-    await asyncio.gather(*(caller(max(1, warmup // concurrency), False) for _ in range(concurrency)))
+    await asyncio.gather(*(caller(i, max(1, warmup // concurrency), False) for i in range(concurrency)))
     t0 = time.perf_counter()
-    await asyncio.gather(*(caller(max(1, count // concurrency), True) for _ in range(concurrency)))
+    await asyncio.gather(*(caller(i, max(1, count // concurrency), True) for i in range(concurrency)))
+    return latencies_ms, time.perf_counter() - t0, failures
+
+
+async def paced_loop(call: Callable[[], Awaitable[object]], rate_per_s: float, duration_s: float,
+                     failure: tuple[type[Exception], ...] = (DLedgerError,),
+                     ) -> tuple[list[float], float, int]:
+    """An open-loop light load: ``rate_per_s * duration_s`` calls, the i-th started at i / rate
+    seconds from the start, or as soon as the previous one ends when it is late (one caller:
+    no burst to catch up). A call raising one of ``failure`` counts as failed. Returns
+    (latencies in ms, elapsed seconds, failures)."""
+    latencies_ms: list[float] = []
+    failures = 0
+    t0 = time.perf_counter()
+    for i in range(max(1, round(rate_per_s * duration_s))):
+        delay_s = t0 + i / rate_per_s - time.perf_counter()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        start = time.perf_counter()
+        try:
+            await call()
+        except failure:
+            failures += 1
+            continue
+        latencies_ms.append((time.perf_counter() - start) * 1000)
     return latencies_ms, time.perf_counter() - t0, failures
 
 
