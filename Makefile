@@ -21,7 +21,7 @@ up: install
 
 # The whole test suite, including the simulator sweep (time-boxed) and canaries.
 test: install-dev
-	$(BIN)/ruff check dledger broker namesrv client chaos cli.py tests
+	$(BIN)/ruff check dledger broker namesrv client chaos cli tests
 	$(BIN)/python -m pytest
 
 sim: install-dev

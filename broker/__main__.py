@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from broker.server import BrokerConfig, BrokerServer
 from dledger import evloop
 from dledger.node_cli import (
@@ -32,7 +33,9 @@ def main() -> None:
               help="Create a topic (4 queues) on its first send.")
 @click.option("--admin-listen", default="127.0.0.1:0", show_default=True,
               help="Admin HTTP address (/status, /metrics, /livez, /readyz).")
-@click.option("--namesrv", default="", help="NameServers to register with: host:port,host:port")
+@click.option("--namesrv", default="",
+              help="NameServers to register with: host[:port] separated by ';' or ',' "
+                   "(port 9876 if none is given).")
 @click.option("--register-interval-s", type=float, default=30.0, show_default=True)
 @click.option("--advertise", default=None,
               help="Client address to register instead of --listen's (NAT, a proxy).")
@@ -43,9 +46,10 @@ def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str
           **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
-    names = tuple(a.strip() for a in namesrv.split(",") if a.strip())
-    for a in names:
-        parse_address(a)
+    try:
+        names = parse_namesrv_list(namesrv) if namesrv.strip() else ()
+    except NameSrvAddressError as err:
+        raise click.BadParameter(str(err), param_hint="'--namesrv'") from err
     config = BrokerConfig(node_config(opts), parse_address(client_listen),
                           auto_create_topics=auto_create, admin_listen=parse_address(admin_listen),
                           namesrv=names, register_interval_s=register_interval_s,

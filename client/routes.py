@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import aiohttp
 
+from broker.namesrv_addrs import parse_namesrv_list
 from client import errors
 from dledger.client import LogClient
 from dledger.client import UnavailableError as LogUnavailableError
@@ -51,10 +52,10 @@ def _addr(text: str) -> tuple[str, int]:
 
 
 class Routes:
-    def __init__(self, namesrv: list[str], request_timeout_s: float = 3.0) -> None:
-        if not namesrv:
-            raise ValueError("no NameServer address given")
-        self.urls = [f"http://{a}" for a in namesrv]
+    def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0) -> None:
+        # "a:9876;b" or ["a:9876", "b"]: the broker's and the command line's parser (a
+        # NameSrvAddressError, a ValueError, names a bad entry)
+        self.urls = [f"http://{a}" for a in parse_namesrv_list(namesrv)]
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._routes: dict[str, TopicRoute] = {}
@@ -64,7 +65,11 @@ class Routes:
     async def start(self) -> None:
         """Fail fast when no NameServer answers."""
         self._session = aiohttp.ClientSession(timeout=self.timeout)
-        await self._get("/v1/cluster")
+        try:
+            await self._get("/v1/cluster")
+        except BaseException:
+            await self.close()  # no caller will: the failed start() returned no client to close
+            raise
 
     async def close(self) -> None:
         for c in self._groups.values():

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 Address = tuple[str, int]
 
@@ -47,10 +48,26 @@ class ServerProcess:
     log_path: str
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    ready: dict[str, Any] = field(default_factory=dict)  # the last start's ready line
+    log_start: int = 0  # where the last start's output begins in the (appended) log
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+
+def describe_exit(returncode: int) -> str:
+    """``Popen.returncode`` in words: "exited with code 1", "was killed by SIGKILL"."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
 
 
 @dataclass
@@ -167,12 +184,24 @@ class LocalCluster:
         except OSError:
             return ""
 
+    def log_of_last_start(self, nid: str, max_bytes: int = 64 << 10) -> str:
+        """What the node's current (or last) process wrote to its log, at most the last
+        ``max_bytes`` of it: the log file is appended to by every start."""
+        s = self.servers[nid]
+        try:
+            with open(s.log_path, "rb") as f:
+                f.seek(max(s.log_start, f.seek(0, os.SEEK_END) - max_bytes))
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
     # -- internals ----------------------------------------------------------------------------------
 
     def _spawn(self, nid: str) -> None:
         s = self.servers[nid]
         os.makedirs(s.data_dir, exist_ok=True)
         logf = open(s.log_path, "ab")  # noqa: SIM115 - owned by the child's lifetime
+        s.log_start = logf.tell()
         try:
             s.proc = subprocess.Popen(self.command(nid), stdout=subprocess.PIPE, stderr=logf,
                                       stdin=subprocess.DEVNULL, start_new_session=True)
@@ -195,6 +224,7 @@ class LocalCluster:
                 if b"\n" in buf:
                     line = json.loads(buf.split(b"\n", 1)[0])
                     if line.get("event") == "ready":
+                        s.ready = line
                         return
             if s.proc.poll() is not None:
                 break

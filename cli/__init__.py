@@ -1,0 +1,44 @@
+"""The ``dledger`` command (click), one module per area: ``up`` (a NameServer and broker groups
+in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
+``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``), ``bench``;
+``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
+``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
+and ``dledger-namesrv``. ``main`` is the console script's entry point."""
+
+from __future__ import annotations
+
+import click
+
+from cli.admin import consumer, leader
+from cli.bench import bench
+from cli.messages import consume, send
+from cli.node import node
+from cli.status import status
+from cli.topic import topic
+from cli.up import up
+from dledger import log_cli
+
+
+@click.group()
+def main() -> None:
+    """dledger: a message broker cluster on Raft-replicated commitlogs."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+              add_help_option=False)
+@click.pass_context
+def chaos(ctx: click.Context) -> None:
+    """Live chaos scenarios on real processes: dledger chaos run --help (needs the dev extra)."""
+    try:  # loaded on use: the harness needs the dev extra (toxiproxy-python, matplotlib)
+        from chaos.live.command import chaos as chaos_group
+    except ImportError as err:
+        raise click.ClickException(f"dledger chaos needs the dev extra "
+                                   f"(pip install -e '.[dev]'): {err}") from err
+    chaos_group.main(args=ctx.args, prog_name="dledger chaos")
+
+
+for command in (up, node, status, topic, send, consume, leader, consumer, bench):
+    main.add_command(command)
+main.add_command(log_cli.main, name="log")
+
+__all__ = ["main"]

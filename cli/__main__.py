@@ -1,0 +1,5 @@
+"""``python -m cli``: the ``dledger`` command."""
+
+from cli import main
+
+main()

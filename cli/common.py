@@ -1,0 +1,110 @@
+"""What the broker-aware commands share: the ``--namesrv`` option (parsed by the broker's and the
+client library's parser: ``;`` or ``,`` between addresses, port 9876 by default), NameServer
+reads that fall over to the next address, running a command's coroutine with errors shown as
+one line (no traceback, no repr, no code said twice), and the broker groups a command acts on."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
+
+import aiohttp
+import click
+
+from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
+from client import ClientError
+from client.routes import GroupRoute, Routes, client_error
+from dledger.errors import DLedgerError
+
+T = TypeVar("T")
+NAMESRV_DEFAULT = "127.0.0.1:9876"
+NAMESRV_HELP = ("NameServer address(es): host[:port] separated by ';' or ',' (port 9876 if "
+                "none is given; default from $NAMESRV_ADDR, else 127.0.0.1:9876).")
+NAMESRV_TIMEOUT_S = 3.0
+
+
+def _parse_namesrv(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    try:
+        return parse_namesrv_list(value)
+    except NameSrvAddressError as err:
+        raise click.BadParameter(str(err), ctx, param) from err
+
+
+namesrv_option = click.option("--namesrv", default=NAMESRV_DEFAULT, envvar="NAMESRV_ADDR",
+                              callback=_parse_namesrv, help=NAMESRV_HELP)
+
+
+def http_error_text(err: BaseException) -> str:
+    """One readable phrase for an HTTP failure (aiohttp's own texts repeat the host and port)."""
+    if isinstance(err, aiohttp.ClientConnectorError):
+        return f"cannot connect: {err.os_error.strerror or err.os_error}"
+    if isinstance(err, TimeoutError):
+        return "no answer in time"
+    if isinstance(err, (aiohttp.ContentTypeError, ValueError)):
+        return "the answer is not a NameServer's (no JSON)"
+    return str(err) or type(err).__name__
+
+
+async def namesrv_get(namesrv: Sequence[str], path: str,
+                      timeout_s: float = NAMESRV_TIMEOUT_S) -> tuple[int, Any]:
+    """GET ``path`` (HTTP status, JSON body) from the first NameServer that answers."""
+    failures = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        for addr in namesrv:
+            try:
+                async with session.get(f"http://{addr}{path}") as resp:
+                    return resp.status, await resp.json()
+            except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+                failures.append(f"{addr} ({http_error_text(err)})")
+    raise click.ClickException(f"no NameServer answered: {', '.join(failures)}")
+
+
+def describe(err: DLedgerError | ClientError) -> str:
+    """``TypeName: message`` for the user: the client library's name for the error, and the
+    broker's code dropped where the name already says it (``TOPIC_NOT_FOUND: TOPIC_NOT_FOUND``
+    was what a missing topic printed)."""
+    shown = client_error(err) if isinstance(err, DLedgerError) else err
+    text = str(err)
+    code, sep, rest = text.partition(": ")
+    while sep and _is_code(code) and (rest == code or rest.startswith(code + ": ")):
+        text = rest  # the broker's error text starts with its code, and the wire adds it again
+        code, sep, rest = text.partition(": ")
+    if sep and _is_code(code):
+        text = rest
+    return f"{type(shown).__name__}: {text}"
+
+
+def _is_code(word: str) -> bool:
+    return word.isupper() and word.replace("_", "").isalpha()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; an error of the cluster ends the command with one line."""
+    try:
+        return asyncio.run(coro)
+    except (DLedgerError, ClientError) as err:
+        raise click.ClickException(describe(err)) from err
+
+
+async def groups_of(routes: Routes, only: Sequence[str]) -> list[GroupRoute]:
+    """The registered broker groups (only those named, when any are): an error when none is."""
+    groups = await routes.cluster_groups()
+    if not groups:
+        raise click.ClickException("no broker group is registered at the NameServer")
+    unknown = sorted(set(only) - {g.group for g in groups})
+    if unknown:
+        raise click.ClickException(f"no broker group {', '.join(unknown)} is registered "
+                                   f"(registered: {', '.join(g.group for g in groups)})")
+    return [g for g in groups if not only or g.group in only]
+
+
+def with_routes(namesrv: Sequence[str], fn: Callable[[Routes], Awaitable[None]]) -> None:
+    """Run ``fn`` with the NameServers' routes (closed afterwards)."""
+    async def main() -> None:
+        routes = Routes(list(namesrv))
+        await routes.start()
+        try:
+            await fn(routes)
+        finally:
+            await routes.close()
+    run(main())

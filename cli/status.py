@@ -1,0 +1,130 @@
+"""``dledger status``: per broker group and node, role, term, indexes, follower lag and last
+contact, and the group's health, read from the NameServer (which nodes exist, their admin
+addresses) and from each node's own ``/status``; the exit code tells the worst health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+import aiohttp
+import click
+
+from cli.common import http_error_text, namesrv_get, namesrv_option
+
+NODE_TIMEOUT_S = 2.0
+WATCH_MIN_S = 0.5  # each round asks every node: a shorter period only loads the cluster
+
+# health -> exit code; the worst group's code is the command's
+HEALTH_EXIT = {"ok": 0, "degraded": 3, "no leader": 2, "no quorum": 2}
+HEALTH_HELP = """Health of a group: "ok" (a leader, every member answers; exit 0), "degraded"
+(a leader and a majority answer, some member does not; exit 3), "no leader" (a majority
+answers but none leads, e.g. during an election; exit 2), "no quorum" (fewer than a majority of
+the members answer; exit 2). The members are the nodes registered at the NameServer and those
+the leader replicates to. No registered group, or no NameServer answering: exit 1."""
+
+
+@click.command(epilog=HEALTH_HELP)
+@namesrv_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--watch", type=click.FloatRange(min=WATCH_MIN_S), default=None, metavar="SECONDS",
+              help=f"Repeat every SECONDS (at least {WATCH_MIN_S}) until Ctrl-C; the exit code is "
+                   "the last round's.")
+def status(namesrv: tuple[str, ...], as_json: bool, watch: float | None) -> None:
+    """Per group and node: role, term, indexes, follower lag and last contact, and health."""
+    if watch is None:
+        rows = _read(namesrv)
+        click.echo(json.dumps(rows, indent=2) if as_json else status_table(rows))
+        sys.exit(exit_code(rows))
+    code = 1
+    try:
+        while True:  # until Ctrl-C: an error is shown and the next round tries again
+            try:
+                rows = _read(namesrv)
+                click.echo(json.dumps(rows, indent=2) if as_json else status_table(rows))
+                code = exit_code(rows)
+            except click.ClickException as err:
+                click.echo(f"Error: {err.format_message()}", err=True)
+                code = err.exit_code
+            time.sleep(watch)  # the period the user asked for
+    except KeyboardInterrupt:
+        sys.exit(code)
+
+
+def exit_code(rows: list[dict[str, Any]]) -> int:
+    codes = [HEALTH_EXIT[r["health"]] for r in rows]
+    return 2 if 2 in codes else max(codes, default=0)
+
+
+def _read(namesrv: Sequence[str]) -> list[dict[str, Any]]:
+    rows = asyncio.run(cluster_status(namesrv))
+    if not rows:
+        raise click.ClickException(
+            f"no broker group is registered at the NameServer ({', '.join(namesrv)}): the "
+            "brokers are down, not started yet, or registered elsewhere (after a NameServer "
+            "restart they register again within their --register-interval-s)")
+    return rows
+
+
+async def cluster_status(namesrv: Sequence[str]) -> list[dict[str, Any]]:
+    _, cluster = await namesrv_get(namesrv, "/v1/cluster")
+    timeout = aiohttp.ClientTimeout(total=NODE_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        return list(await asyncio.gather(*(_group_status(session, g) for g in cluster["groups"])))
+
+
+async def _group_status(session: aiohttp.ClientSession, g: dict[str, Any]) -> dict[str, Any]:
+    nodes = list(await asyncio.gather(*(_node_status(session, n) for n in g["nodes"])))
+    leaders = sorted((n for n in nodes if n["role"] == "leader"), key=lambda n: n["term"])
+    leader = leaders[-1] if leaders else None
+    registered = {n["node"] for n in nodes}
+    for nid in sorted(set(leader["followers"]) - registered) if leader else ():
+        nodes.append({"node": nid, "role": "unreachable", "error": "not registered"})
+    health = group_health(len(nodes), sum(n["role"] != "unreachable" for n in nodes),
+                          leader is not None)
+    return {"group": g["group"], "leader": leader["node"] if leader else None,
+            "term": leader["term"] if leader else g["term"], "health": health,
+            "nodes": sorted(nodes, key=lambda n: n["node"])}
+
+
+def group_health(members: int, reachable: int, has_leader: bool) -> str:
+    """See HEALTH_HELP."""
+    if reachable * 2 <= members:
+        return "no quorum"
+    if not has_leader:
+        return "no leader"
+    return "ok" if reachable == members else "degraded"
+
+
+async def _node_status(session: aiohttp.ClientSession, n: dict[str, Any]) -> dict[str, Any]:
+    try:
+        async with session.get(f"http://{n['admin_address']}/status") as resp:
+            st = await resp.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        return {"node": n["node_id"], "role": "unreachable", "error": http_error_text(err)}
+    raft = st["raft"]
+    return {"node": n["node_id"], "role": raft["role"], "term": raft["term"],
+            "last_index": raft["last_index"], "commit_index": raft["commit_index"],
+            "applied_index": st["applied_index"],
+            "followers": {f["node_id"]: {"lag": raft["last_index"] - f["match_index"],
+                                         "last_contact_ticks": f["last_contact_ticks"]}
+                          for f in raft["followers"]}}
+
+
+def status_table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'group':<6} {'node':<5} {'role':<12} {'term':>5} {'last':>8} {'commit':>8} "
+             f"{'applied':>8}  followers (lag / last contact ticks)"]
+    for g in rows:
+        for n in g["nodes"]:
+            if n["role"] == "unreachable":
+                lines.append(f"{g['group']:<6} {n['node']:<5} unreachable  ({n['error']})")
+                continue
+            fol = ", ".join(f"{k}: {v['lag']} / {v['last_contact_ticks']}"
+                            for k, v in n["followers"].items())
+            lines.append(f"{g['group']:<6} {n['node']:<5} {n['role']:<12} {n['term']:>5} "
+                         f"{n['last_index']:>8} {n['commit_index']:>8} {n['applied_index']:>8}  {fol}")
+        lines.append(f"{g['group']:<6} health: {g['health']}")
+    return "\n".join(lines)
