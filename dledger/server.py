@@ -35,6 +35,7 @@ from dledger.protocol import (
     BadRequestError,
     Request,
     decode_request,
+    encode_decode_error,
     encode_error,
     encode_result,
 )
@@ -66,7 +67,7 @@ class _ClientConnection(FramedProtocol):
         try:
             req = decode_request(payload)
         except WireError as err:
-            self.reply(encode_error(-1, err))
+            self.reply(encode_decode_error(err))
             return
         if req.kind == PROPOSE and self.server.propose_fast(req, self):
             return
