@@ -85,6 +85,8 @@ async def _json_body(request: web.Request) -> object:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # deep nesting within the size bound: the decoder's own limit
+        raise BadRequestError("the body is not valid JSON: nested too deeply") from exc
 
 
 def _now_s(request: web.Request) -> float:

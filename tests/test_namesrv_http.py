@@ -249,6 +249,20 @@ def test_every_bad_registration_gets_400_naming_the_problem() -> None:
     run(scenario)
 
 
+def test_deeply_nested_json_is_a_400_like_any_other_malformed_body() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        depth = 100_000  # 200 KB: well within the body bound, far past the decoder's recursion
+        for path in ("register", "unregister"):
+            for body in (b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth):
+                status, answer = await call(http, "POST", f"{base}/v1/brokers/{path}", data=body,
+                                            headers={"Content-Type": "application/json"})
+                assert (status, answer) == (
+                    400, {"error": "the body is not valid JSON: nested too deeply"})
+        assert await call(http, "GET", f"{base}/livez") == (200, {"ok": True})
+
+    run(scenario)
+
+
 def test_an_ipv6_address_in_brackets_is_accepted() -> None:
     async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
         status, _ = await call(http, "POST", f"{base}/v1/brokers/register",
