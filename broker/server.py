@@ -54,7 +54,12 @@ from broker.topics import DEFAULT_QUEUES, validate_topic_name
 from dledger.commitlog import FileLogStore
 from dledger.errors import DLedgerError, NotLeaderError, WireError
 from dledger.hardstate import write_file_atomically
-from dledger.framed import FramedProtocol
+from dledger.framed import (
+    CONNECTIONS_MAX_DEFAULT,
+    INPUT_BUFFER_BYTES_MAX_DEFAULT,
+    ConnectionLimits,
+    FramedProtocol,
+)
 from dledger.protocol import (
     Request,
     decode_request,
@@ -85,11 +90,13 @@ class BrokerConfig:
     namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
     register_interval_s: float = 30.0
     advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
+    max_connections: int = CONNECTIONS_MAX_DEFAULT  # client connections open at once
+    input_buffer_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT  # partial frames, all clients
 
 
 class _Connection(FramedProtocol):
     def __init__(self, server: BrokerServer) -> None:
-        super().__init__()
+        super().__init__(limits=server.limits)
         self.server = server
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -125,6 +132,7 @@ class BrokerServer:
         self.client_address: Address | None = None
         self.admin_address: Address | None = None
         self._admin: web.AppRunner | None = None
+        self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
         self.sends = SendGroups(self._propose_send, self._send_answer)
@@ -380,6 +388,7 @@ class BrokerServer:
         st["applied_index"] = self.state.applied_index
         st["admin_address"] = list(self.admin_address or ())
         st["consumer_groups"] = self.members.snapshot(time.monotonic())
+        st["client_connections"] = self.limits.stats()
         return st
 
 
