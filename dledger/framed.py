@@ -20,6 +20,7 @@ log = logging.getLogger("dledger.framed")
 
 CONNECTIONS_MAX_DEFAULT = 4096
 INPUT_BUFFER_BYTES_MAX_DEFAULT = 128 << 20  # 32 batches of 4 MiB arriving at once
+REFUSED_LINGER_S = 1.0  # a refused connection is aborted after this, whatever the client does
 
 
 class ConnectionLimits:
@@ -101,7 +102,11 @@ class FramedProtocol(asyncio.Protocol):
         if self.limits is not None and not self.limits.admit(self):
             err = OverloadedError(f"too many connections (at most {self.limits.connections_max})")
             transport.write(encode_frame(encode_error(-1, err)))
-            transport.close()  # after the error frame is written
+            # Half-close and read (and drop) what the client had already sent: closing with
+            # unread input would reset the connection and could lose the error frame. The
+            # client closes on our EOF; one that does not is cut off after REFUSED_LINGER_S.
+            transport.write_eof() if transport.can_write_eof() else transport.close()
+            asyncio.get_running_loop().call_later(REFUSED_LINGER_S, transport.abort)
             self._evicted = True
             return
         self.transport = transport

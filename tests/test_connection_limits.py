@@ -16,7 +16,7 @@ import pytest
 
 from broker import protocol as bp
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from dledger.errors import DLedgerError, OverloadedError
 from dledger.localcluster import LocalCluster
 from dledger.protocol import PROPOSE, STATUS, decode_response
 from dledger.wire import FrameDecoder
@@ -95,8 +95,11 @@ def test_partial_frames_stay_within_the_budget_and_connections_within_the_limit(
             answer = _read_until_closed(over)
             assert answer is not None and answer.code == "OVERLOADED", answer
             assert "too many connections" in answer.message
+            async with LogClient(cluster.client_addresses, timeout_s=5.0) as late:
+                with pytest.raises(OverloadedError, match="too many connections"):
+                    await late.call("n0", status_kind)  # named, not "connection lost"
             st = await stats()
-            assert st["refused"] == 1 and st["open"] == CONNECTIONS_MAX
+            assert st["refused"] == 2 and st["open"] == CONNECTIONS_MAX
             for s in idle:
                 s.close()
             await wait_until(lambda: _open_is(stats, 1), 10, "the idle connections to be gone")
