@@ -8,11 +8,13 @@ before the handler runs; so a handler gets well-typed values and only checks wha
 broker's state (a topic's permission, its queue counts, leadership), then calls the server.
 
 Read rules (RocketMQ's pull rules): a pull of a topic this node knows needs read permission
-(NO_PERMISSION) and a queue id below the topic's read queue count (QUEUE_NOT_FOUND); the queue
-count also bounds SEARCH_OFFSET, OFFSET_QUERY and OFFSET_COMMIT. A topic this node does not know
-reads as an empty queue: a replica cannot tell a topic that does not exist from one whose
-creation it has not applied yet (a long poll on a follower waits for the first send to an
-auto-created topic). An offset commit needs the topic to exist on the leader.
+(NO_PERMISSION) and a queue id below the topic's read queue count (QUEUE_NOT_FOUND). A topic
+this node does not know reads as an empty queue: a replica cannot tell a topic that does not
+exist from one whose creation it has not applied yet (a long poll on a follower waits for the
+first send to an auto-created topic). An offset commit, which the log keeps for good, needs the
+topic to exist on the leader and the queue to be one of its read queues. SEARCH_OFFSET and
+OFFSET_QUERY read no message and, as in RocketMQ, check neither: a queue nobody committed on
+answers -1, one that holds nothing answers offset 0.
 
 Adding a request kind: its number in ``broker.protocol`` and one ``@handles(...)`` function here.
 """
@@ -214,13 +216,11 @@ async def offset_commit(server: BrokerServer, group: str, topic: str, qid: int,
 @handles(OFFSET_QUERY, group=text(), topic=readable_topic, queue_id=queue_id)
 async def offset_query(server: BrokerServer, group: str, topic: str, qid: int) -> int:
     await server.node.read_barrier()  # the leader, with every earlier commit applied
-    _queue_of(server, topic, qid)
     return server.state.offsets.get((group, topic, qid), -1)
 
 
 @handles(SEARCH_OFFSET, topic=readable_topic, queue_id=queue_id, timestamp_ms=integer())
 async def search_offset(server: BrokerServer, topic: str, qid: int, timestamp_ms: int) -> int:
-    _queue_of(server, topic, qid)
     return server.state.offset_at(topic, qid, timestamp_ms)
 
 
