@@ -12,6 +12,7 @@ from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from broker.server import BrokerConfig, BrokerServer
 from dledger import evloop
 from dledger.node_cli import (
+    client_limits,
     node_config,
     node_options,
     parse_address,
@@ -50,11 +51,14 @@ def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str
         names = parse_namesrv_list(namesrv) if namesrv.strip() else ()
     except NameSrvAddressError as err:
         raise click.BadParameter(str(err), param_hint="'--namesrv'") from err
+    limits = client_limits(opts)
     config = BrokerConfig(node_config(opts), parse_address(client_listen),
                           auto_create_topics=auto_create, admin_listen=parse_address(admin_listen),
                           namesrv=names, register_interval_s=register_interval_s,
                           checkpoint_interval_s=checkpoint_interval_s,
-                          advertise_client=parse_address(advertise) if advertise else None)
+                          advertise_client=parse_address(advertise) if advertise else None,
+                          max_connections=limits.connections_max,
+                          input_buffer_bytes_max=limits.input_bytes_max)
     evloop.run(_serve(config), server=True)
 
 

@@ -49,6 +49,13 @@ def _prometheus(server: BrokerServer) -> str:
         ("dledger_topics", "topics known", len(server.state.topics)),
         ("dledger_queue_messages_total", "messages in all consume queues",
          sum(len(u) for u in server.state.queues.values())),
+        ("dledger_client_connections", "client connections open", len(server.limits.open)),
+        ("dledger_client_connections_refused", "client connections refused at the limit",
+         server.limits.refused),
+        ("dledger_client_input_buffered_bytes", "bytes of partial frames held by clients",
+         server.limits.held_bytes),
+        ("dledger_client_connections_evicted", "client connections closed by the input budget",
+         server.limits.evicted),
     ]
     lines = []
     for name, help_text, value in gauges:

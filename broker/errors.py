@@ -19,3 +19,10 @@ class BadEntryError(BrokerError):
     """A log entry's payload is not a valid broker entry (or a request is malformed)."""
 
     code = "BAD_REQUEST"
+
+
+class BadRequestError(BrokerError):
+    """A request is malformed: an argument missing or extra, or a field of the wrong type or out
+    of its range. The message names the request and the field."""
+
+    code = "BAD_REQUEST"

@@ -20,6 +20,12 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - TRANSFER_LEADERSHIP ``node_id`` -> true once that node leads (leader only)
 - SEARCH_OFFSET ``topic, queue_id, timestamp_ms`` -> the first queue offset stored at or after
   that time (the queue's max offset if none is); any replica answers from committed data
+
+The broker checks every request itself (``broker.handlers``): the argument count, each field's
+type and range (integers are never negative; a bool is not an integer), reserved topic names,
+and the read rules (read permission, read-queue count). Anything else is a BAD_REQUEST error
+naming the field. A pull's ``max_messages`` is capped at MAX_PULL_MESSAGES and its
+``suspend_ms`` at MAX_SUSPEND_MS; ``max_messages`` 0 answers the queue's offsets only.
 """
 
 from __future__ import annotations
@@ -36,8 +42,7 @@ BROKER_STATUS = 106
 HEARTBEAT = 107
 TRANSFER_LEADERSHIP = 108
 SEARCH_OFFSET = 109
-KINDS = {SEND, PULL, TOPIC_PUT, TOPIC_DELETE, OFFSET_COMMIT, OFFSET_QUERY, BROKER_STATUS, HEARTBEAT,
-         TRANSFER_LEADERSHIP, SEARCH_OFFSET}
+# The kinds a broker serves are SEND and those of its handler table (``broker.handlers``).
 
 FOUND = "FOUND"
 NO_NEW_MSG = "NO_NEW_MSG"

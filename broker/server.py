@@ -24,10 +24,7 @@ from aiohttp import web
 from broker.admin import make_app
 from broker.entries import (
     Message,
-    OffsetCommit,
     SendEntry,
-    TopicDelete,
-    TopicPut,
     check_message,
     decode,
     encode,
@@ -35,25 +32,16 @@ from broker.entries import (
 )
 from broker.errors import BadEntryError, BrokerError
 from broker.members import GroupMembers
+from broker.handlers import dispatch, served_kinds
 from broker.protocol import (
-    BROKER_STATUS,
-    HEARTBEAT,
-    KINDS,
-    TRANSFER_LEADERSHIP,
     FOUND,
     MAX_BATCH_BYTES,
     MAX_MESSAGE_BYTES,
     MAX_PULL_MESSAGES,
     MAX_SUSPEND_MS,
     NO_NEW_MSG,
-    OFFSET_COMMIT,
     OFFSET_OUT_OF_RANGE,
-    OFFSET_QUERY,
-    PULL,
-    SEARCH_OFFSET,
     SEND,
-    TOPIC_DELETE,
-    TOPIC_PUT,
     MessageTooLargeError,
     SendRefusedError,
     offset_msg_id,
@@ -66,14 +54,26 @@ from broker.topics import DEFAULT_QUEUES, validate_topic_name
 from dledger.commitlog import FileLogStore
 from dledger.errors import DLedgerError, NotLeaderError, WireError
 from dledger.hardstate import write_file_atomically
-from dledger.framed import FramedProtocol
-from dledger.protocol import Request, decode_request, encode_error, encode_result
+from dledger.framed import (
+    CONNECTIONS_MAX_DEFAULT,
+    INPUT_BUFFER_BYTES_MAX_DEFAULT,
+    ConnectionLimits,
+    FramedProtocol,
+)
+from dledger.protocol import (
+    Request,
+    decode_request,
+    encode_decode_error,
+    encode_error,
+    encode_result,
+)
 from dledger.raft.types import EntryKind
 from dledger.runtime import Address, AppliedEntry, Committed, Node, NodeConfig
 from dledger.server import status_dict
 
 log = logging.getLogger("broker.server")
 
+SERVED_KINDS = served_kinds()
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
 CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
 
@@ -90,11 +90,13 @@ class BrokerConfig:
     namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
     register_interval_s: float = 30.0
     advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
+    max_connections: int = CONNECTIONS_MAX_DEFAULT  # client connections open at once
+    input_buffer_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT  # partial frames, all clients
 
 
 class _Connection(FramedProtocol):
     def __init__(self, server: BrokerServer) -> None:
-        super().__init__()
+        super().__init__(limits=server.limits)
         self.server = server
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -103,9 +105,9 @@ class _Connection(FramedProtocol):
 
     def payload_received(self, payload: bytes) -> None:
         try:
-            req = decode_request(payload, KINDS)
+            req = decode_request(payload, SERVED_KINDS)
         except WireError as err:
-            self.send_payload(encode_error(-1, err))
+            self.send_payload(encode_decode_error(err))
             return
         if req.kind == SEND and self.server.send_fast(req, self):
             return
@@ -130,6 +132,7 @@ class BrokerServer:
         self.client_address: Address | None = None
         self.admin_address: Address | None = None
         self._admin: web.AppRunner | None = None
+        self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
         self.sends = SendGroups(self._propose_send, self._send_answer)
@@ -216,42 +219,18 @@ class BrokerServer:
         a = req.args
         if req.kind == SEND:
             return await self.send(a[0], a[1], a[2])
-        if req.kind == PULL:
-            return await self.pull(*a)
-        if req.kind == TOPIC_PUT:
-            name, r, w, perm = a
-            return (await self._leader_commit(TopicPut(validate_topic_name(name), r, w, perm))).status
-        if req.kind == TOPIC_DELETE:
-            return (await self._leader_commit(TopicDelete(a[0]))).status
-        if req.kind == OFFSET_COMMIT:
-            group, topic, queue_id, offset = a
-            return (await self._leader_commit(OffsetCommit(group, topic, queue_id, offset))).status
-        if req.kind == OFFSET_QUERY:
-            group, topic, queue_id = a
-            await self.node.read_barrier()  # the leader, with every earlier commit applied
-            return self.state.offsets.get((group, topic, queue_id), -1)
-        if req.kind == SEARCH_OFFSET:
-            topic, queue_id, timestamp_ms = a
-            return self.state.offset_at(str(topic), int(queue_id), int(timestamp_ms))
-        if req.kind == BROKER_STATUS:
-            return self.status()
-        if req.kind == TRANSFER_LEADERSHIP:
-            self._require_leader()
-            await self.node.transfer_leadership(str(a[0]))
-            return True
-        if req.kind == HEARTBEAT:
-            client_id, group, model, subs, ttl_ms = a
-            return self.members.heartbeat(str(client_id), str(group), str(model), dict(subs),
-                                          int(ttl_ms) / 1000, time.monotonic())
-        raise BadEntryError(f"unknown request kind {req.kind}")
+        return await dispatch(self, req)  # every other kind: the table in broker.handlers
 
-    def _require_leader(self) -> None:
+    def require_leader(self) -> None:
         core = self.node.core
         if core is None or not self.node.is_leader:
             raise NotLeaderError(core.leader_id if core else None, core.term if core else 0)
 
-    async def _leader_commit(self, entry: Any) -> ApplyResult:
-        self._require_leader()
+    _require_leader = require_leader  # the send path's name for it
+
+    async def leader_commit(self, entry: Any) -> ApplyResult:
+        """Commit a control entry through this node (the leader); named error if refused."""
+        self.require_leader()
         result = await self._commit(encode(entry))
         if result.status not in ("OK", "SEND_OK"):
             raise SendRefusedError(result.status, result.detail)
@@ -386,6 +365,11 @@ class BrokerServer:
             entry = entries[position] = decoded
         return entry.messages[slot]
 
+    def heartbeat(self, client_id: str, group: str, model: str, subs: dict[str, str],
+                  ttl_s: float) -> list[str]:
+        """A consumer's heartbeat (ttl 0: it leaves); the group's live members on this node."""
+        return self.members.heartbeat(client_id, group, model, subs, ttl_s, time.monotonic())
+
     def caught_up(self) -> bool:
         """Whether this node's state reflects what its group has committed: it knows a leader,
         has applied its commit index, and, as leader, has applied its own term's no-op (so its
@@ -404,6 +388,7 @@ class BrokerServer:
         st["applied_index"] = self.state.applied_index
         st["admin_address"] = list(self.admin_address or ())
         st["consumer_groups"] = self.members.snapshot(time.monotonic())
+        st["client_connections"] = self.limits.stats()
         return st
 
 

@@ -16,9 +16,19 @@ MAX_QUEUES = 1024
 TOPIC_NAME_MAX_CHARS = 127
 _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-# Topics the broker itself uses (delay levels, transactions, the auto-create template).
-SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TBW102"})
+# RocketMQ's reserved topic names (its TopicValidator's system topics): the auto-create
+# template, delay levels, transactions, trace, benchmark, self test, offset-moved events. No
+# request may create, delete or send to one of these as a user topic.
+SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
+                           "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                           "RMQ_SYS_TRACE_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
+                           "OFFSET_MOVED_EVENT"})
+# The names the state machine refuses when it applies an entry. Entries already in a log were
+# accepted under this set, and replaying them must reach the same state (a topic they created
+# must not vanish on upgrade), so this set never grows: names reserved later are refused at the
+# request, before anything is proposed (``SYSTEM_TOPICS``).
+APPLY_RESERVED_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+                                   "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TBW102"})
 SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_")
 
 
@@ -43,24 +53,27 @@ class TopicConfig:
         return bool(self.perm & PERM_READ)
 
 
-def is_system_topic(name: str) -> bool:
-    return name in SYSTEM_TOPICS or name.startswith(SYSTEM_PREFIXES)
+def is_system_topic(name: str, reserved: frozenset[str] = SYSTEM_TOPICS) -> bool:
+    return name in reserved or name.startswith(SYSTEM_PREFIXES)
 
 
-def validate_topic_name(name: str, allow_system: bool = False) -> str:
+def validate_topic_name(name: str, allow_system: bool = False,
+                        reserved: frozenset[str] = SYSTEM_TOPICS) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidTopicError("the topic name is empty")
     if len(name) > TOPIC_NAME_MAX_CHARS:
         raise InvalidTopicError(f"topic name longer than {TOPIC_NAME_MAX_CHARS} characters")
     if not _NAME.match(name):
         raise InvalidTopicError(f"topic name {name!r} may only use letters, digits, %, |, _ and -")
-    if not allow_system and is_system_topic(name):
+    if not allow_system and is_system_topic(name, reserved):
         raise InvalidTopicError(f"{name!r} is a reserved system topic")
     return name
 
 
 def validate_config(cfg: TopicConfig, allow_system: bool = False) -> TopicConfig:
-    validate_topic_name(cfg.name, allow_system)
+    """The state machine's check of a topic config at apply (requests check names first, with
+    every reserved name: see ``APPLY_RESERVED_TOPICS``)."""
+    validate_topic_name(cfg.name, allow_system, APPLY_RESERVED_TOPICS)
     for what, n in (("read", cfg.read_queues), ("write", cfg.write_queues)):
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_QUEUES:
             raise InvalidTopicError(f"{what} queue count must be 0..{MAX_QUEUES}, not {n!r}")

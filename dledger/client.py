@@ -68,6 +68,7 @@ class _Connection(FramedProtocol):
         super().__init__()
         self.waiting: dict[int, asyncio.Future[Response]] = {}
         self.ids = itertools.count(1)
+        self.refusal: DLedgerError | None = None  # the server refused the connection itself
 
     def payload_received(self, payload: bytes) -> None:
         try:
@@ -76,6 +77,10 @@ class _Connection(FramedProtocol):
             self.framing_failed(err)
             if self.transport is not None:
                 self.transport.close()
+            return
+        if resp.request_id == -1 and resp.code == "OVERLOADED":  # the server refused this
+            self.refusal = error_from(resp)  # connection (too many): none of its requests ran
+            self._fail_all(self.refusal)
             return
         fut = self.waiting.pop(resp.request_id, None)
         if fut is not None and not fut.done():
@@ -86,7 +91,7 @@ class _Connection(FramedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self._fail_all(ConnectionLostError(f"connection lost: {exc or 'closed'}"))
+        self._fail_all(self.refusal or ConnectionLostError(f"connection lost: {exc or 'closed'}"))
 
     def _fail_all(self, err: DLedgerError) -> None:
         for fut in self.waiting.values():
@@ -97,6 +102,9 @@ class _Connection(FramedProtocol):
     def request(self, kind: int, *args: Any) -> tuple[int, asyncio.Future[Response]]:
         rid = next(self.ids)
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        if self.refusal is not None:  # refused before this request was made: not sent
+            fut.set_exception(self.refusal)
+            return rid, fut
         self.waiting[rid] = fut
         self.send_payload(encode_request(kind, rid, *args))
         return rid, fut

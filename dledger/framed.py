@@ -1,24 +1,91 @@
 """An asyncio protocol base for connections that carry length-prefixed frames (``wire``):
-decodes incoming frames and coalesces outgoing ones into one write per loop pass.
+decodes incoming frames and coalesces outgoing ones into one write per loop pass; and the limits
+that the connections of one listener share (``ConnectionLimits``).
 
-Owns only framing on a live connection; what the payloads mean is the subclass's business
-(``server`` answers requests, ``client`` matches responses).
+Owns only framing on a live connection and its share of the listener's budget; what the payloads
+mean is the subclass's business (``server`` answers requests, ``client`` matches responses).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import cast
 
-from dledger.errors import WireError
+from dledger.errors import OverloadedError, WireError
+from dledger.protocol import encode_error
 from dledger.wire import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+
+log = logging.getLogger("dledger.framed")
+
+CONNECTIONS_MAX_DEFAULT = 4096
+INPUT_BUFFER_BYTES_MAX_DEFAULT = 128 << 20  # 32 batches of 4 MiB arriving at once
+REFUSED_LINGER_S = 1.0  # a refused connection is aborted after this, whatever the client does
+
+
+class ConnectionLimits:
+    """What the connections of one listener (a server's client port) share: at most
+    ``connections_max`` open at once (one more is answered with an OVERLOADED error and closed),
+    and at most ``input_bytes_max`` bytes of partly received frames held by all of them together.
+    A read that takes the total past the budget closes the connections holding the most, largest
+    first, until the rest fit: a connection that sits on most of a large frame goes, a client
+    sending small requests stays. Counted for status and metrics. Per listener, so that the
+    peer port of a node (Raft traffic) is never starved by its client port."""
+
+    def __init__(self, connections_max: int = CONNECTIONS_MAX_DEFAULT,
+                 input_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT) -> None:
+        if connections_max < 1 or input_bytes_max < 1:
+            raise ValueError("connections_max and input_bytes_max must be positive")
+        self.connections_max = connections_max
+        self.input_bytes_max = input_bytes_max
+        self.open: set[FramedProtocol] = set()
+        self.held_bytes = 0
+        self.refused = 0  # connections refused: the connection limit was reached
+        self.evicted = 0  # connections closed to keep the held bytes within the budget
+
+    def admit(self, conn: FramedProtocol) -> bool:
+        if len(self.open) >= self.connections_max:
+            self.refused += 1
+            return False
+        self.open.add(conn)
+        return True
+
+    def release(self, conn: FramedProtocol) -> None:
+        self.open.discard(conn)
+        self.held_bytes -= conn.held_bytes
+        conn.held_bytes = 0
+
+    def hold(self, conn: FramedProtocol, held_bytes: int) -> None:
+        """``conn`` now holds ``held_bytes`` of partial frames; evict if over the budget."""
+        self.held_bytes += held_bytes - conn.held_bytes
+        conn.held_bytes = held_bytes
+        if self.held_bytes <= self.input_bytes_max:
+            return
+        for victim in sorted(self.open, key=lambda c: c.held_bytes, reverse=True):
+            if self.held_bytes <= self.input_bytes_max or victim.held_bytes == 0:
+                break
+            log.warning("closing a connection holding %d bytes of a partial frame: the "
+                        "listener's %d-byte input budget is used up", victim.held_bytes,
+                        self.input_bytes_max)
+            self.evicted += 1
+            self.release(victim)
+            victim.evict()
+
+    def stats(self) -> dict[str, int]:
+        return {"open": len(self.open), "max": self.connections_max, "refused": self.refused,
+                "input_buffered_bytes": self.held_bytes,
+                "input_buffer_bytes_max": self.input_bytes_max, "evicted": self.evicted}
 
 
 class FramedProtocol(asyncio.Protocol):
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 limits: ConnectionLimits | None = None) -> None:
         self.decoder = FrameDecoder(max_frame_bytes)
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []  # frames of this loop pass, written in one go
+        self.limits = limits
+        self.held_bytes = 0  # this connection's share of ``limits.held_bytes``
+        self._evicted = False
 
     # -- subclass hooks ----------------------------------------------------------------------
 
@@ -32,9 +99,21 @@ class FramedProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
+        if self.limits is not None and not self.limits.admit(self):
+            err = OverloadedError(f"too many connections (at most {self.limits.connections_max})")
+            transport.write(encode_frame(encode_error(-1, err)))
+            # Half-close and read (and drop) what the client had already sent: closing with
+            # unread input would reset the connection and could lose the error frame. The
+            # client closes on our EOF; one that does not is cut off after REFUSED_LINGER_S.
+            transport.write_eof() if transport.can_write_eof() else transport.close()
+            asyncio.get_running_loop().call_later(REFUSED_LINGER_S, transport.abort)
+            self._evicted = True
+            return
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        if self._evicted:
+            return
         try:
             payloads = self.decoder.feed(data)
         except WireError as err:
@@ -42,11 +121,26 @@ class FramedProtocol(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
+        if self.limits is not None:
+            held = self.decoder.buffered_bytes
+            if held or self.held_bytes:  # (the usual read ends on a frame boundary: nothing)
+                self.limits.hold(self, held)
+                if self._evicted:
+                    return
         for payload in payloads:
             self.payload_received(payload)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.limits is not None:
+            self.limits.release(self)
         self.transport = None
+
+    def evict(self) -> None:
+        """Closed by the listener's budget: drop what it holds, read nothing more."""
+        self._evicted = True
+        self.decoder = FrameDecoder(1)  # the partial frame's memory goes now, not at close
+        if self.transport is not None:
+            self.transport.abort()
 
     # -- sending -------------------------------------------------------------------------------
 

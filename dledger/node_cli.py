@@ -15,6 +15,11 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import click
 
+from dledger.framed import (
+    CONNECTIONS_MAX_DEFAULT,
+    INPUT_BUFFER_BYTES_MAX_DEFAULT,
+    ConnectionLimits,
+)
 from dledger.raft.config import Canaries
 from dledger.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 
@@ -105,6 +110,14 @@ _OPTIONS = [
     click.option("--aio-fsync/--no-aio-fsync", default=True, show_default=True,
                  help="Run the fsyncs the node does not do inline through Linux AIO, where "
                       "available, rather than on a thread."),
+    click.option("--max-connections", type=click.IntRange(min=1), default=CONNECTIONS_MAX_DEFAULT,
+                 show_default=True,
+                 help="Client connections open at once; one more is answered OVERLOADED and "
+                      "closed (the peer port has no such limit: Raft traffic is never starved)."),
+    click.option("--input-buffer-bytes-max", type=click.IntRange(min=1),
+                 default=INPUT_BUFFER_BYTES_MAX_DEFAULT, show_default=True,
+                 help="Bytes of partly received frames all client connections may hold "
+                      "together; past it the connections holding the most are closed."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
@@ -142,6 +155,11 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:
         raise click.UsageError(str(err)) from err
+
+
+def client_limits(opts: dict[str, Any]) -> ConnectionLimits:
+    """The client listener's limits from ``--max-connections`` and ``--input-buffer-bytes-max``."""
+    return ConnectionLimits(opts["max_connections"], opts["input_buffer_bytes_max"])
 
 
 def setup_logging() -> None:

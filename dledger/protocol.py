@@ -50,6 +50,14 @@ class BadRequestError(DLedgerError):
     """The server refused a malformed or oversized request."""
 
 
+class UnknownRequestKindError(WireError):
+    """A well-formed request of a kind this server does not serve; answered under its id."""
+
+    def __init__(self, kind: int, request_id: int) -> None:
+        super().__init__(f"unknown request kind {kind}")
+        self.request_id = request_id
+
+
 _CODES: dict[type[DLedgerError], str] = {
     NotLeaderError: "NOT_LEADER",
     OverloadedError: "OVERLOADED",
@@ -87,11 +95,17 @@ def encode_request(kind: int, request_id: int, *args: Any) -> bytes:
 def decode_request(payload: bytes, kinds: frozenset[int] | set[int] = frozenset(REQUEST_KINDS)) -> Request:
     """A request of one of ``kinds`` (the log server's by default; other services pass theirs)."""
     kind, fields = decode_payload(payload)
-    if kind not in kinds:
-        raise WireError(f"unknown request kind {kind}")
     if not fields or not isinstance(fields[0], int) or isinstance(fields[0], bool):
         raise WireError("request without an integer request id")
+    if kind not in kinds:
+        raise UnknownRequestKindError(kind, fields[0])
     return Request(kind, fields[0], fields[1:])
+
+
+def encode_decode_error(err: WireError) -> bytes:
+    """The answer to a request that did not decode: under its request id when it had one (an
+    unknown kind), else under -1 (the caller cannot be told apart)."""
+    return encode_error(err.request_id if isinstance(err, UnknownRequestKindError) else -1, err)
 
 
 def encode_result(request_id: int, result: Any) -> bytes:

@@ -35,10 +35,12 @@ from dledger.protocol import (
     BadRequestError,
     Request,
     decode_request,
+    encode_decode_error,
     encode_error,
     encode_result,
 )
 from dledger.node_cli import (
+    client_limits,
     node_config,
     node_options,
     parse_address,
@@ -46,7 +48,7 @@ from dledger.node_cli import (
     setup_logging,
 )
 from dledger.runtime import Address, Committed, Node, NodeConfig
-from dledger.framed import FramedProtocol
+from dledger.framed import ConnectionLimits, FramedProtocol
 
 log = logging.getLogger("dledger.server")
 
@@ -55,7 +57,7 @@ class _ClientConnection(FramedProtocol):
     """One client connection: requests in, replies out (coalesced per loop pass)."""
 
     def __init__(self, server: LogServer) -> None:
-        super().__init__()
+        super().__init__(limits=server.limits)
         self.server = server
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -66,7 +68,7 @@ class _ClientConnection(FramedProtocol):
         try:
             req = decode_request(payload)
         except WireError as err:
-            self.reply(encode_error(-1, err))
+            self.reply(encode_decode_error(err))
             return
         if req.kind == PROPOSE and self.server.propose_fast(req, self):
             return
@@ -80,8 +82,10 @@ class _ClientConnection(FramedProtocol):
 
 class LogServer:
     def __init__(self, config: NodeConfig, client_listen: Address,
-                 propose_timeout_s: float = 3.0, enable_bench: bool = False) -> None:
+                 propose_timeout_s: float = 3.0, enable_bench: bool = False,
+                 limits: ConnectionLimits | None = None) -> None:
         self.node = Node(config)
+        self.limits = limits or ConnectionLimits()
         self.enable_bench = enable_bench
         self.client_listen = client_listen
         self.propose_timeout_s = propose_timeout_s
@@ -153,7 +157,8 @@ class LogServer:
             return [[e.index, e.term, int(e.kind), e.data, e.position]
                     for e in node.read_committed(int(lo), min(int(max_entries), 4096))]
         if req.kind == STATUS:
-            return status_dict(node, self.client_address)
+            return {**status_dict(node, self.client_address),
+                    "client_connections": self.limits.stats()}
         if req.kind == TRANSFER:
             (to,) = args
             await node.transfer_leadership(str(to))
@@ -217,11 +222,13 @@ def main(client_listen: str, enable_bench: bool, **opts: Any) -> None:
     """Run one node of a replicated log group."""
     setup_logging()
     config = node_config(opts)
-    evloop.run(_serve(config, parse_address(client_listen), enable_bench), server=True)
+    evloop.run(_serve(config, parse_address(client_listen), enable_bench, client_limits(opts)),
+               server=True)
 
 
-async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool) -> None:
-    server = LogServer(config, client_listen, enable_bench=enable_bench)
+async def _serve(config: NodeConfig, client_listen: Address, enable_bench: bool,
+                 limits: ConnectionLimits) -> None:
+    server = LogServer(config, client_listen, enable_bench=enable_bench, limits=limits)
     await serve_until_signal(server, lambda: {
         "node": config.node_id, "peer": list(server.node.peer_address or ()),
         "client": list(server.client_address or ())})

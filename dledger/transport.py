@@ -2,7 +2,9 @@
 
 Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.wire``'s):
 - one *outbound* connection per peer, dialed by this node at ``dial[peer]``, write-only;
-- any number of *inbound* connections accepted on ``listen``, read-only.
+- any number of *inbound* connections accepted on ``listen``, read-only; one that has not yet
+  identified itself with a Hello may hold at most ``HELLO_BYTES_MAX`` of a partial frame (the
+  client port's ``ConnectionLimits`` do not apply here, so clients never starve Raft traffic).
 Links are directed so that each direction of each pair can be routed through its own fault proxy.
 The first frame on a dialed connection is ``Hello(group, node_id)``; the acceptor refuses another
 group. Each peer has a bounded queue of frames waiting for a connection and one dialer task that
@@ -43,6 +45,7 @@ logger = logging.getLogger(__name__)
 # stats() key for what cannot be pinned on a known peer: messages to an unknown dst, inbound
 # connections that failed before (or at) their Hello.
 UNATTRIBUTED = "?"
+HELLO_BYTES_MAX = 4096  # what an inbound connection may buffer before its Hello arrived
 
 
 @dataclasses.dataclass(slots=True)
@@ -138,6 +141,11 @@ class _InboundProtocol(asyncio.Protocol):
             return
         if self._deliver(payloads) and self._owner._on_batch_end is not None:
             self._owner._on_batch_end()
+        if self._peer is None and self._decoder.buffered_bytes > HELLO_BYTES_MAX \
+                and self._transport is not None and not self._transport.is_closing():
+            # Who has not said Hello may not make us hold a large frame (a peer's first frame
+            # is a small Hello): unidentified connections cost at most this much each.
+            self._refuse(f"{self._decoder.buffered_bytes} bytes of a frame before any Hello")
 
     def _deliver(self, payloads: list[bytes]) -> int:
         """Decode and hand on the payloads of one read; returns how many messages went on."""

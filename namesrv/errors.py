@@ -5,7 +5,8 @@ Owns the exception hierarchy only; the HTTP layer (``server``) maps each class t
 
 from __future__ import annotations
 
-__all__ = ["BadRequestError", "NameSrvError", "RegistryFullError", "ServerStateError"]
+__all__ = ["BadRequestError", "NameSrvError", "RegistrationMismatchError", "RegistryFullError",
+           "ServerStateError", "TermNotCorroboratedError"]
 
 
 class NameSrvError(Exception):
@@ -14,6 +15,15 @@ class NameSrvError(Exception):
 
 class BadRequestError(NameSrvError):
     """Input from the network is malformed: a missing field, a wrong type, a bad address (400)."""
+
+
+class RegistrationMismatchError(NameSrvError):
+    """An unregister names a term or instance other than the node's registration's (409)."""
+
+
+class TermNotCorroboratedError(NameSrvError):
+    """A registration's term jumps past what the group's nodes report, and none of them (nor
+    the node itself) confirmed it when asked (409)."""
 
 
 class RegistryFullError(NameSrvError):

@@ -19,8 +19,8 @@ from broker.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_t
 from namesrv.errors import BadRequestError
 
 __all__ = [
-    "LEADER_ROLE", "ROLES", "Registration", "TopicRoute", "parse_host_port", "parse_registration",
-    "parse_topic_name", "parse_unregistration",
+    "LEADER_ROLE", "ROLES", "Registration", "TopicRoute", "Unregistration", "parse_host_port",
+    "parse_registration", "parse_topic_name", "parse_unregistration",
 ]
 
 LEADER_ROLE = "leader"
@@ -58,10 +58,25 @@ class Registration:
     role: str
     term: int
     topics: Mapping[str, TopicRoute]
+    # A token the node draws at start and never shows anyone but the NameServers it registers
+    # with (views do not show it): only an unregister naming it removes the node ("" for a
+    # caller that sends none: then node id and term must match).
+    instance: str = ""
 
     @property
     def claims_leadership(self) -> bool:
         return self.role == LEADER_ROLE
+
+
+@dataclass(frozen=True, slots=True)
+class Unregistration:
+    """Which registration a clean shutdown removes: node id and term (and instance, if the
+    registration had one) must all match it."""
+
+    group: str
+    node_id: str
+    term: int
+    instance: str = ""
 
 
 def parse_host_port(text: object, what: str = "address",
@@ -102,17 +117,30 @@ def parse_registration(body: object) -> Registration:
     role = _require(obj, "role")
     if role not in ROLES:
         raise BadRequestError(f"role must be one of {sorted(ROLES)}, not {role!r}")
+    term = _parse_term(obj)
+    topics = _parse_topics(obj.get("topics", {}))
+    return Registration(group, node_id, client_address, admin_address, role, term, topics,
+                        _parse_instance(obj))
+
+
+def parse_unregistration(body: object) -> Unregistration:
+    """The registration an unregister request names: group, node_id, term (and instance)."""
+    obj = _require_object(body, "the body")
+    return Unregistration(_parse_id(obj, "group"), _parse_id(obj, "node_id"), _parse_term(obj),
+                          _parse_instance(obj))
+
+
+def _parse_term(obj: Mapping[str, Any]) -> int:
     term = _require(obj, "term")
     if not _is_int(term) or not 0 <= term <= TERM_MAX:
         raise BadRequestError(f"term must be an integer 0..{TERM_MAX}, not {term!r}")
-    topics = _parse_topics(obj.get("topics", {}))
-    return Registration(group, node_id, client_address, admin_address, role, term, topics)
+    return int(term)
 
 
-def parse_unregistration(body: object) -> tuple[str, str]:
-    """(group, node_id) from the body of an unregister request."""
-    obj = _require_object(body, "the body")
-    return _parse_id(obj, "group"), _parse_id(obj, "node_id")
+def _parse_instance(obj: Mapping[str, Any]) -> str:
+    if "instance" not in obj:
+        return ""
+    return _parse_id(obj, "instance")
 
 
 def _parse_topics(value: object) -> dict[str, TopicRoute]:

@@ -8,16 +8,21 @@ Leadership, per group, follows Raft's "at most one leader per term":
   routed ``leader`` is either that node or nobody;
 - a leader claim at a higher term wins; at the same term only the node that already led that term
   may (re)claim it, unless it stepped down at that term; at a lower term it is refused and reported
-  as stale. So a deposed leader, or a delayed registration from it, cannot win routing back. (A
-  second node claiming an already-led term breaks Raft's guarantee; keeping the first claim avoids
-  flip-flopping routes on it.)
+  as stale. So a deposed leader, or a delayed registration from it, cannot win routing back while
+  the claim that fenced it is alive. (A second node claiming an already-led term breaks Raft's
+  guarantee; keeping the first claim avoids flip-flopping routes on it.)
 - a non-leader registration from the term's leader at a term >= the fence means it stepped down:
   the group has no leader until a registration says otherwise;
-- if the leader's lease expires the group has no leader, but the fence survives, and the same node
-  may reclaim the same term when it registers again.
-The fence outlives the group's last node (an empty group is kept as a tombstone, evicted only when
-the group bound is reached), so a deposed leader cannot win routing back by outliving its peers'
-leases either.
+- the fence lasts as long as the registration of the claim that set it: when the term's leader
+  expires (or one lease after it unregistered) the fence falls back to the highest term the
+  group's live nodes report, so one claim at an absurd term wedges a group for one lease at
+  most, not forever. A deposed leader still cannot win back: the live nodes that deposed it
+  report the higher term. The same node may reclaim its term when it registers again;
+- a registration whose term jumps more than ``TERM_JUMP_MAX`` past every term the group's live
+  nodes report is one the caller must have the group corroborate first (``term_to_verify``;
+  the server shell asks the nodes' admin endpoints): a single request cannot invent a term;
+- an unregister names the registration it removes (node id, term, and the registration's
+  instance token if it had one); a mismatch is refused (``RegistrationMismatchError``).
 
 A group's topics come from its leader's latest registration; without a leader, from the node
 with the highest term (most recently seen on ties), so routes survive an election.
@@ -28,14 +33,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from namesrv.errors import RegistryFullError
-from namesrv.model import Registration, TopicRoute
+from namesrv.errors import RegistrationMismatchError, RegistryFullError
+from namesrv.model import Registration, TopicRoute, Unregistration
 
 __all__ = ["GroupView", "NodeView", "RegisterOutcome", "Registry", "TopicGroupRoute"]
 
 LEASE_S_DEFAULT = 120.0
 GROUPS_MAX_DEFAULT = 1024
 NODES_PER_GROUP_MAX_DEFAULT = 16
+# How far a registration's term may run ahead of the group's known terms without being checked
+# against the group: elections with pre-vote raise the term by about one each, and brokers
+# register at every term change, so a legitimate jump past this is rare (a NameServer that was
+# away through many elections) and costs one round of status requests.
+TERM_JUMP_MAX = 16
 
 
 @dataclass(slots=True)
@@ -52,6 +62,7 @@ class _GroupState:
     term_owner: str | None = None  # the node that led ``term`` (one leader per term), if known
     owner_stepped_down: bool = False  # term_owner gave up ``term``: nobody may lead it again
     leader: str | None = None  # the routed leader: term_owner or None
+    owner_left_s: float | None = None  # when term_owner unregistered (the fence holds a lease)
 
     def check(self) -> None:
         assert self.leader is None or self.leader == self.term_owner, (self.leader, self.term_owner)
@@ -155,20 +166,31 @@ class Registry:
         group.check()
         return RegisterOutcome(group.name, group.leader, group.term, stale, self.lease_s)
 
-    def unregister(self, group_name: str, node_id: str, now_s: float) -> bool:
-        """Remove a node (a clean shutdown); a leader leaving gives up its term. True if known."""
-        group = self._groups.get(group_name)
-        if group is None or group.nodes.pop(node_id, None) is None:
+    def unregister(self, u: Unregistration, now_s: float) -> bool:
+        """Remove a node (a clean shutdown); a leader leaving gives up its term. True if it was
+        registered; ``RegistrationMismatchError`` if its registration is not the one named."""
+        group = self._groups.get(u.group)
+        record = group.nodes.get(u.node_id) if group is not None else None
+        if group is None or record is None:
             return False
-        if node_id == group.term_owner:
+        reg = record.registration
+        if reg.term != u.term or reg.instance != u.instance:
+            raise RegistrationMismatchError(
+                f"{u.group}/{u.node_id} is registered at term {reg.term}"
+                f"{' with another instance' if reg.instance != u.instance else ''}: the "
+                f"unregister names term {u.term}; not removed")
+        del group.nodes[u.node_id]
+        if u.node_id == group.term_owner:
             group.leader = None
             group.owner_stepped_down = True
+            group.owner_left_s = now_s
         group.check()
         return True
 
     def expire(self, now_s: float) -> list[tuple[str, str]]:
         """Drop every registration not refreshed within the lease; return the (group, node) gone.
-        An expired leader leaves its group leaderless; the fence stays."""
+        An expired leader leaves its group leaderless, and its fence falls back to the terms
+        the live nodes report."""
         gone: list[tuple[str, str]] = []
         for group in self._groups.values():
             late = [node_id for node_id, rec in group.nodes.items()
@@ -178,7 +200,38 @@ class Registry:
                 if node_id == group.leader:
                     group.leader = None
                 gone.append((group.name, node_id))
+            self._bound_fence(group, now_s)
         return gone
+
+    def _bound_fence(self, group: _GroupState, now_s: float) -> None:
+        """Without a live claim behind it, the fence is no higher than the live nodes report."""
+        if group.term_owner in group.nodes or (
+                group.owner_left_s is not None and now_s - group.owner_left_s <= self.lease_s):
+            return  # the claim is alive (or left within a lease: a delayed claim stays fenced)
+        live_max = max((rec.registration.term for rec in group.nodes.values()), default=0)
+        if group.term_owner is not None or group.term > live_max:
+            _release_fence(group)
+
+    def term_to_verify(self, reg: Registration, now_s: float) -> int | None:
+        """The group's known term (the highest its live nodes report) when ``reg``'s term jumps
+        more than ``TERM_JUMP_MAX`` past it: the caller must have the group corroborate the term
+        before ``register``. None when no check is needed, also for a group with no live node
+        (nothing to compare with, and nothing to wedge)."""
+        group = self._groups.get(reg.group)
+        terms = [rec.registration.term for rec in group.nodes.values()
+                 if now_s - rec.last_seen_s <= self.lease_s] if group is not None else []
+        if not terms:
+            return None
+        known = max(terms)
+        return known if reg.term > known + TERM_JUMP_MAX else None
+
+    def admin_addresses(self, group_name: str, now_s: float) -> dict[str, str]:
+        """node id -> admin address of every live node of a group (whom to ask about a term)."""
+        group = self._groups.get(group_name)
+        if group is None:
+            return {}
+        return {node_id: rec.registration.admin_address for node_id, rec in group.nodes.items()
+                if now_s - rec.last_seen_s <= self.lease_s}
 
     def _group_for_write(self, name: str) -> _GroupState:
         group = self._groups.get(name)
@@ -244,8 +297,15 @@ def _claim_leadership(group: _GroupState, node_id: str, term: int) -> bool:
             and (group.term_owner != node_id or group.owner_stepped_down):
         return False  # the term already has (or had) its one leader
     group.term, group.term_owner, group.leader = term, node_id, node_id
-    group.owner_stepped_down = False
+    group.owner_stepped_down, group.owner_left_s = False, None
     return True
+
+
+def _release_fence(group: _GroupState) -> None:
+    """The claim that set the fence ended: fall back to the highest term the live nodes report."""
+    group.term = max((rec.registration.term for rec in group.nodes.values()), default=0)
+    group.term_owner, group.leader, group.owner_stepped_down = None, None, False
+    group.owner_left_s = None
 
 
 def _step_down(group: _GroupState, term: int) -> None:
@@ -253,6 +313,7 @@ def _step_down(group: _GroupState, term: int) -> None:
     group.leader = None
     if term > group.term:  # a newer term nobody is known to lead yet
         group.term, group.term_owner, group.owner_stepped_down = term, None, False
+        group.owner_left_s = None
     else:
         group.owner_stepped_down = True
 

@@ -3,11 +3,13 @@
 Owns routes, JSON request/response shapes, the mapping of named errors to status codes (every
 error, unknown paths and oversized bodies included, is a JSON body ``{"error": ...}``) and the
 periodic expiry scan. It does not decide routing: that is the pure ``registry.Registry``, which
-this module only feeds with the clock's time.
+this module only feeds with the clock's time, and with the group's answer when a registration's
+term must be corroborated (``corroborate``). Every response carries the header
+``X-NameServer-Boot-Id``, drawn at start: a broker that sees it change re-registers at once.
 
 Endpoints:
   POST /v1/brokers/register      a node's registration (refreshes its lease)
-  POST /v1/brokers/unregister    {"group", "node_id"}
+  POST /v1/brokers/unregister    {"group", "node_id", "term"[, "instance"]}: the registration named
   GET  /v1/topics/{topic}/route  groups serving the topic, their nodes, leader and queues
   GET  /v1/topics                sorted topic names
   GET  /v1/cluster               every group with nodes, leader and topics
@@ -20,33 +22,47 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from namesrv.errors import BadRequestError, RegistryFullError, ServerStateError
+from namesrv.corroborate import Corroborator
+from namesrv.errors import (
+    BadRequestError,
+    RegistrationMismatchError,
+    RegistryFullError,
+    ServerStateError,
+    TermNotCorroboratedError,
+)
 from namesrv.model import parse_registration, parse_topic_name, parse_unregistration
 from namesrv.registry import LEASE_S_DEFAULT, Registry
 
-__all__ = ["BODY_BYTES_MAX", "NameServer", "make_app"]
+__all__ = ["BODY_BYTES_MAX", "BOOT_ID_HEADER", "NameServer", "make_app"]
 
 log = logging.getLogger(__name__)
 
 BODY_BYTES_MAX = 1024 * 1024
 SCAN_INTERVAL_S_DEFAULT = 5.0
 STOP_TIMEOUT_S = 5.0
+BOOT_ID_HEADER = "X-NameServer-Boot-Id"
 Clock = Callable[[], float]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _REGISTRY_KEY = web.AppKey("registry", Registry)
 _CLOCK_KEY = web.AppKey("clock", Callable[[], float])
+_CORROBORATOR_KEY = web.AppKey("corroborator", Corroborator)
+_BOOT_ID_KEY = web.AppKey("boot_id", str)
 
 
 def make_app(registry: Registry, clock: Clock = time.monotonic) -> web.Application:
     """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call."""
-    app = web.Application(middlewares=[_json_errors], client_max_size=BODY_BYTES_MAX)
+    app = web.Application(middlewares=[_boot_id, _json_errors], client_max_size=BODY_BYTES_MAX)
     app[_REGISTRY_KEY] = registry
     app[_CLOCK_KEY] = clock
+    app[_CORROBORATOR_KEY] = Corroborator()
+    app[_BOOT_ID_KEY] = uuid.uuid4().hex
+    app.on_cleanup.append(_close_corroborator)
     app.router.add_post("/v1/brokers/register", _register)
     app.router.add_post("/v1/brokers/unregister", _unregister)
     app.router.add_get("/v1/topics/{topic}/route", _route)
@@ -61,6 +77,17 @@ def _error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
+async def _close_corroborator(app: web.Application) -> None:
+    await app[_CORROBORATOR_KEY].close()
+
+
+@web.middleware
+async def _boot_id(request: web.Request, handler: Handler) -> web.StreamResponse:
+    response = await handler(request)
+    response.headers[BOOT_ID_HEADER] = request.app[_BOOT_ID_KEY]
+    return response
+
+
 @web.middleware
 async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure leaves as JSON: named errors by class, aiohttp's own (404, 405, 413) too."""
@@ -68,6 +95,8 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     except BadRequestError as exc:
         return _error(400, str(exc))
+    except (TermNotCorroboratedError, RegistrationMismatchError) as exc:
+        return _error(409, str(exc))
     except RegistryFullError as exc:
         return _error(503, str(exc))
     except web.HTTPException as exc:
@@ -85,6 +114,8 @@ async def _json_body(request: web.Request) -> object:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # deep nesting within the size bound: the decoder's own limit
+        raise BadRequestError("the body is not valid JSON: nested too deeply") from exc
 
 
 def _now_s(request: web.Request) -> float:
@@ -107,6 +138,11 @@ def _fresh(request: web.Request) -> tuple[Registry, float]:
 async def _register(request: web.Request) -> web.Response:
     reg = parse_registration(await _json_body(request))
     registry, now_s = _fresh(request)
+    known_term = registry.term_to_verify(reg, now_s)
+    if known_term is not None:  # a jump past the group's terms: the group must confirm it
+        await request.app[_CORROBORATOR_KEY].check(
+            reg, known_term, registry.admin_addresses(reg.group, now_s))
+        registry, now_s = _fresh(request)  # time passed while we asked
     outcome = registry.register(reg, now_s)
     if outcome.stale:
         log.warning("stale leader claim refused: group %s node %s term %d (leader %s at term %d)",
@@ -115,9 +151,9 @@ async def _register(request: web.Request) -> web.Response:
 
 
 async def _unregister(request: web.Request) -> web.Response:
-    group, node_id = parse_unregistration(await _json_body(request))
+    named = parse_unregistration(await _json_body(request))
     registry, now_s = _fresh(request)
-    removed = registry.unregister(group, node_id, now_s)
+    removed = registry.unregister(named, now_s)
     return web.json_response({"ok": True, "removed": removed})
 
 

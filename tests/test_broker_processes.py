@@ -199,8 +199,8 @@ def test_topics_dedup_and_offsets_go_through_the_log(tmp_path: Path) -> None:
         asyncio.run(run(cluster))
 
 
-def _start_namesrv(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0"],
+def _start_namesrv(tmp_path: Path, listen: str = "127.0.0.1:0") -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", listen],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             stdin=subprocess.DEVNULL)
     assert proc.stdout is not None
@@ -258,6 +258,50 @@ def test_brokers_register_with_the_namesrv_and_routes_follow_the_leader(tmp_path
     finally:
         ns_proc.terminate()
         ns_proc.wait(timeout=10)
+
+
+def test_brokers_register_again_at_once_with_a_restarted_namesrv(tmp_path: Path) -> None:
+    """The registration interval is 30 s: only the registrar's probe can bring the routes back
+    within the deadline after the NameServer restarts on the same port."""
+    ns_proc, ns = _start_namesrv(tmp_path)
+    procs = [ns_proc]
+
+    async def routed(session: aiohttp.ClientSession) -> bool:
+        try:
+            async with session.get(f"http://{ns}/v1/topics/back/route") as resp:
+                if resp.status != 200:
+                    return False
+                groups = (await resp.json())["groups"]
+                return len(groups) == 1 and groups[0]["leader"] is not None \
+                    and len(groups[0]["nodes"]) == 3
+        except aiohttp.ClientError:
+            return False
+
+    async def run(cluster: LocalCluster) -> float:
+        async with LogClient(cluster.client_addresses, timeout_s=5.0) as client, \
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            await _wait_leader(client, cluster)
+            await send(client, "back", 0, msg(b"x"))
+            # registered just now (the topic is new): the next periodic round is ~30 s away
+            await wait_until(lambda: routed(session), 15, "the first route")
+            ns_proc.terminate()
+            ns_proc.wait(timeout=10)
+            restarted, _ = _start_namesrv(tmp_path, ns)
+            procs.append(restarted)
+            t0 = asyncio.get_running_loop().time()
+            await wait_until(lambda: routed(session), 8, "the route from the new NameServer")
+            return asyncio.get_running_loop().time() - t0
+
+    try:
+        with LocalCluster(str(tmp_path), size=3, tick_ms=50,
+                          program=(*BROKER, "--namesrv", ns,
+                                   "--register-interval-s", "30")) as cluster:
+            took_s = asyncio.run(run(cluster))
+        assert took_s < 8
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 def test_bad_input_gets_named_errors_and_the_broker_keeps_serving(tmp_path: Path) -> None:

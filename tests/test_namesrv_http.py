@@ -9,9 +9,10 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from namesrv.errors import ServerStateError
-from namesrv.server import BODY_BYTES_MAX, NameServer
+from namesrv.server import BODY_BYTES_MAX, BOOT_ID_HEADER, NameServer
 
 REQUEST_TIMEOUT_S = 5.0
 POLL_DEADLINE_S = 5.0
@@ -52,11 +53,12 @@ async def call(http: aiohttp.ClientSession, method: str, url: str,
 
 
 def registration(node: str = "n0", role: str = "leader", term: int = 7, group: str = "a",
-                 port: int = 10911, topics: dict[str, Any] | None = None) -> dict[str, Any]:
+                 port: int = 10911, topics: dict[str, Any] | None = None,
+                 admin: str | None = None, **extra: Any) -> dict[str, Any]:
     return {"group": group, "node_id": node, "client_address": f"127.0.0.1:{port}",
-            "admin_address": f"127.0.0.1:{port + 10}", "role": role, "term": term,
+            "admin_address": admin or f"127.0.0.1:{port + 10}", "role": role, "term": term,
             "topics": {"orders": {"read_queues": 4, "write_queues": 4, "perm": 6}}
-            if topics is None else topics}
+            if topics is None else topics, **extra}
 
 
 async def register_group(http: aiohttp.ClientSession, base: str) -> None:
@@ -128,7 +130,7 @@ def test_unregister_removes_the_node_and_is_idempotent() -> None:
     async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
         await register_group(http, base)
         url = f"{base}/v1/brokers/unregister"
-        who = {"group": "a", "node_id": "n0"}
+        who = {"group": "a", "node_id": "n0", "term": 7}
         assert await call(http, "POST", url, json=who) == (200, {"ok": True, "removed": True})
         assert await call(http, "POST", url, json=who) == (200, {"ok": True, "removed": False})
         _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
@@ -172,7 +174,7 @@ def test_the_scan_task_expires_registrations_without_any_read() -> None:
                     asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.01)
             assert server.registry.live_group_count() == 0
-            assert server.registry.leader_of("a") == (None, 7)
+            assert server.registry.leader_of("a") == (None, 0)  # the fence went with the lease
         finally:
             await server.stop()
 
@@ -185,6 +187,132 @@ def test_livez_and_readyz() -> None:
         assert await call(http, "GET", f"{base}/readyz") == (200, {"ready": True, "groups": 0})
 
     run(scenario)
+
+
+def test_every_response_names_the_servers_boot_id_and_a_restart_changes_it() -> None:
+    async def boot_ids() -> list[str]:
+        seen = []
+        async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as http:
+            for _ in range(2):  # two servers: a restart draws a new id
+                server = NameServer("127.0.0.1", 0)
+                await server.start()
+                try:
+                    for path in ("/livez", "/v1/topics/nope/route", "/v1/nothing"):
+                        async with http.get(server.url + path) as resp:
+                            seen.append(resp.headers[BOOT_ID_HEADER])
+                finally:
+                    await server.stop()
+        return seen
+
+    ids = asyncio.run(boot_ids())
+    assert len(set(ids[:3])) == 1 and len(set(ids[3:])) == 1 and ids[0] != ids[3]
+    assert len(ids[0]) == 32
+
+
+# -- routing integrity: terms the group does not report, unregisters of another registration --
+
+class StatusServers:
+    """Stand-ins for the group's admin endpoints: ``GET /status`` answers what ``terms`` says."""
+
+    def __init__(self, group: str, nodes: tuple[str, ...]) -> None:
+        self.group = group
+        self.terms = {n: 7 for n in nodes}
+        self.addresses: dict[str, str] = {}
+        self._runners: list[web.AppRunner] = []
+
+    async def start(self) -> StatusServers:
+        for node in self.terms:
+            app = web.Application()
+            app.router.add_get("/status", self._status(node))
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            host, port = runner.addresses[0][:2]
+            self.addresses[node] = f"{host}:{port}"
+            self._runners.append(runner)
+        return self
+
+    def _status(self, node: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def status(_: web.Request) -> web.Response:
+            return web.json_response({"group": self.group,
+                                      "raft": {"node_id": node, "term": self.terms[node]}})
+        return status
+
+    async def stop(self) -> None:
+        for runner in self._runners:
+            await runner.cleanup()
+
+
+def closed_port_address() -> str:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_claim_at_a_term_the_group_does_not_report_is_refused_and_wedges_nothing() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        admins = await StatusServers("a", ("n0", "n1", "n2")).start()
+        register = f"{base}/v1/brokers/register"
+        try:
+            for i, node in enumerate(("n0", "n1", "n2")):
+                status, _ = await call(http, "POST", register, json=registration(
+                    node, "leader" if i == 0 else "follower", port=10911 + i,
+                    admin=admins.addresses[node], instance=f"i{i}"))
+                assert status == 200
+            for body in (registration("evil", term=2**62, admin=admins.addresses["n0"]),
+                         registration("evil", term=2**62, admin=closed_port_address()),
+                         registration("n0", term=2**62, admin=admins.addresses["n0"]),
+                         registration("evil", "follower", term=2**62,
+                                      admin=admins.addresses["n1"])):
+                status, answer = await call(http, "POST", register, json=body)
+                assert status == 409, (body, answer)
+                assert "beyond what the group reports (term 7" in answer["error"]
+            _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+            group = route["groups"][0]
+            assert (group["leader"], group["term"]) == ("n0", 7)
+            assert "evil" not in [n["node_id"] for n in group["nodes"]]
+            # a real jump (a NameServer that missed many elections) is confirmed by the group
+            admins.terms.update(n0=40, n1=40, n2=40)
+            status, answer = await call(http, "POST", register, json=registration(
+                "n1", term=40, port=10912, admin=admins.addresses["n1"], instance="i1"))
+            assert (status, answer["leader"], answer["term"], answer["stale"]) == (
+                200, "n1", 40, False)
+            # an unregister must name the registration: term and instance
+            unregister = f"{base}/v1/brokers/unregister"
+            for who in ({"group": "a", "node_id": "n1", "term": 7, "instance": "i1"},
+                        {"group": "a", "node_id": "n1", "term": 40},
+                        {"group": "a", "node_id": "n1", "term": 40, "instance": "i9"}):
+                status, answer = await call(http, "POST", unregister, json=who)
+                assert status == 409 and "not removed" in answer["error"], (who, answer)
+            _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+            assert route["groups"][0]["leader"] == "n1"
+            assert await call(http, "POST", unregister, json={
+                "group": "a", "node_id": "n1", "term": 40, "instance": "i1"}) == (
+                    200, {"ok": True, "removed": True})
+        finally:
+            await admins.stop()
+
+    run(scenario)
+
+
+def test_a_claim_at_an_absurd_term_no_longer_fences_the_group_once_its_lease_expired() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        register = f"{base}/v1/brokers/register"
+        # into a group with no live node (a NameServer just restarted) nothing can be checked
+        status, _ = await call(http, "POST", register, json=registration("evil", term=2**62))
+        assert status == 200
+        for _ in range(3):  # the real group registers every 4 s: fenced while evil's claim lives
+            await register_group(http, base)
+            _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+            assert route["groups"][0]["leader"] == "evil"
+            clock.now_s += 4.0
+        await register_group(http, base)  # evil's claim expired (12 s old, lease 10 s)
+        _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
+        assert (route["groups"][0]["leader"], route["groups"][0]["term"]) == ("n0", 7)
+
+    run(scenario, lease_s=10.0)
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -244,7 +372,24 @@ def test_every_bad_registration_gets_400_naming_the_problem() -> None:
         status, answer = await call(http, "POST", f"{base}/v1/brokers/unregister",
                                     json={"group": "a"})
         assert (status, answer) == (400, {"error": "missing field node_id"})
+        status, answer = await call(http, "POST", f"{base}/v1/brokers/unregister",
+                                    json={"group": "a", "node_id": "n0"})
+        assert (status, answer) == (400, {"error": "missing field term"})
         assert (await call(http, "GET", f"{base}/v1/cluster"))[1] == {"groups": []}
+
+    run(scenario)
+
+
+def test_deeply_nested_json_is_a_400_like_any_other_malformed_body() -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        depth = 100_000  # 200 KB: well within the body bound, far past the decoder's recursion
+        for path in ("register", "unregister"):
+            for body in (b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth):
+                status, answer = await call(http, "POST", f"{base}/v1/brokers/{path}", data=body,
+                                            headers={"Content-Type": "application/json"})
+                assert (status, answer) == (
+                    400, {"error": "the body is not valid JSON: nested too deeply"})
+        assert await call(http, "GET", f"{base}/livez") == (200, {"ok": True})
 
     run(scenario)
 

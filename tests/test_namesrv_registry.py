@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from namesrv.errors import RegistryFullError
-from namesrv.model import Registration, TopicRoute
-from namesrv.registry import Registry
+from namesrv.errors import RegistrationMismatchError, RegistryFullError
+from namesrv.model import Registration, TopicRoute, Unregistration
+from namesrv.registry import TERM_JUMP_MAX, Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 RW4 = TopicRoute(4, 4, 6)
@@ -90,18 +90,71 @@ def test_a_lower_term_leader_claim_never_replaces_a_higher_term_leader_even_arri
     assert r.route("orders", 5.0)[0].leader == "n1"
 
 
-def test_the_fence_survives_the_leader_expiring_and_the_whole_group_expiring() -> None:
+def test_the_fence_holds_for_the_lease_of_the_claim_that_set_it() -> None:
     r = Registry(lease_s=10.0)
     r.register(reg("n0", "leader", 7), now_s=0.0)
     r.register(reg("n1", "leader", 8), now_s=1.0)
     r.register(reg("n0", "leader", 7), now_s=8.0)  # refused, but n0 is alive
+    assert r.register(reg("n0", "leader", 7), now_s=11.0).stale  # n1's claim is still live
     assert r.expire(now_s=11.5) == [("a", "n1")]
-    assert leader_of(r) == (None, 8)
-    assert r.register(reg("n0", "leader", 7), now_s=12.0).stale  # still fenced
+    assert leader_of(r) == (None, 7)  # the fence falls to what the live nodes report
+    assert not r.register(reg("n0", "leader", 7), now_s=12.0).stale
     r.expire(now_s=30.0)
     assert r.cluster(30.0) == [] and r.route("orders", 30.0) == []
-    assert r.register(reg("n0", "leader", 7), now_s=31.0).stale  # the tombstone remembers
     assert not r.register(reg("n2", "leader", 9), now_s=31.0).stale
+
+
+def test_a_deposed_leader_cannot_win_back_while_a_live_node_reports_the_higher_term() -> None:
+    r = Registry(lease_s=10.0)
+    three_nodes(r, leader="n0", term=7, now_s=0.0)
+    r.register(reg("n1", "leader", 8), now_s=1.0)
+    r.register(reg("n2", "follower", 8), now_s=9.0)
+    r.register(reg("n0", "leader", 7), now_s=9.0)
+    assert r.expire(now_s=11.5) == [("a", "n1")]
+    assert leader_of(r) == (None, 8)  # n2, live, reports term 8
+    assert r.register(reg("n0", "leader", 7), now_s=12.0).stale
+
+
+def test_an_absurd_claim_fences_only_for_its_own_lease() -> None:
+    r = Registry(lease_s=10.0)
+    three_nodes(r, leader="n0", term=7, now_s=0.0)
+    r.register(reg("evil", "leader", 2**62), now_s=1.0)  # (the server shell refuses this one)
+    for t in (2.0, 6.0, 10.0):  # the real group keeps registering; fenced while evil lives
+        for node in ("n1", "n2"):
+            r.register(reg(node, "follower", 7), now_s=t)
+        assert r.register(reg("n0", "leader", 7), now_s=t).stale
+    assert r.expire(now_s=11.5) == [("a", "evil")]
+    assert not r.register(reg("n0", "leader", 7), now_s=12.0).stale
+    assert leader_of(r) == ("n0", 7) and r.route("orders", 12.0)[0].leader == "n0"
+
+
+def test_a_fence_left_without_an_owner_falls_when_no_live_node_reports_its_term() -> None:
+    r = Registry(lease_s=10.0)
+    three_nodes(r, leader="n0", term=7, now_s=0.0)
+    r.register(reg("evil", "leader", 2**62), now_s=1.0)
+    r.register(reg("evil", "follower", 2**62), now_s=2.0)  # "steps down": a fence nobody owns
+    assert leader_of(r) == (None, 2**62)
+    for node in ("n1", "n2"):
+        r.register(reg(node, "follower", 7), now_s=9.0)
+    r.register(reg("n0", "leader", 7), now_s=9.0)
+    r.expire(now_s=12.5)
+    assert not r.register(reg("n0", "leader", 7), now_s=13.0).stale
+    assert leader_of(r) == ("n0", 7)
+
+
+def test_a_term_far_past_the_groups_terms_is_to_be_verified() -> None:
+    r = Registry(lease_s=10.0)
+    assert r.term_to_verify(reg("n0", "leader", 2**62), now_s=0.0) is None  # nothing known
+    three_nodes(r, leader="n0", term=7, now_s=0.0)
+    assert r.term_to_verify(reg("n1", "leader", 7 + TERM_JUMP_MAX), now_s=1.0) is None
+    assert r.term_to_verify(reg("x", "follower", 8 + TERM_JUMP_MAX), now_s=1.0) == 7
+    assert r.term_to_verify(reg("evil", "leader", 2**62), now_s=1.0) == 7
+    assert r.admin_addresses("a", now_s=1.0) == {f"n{i}": f"127.0.0.1:{10921 + i}"
+                                                 for i in range(3)}
+    r.register(reg("n1", "follower", 100), now_s=2.0)  # as the shell does once corroborated
+    assert r.term_to_verify(reg("n2", "leader", 101), now_s=3.0) is None
+    assert r.term_to_verify(reg("n2", "leader", 2**62), now_s=20.0) is None  # all expired
+    assert r.admin_addresses("a", now_s=20.0) == {} and r.admin_addresses("zz", 0.0) == {}
 
 
 def test_a_second_node_claiming_an_already_led_term_is_refused() -> None:
@@ -225,13 +278,25 @@ def test_several_groups_serving_one_topic_are_all_routed_by_name() -> None:
 def test_unregister_removes_a_node_and_a_leader_leaving_gives_up_its_term() -> None:
     r = Registry()
     three_nodes(r)
-    assert r.unregister("a", "n2", 1.0) is True
-    assert r.unregister("a", "n2", 1.0) is False
-    assert r.unregister("zz", "n0", 1.0) is False
-    assert r.unregister("a", "n0", 2.0) is True
+    assert r.unregister(Unregistration("a", "n2", 7), 1.0) is True
+    assert r.unregister(Unregistration("a", "n2", 7), 1.0) is False
+    assert r.unregister(Unregistration("zz", "n0", 7), 1.0) is False
+    assert r.unregister(Unregistration("a", "n0", 7), 2.0) is True
     assert leader_of(r) == (None, 7)
     assert r.register(reg("n0", "leader", 7), now_s=3.0).stale  # a delayed claim after leaving
     assert [n.node_id for n in r.cluster(3.0)[0].nodes] == ["n0", "n1"]
+
+
+def test_unregister_must_name_the_registration_it_removes() -> None:
+    r = Registry()
+    r.register(Registration("a", "n0", "127.0.0.1:1", "127.0.0.1:2", "leader", 7, {"t": RW4},
+                            instance="secret"), now_s=0.0)
+    with pytest.raises(RegistrationMismatchError, match="registered at term 7"):
+        r.unregister(Unregistration("a", "n0", 6, "secret"), 1.0)
+    with pytest.raises(RegistrationMismatchError, match="another instance"):
+        r.unregister(Unregistration("a", "n0", 7), 1.0)  # a spoof that read the term
+    assert leader_of(r) == ("n0", 7) and r.route("t", 1.0)[0].leader == "n0"
+    assert r.unregister(Unregistration("a", "n0", 7, "secret"), 2.0) is True
 
 
 # -- bounds ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from dledger.raft.types import AppendRequest, Entry, EntryKind, Heartbeat, Message
-from dledger.transport import UNATTRIBUTED, PeerTransport
+from dledger.transport import HELLO_BYTES_MAX, UNATTRIBUTED, PeerTransport
 from dledger.wire import Hello, encode_frame, encode_message
 
 HOST = "127.0.0.1"
@@ -268,6 +268,9 @@ HELLO = encode_frame(encode_message(Hello("g", "x")))
         pytest.param(HELLO + encode_frame(encode_message(beat("x", "c", 1))), id="wrong-dst"),
         pytest.param(HELLO + encode_frame(encode_message(beat("y", "b", 1))), id="wrong-src"),
         pytest.param(HELLO + HELLO, id="second-hello"),
+        # most of a 1 MiB frame from a connection that never said Hello: not held
+        pytest.param(b"\x00\x10\x00\x00" + b"x" * (HELLO_BYTES_MAX + 1),
+                     id="large-frame-before-hello"),
     ],
 )
 def test_malformed_input_closes_that_connection_but_the_server_keeps_serving(
@@ -297,6 +300,22 @@ def test_a_good_raw_peer_is_served_alongside() -> None:
                                        for i in range(3)))
         await wait_until(lambda: b.commits_from("x") == [0, 1, 2])
         assert b.stat("x", "received") == 3
+        writer.close()
+        await b.transport.stop()
+
+    run(scenario)
+
+
+def test_a_large_frame_right_behind_the_hello_in_one_write_is_delivered() -> None:
+    async def scenario() -> None:
+        (b,) = await mesh("b")
+        big = AppendRequest(term=1, src="x", dst="b", prev_log_index=0, prev_log_term=0,
+                            entries=(Entry(1, 1, EntryKind.NORMAL, b"y" * (1 << 20)),),
+                            leader_commit=0)
+        reader, writer = await asyncio.open_connection(*b.addr)
+        writer.write(HELLO + encode_frame(encode_message(big)))  # as a dialer writes them
+        await wait_until(lambda: len(b.inbox) == 1)
+        assert b.inbox[0] == big and b.stat("x", "errors") == 0
         writer.close()
         await b.transport.stop()
 
