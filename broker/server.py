@@ -25,13 +25,13 @@ from broker.admin import make_app
 from broker.entries import (
     Message,
     OffsetCommit,
-    SendEntry,
     TopicDelete,
     TopicPut,
-    check_message,
-    decode,
     encode,
+    encode_runs,
     encode_send,
+    message_of,
+    stored_messages,
 )
 from broker.errors import BadEntryError, BrokerError
 from broker.members import GroupMembers
@@ -41,7 +41,6 @@ from broker.protocol import (
     KINDS,
     TRANSFER_LEADERSHIP,
     FOUND,
-    MAX_BATCH_BYTES,
     MAX_MESSAGE_BYTES,
     MAX_PULL_MESSAGES,
     MAX_SUSPEND_MS,
@@ -52,15 +51,15 @@ from broker.protocol import (
     PULL,
     SEARCH_OFFSET,
     SEND,
+    SEND_KINDS,
     TOPIC_DELETE,
     TOPIC_PUT,
-    MessageTooLargeError,
     SendRefusedError,
     offset_msg_id,
-    offset_msg_ids,
 )
 from broker.registrar import Registrar
-from broker.sendgroup import SendGroups
+from broker.sendgroup import Run, RunKey, SendGroups
+from broker.sendwire import check_entry_size, run_answers, wire_messages
 from broker.state import ApplyResult, BrokerState, tag_hash
 from broker.topics import DEFAULT_QUEUES, validate_topic_name
 from dledger.commitlog import FileLogStore
@@ -83,7 +82,8 @@ class BrokerConfig:
     node: NodeConfig
     client_listen: Address = ("127.0.0.1", 0)
     auto_create_topics: bool = True
-    default_queues: int = DEFAULT_QUEUES
+    default_queues: int = DEFAULT_QUEUES  # of a topic created by its first send
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # of a message, or of a batch (SEND) in total
     send_timeout_s: float = 3.0
     admin_listen: Address | None = ("127.0.0.1", 0)  # None: no admin HTTP
     checkpoint_interval_s: float = 10.0  # persist the state machine this often (0: never)
@@ -107,7 +107,7 @@ class _Connection(FramedProtocol):
         except WireError as err:
             self.send_payload(encode_error(-1, err))
             return
-        if req.kind == SEND and self.server.send_fast(req, self):
+        if req.kind in SEND_KINDS and self.server.send_fast(req, self):
             return
         task = asyncio.ensure_future(self.server.handle(req, self))
         self.tasks.add(task)
@@ -187,9 +187,10 @@ class BrokerServer:
             result = self.state.apply(e.index, e.position, data)
             self.results[e.index] = result
             if result.status == "SEND_OK":
-                arrival = self._arrivals.pop((result.topic, result.queue_id), None)
-                if arrival is not None:
-                    arrival.set()  # wake long polls on this queue
+                for run in result.run_results():
+                    arrival = self._arrivals.pop((run.topic, run.queue_id), None)
+                    if arrival is not None:
+                        arrival.set()  # wake long polls on this queue
         while len(self.results) > RESULTS_KEPT:
             self.results.popitem(last=False)
 
@@ -257,10 +258,8 @@ class BrokerServer:
             raise SendRefusedError(result.status, result.detail)
         return result
 
-    def _check_send(self, topic: str, queue_id: int) -> None:
-        """Refuse (named errors) a send this leader must not take."""
-        self._require_leader()
-        validate_topic_name(topic)
+    def _check_run(self, topic: str, queue_id: int) -> None:
+        """Refuse (named errors) sends to a queue that this leader's state does not take."""
         if queue_id < 0:
             raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
         cfg = self.state.topics.get(topic)
@@ -269,62 +268,99 @@ class BrokerServer:
         if cfg is not None and not cfg.writable:
             raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
 
-    def _send_data(self, topic: str, queue_id: int, messages: list[list[Any]]) -> bytes:
-        return encode_send(topic, queue_id, int(time.time() * 1000), messages,
-                           self.config.auto_create_topics, self.config.default_queues)
+    def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool) -> Run:
+        """One run of a send request checked: every field, the topic's state, the sizes."""
+        if type(queue_id) is not int:
+            raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
+        messages, size = wire_messages(validate_topic_name(topic), raw,
+                                       self.config.max_message_bytes, batch)
+        self._check_run(topic, queue_id)
+        return topic, queue_id, messages, size
 
-    def _propose_send(self, topic: str, queue_id: int,
-                      messages: list[list[Any]]) -> asyncio.Future[Committed]:
-        return self.node.submit(self._send_data(topic, queue_id, messages))
+    def _propose_send(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:
+        ts_ms = int(time.time() * 1000)
+        auto, queues = self.config.auto_create_topics, self.config.default_queues
+        if len(runs) == 1:  # one queue: the entry older replicas also read
+            (topic, queue_id), messages = runs[0]
+            data = encode_send(topic, queue_id, ts_ms, messages, auto, queues)
+        else:
+            data = encode_runs(ts_ms, [[t, q, msgs, auto, queues] for (t, q), msgs in runs])
+        return self.node.submit(check_entry_size(data))
 
-    def _send_answer(self, committed: Committed) -> list[Any]:
+    def _send_answer(self, committed: Committed) -> list[list[Any]]:
         result = self.results.pop(committed.index, None)
         if result is None:
             raise BrokerError(f"no apply result for entry {committed.index}")
-        if result.status != "SEND_OK":
-            raise SendRefusedError(result.status, result.detail)
         position = self.node.store.position_of(result.index) if self.node.store else 0
-        ids = offset_msg_ids(self.group, position, len(result.queue_offsets))
-        return ["SEND_OK", result.queue_id, list(result.queue_offsets), ids,
-                list(result.duplicates), list(result.queue_ids)]
+        return run_answers(self.group, position, result)
 
     async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
-        """The slow path (a request the fast path could not parse): one entry, named errors."""
-        queue_id = int(queue_id)
-        messages, _ = _wire_messages(raw)
-        self._check_send(topic, queue_id)
-        committed = await self.node.propose(self._send_data(topic, queue_id, messages),
-                                            self.config.send_timeout_s)
-        return self._send_answer(committed)
+        """SEND through the group commit, awaited (a request that did not take the fast path)."""
+        self._require_leader()
+        fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
+
+        def reply(answers: list[list[Any]] | None, err: Exception | None) -> None:
+            if fut.done():
+                return
+            if answers is not None:
+                fut.set_result(answers)
+            else:
+                fut.set_exception(err or BrokerError("send failed"))
+
+        self.sends.add([self._run(topic, queue_id, raw, batch=True)], reply)
+        return _sole_answer((await fut)[0])
 
     def send_fast(self, req: Request, conn: _Connection) -> bool:
-        """The hot path: no task per send, and sends to one queue in the same loop turn share one
-        entry (``SendGroups``). The node's future always ends (committed, leadership lost,
-        stopped); the client enforces its own deadline. Returns False to leave a malformed
-        request to the slow path's named errors."""
-        try:
-            topic, queue_id, raw = req.args
-            if type(queue_id) is not int:
-                return False
-            messages, size = _wire_messages(raw)
-            self._check_send(topic, queue_id)
-        except (DLedgerError, BrokerError) as err:
-            conn.send_payload(encode_error(req.request_id, err))
-            return True
-        except (TypeError, ValueError, IndexError):
-            return False
+        """The hot path of SEND and SEND_RUNS: no task per request, and the requests of one loop
+        turn share one entry (``SendGroups``). The node's future always ends (committed,
+        leadership lost, stopped); the client enforces its own deadline. Every malformed request
+        gets a named error here (True is returned: the request is handled)."""
         rid = req.request_id
-
-        def reply(answer: list[Any] | None, err: Exception | None) -> None:
-            if answer is not None:
-                conn.send_payload(encode_result(rid, answer))
-            elif isinstance(err, (DLedgerError, BrokerError)):
-                conn.send_payload(encode_error(rid, err))
+        try:
+            self._require_leader()
+            if req.kind == SEND:
+                if len(req.args) != 3:
+                    raise BadEntryError("SEND takes a topic, a queue id and messages")
+                runs, answers = [self._run(*req.args, batch=True)], None
             else:
-                conn.send_payload(encode_error(rid, BrokerError(f"send failed: {err!r}")))
+                runs, answers = self._runs(req.args)
+        except (DLedgerError, BrokerError) as err:
+            conn.send_payload(encode_error(rid, err))
+            return True
 
-        self.sends.add(topic, queue_id, messages, size, reply)
+        def reply(got: list[list[Any]] | None, err: Exception | None) -> None:
+            try:
+                if got is None:
+                    raise err or BrokerError("send failed")
+                conn.send_payload(encode_result(rid, _merge(answers, got) if answers is not None
+                                                else _sole_answer(got[0])))
+            except (DLedgerError, BrokerError) as failure:
+                conn.send_payload(encode_error(rid, failure))
+            except Exception as failure:  # noqa: BLE001 - the client must get an answer
+                conn.send_payload(encode_error(rid, BrokerError(f"send failed: {failure!r}")))
+
+        if runs:
+            self.sends.add(runs, reply)
+        else:  # every run refused before proposing
+            conn.send_payload(encode_result(rid, answers))
         return True
+
+    def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any]]:
+        """SEND_RUNS' runs checked one by one: the valid ones, and the answers so far (a
+        refused run's ``[code, detail]``, None where the entry will answer)."""
+        if len(args) != 1 or type(args[0]) is not list or not args[0]:
+            raise BadEntryError("SEND_RUNS takes one non-empty list of [topic, queue id, messages]")
+        runs: list[Run] = []
+        answers: list[Any] = []
+        for raw_run in args[0]:
+            try:
+                if type(raw_run) is not list or len(raw_run) != 3:
+                    raise BadEntryError("a run is [topic, queue id, messages]")
+                runs.append(self._run(*raw_run, batch=False))
+                answers.append(None)
+            except BrokerError as err:
+                answers.append([err.code, getattr(err, "detail", str(err))])
+        return runs, answers
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
                    max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
@@ -338,7 +374,7 @@ class BrokerServer:
         if offset >= hi:
             return [NO_NEW_MSG, offset, lo, hi, []]
         wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
-        entries: dict[int, SendEntry] = {}  # each entry decoded once per pull
+        entries: dict[int, list[Any]] = {}  # each entry decoded once per pull
         units = self.state.units(topic, queue_id, offset, min(max_messages, MAX_PULL_MESSAGES))
         out: list[Any] = []
         size = 0
@@ -376,15 +412,13 @@ class BrokerServer:
         except TimeoutError:
             return
 
-    def _read_message(self, position: int, slot: int, entries: dict[int, SendEntry]) -> Message:
-        entry = entries.get(position)
-        if entry is None:
+    def _read_message(self, position: int, slot: int, entries: dict[int, list[Any]]) -> Message:
+        messages = entries.get(position)
+        if messages is None:
             store = self.node.store
             assert store is not None
-            decoded = decode(store.read_at(position).data)
-            assert isinstance(decoded, SendEntry)
-            entry = entries[position] = decoded
-        return entry.messages[slot]
+            messages = entries[position] = stored_messages(store.read_at(position).data)
+        return message_of(messages[slot])  # only the messages pulled are built
 
     def caught_up(self) -> bool:
         """Whether this node's state reflects what its group has committed: it knows a leader,
@@ -447,32 +481,14 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState
     return state
 
 
-def _wire_messages(raw: Any) -> tuple[list[list[Any]], int]:
-    """A send request's messages checked and put in entry form; returns them and their body
-    bytes. Raises named errors for bad or oversized input (TypeError/ValueError on bad shapes)."""
-    if not isinstance(raw, list) or not raw:
-        raise BadEntryError("a send carries a non-empty list of messages")
-    total = 0
-    out = []
-    for m in raw:
-        body, tags, keys, unique_key, props, born = m
-        if not isinstance(body, bytes):
-            raise BadEntryError("message body must be bytes")
-        if len(body) > MAX_MESSAGE_BYTES:
-            raise MessageTooLargeError(f"message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
-        total += len(body)
-        # What every replica checks at apply: never propose what it refuses. The common message
-        # passes as sent; another is put in entry form first, then checked again.
-        try:
-            check_message(m)
-        except (TypeError, ValueError):
-            m = [body, str(tags), [str(k) for k in keys], str(unique_key),
-                 [[str(k), str(v)] for k, v in props], int(born)]
-            try:
-                check_message(m)
-            except (TypeError, ValueError) as err:
-                raise BadEntryError(f"bad message: {err}") from err
-        out.append(m)
-    if total > MAX_BATCH_BYTES:
-        raise MessageTooLargeError(f"batch of {total} bytes exceeds {MAX_BATCH_BYTES}")
-    return out, total
+def _sole_answer(answer: list[Any]) -> list[Any]:
+    """SEND's answer from its run's: the run's refusal becomes the request's error."""
+    if answer[0] != "SEND_OK":
+        raise SendRefusedError(answer[0], answer[1])
+    return answer
+
+
+def _merge(answers: list[Any], got: list[list[Any]]) -> list[Any]:
+    """SEND_RUNS' answers: those refused before proposing, the entry's in the other places."""
+    it = iter(got)
+    return [a if a is not None else next(it) for a in answers]
