@@ -31,7 +31,7 @@ RunKey = tuple[str, int]  # (topic, queue id)
 # One run of a request: topic, queue id, its messages (entry form), their size in bytes
 Run = tuple[str, int, list[list[Any]], int]
 # reply(answers, None) or reply(None, error): answers one client request, one answer per run
-Reply = Callable[[list[list[Any]] | None, Exception | None], None]
+Reply = Callable[[list[list[Any]] | None, BaseException | None], None]
 # propose([((topic, queue_id), messages), ...]) -> a future that ends when the entry is committed
 Propose = Callable[[list[tuple[RunKey, list[list[Any]]]]], "asyncio.Future[Any]"]
 # answer(that future's result) -> one answer per run of the entry: [status, queue_id, then per

@@ -28,8 +28,6 @@ from broker.entries import (
     TopicDelete,
     TopicPut,
     encode,
-    encode_runs,
-    encode_send,
     message_of,
     stored_messages,
 )
@@ -42,6 +40,7 @@ from broker.protocol import (
     TRANSFER_LEADERSHIP,
     FOUND,
     MAX_MESSAGE_BYTES,
+    MAX_MESSAGE_BYTES_CEILING,
     MAX_PULL_MESSAGES,
     MAX_SUSPEND_MS,
     NO_NEW_MSG,
@@ -58,17 +57,16 @@ from broker.protocol import (
     offset_msg_id,
 )
 from broker.registrar import Registrar
-from broker.sendgroup import Run, RunKey, SendGroups
-from broker.sendwire import check_entry_size, run_answers, wire_messages
+from broker.sendpath import SendPath
 from broker.state import ApplyResult, BrokerState, tag_hash
-from broker.topics import DEFAULT_QUEUES, validate_topic_name
+from broker.topics import DEFAULT_QUEUES, MAX_QUEUES, validate_topic_name
 from dledger.commitlog import FileLogStore
 from dledger.errors import DLedgerError, NotLeaderError, WireError
 from dledger.hardstate import write_file_atomically
 from dledger.framed import FramedProtocol
 from dledger.protocol import Request, decode_request, encode_error, encode_result
 from dledger.raft.types import EntryKind
-from dledger.runtime import Address, AppliedEntry, Committed, Node, NodeConfig
+from dledger.runtime import Address, AppliedEntry, Node, NodeConfig
 from dledger.server import status_dict
 
 log = logging.getLogger("broker.server")
@@ -91,6 +89,13 @@ class BrokerConfig:
     register_interval_s: float = 30.0
     advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.default_queues <= MAX_QUEUES:
+            raise ValueError(f"default_queues must be 1..{MAX_QUEUES}, not {self.default_queues}")
+        if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
+            raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
+                             f"not {self.max_message_bytes}")
+
 
 class _Connection(FramedProtocol):
     def __init__(self, server: BrokerServer) -> None:
@@ -107,7 +112,7 @@ class _Connection(FramedProtocol):
         except WireError as err:
             self.send_payload(encode_error(-1, err))
             return
-        if req.kind in SEND_KINDS and self.server.send_fast(req, self):
+        if req.kind in SEND_KINDS and self.server.sends.handle(req, self):
             return
         task = asyncio.ensure_future(self.server.handle(req, self))
         self.tasks.add(task)
@@ -132,7 +137,7 @@ class BrokerServer:
         self._admin: web.AppRunner | None = None
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
-        self.sends = SendGroups(self._propose_send, self._send_answer)
+        self.sends = SendPath(self)
 
     async def start(self) -> None:
         await self.node.start()
@@ -258,109 +263,9 @@ class BrokerServer:
             raise SendRefusedError(result.status, result.detail)
         return result
 
-    def _check_run(self, topic: str, queue_id: int) -> None:
-        """Refuse (named errors) sends to a queue that this leader's state does not take."""
-        if queue_id < 0:
-            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
-        cfg = self.state.topics.get(topic)
-        if cfg is None and not self.config.auto_create_topics:
-            raise SendRefusedError("TOPIC_NOT_FOUND", topic)
-        if cfg is not None and not cfg.writable:
-            raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
-
-    def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool) -> Run:
-        """One run of a send request checked: every field, the topic's state, the sizes."""
-        if type(queue_id) is not int:
-            raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
-        messages, size = wire_messages(validate_topic_name(topic), raw,
-                                       self.config.max_message_bytes, batch)
-        self._check_run(topic, queue_id)
-        return topic, queue_id, messages, size
-
-    def _propose_send(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:
-        ts_ms = int(time.time() * 1000)
-        auto, queues = self.config.auto_create_topics, self.config.default_queues
-        if len(runs) == 1:  # one queue: the entry older replicas also read
-            (topic, queue_id), messages = runs[0]
-            data = encode_send(topic, queue_id, ts_ms, messages, auto, queues)
-        else:
-            data = encode_runs(ts_ms, [[t, q, msgs, auto, queues] for (t, q), msgs in runs])
-        return self.node.submit(check_entry_size(data))
-
-    def _send_answer(self, committed: Committed) -> list[list[Any]]:
-        result = self.results.pop(committed.index, None)
-        if result is None:
-            raise BrokerError(f"no apply result for entry {committed.index}")
-        position = self.node.store.position_of(result.index) if self.node.store else 0
-        return run_answers(self.group, position, result)
-
     async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
-        """SEND through the group commit, awaited (a request that did not take the fast path)."""
-        self._require_leader()
-        fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
-
-        def reply(answers: list[list[Any]] | None, err: Exception | None) -> None:
-            if fut.done():
-                return
-            if answers is not None:
-                fut.set_result(answers)
-            else:
-                fut.set_exception(err or BrokerError("send failed"))
-
-        self.sends.add([self._run(topic, queue_id, raw, batch=True)], reply)
-        return _sole_answer((await fut)[0])
-
-    def send_fast(self, req: Request, conn: _Connection) -> bool:
-        """The hot path of SEND and SEND_RUNS: no task per request, and the requests of one loop
-        turn share one entry (``SendGroups``). The node's future always ends (committed,
-        leadership lost, stopped); the client enforces its own deadline. Every malformed request
-        gets a named error here (True is returned: the request is handled)."""
-        rid = req.request_id
-        try:
-            self._require_leader()
-            if req.kind == SEND:
-                if len(req.args) != 3:
-                    raise BadEntryError("SEND takes a topic, a queue id and messages")
-                runs, answers = [self._run(*req.args, batch=True)], None
-            else:
-                runs, answers = self._runs(req.args)
-        except (DLedgerError, BrokerError) as err:
-            conn.send_payload(encode_error(rid, err))
-            return True
-
-        def reply(got: list[list[Any]] | None, err: Exception | None) -> None:
-            try:
-                if got is None:
-                    raise err or BrokerError("send failed")
-                conn.send_payload(encode_result(rid, _merge(answers, got) if answers is not None
-                                                else _sole_answer(got[0])))
-            except (DLedgerError, BrokerError) as failure:
-                conn.send_payload(encode_error(rid, failure))
-            except Exception as failure:  # noqa: BLE001 - the client must get an answer
-                conn.send_payload(encode_error(rid, BrokerError(f"send failed: {failure!r}")))
-
-        if runs:
-            self.sends.add(runs, reply)
-        else:  # every run refused before proposing
-            conn.send_payload(encode_result(rid, answers))
-        return True
-
-    def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any]]:
-        """SEND_RUNS' runs checked one by one: the valid ones, and the answers so far (a
-        refused run's ``[code, detail]``, None where the entry will answer)."""
-        if len(args) != 1 or type(args[0]) is not list or not args[0]:
-            raise BadEntryError("SEND_RUNS takes one non-empty list of [topic, queue id, messages]")
-        runs: list[Run] = []
-        answers: list[Any] = []
-        for raw_run in args[0]:
-            try:
-                if type(raw_run) is not list or len(raw_run) != 3:
-                    raise BadEntryError("a run is [topic, queue id, messages]")
-                runs.append(self._run(*raw_run, batch=False))
-                answers.append(None)
-            except BrokerError as err:
-                answers.append([err.code, getattr(err, "detail", str(err))])
-        return runs, answers
+        """SEND awaited (a request that did not take the connection's fast path)."""
+        return await self.sends.send(topic, queue_id, raw)
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
                    max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
@@ -479,16 +384,3 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState
         log.warning("ignoring checkpoint at %d: the log ends at %d", state.applied_index, last)
         return BrokerState()
     return state
-
-
-def _sole_answer(answer: list[Any]) -> list[Any]:
-    """SEND's answer from its run's: the run's refusal becomes the request's error."""
-    if answer[0] != "SEND_OK":
-        raise SendRefusedError(answer[0], answer[1])
-    return answer
-
-
-def _merge(answers: list[Any], got: list[list[Any]]) -> list[Any]:
-    """SEND_RUNS' answers: those refused before proposing, the entry's in the other places."""
-    it = iter(got)
-    return [a if a is not None else next(it) for a in answers]

@@ -121,8 +121,8 @@ class BrokerState:
             for key in [k for k in self.queues if k[0] == entry.name]:
                 del self.queues[key]
             # A re-created topic starts afresh: no offsets or unique keys of the old one apply.
-            for key in [k for k in self.offsets if k[1] == entry.name]:
-                del self.offsets[key]
+            for offset_key in [k for k in self.offsets if k[1] == entry.name]:
+                del self.offsets[offset_key]
             self.dedup.forget_topic(entry.name)
             return ApplyResult(index, "OK", topic=entry.name)
         assert isinstance(entry, OffsetCommit)

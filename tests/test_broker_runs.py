@@ -177,3 +177,24 @@ def test_sizes_are_counted_as_rocketmq_counts_them_and_limit_batches_and_message
     assert wire_messages("topic", [m, m], expected, batch=False)[1] == 2 * expected
     with pytest.raises(MessageTooLargeError, match="message"):
         wire_messages("topic", [m, m], expected - 1, batch=False)
+
+
+def test_the_broker_options_refuse_values_no_broker_can_honour(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from broker.__main__ import main
+    from broker.protocol import MAX_MESSAGE_BYTES_CEILING
+    from broker.server import BrokerConfig
+    from dledger.runtime import NodeConfig
+
+    node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 1)},
+                      data_dir=str(tmp_path))
+    for bad in ({"default_queues": 0}, {"max_message_bytes": MAX_MESSAGE_BYTES_CEILING + 1}):
+        with pytest.raises(ValueError):
+            BrokerConfig(node, **bad)  # type: ignore[arg-type]
+    base = ["start", "--group", "g", "--id", "n0", "--peers", "n0=127.0.0.1:1",
+            "--data-dir", str(tmp_path)]
+    for option, value in (("--max-message-bytes", MAX_MESSAGE_BYTES_CEILING + 1),
+                          ("--default-queues", 0)):
+        result = CliRunner().invoke(main, [*base, option, str(value)])
+        assert result.exit_code == 2 and option in result.output
