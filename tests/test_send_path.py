@@ -113,13 +113,13 @@ def test_a_deduplicated_retry_answers_with_the_original_message_id(
             _, first = await lc.call_leader(bp.SEND, "dedup", 1, [[b"other", "", [], "K0", [], 0],
                                                                   first_msg])
             _, again = await lc.call_leader(bp.SEND, "dedup", 2, [first_msg])  # a retry elsewhere
-            _, runs = await lc.call_leader(bp.SEND_RUNS, [["dedup", 3, [first_msg]]])
-            assert again[4] == [True] and runs[0][4] == [True]
-            assert first[3][1] == again[3][0] == runs[0][3][0]  # the same offset_msg_id
-            assert (again[5][0], again[2][0]) == (1, first[2][1])  # the original queue, offset
+            assert again[4] == [True] and (again[5][0], again[2][0]) == (1, first[2][1])
+            assert again[3][0] == first[3][1]  # the same offset_msg_id: the original's
             original = (await pull_all(lc, c, "dedup", 1))[first[2][1]]
             assert (original[8], original[1], original[4]) == (again[3][0], b"original",
                                                                "RETRY-KEY-1")
+            _, runs = await lc.call_leader(bp.SEND_RUNS, [["dedup", 3, [first_msg]]])
+            assert runs[0][4] == [True] and runs[0][3][0] == first[3][1]
 
     asyncio.run(run())
 
