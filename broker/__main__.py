@@ -9,7 +9,9 @@ from typing import Any
 import click
 
 from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
+from broker.protocol import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from broker.server import BrokerConfig, BrokerServer
+from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger import evloop
 from dledger.node_cli import (
     client_limits,
@@ -31,7 +33,13 @@ def main() -> None:
 @click.option("--listen", "--client-listen", "client_listen", default="127.0.0.1:10911",
               show_default=True, help="Client address (producers, consumers, admin).")
 @click.option("--auto-create/--no-auto-create", default=True, show_default=True,
-              help="Create a topic (4 queues) on its first send.")
+              help="Create a topic (--default-queues queues) on its first send.")
+@click.option("--default-queues", type=click.IntRange(1, MAX_QUEUES), default=DEFAULT_QUEUES,
+              show_default=True, help="Read and write queues of a topic created by its first send.")
+@click.option("--max-message-bytes", type=click.IntRange(1, MAX_MESSAGE_BYTES_CEILING),
+              default=MAX_MESSAGE_BYTES, show_default=True,
+              help="Largest message, and largest batch in total, this broker stores (sizes "
+                   "counted as RocketMQ does: topic, body, properties, 20 bytes per message).")
 @click.option("--admin-listen", default="127.0.0.1:0", show_default=True,
               help="Admin HTTP address (/status, /metrics, /livez, /readyz).")
 @click.option("--namesrv", default="",
@@ -42,9 +50,9 @@ def main() -> None:
               help="Client address to register instead of --listen's (NAT, a proxy).")
 @click.option("--checkpoint-interval-s", type=float, default=10.0, show_default=True,
               help="Persist the broker state this often, so a restart replays only the rest.")
-def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str,
-          register_interval_s: float, checkpoint_interval_s: float, advertise: str | None,
-          **opts: Any) -> None:
+def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
+          admin_listen: str, namesrv: str, register_interval_s: float,
+          checkpoint_interval_s: float, advertise: str | None, **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
     try:
@@ -53,7 +61,9 @@ def start(client_listen: str, auto_create: bool, admin_listen: str, namesrv: str
         raise click.BadParameter(str(err), param_hint="'--namesrv'") from err
     limits = client_limits(opts)
     config = BrokerConfig(node_config(opts), parse_address(client_listen),
-                          auto_create_topics=auto_create, admin_listen=parse_address(admin_listen),
+                          auto_create_topics=auto_create, default_queues=default_queues,
+                          max_message_bytes=max_message_bytes,
+                          admin_listen=parse_address(admin_listen),
                           namesrv=names, register_interval_s=register_interval_s,
                           checkpoint_interval_s=checkpoint_interval_s,
                           advertise_client=parse_address(advertise) if advertise else None,

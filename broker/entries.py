@@ -9,7 +9,7 @@ decision included, so that replicas never consult their own clock or configurati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import cbor2
 
@@ -20,6 +20,7 @@ KIND_SEND = 1
 KIND_TOPIC_PUT = 2
 KIND_TOPIC_DELETE = 3
 KIND_OFFSET_COMMIT = 4
+KIND_SEND_RUNS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,28 @@ class SendEntry:
     messages: tuple[Message, ...]
     auto_create: bool = False  # the leader's decision: create the topic if it is missing
     default_queues: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SendRun:
+    """The messages of a multi-run entry that go to one queue of one topic, with the leader's
+    auto-create decision and default queue count for that topic."""
+
+    topic: str
+    queue_id: int
+    messages: tuple[Message, ...]
+    auto_create: bool = False
+    default_queues: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SendRunsEntry:
+    """Independent sends to several queues and topics of one group, stored as one entry (the
+    leader's group commit). Each run is applied all or nothing on its own; a message's slot is
+    its index over all the runs' messages in order."""
+
+    store_ts_ms: int  # the leader's clock when it proposed the entry
+    runs: tuple[SendRun, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +93,7 @@ class OffsetCommit:
     offset: int
 
 
-BrokerEntry = Union[SendEntry, TopicPut, TopicDelete, OffsetCommit]
+BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit]
 
 
 # -- encode ---------------------------------------------------------------------------------------
@@ -78,10 +101,12 @@ BrokerEntry = Union[SendEntry, TopicPut, TopicDelete, OffsetCommit]
 
 def encode(entry: BrokerEntry) -> bytes:
     if isinstance(entry, SendEntry):
-        msgs = [[m.body, m.tags, list(m.keys), m.unique_key, [list(p) for p in m.properties],
-                 m.born_ts_ms] for m in entry.messages]
-        return encode_send(entry.topic, entry.queue_id, entry.store_ts_ms, msgs, entry.auto_create,
-                           entry.default_queues)
+        return encode_send(entry.topic, entry.queue_id, entry.store_ts_ms,
+                           _wire(entry.messages), entry.auto_create, entry.default_queues)
+    if isinstance(entry, SendRunsEntry):
+        return encode_runs(entry.store_ts_ms, [[r.topic, r.queue_id, _wire(r.messages),
+                                                r.auto_create, r.default_queues]
+                                               for r in entry.runs])
     fields: list[Any]
     if isinstance(entry, TopicPut):
         fields = [KIND_TOPIC_PUT, entry.name, entry.read_queues, entry.write_queues, entry.perm,
@@ -101,6 +126,17 @@ def encode_send(topic: str, queue_id: int, store_ts_ms: int, messages: list[list
     [[name, value]], born_ts_ms]`` (the leader's hot path: no Message objects built)."""
     return cbor2.dumps([VERSION, KIND_SEND, topic, queue_id, store_ts_ms, messages, auto_create,
                         default_queues])
+
+
+def encode_runs(store_ts_ms: int, runs: list[list[Any]]) -> bytes:
+    """A multi-run send entry from runs in entry form ``[topic, queue_id, [message...],
+    auto_create, default_queues]``, messages as ``encode_send`` takes them."""
+    return cbor2.dumps([VERSION, KIND_SEND_RUNS, store_ts_ms, runs])
+
+
+def _wire(messages: tuple[Message, ...]) -> list[list[Any]]:
+    return [[m.body, m.tags, list(m.keys), m.unique_key, [list(p) for p in m.properties],
+             m.born_ts_ms] for m in messages]
 
 
 # -- decode ---------------------------------------------------------------------------------------
@@ -131,22 +167,72 @@ def decode(payload: bytes) -> BrokerEntry:
         raise BadEntryError(f"malformed entry of kind {kind}: {err}") from err
 
 
-def decode_for_apply(payload: bytes) -> BrokerEntry | StoredSend:
-    """As ``decode``, refusing exactly the same payloads, but a send comes as a
-    ``StoredSend`` (no ``Message`` objects built: the replicas' hot path)."""
+@dataclass(frozen=True, slots=True)
+class StoredRuns:
+    """A multi-run send entry as the state machine applies it: each run a ``StoredSend`` (with
+    the entry's store time), checked exactly as ``decode`` checks it."""
+
+    store_ts_ms: int
+    runs: list[StoredSend]
+
+
+def decode_for_apply(payload: bytes) -> BrokerEntry | StoredSend | StoredRuns:
+    """As ``decode``, refusing exactly the same payloads, but a send comes as a ``StoredSend``
+    and a multi-run send as ``StoredRuns`` (no ``Message`` objects built: the replicas' hot
+    path)."""
     kind, rest = _fields(payload)
-    if not isinstance(kind, int) or kind != KIND_SEND:  # (as decode: True counts as 1)
+    # (as decode: True counts as 1)
+    if not isinstance(kind, int) or (kind != KIND_SEND and kind != KIND_SEND_RUNS):
         return decode(payload)
     try:
+        if kind == KIND_SEND_RUNS:
+            ts, runs = rest
+            ts = _int(ts)
+            return StoredRuns(ts, [_stored_send(*_run_fields(r), ts) for r in _runs(runs)])
         topic, queue_id, ts, msgs, auto_create, default_queues = rest
-        if not isinstance(msgs, list) or not msgs:
-            raise ValueError("a send carries at least one message")
-        for m in msgs:
-            check_message(m)
-        return StoredSend(_str(topic), _int(queue_id), _int(ts), msgs, _bool(auto_create),
-                          _int(default_queues, 1))
+        return _stored_send(topic, queue_id, msgs, auto_create, default_queues, _int(ts))
     except (TypeError, ValueError) as err:
         raise BadEntryError(f"malformed entry of kind {kind}: {err}") from err
+
+
+def _stored_send(topic: Any, queue_id: Any, msgs: Any, auto_create: Any, default_queues: Any,
+                 ts: int) -> StoredSend:
+    if not isinstance(msgs, list) or not msgs:
+        raise ValueError("a send carries at least one message")
+    for m in msgs:
+        check_message(m)
+    return StoredSend(_str(topic), _int(queue_id), ts, msgs, _bool(auto_create),
+                      _int(default_queues, 1))
+
+
+def _runs(runs: Any) -> list[Any]:
+    if not isinstance(runs, list) or not runs:
+        raise ValueError("a multi-run send carries at least one run")
+    return runs
+
+
+def _run_fields(run: Any) -> tuple[Any, Any, Any, Any, Any]:
+    if type(run) is not list:
+        raise ValueError("a run must be a list")
+    topic, queue_id, msgs, auto_create, default_queues = run
+    return topic, queue_id, msgs, auto_create, default_queues
+
+
+def stored_messages(payload: bytes) -> list[Any]:
+    """The messages of an applied send entry (either kind) in entry form, indexed by slot. For
+    reads of entries the state machine stored: ``decode_for_apply`` checked them then."""
+    kind, rest = _fields(payload)
+    if kind == KIND_SEND_RUNS:
+        return [m for run in rest[1] for m in run[2]]
+    if kind != KIND_SEND:
+        raise BadEntryError(f"entry of kind {kind!r} holds no messages")
+    msgs: list[Any] = rest[3]
+    return msgs
+
+
+def message_of(m: list[Any]) -> Message:
+    """A stored message (entry form, as ``stored_messages`` gives it) as a ``Message``."""
+    return _message(m)
 
 
 def _fields(payload: bytes) -> tuple[Any, list[Any]]:
@@ -177,15 +263,15 @@ def check_message(m: Any) -> None:
 INT_MAX = 2**63 - 1  # every integer field fits the state's packed 64-bit columns
 
 
-def _int(v: Any, lo: int = 0) -> int:
+def _int(v: Any, lo: int = 0, what: str = "the field") -> int:
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= INT_MAX:
-        raise ValueError(f"expected an integer in {lo}..{INT_MAX}, got {v!r}")
+        raise ValueError(f"{what} must be an integer in {lo}..{INT_MAX}, not {v!r}")
     return v
 
 
-def _str(v: Any) -> str:
+def _str(v: Any, what: str = "the field") -> str:
     if not isinstance(v, str):
-        raise ValueError(f"expected a string, got {type(v).__name__}")
+        raise ValueError(f"{what} must be a string, not {type(v).__name__}")
     return v
 
 
@@ -202,9 +288,11 @@ def _message(m: Any) -> Message:
     if not isinstance(keys, list) or not isinstance(props, list):
         raise ValueError("message keys and properties must be lists")
     # the common message has no keys and no properties: skip building and checking them
-    keys_t = tuple(_str(k) for k in keys) if keys else ()
-    props_t = tuple((_str(k), _str(v)) for k, v in props) if props else ()
-    return Message(body, _str(tags), keys_t, _str(unique_key), props_t, _int(born))
+    keys_t = tuple(_str(k, "a key") for k in keys) if keys else ()
+    props_t = tuple((_str(k, "a property name"), _str(v, f"property {k!r}")) for k, v in props
+                    ) if props else ()
+    return Message(body, _str(tags, "tags"), keys_t, _str(unique_key, "the unique key"), props_t,
+                   _int(born, what="born_ts_ms"))
 
 
 def _send(f: list[Any]) -> SendEntry:
@@ -213,6 +301,18 @@ def _send(f: list[Any]) -> SendEntry:
         raise ValueError("a send carries at least one message")
     return SendEntry(_str(topic), _int(queue_id), _int(ts), tuple(_message(m) for m in msgs),
                      _bool(auto_create), _int(default_queues, 1))
+
+
+def _send_runs(f: list[Any]) -> SendRunsEntry:
+    ts, runs = f
+    out = []
+    for run in _runs(runs):
+        topic, queue_id, msgs, auto_create, default_queues = _run_fields(run)
+        if not isinstance(msgs, list) or not msgs:
+            raise ValueError("a send carries at least one message")
+        out.append(SendRun(_str(topic), _int(queue_id), tuple(_message(m) for m in msgs),
+                           _bool(auto_create), _int(default_queues, 1)))
+    return SendRunsEntry(_int(ts), tuple(out))
 
 
 def _topic_put(f: list[Any]) -> TopicPut:
@@ -230,8 +330,9 @@ def _offset_commit(f: list[Any]) -> OffsetCommit:
     return OffsetCommit(_str(group), _str(topic), _int(queue_id), _int(offset))
 
 
-_DECODERS = {KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
-             KIND_OFFSET_COMMIT: _offset_commit}
+_DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
+    KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
+    KIND_OFFSET_COMMIT: _offset_commit, KIND_SEND_RUNS: _send_runs}
 
-__all__ = ["BrokerEntry", "Message", "OffsetCommit", "SendEntry", "TopicDelete", "TopicPut",
-           "decode", "encode"]
+__all__ = ["BrokerEntry", "Message", "OffsetCommit", "SendEntry", "SendRun", "SendRunsEntry",
+           "TopicDelete", "TopicPut", "decode", "encode"]

@@ -1,5 +1,5 @@
-"""The broker's request table: request kind -> handler, for every kind but SEND (whose hot path
-stays in ``server``).
+"""The broker's request table: request kind -> handler, for every kind but the sends (SEND and
+SEND_RUNS, whose hot path is ``broker.sendpath``).
 
 Each handler declares its fields, in wire order, with a check for each. ``dispatch`` refuses a
 request whose argument count differs (missing or extra arguments) or any of whose fields has the
@@ -33,7 +33,7 @@ from broker.protocol import (
     OFFSET_QUERY,
     PULL,
     SEARCH_OFFSET,
-    SEND,
+    SEND_KINDS,
     TOPIC_DELETE,
     TOPIC_PUT,
     TRANSFER_LEADERSHIP,
@@ -84,7 +84,7 @@ HANDLERS: dict[int, Handler] = {}
 def handles(kind: int, **fields: Check) -> Callable[[F], F]:
     """Register the decorated ``async def h(server, *fields)`` as the handler of ``kind``."""
     def register(fn: F) -> F:
-        if kind in HANDLERS or kind == SEND:
+        if kind in HANDLERS or kind in SEND_KINDS:
             raise ValueError(f"request kind {kind} has a handler already")
         HANDLERS[kind] = Handler(fn.__name__, tuple(fields.items()), fn)
         return fn
@@ -92,8 +92,8 @@ def handles(kind: int, **fields: Check) -> Callable[[F], F]:
 
 
 def served_kinds() -> frozenset[int]:
-    """Every request kind the broker answers (SEND and the table's)."""
-    return frozenset({SEND, *HANDLERS})
+    """Every request kind the broker answers (the sends and the table's)."""
+    return frozenset({*SEND_KINDS, *HANDLERS})
 
 
 async def dispatch(server: BrokerServer, req: Request) -> Any:

@@ -5,7 +5,13 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 
 - SEND ``topic, queue_id, [[body, tags, keys, unique_key, [[k, v]...], born_ts_ms], ...]`` ->
   ``[status, queue_id, [queue_offset...], [offset_msg_id...], [duplicate...], [queue_id...]]``
-  (leader only; returns after the entry is committed and applied)
+  (leader only; returns after the entry is committed and applied). One queue, all or nothing:
+  RocketMQ's batch, whose total size (``message_bytes``) is at most the broker's maximum.
+- SEND_RUNS ``[[topic, queue_id, [message...]], ...]`` -> one answer per run, in order: SEND's
+  answer, or ``[code, detail]`` for a run refused (its topic unknown or read-only, its queue
+  beyond the topic's, a message malformed or larger than the broker's maximum). Independent
+  sends, each message to its own queue (the producer's group commit over several queues and
+  topics); each run is all or nothing, and a refused run fails only itself.
 - PULL ``topic, queue_id, offset, max_messages, max_bytes, suspend_ms, tags`` ->
   ``[status, next_offset, min_offset, max_offset, [message...]]``, a message being
   ``[queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id]``
@@ -30,6 +36,8 @@ naming the field. A pull's ``max_messages`` is capped at MAX_PULL_MESSAGES and i
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from broker.errors import BrokerError
 
 SEND = 100
@@ -42,14 +50,19 @@ BROKER_STATUS = 106
 HEARTBEAT = 107
 TRANSFER_LEADERSHIP = 108
 SEARCH_OFFSET = 109
-# The kinds a broker serves are SEND and those of its handler table (``broker.handlers``).
+SEND_RUNS = 110
+SEND_KINDS = frozenset({SEND, SEND_RUNS})
+# The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 
 FOUND = "FOUND"
 NO_NEW_MSG = "NO_NEW_MSG"
 OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
 
-MAX_MESSAGE_BYTES = 4 << 20
-MAX_BATCH_BYTES = 4 << 20  # one send request (RocketMQ's batch limit)
+MAX_MESSAGE_BYTES = 4 << 20  # the broker's default maximum of a message or a batch (RocketMQ's)
+# The most any broker may be configured to take (``--max-message-bytes``), and so all a client
+# checks before sending: an entry must fit a peer frame (16 MiB) with room for its encoding.
+MAX_MESSAGE_BYTES_CEILING = 8 << 20
+MESSAGE_OVERHEAD_BYTES = 20  # per message, in the size count (RocketMQ's batch splitter's)
 MAX_PULL_MESSAGES = 1024
 MAX_SUSPEND_MS = 15_000  # long polling waits at most this long (RocketMQ's default)
 
@@ -61,6 +74,7 @@ class SendRefusedError(BrokerError):
         super().__init__(f"{status}: {detail}" if detail else status)
         self.status = status
         self.code = status
+        self.detail = detail
 
 
 class MessageTooLargeError(BrokerError):
@@ -69,12 +83,26 @@ class MessageTooLargeError(BrokerError):
     code = "MESSAGE_TOO_LARGE"
 
 
+def message_bytes(topic: str, body: bytes, tags: str, keys: Sequence[str], unique_key: str,
+                  properties: Sequence[Sequence[str]]) -> int:
+    """A message's size as RocketMQ counts it against its 4 MiB limit: topic, body, each
+    property's name and value (tags, keys and the unique key are properties there: ``TAGS``,
+    ``KEYS`` space-separated, ``UNIQ_KEY``), and 20 bytes of overhead; strings in UTF-8 bytes.
+    The broker enforces its maximum with this count and the client's splitter uses it too."""
+    n = _utf8(topic) + len(body) + 8 + _utf8(unique_key) + MESSAGE_OVERHEAD_BYTES  # 8: UNIQ_KEY
+    if tags:
+        n += 4 + _utf8(tags)
+    if keys:
+        n += 4 + sum(_utf8(k) for k in keys) + len(keys) - 1
+    for name, value in properties:
+        n += _utf8(name) + _utf8(value)
+    return n
+
+
+def _utf8(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def offset_msg_id(group: str, position: int, slot: int) -> str:
     """Names a stored message on any replica: group, commitlog position, slot in the entry."""
     return f"{group}-{position:016X}-{slot}"
-
-
-def offset_msg_ids(group: str, position: int, count: int) -> list[str]:
-    """``offset_msg_id`` of slots 0 .. count-1 of one entry (the prefix is built once)."""
-    prefix = f"{group}-{position:016X}-"
-    return [prefix + str(slot) for slot in range(count)]

@@ -1,12 +1,15 @@
-"""Group commit of sends on the leader: send requests to one queue that arrive in the same turn of
-the event loop are stored as one log entry (one Raft entry, one share of an fsync, one apply on
-every replica), and each request is answered with its own slice of that entry's result.
+"""Group commit of sends on the leader: the send requests that arrive in the same turn of the
+event loop are stored as one log entry (one Raft entry, one share of an fsync, one apply on every
+replica), whatever their topics and queues, and each request is answered with its own slices of
+that entry's result.
 
-A request's messages stay contiguous and in their order inside the entry, so a batch is still all
-or nothing in one queue, and per-queue order is arrival order. A group is bounded
-(``max_bytes`` of bodies, ``max_messages``): a request that would overflow the open group closes
-it and starts the next, and a request larger than the bound travels alone. The bounds are well
-below a batch request's 4 MiB on purpose: moderate entries keep the replication pipeline full (a
+A request brings one or more runs (messages to one queue of one topic). The entry holds one run
+per (topic, queue) of the group, in the order they first arrived; a request's messages stay
+contiguous and in their order inside each of its runs, so a batch is still all or nothing in one
+queue, and per-queue order is arrival order. A group is bounded (``max_bytes`` of message sizes,
+``max_messages``) over all its runs: a request that would overflow the open group closes it and
+starts the next, and a request larger than the bound travels alone. The bounds are well below a
+batch request's 4 MiB on purpose: moderate entries keep the replication pipeline full (a
 follower appends one while the leader builds the next); one huge entry per loop turn made the
 processes take turns (measured: 256 messages or 256 KiB gave about a tenth more throughput on the
 batch path than 1,024 messages or 4 MiB). Retried sends stay safe: dedup is per message (unique
@@ -19,33 +22,41 @@ and how to read an applied entry's answer.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dledger.errors import DLedgerError
 from broker.errors import BrokerError
 
-# reply(answer, None) or reply(None, error): answers one client request
-Reply = Callable[[list[Any] | None, Exception | None], None]
-# propose(topic, queue_id, messages) -> a future that ends when the entry is committed
-Propose = Callable[[str, int, list[list[Any]]], "asyncio.Future[Any]"]
-# answer(that future's result) -> the applied entry's answer: status, queue_id, then per message
-# lists of offsets, message ids, duplicate flags and queue ids (raises a named error if refused)
-Answer = Callable[[Any], list[Any]]
+RunKey = tuple[str, int]  # (topic, queue id)
+# One run of a request: topic, queue id, its messages (entry form), their size in bytes
+Run = tuple[str, int, list[list[Any]], int]
+# reply(answers, None) or reply(None, error): answers one client request, one answer per run
+Reply = Callable[[list[list[Any]] | None, BaseException | None], None]
+# propose([((topic, queue_id), messages), ...]) -> a future that ends when the entry is committed
+Propose = Callable[[list[tuple[RunKey, list[list[Any]]]]], "asyncio.Future[Any]"]
+# answer(that future's result) -> one answer per run of the entry: [status, queue_id, then per
+# message lists of offsets, message ids, duplicate flags and queue ids], or [code, detail] for a
+# refused run (raises a named error if the entry as a whole failed)
+Answer = Callable[[Any], list[list[Any]]]
 
 MAX_GROUP_MESSAGES = 256
 MAX_GROUP_BYTES = 256 * 1024
+SEND_OK = "SEND_OK"
 
 
-@dataclass
 class _Group:
-    messages: list[list[Any]] = field(default_factory=list)
-    replies: list[tuple[int, int, Reply]] = field(default_factory=list)  # (first slot, count, reply)
-    size_bytes: int = 0
+    __slots__ = ("runs", "replies", "size_bytes", "count")
+
+    def __init__(self) -> None:
+        self.runs: dict[RunKey, list[list[Any]]] = {}  # in order of first arrival
+        # per request: its reply and, per run of it, (run key, first message, count)
+        self.replies: list[tuple[Reply, list[tuple[RunKey, int, int]]]] = []
+        self.size_bytes = 0
+        self.count = 0
 
 
 class SendGroups:
-    """Collects sends per (topic, queue) until the loop turn ends, then proposes each group."""
+    """Collects the sends of a loop turn, then proposes them as one entry (or a few, by bounds)."""
 
     def __init__(self, propose: Propose, answer: Answer, max_bytes: int = MAX_GROUP_BYTES,
                  max_messages: int = MAX_GROUP_MESSAGES) -> None:
@@ -53,42 +64,54 @@ class SendGroups:
         self._answer = answer
         self.max_bytes = max_bytes
         self.max_messages = max_messages
-        self._open: dict[tuple[str, int], _Group] = {}
+        self._open: _Group | None = None
         self._flush_scheduled = False
         self.entries_proposed = 0
         self.requests_grouped = 0
 
-    def add(self, topic: str, queue_id: int, messages: list[list[Any]], size_bytes: int,
-            reply: Reply) -> None:
-        """Queue one validated request (its messages in entry form) for the next group commit."""
-        key = (topic, queue_id)
-        group = self._open.get(key)
-        if group is not None and (group.size_bytes + size_bytes > self.max_bytes
-                                  or len(group.messages) + len(messages) > self.max_messages):
-            self._propose_group(key, self._open.pop(key))
+    def add(self, runs: list[Run], reply: Reply) -> None:
+        """Queue one validated request (its runs' messages in entry form) for the next group
+        commit; ``reply`` gets one answer per run, in the order of ``runs``."""
+        size = 0
+        count = 0
+        for run in runs:
+            size += run[3]
+            count += len(run[2])
+        group = self._open
+        if group is not None and (group.size_bytes + size > self.max_bytes
+                                  or group.count + count > self.max_messages):
+            self._propose_group(group)
             group = None
         if group is None:
-            group = self._open[key] = _Group()
-        group.replies.append((len(group.messages), len(messages), reply))
-        group.messages.extend(messages)
-        group.size_bytes += size_bytes
+            group = self._open = _Group()
+        slices = []
+        for topic, queue_id, messages, _ in runs:
+            key = (topic, queue_id)
+            held = group.runs.get(key)
+            if held is None:
+                group.runs[key] = held = []
+            slices.append((key, len(held), len(messages)))
+            held.extend(messages)
+        group.replies.append((reply, slices))
+        group.size_bytes += size
+        group.count += count
         self.requests_grouped += 1
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
-        """Propose every open group (called at the end of the loop turn that opened them)."""
+        """Propose the open group (called at the end of the loop turn that opened it)."""
         self._flush_scheduled = False
-        groups, self._open = self._open, {}
-        for key, group in groups.items():
-            self._propose_group(key, group)
+        group, self._open = self._open, None
+        if group is not None:
+            self._propose_group(group)
 
-    def _propose_group(self, key: tuple[str, int], group: _Group) -> None:
+    def _propose_group(self, group: _Group) -> None:
         try:
-            fut = self._propose(key[0], key[1], group.messages)
+            fut = self._propose(list(group.runs.items()))
         except Exception as err:  # noqa: BLE001 - named or not, every request must be answered
-            for _, _, reply in group.replies:
+            for reply, _ in group.replies:
                 reply(None, err)
             return
         self.entries_proposed += 1
@@ -100,15 +123,27 @@ class SendGroups:
         err = fut.exception()
         if err is None:
             try:
-                answer = self._answer(fut.result())
+                answers = self._answer(fut.result())
             except (DLedgerError, BrokerError) as failure:
                 err = failure
+            else:
+                if len(answers) != len(group.runs):
+                    if len(answers) != 1 or answers[0][0] == SEND_OK:
+                        err = BrokerError(f"{len(answers)} answers to {len(group.runs)} runs")
+                    answers = answers * len(group.runs)  # the entry as a whole was refused
         if err is not None:
-            for _, _, reply in group.replies:
+            for reply, _ in group.replies:
                 reply(None, err)
             return
-        status, queue_id, offsets, ids, dups, qids = answer
-        for first, count, reply in group.replies:
-            end = first + count
-            reply([status, queue_id, offsets[first:end], ids[first:end], dups[first:end],
-                   qids[first:end]], None)
+        by_run = dict(zip(group.runs, answers))
+        for reply, slices in group.replies:
+            reply([_slice(by_run[key], first, count) for key, first, count in slices], None)
+
+
+def _slice(answer: list[Any], first: int, count: int) -> list[Any]:
+    """One request's part of a run's answer (a refusal is the same for every request)."""
+    if answer[0] != SEND_OK:
+        return answer
+    status, queue_id, offsets, ids, dups, qids = answer
+    end = first + count
+    return [status, queue_id, offsets[first:end], ids[first:end], dups[first:end], qids[first:end]]

@@ -24,33 +24,30 @@ from aiohttp import web
 from broker.admin import make_app
 from broker.entries import (
     Message,
-    SendEntry,
-    check_message,
-    decode,
     encode,
-    encode_send,
+    message_of,
+    stored_messages,
 )
 from broker.errors import BadEntryError, BrokerError
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
 from broker.protocol import (
     FOUND,
-    MAX_BATCH_BYTES,
     MAX_MESSAGE_BYTES,
+    MAX_MESSAGE_BYTES_CEILING,
     MAX_PULL_MESSAGES,
     MAX_SUSPEND_MS,
     NO_NEW_MSG,
     OFFSET_OUT_OF_RANGE,
     SEND,
-    MessageTooLargeError,
+    SEND_KINDS,
     SendRefusedError,
     offset_msg_id,
-    offset_msg_ids,
 )
 from broker.registrar import Registrar
-from broker.sendgroup import SendGroups
+from broker.sendpath import SendPath
 from broker.state import ApplyResult, BrokerState, tag_hash
-from broker.topics import DEFAULT_QUEUES, validate_topic_name
+from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger.commitlog import FileLogStore
 from dledger.errors import DLedgerError, NotLeaderError, WireError
 from dledger.hardstate import write_file_atomically
@@ -68,7 +65,7 @@ from dledger.protocol import (
     encode_result,
 )
 from dledger.raft.types import EntryKind
-from dledger.runtime import Address, AppliedEntry, Committed, Node, NodeConfig
+from dledger.runtime import Address, AppliedEntry, Node, NodeConfig
 from dledger.server import status_dict
 
 log = logging.getLogger("broker.server")
@@ -83,7 +80,8 @@ class BrokerConfig:
     node: NodeConfig
     client_listen: Address = ("127.0.0.1", 0)
     auto_create_topics: bool = True
-    default_queues: int = DEFAULT_QUEUES
+    default_queues: int = DEFAULT_QUEUES  # of a topic created by its first send
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # of a message, or of a batch (SEND) in total
     send_timeout_s: float = 3.0
     admin_listen: Address | None = ("127.0.0.1", 0)  # None: no admin HTTP
     checkpoint_interval_s: float = 10.0  # persist the state machine this often (0: never)
@@ -92,6 +90,13 @@ class BrokerConfig:
     advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
     max_connections: int = CONNECTIONS_MAX_DEFAULT  # client connections open at once
     input_buffer_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT  # partial frames, all clients
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.default_queues <= MAX_QUEUES:
+            raise ValueError(f"default_queues must be 1..{MAX_QUEUES}, not {self.default_queues}")
+        if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
+            raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
+                             f"not {self.max_message_bytes}")
 
 
 class _Connection(FramedProtocol):
@@ -109,7 +114,7 @@ class _Connection(FramedProtocol):
         except WireError as err:
             self.send_payload(encode_decode_error(err))
             return
-        if req.kind == SEND and self.server.send_fast(req, self):
+        if req.kind in SEND_KINDS and self.server.sends.handle(req, self):
             return
         task = asyncio.ensure_future(self.server.handle(req, self))
         self.tasks.add(task)
@@ -135,7 +140,7 @@ class BrokerServer:
         self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
-        self.sends = SendGroups(self._propose_send, self._send_answer)
+        self.sends = SendPath(self)
 
     async def start(self) -> None:
         await self.node.start()
@@ -190,9 +195,10 @@ class BrokerServer:
             result = self.state.apply(e.index, e.position, data)
             self.results[e.index] = result
             if result.status == "SEND_OK":
-                arrival = self._arrivals.pop((result.topic, result.queue_id), None)
-                if arrival is not None:
-                    arrival.set()  # wake long polls on this queue
+                for run in result.run_results():
+                    arrival = self._arrivals.pop((run.topic, run.queue_id), None)
+                    if arrival is not None:
+                        arrival.set()  # wake long polls on this queue
         while len(self.results) > RESULTS_KEPT:
             self.results.popitem(last=False)
 
@@ -211,7 +217,7 @@ class BrokerServer:
         except (DLedgerError, BrokerError) as err:
             conn.send_payload(encode_error(req.request_id, err))
         except (TypeError, ValueError, IndexError, OverflowError, KeyError, AttributeError) as err:
-            conn.send_payload(encode_error(req.request_id, BadEntryError(f"bad request: {err!r}")))
+            conn.send_payload(encode_error(req.request_id, BadEntryError(f"bad request: {err}")))
         else:
             conn.send_payload(encode_result(req.request_id, result))
 
@@ -226,8 +232,6 @@ class BrokerServer:
         if core is None or not self.node.is_leader:
             raise NotLeaderError(core.leader_id if core else None, core.term if core else 0)
 
-    _require_leader = require_leader  # the send path's name for it
-
     async def leader_commit(self, entry: Any) -> ApplyResult:
         """Commit a control entry through this node (the leader); named error if refused."""
         self.require_leader()
@@ -236,74 +240,9 @@ class BrokerServer:
             raise SendRefusedError(result.status, result.detail)
         return result
 
-    def _check_send(self, topic: str, queue_id: int) -> None:
-        """Refuse (named errors) a send this leader must not take."""
-        self._require_leader()
-        validate_topic_name(topic)
-        if queue_id < 0:
-            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
-        cfg = self.state.topics.get(topic)
-        if cfg is None and not self.config.auto_create_topics:
-            raise SendRefusedError("TOPIC_NOT_FOUND", topic)
-        if cfg is not None and not cfg.writable:
-            raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
-
-    def _send_data(self, topic: str, queue_id: int, messages: list[list[Any]]) -> bytes:
-        return encode_send(topic, queue_id, int(time.time() * 1000), messages,
-                           self.config.auto_create_topics, self.config.default_queues)
-
-    def _propose_send(self, topic: str, queue_id: int,
-                      messages: list[list[Any]]) -> asyncio.Future[Committed]:
-        return self.node.submit(self._send_data(topic, queue_id, messages))
-
-    def _send_answer(self, committed: Committed) -> list[Any]:
-        result = self.results.pop(committed.index, None)
-        if result is None:
-            raise BrokerError(f"no apply result for entry {committed.index}")
-        if result.status != "SEND_OK":
-            raise SendRefusedError(result.status, result.detail)
-        position = self.node.store.position_of(result.index) if self.node.store else 0
-        ids = offset_msg_ids(self.group, position, len(result.queue_offsets))
-        return ["SEND_OK", result.queue_id, list(result.queue_offsets), ids,
-                list(result.duplicates), list(result.queue_ids)]
-
     async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
-        """The slow path (a request the fast path could not parse): one entry, named errors."""
-        queue_id = int(queue_id)
-        messages, _ = _wire_messages(raw)
-        self._check_send(topic, queue_id)
-        committed = await self.node.propose(self._send_data(topic, queue_id, messages),
-                                            self.config.send_timeout_s)
-        return self._send_answer(committed)
-
-    def send_fast(self, req: Request, conn: _Connection) -> bool:
-        """The hot path: no task per send, and sends to one queue in the same loop turn share one
-        entry (``SendGroups``). The node's future always ends (committed, leadership lost,
-        stopped); the client enforces its own deadline. Returns False to leave a malformed
-        request to the slow path's named errors."""
-        try:
-            topic, queue_id, raw = req.args
-            if type(queue_id) is not int:
-                return False
-            messages, size = _wire_messages(raw)
-            self._check_send(topic, queue_id)
-        except (DLedgerError, BrokerError) as err:
-            conn.send_payload(encode_error(req.request_id, err))
-            return True
-        except (TypeError, ValueError, IndexError):
-            return False
-        rid = req.request_id
-
-        def reply(answer: list[Any] | None, err: Exception | None) -> None:
-            if answer is not None:
-                conn.send_payload(encode_result(rid, answer))
-            elif isinstance(err, (DLedgerError, BrokerError)):
-                conn.send_payload(encode_error(rid, err))
-            else:
-                conn.send_payload(encode_error(rid, BrokerError(f"send failed: {err!r}")))
-
-        self.sends.add(topic, queue_id, messages, size, reply)
-        return True
+        """SEND awaited (a request that did not take the connection's fast path)."""
+        return await self.sends.send(topic, queue_id, raw)
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
                    max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
@@ -317,7 +256,7 @@ class BrokerServer:
         if offset >= hi:
             return [NO_NEW_MSG, offset, lo, hi, []]
         wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
-        entries: dict[int, SendEntry] = {}  # each entry decoded once per pull
+        entries: dict[int, list[Any]] = {}  # each entry decoded once per pull
         units = self.state.units(topic, queue_id, offset, min(max_messages, MAX_PULL_MESSAGES))
         out: list[Any] = []
         size = 0
@@ -355,15 +294,13 @@ class BrokerServer:
         except TimeoutError:
             return
 
-    def _read_message(self, position: int, slot: int, entries: dict[int, SendEntry]) -> Message:
-        entry = entries.get(position)
-        if entry is None:
+    def _read_message(self, position: int, slot: int, entries: dict[int, list[Any]]) -> Message:
+        messages = entries.get(position)
+        if messages is None:
             store = self.node.store
             assert store is not None
-            decoded = decode(store.read_at(position).data)
-            assert isinstance(decoded, SendEntry)
-            entry = entries[position] = decoded
-        return entry.messages[slot]
+            messages = entries[position] = stored_messages(store.read_at(position).data)
+        return message_of(messages[slot])  # only the messages pulled are built
 
     def heartbeat(self, client_id: str, group: str, model: str, subs: dict[str, str],
                   ttl_s: float) -> list[str]:
@@ -430,34 +367,3 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState
         log.warning("ignoring checkpoint at %d: the log ends at %d", state.applied_index, last)
         return BrokerState()
     return state
-
-
-def _wire_messages(raw: Any) -> tuple[list[list[Any]], int]:
-    """A send request's messages checked and put in entry form; returns them and their body
-    bytes. Raises named errors for bad or oversized input (TypeError/ValueError on bad shapes)."""
-    if not isinstance(raw, list) or not raw:
-        raise BadEntryError("a send carries a non-empty list of messages")
-    total = 0
-    out = []
-    for m in raw:
-        body, tags, keys, unique_key, props, born = m
-        if not isinstance(body, bytes):
-            raise BadEntryError("message body must be bytes")
-        if len(body) > MAX_MESSAGE_BYTES:
-            raise MessageTooLargeError(f"message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
-        total += len(body)
-        # What every replica checks at apply: never propose what it refuses. The common message
-        # passes as sent; another is put in entry form first, then checked again.
-        try:
-            check_message(m)
-        except (TypeError, ValueError):
-            m = [body, str(tags), [str(k) for k in keys], str(unique_key),
-                 [[str(k), str(v)] for k, v in props], int(born)]
-            try:
-                check_message(m)
-            except (TypeError, ValueError) as err:
-                raise BadEntryError(f"bad message: {err}") from err
-        out.append(m)
-    if total > MAX_BATCH_BYTES:
-        raise MessageTooLargeError(f"batch of {total} bytes exceeds {MAX_BATCH_BYTES}")
-    return out, total

@@ -24,6 +24,7 @@ from broker.dedup import DedupTable
 from broker.entries import (
     BrokerEntry,
     OffsetCommit,
+    StoredRuns,
     StoredSend,
     TopicDelete,
     TopicPut,
@@ -44,7 +45,9 @@ class StateConfig:
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
-    """What applying one entry did. ``status`` is SEND_OK, or the error every replica reached."""
+    """What applying one entry did. ``status`` is SEND_OK, or the error every replica reached.
+    A multi-run send entry's result has one result per run in ``runs`` (each SEND_OK or the
+    run's own refusal); a send entry's result is its only run's."""
 
     index: int
     status: str
@@ -54,6 +57,14 @@ class ApplyResult:
     duplicates: tuple[bool, ...] = ()  # per message: stored earlier under the same unique key
     queue_ids: tuple[int, ...] = ()  # per message: a duplicate reports its original queue
     detail: str = ""
+    first_slot: int = 0  # the slot of the run's first message in its entry
+    # per duplicate: (its index in the run, the original's commitlog position and slot)
+    originals: tuple[tuple[int, int, int], ...] = ()
+    runs: tuple[ApplyResult, ...] = ()
+
+    def run_results(self) -> tuple[ApplyResult, ...]:
+        """One result per run: a multi-run entry's ``runs``, or this result for a send entry."""
+        return self.runs or (self,)
 
 
 def tag_hash(tags: str) -> int:
@@ -93,9 +104,12 @@ class BrokerState:
         except BrokerError as err:
             return ApplyResult(index, err.code, detail=str(err))
 
-    def _apply(self, index: int, position: int, entry: BrokerEntry | StoredSend) -> ApplyResult:
+    def _apply(self, index: int, position: int,
+               entry: BrokerEntry | StoredSend | StoredRuns) -> ApplyResult:
         if isinstance(entry, StoredSend):
             return self._send(index, position, entry)
+        if isinstance(entry, StoredRuns):
+            return self._send_runs(index, position, entry)
         if isinstance(entry, TopicPut):
             cfg = validate_config(TopicConfig(entry.name, entry.read_queues, entry.write_queues,
                                               entry.perm), allow_system=entry.system)
@@ -107,25 +121,40 @@ class BrokerState:
             for key in [k for k in self.queues if k[0] == entry.name]:
                 del self.queues[key]
             # A re-created topic starts afresh: no offsets or unique keys of the old one apply.
-            for key in [k for k in self.offsets if k[1] == entry.name]:
-                del self.offsets[key]
+            for offset_key in [k for k in self.offsets if k[1] == entry.name]:
+                del self.offsets[offset_key]
             self.dedup.forget_topic(entry.name)
             return ApplyResult(index, "OK", topic=entry.name)
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
         return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
 
-    def _send(self, index: int, position: int, e: StoredSend) -> ApplyResult:
+    def _send_runs(self, index: int, position: int, e: StoredRuns) -> ApplyResult:
+        """Each run on its own, in order: a refused run (its topic missing, read-only, its queue
+        beyond the topic's) stores nothing and leaves the others alone."""
+        results = []
+        slot = 0
+        for run in e.runs:
+            try:
+                results.append(self._send(index, position, run, slot))
+            except BrokerError as err:  # e.g. an auto-created topic's name is refused
+                results.append(ApplyResult(index, err.code, run.topic, run.queue_id,
+                                           detail=str(err), first_slot=slot))
+            slot += len(run.messages)
+        return ApplyResult(index, "SEND_OK", runs=tuple(results))
+
+    def _send(self, index: int, position: int, e: StoredSend, first_slot: int = 0) -> ApplyResult:
         topic = self.topics.get(e.topic)
         if topic is None:
             if not e.auto_create:
-                return ApplyResult(index, "TOPIC_NOT_FOUND", topic=e.topic)
+                return ApplyResult(index, "TOPIC_NOT_FOUND", topic=e.topic, first_slot=first_slot)
             topic = validate_config(TopicConfig(e.topic, e.default_queues, e.default_queues))
             self.topics[e.topic] = topic
         if not topic.writable:
-            return ApplyResult(index, "NO_PERMISSION", topic=e.topic)
+            return ApplyResult(index, "NO_PERMISSION", topic=e.topic, first_slot=first_slot)
         if e.queue_id >= topic.write_queues:
-            return ApplyResult(index, "QUEUE_NOT_FOUND", topic=e.topic, queue_id=e.queue_id)
+            return ApplyResult(index, "QUEUE_NOT_FOUND", topic=e.topic, queue_id=e.queue_id,
+                               first_slot=first_slot)
         self.dedup.expire(e.store_ts_ms)
         units = self.queues.get((e.topic, e.queue_id))
         if units is None:
@@ -133,21 +162,33 @@ class BrokerState:
         offsets: list[int] = []
         dups: list[bool] = []
         qids: list[int] = []
-        for slot, (body, tags, _, unique_key, _, _) in enumerate(e.messages):
+        originals: list[tuple[int, int, int]] = []
+        slot = first_slot
+        for body, tags, _, unique_key, _, _ in e.messages:
             seen = self.dedup.get(unique_key) if unique_key else None
             if seen is not None and seen[0] == e.topic:
                 offsets.append(seen[2])  # the original result; nothing stored again
                 qids.append(seen[1])
                 dups.append(True)
-                continue
-            offsets.append(len(units))
-            qids.append(e.queue_id)
-            dups.append(False)
-            units.append(position, slot, len(body), tag_hash(tags), e.store_ts_ms)
-            if unique_key:
-                self.dedup.remember(unique_key, e.topic, e.queue_id, offsets[-1], e.store_ts_ms)
+                originals.append(self._original(len(offsets) - 1, e.topic, seen[1], seen[2]))
+            else:
+                offsets.append(len(units))
+                qids.append(e.queue_id)
+                dups.append(False)
+                units.append(position, slot, len(body), tag_hash(tags), e.store_ts_ms)
+                if unique_key:
+                    self.dedup.remember(unique_key, e.topic, e.queue_id, offsets[-1],
+                                        e.store_ts_ms)
+            slot += 1
         return ApplyResult(index, "SEND_OK", e.topic, e.queue_id, tuple(offsets), tuple(dups),
-                           tuple(qids))
+                           tuple(qids), first_slot=first_slot, originals=tuple(originals))
+
+    def _original(self, k: int, topic: str, queue_id: int, offset: int) -> tuple[int, int, int]:
+        """Where the message a duplicate repeats is stored: its consume-queue unit names its
+        entry's position and its slot (the dedup table's (topic, queue, offset) lead there on
+        every replica, and after a restore from any checkpoint version)."""
+        unit = self.queues[(topic, queue_id)][offset]
+        return k, unit.position, unit.slot
 
     # -- reads ----------------------------------------------------------------------------------
 

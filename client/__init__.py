@@ -2,6 +2,7 @@
 rebalancing, or broadcasting), async-first with blocking twins of the producer and the pull
 consumer, routes from the NameServers, one exception hierarchy."""
 
+from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
 from client.errors import (
     ClientError,
@@ -28,5 +29,5 @@ __all__ = [
     "NoLeaderYetError", "NoPermissionError", "NonRetriableError", "NotLeaderError",
     "OverloadedError", "Producer", "PullConsumer", "PushConsumer", "PullResult", "ReceivedMessage",
     "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncProducer", "SyncPullConsumer",
-    "TopicNotFoundError", "UnavailableError",
+    "TopicNotFoundError", "UnavailableError", "message_bytes", "split_batch",
 ]

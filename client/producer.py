@@ -1,36 +1,36 @@
-"""The producer: send (returns after commit), batch, oneway; queue choice round robin over the
-groups that serve the topic, with isolation of a group that failed recently; retries bounded by
-the send deadline.
+"""The producer: send (returns after commit), batch, oneway. Each message's queue is chosen on its
+own, round robin over the writable queues of the groups that serve its topic (as RocketMQ's
+producer does), with isolation of a group that failed recently; retries bounded by the send
+deadline.
 
 Retry rule: every message carries a unique key, kept across attempts. A send whose outcome is
 unknown (timeout, connection lost, leadership change) is retried on the *same* group while that
 group's share of the deadline lasts (its state machine stores a key once and answers a retry
-with the original result); a send that certainly failed (no leader reachable, refused), or a
-group that stays silent past its share, moves to another group, at most ``retries`` times. Only
-in that last case can a message be stored twice (once in each group): at-least-once, as
-RocketMQ. The library never configures logging or writes files.
+with the original result); a send that certainly failed (no leader reachable, refused, a topic
+read-only on that group although the route said writable), or a group that stays silent past its
+share, moves to another group, at most ``retries`` times: the messages that failed together
+choose their queues again, away from the groups they tried. Only in that last case can a
+message be stored twice (once in each group): at-least-once, as RocketMQ. The library never
+configures logging or writes files.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 import os
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence
 
 from broker import protocol as bp
 from client import errors
-from client.routes import GroupRoute, Routes, client_error
-from client.types import Message, MessageQueue, SendResult
-from dledger.errors import DLedgerError
+from client.batch import message_bytes
+from client.delivery import Attempt, Delivery, Sends, chunks
+from client.routes import Routes
+from client.types import Message, SendResult
 
-ISOLATE_S = 30.0  # a group that failed is skipped this long, unless no other group is left
-ATTEMPT_S = 1.0  # one attempt's share of the send deadline: a silent leader is left for the others
-SEND_GROUP_MAX = 256  # concurrent sends of one topic that travel as one request, at most
-
-T = TypeVar("T")
+SEND_GROUP_MAX = 256  # concurrent sends that travel together (one request per group), at most
+SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 
 
 class Producer:
@@ -40,16 +40,16 @@ class Producer:
         self.send_timeout_s = send_timeout_s
         self.retries = retries
         self._routes: Routes | None = None
-        self._round_robin: dict[str, itertools.count[int]] = {}
-        self._isolated: dict[str, float] = {}  # group -> until (monotonic)
+        self._delivery: Delivery | None = None
         self._oneway: set[asyncio.Task[Any]] = set()
-        self._pending: dict[str, list[tuple[Message, asyncio.Future[SendResult]]]] = {}
+        self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []
         self._flush_scheduled = False
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
 
     async def start(self) -> Producer:
         self._routes = Routes(self._namesrv)
         await self._routes.start()
+        self._delivery = Delivery(self._routes)
         return self
 
     async def close(self) -> None:
@@ -71,17 +71,15 @@ class Producer:
     async def send(self, message: Message) -> SendResult:
         """Store one message; returns once it is committed on a majority of its group.
 
-        Sends of one topic made in the same turn of the event loop (concurrent coroutines) travel
-        as one request, stored in one queue as one entry, and each caller gets its own result
-        (or its own copy of the request's error): a client-side group commit. A lone send goes out
-        at the end of its loop turn; one cancelled before then is not sent. Round robin over the
-        queues advances per request, so the sends of one turn land in one queue."""
+        Sends made in the same turn of the event loop (concurrent coroutines) travel together:
+        each message gets its own queue (round robin over its topic's writable queues), and the
+        messages bound for one group go as one request, which the group's leader stores as one
+        entry with one run per queue; each caller gets its own result (or its own copy of an
+        error). A client-side group commit that still spreads messages over queues. A lone send
+        goes out at the end of its loop turn; one cancelled before then is not sent."""
         _check_size(message)
         fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        pending = self._pending.get(message.topic)
-        if pending is None:
-            pending = self._pending[message.topic] = []
-        pending.append((message, fut))
+        self._pending.append((message, fut))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -89,152 +87,54 @@ class Producer:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        pending, self._pending = self._pending, {}
-        for topic, items in pending.items():
-            items = [x for x in items if not x[1].done()]  # a send cancelled before it left
-            for chunk in _chunks(items, bp.MAX_BATCH_BYTES, SEND_GROUP_MAX, lambda x: len(x[0].body)):
-                task = asyncio.get_running_loop().create_task(self._send_group(topic, chunk))
-                self._in_flight.add(task)
-                task.add_done_callback(self._in_flight.discard)
+        items = [x for x in self._pending if not x[1].done()]  # a send cancelled before it left
+        self._pending = []
+        for chunk in chunks(items, SEND_GROUP_BYTES, SEND_GROUP_MAX, lambda x: len(x[0].body)):
+            sends = Sends([m.topic for m, _ in chunk], _encode([m for m, _ in chunk]),
+                          [f for _, f in chunk])
+            self._run(sends, retry=True, tasks=self._in_flight)
 
-    async def _send_group(self, topic: str, items: list[tuple[Message, asyncio.Future[SendResult]]]) -> None:
+    def _run(self, sends: Sends, retry: bool, tasks: set[asyncio.Task[Any]]) -> asyncio.Task[None]:
+        assert self._delivery is not None, "call start() first"
+        attempt = Attempt(time.monotonic() + self.send_timeout_s, 1 + (self.retries if retry else 0))
+        task = asyncio.get_running_loop().create_task(self._deliver(sends, attempt, retry))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
+    async def _deliver(self, sends: Sends, attempt: Attempt, retry: bool) -> None:
+        assert self._delivery is not None
         try:
-            results = await self._send_request(topic, [m for m, _ in items])
+            await self._delivery.deliver(sends, list(range(len(sends.topics))), attempt, retry)
         except asyncio.CancelledError:  # the loop is closing: the callers must not hang
-            for _, fut in items:
-                fut.cancel()
+            sends.cancel()
             raise
-        except Exception as err:  # noqa: BLE001 - handed to every caller of the group
-            for _, fut in items:
-                if not fut.done():
-                    fut.set_exception(_fresh(err))
-            return
-        for (_, fut), result in zip(items, results):
-            if not fut.done():
-                fut.set_result(result)
+        except Exception as err:  # noqa: BLE001 - handed to every caller still waiting
+            sends.fail_all(err)
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
-        """Store messages of one topic; split into requests of at most 4 MiB, each stored as one
-        entry (all or nothing) in one queue."""
+        """Store messages of one topic as one entry in one queue, all or nothing (RocketMQ's
+        batch). A batch larger than the broker's maximum (4 MiB by default, counted as
+        ``client.message_bytes`` counts) is refused with ``MessageTooLargeError`` and nothing
+        is stored; ``client.split_batch`` cuts a long list into batches that fit."""
         if not messages:
             return []
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
             raise ValueError("a batch holds messages of one topic")
-        out: list[SendResult] = []
-        for chunk in _chunks(messages, bp.MAX_BATCH_BYTES, len(messages), lambda m: len(m.body)):
-            out.extend(await self._send_request(topic, chunk))
-        return out
+        total = sum(message_bytes(m) for m in messages)
+        if total > bp.MAX_MESSAGE_BYTES_CEILING:  # no broker takes it: refused before sending
+            raise errors.MessageTooLargeError(f"batch of {total} bytes exceeds "
+                                              f"{bp.MAX_MESSAGE_BYTES_CEILING}")
+        fut: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
+        self._run(Sends([topic], [_encode(messages)], batch=fut), retry=True, tasks=self._in_flight)
+        return await fut
 
     def send_oneway(self, message: Message) -> None:
         """Send without waiting for (or retrying on) any answer."""
-        task = asyncio.get_running_loop().create_task(self._oneway_send(message))
-        self._oneway.add(task)
-        task.add_done_callback(self._oneway.discard)
-
-    async def _oneway_send(self, message: Message) -> None:
-        try:
-            await self._attempt(message.topic, [message], _encode([message]), retry=False)
-        except errors.ClientError:
-            return  # oneway: the caller asked not to know
-
-    async def _send_request(self, topic: str, messages: Sequence[Message]) -> list[SendResult]:
-        for m in messages:
-            _check_size(m)
-        return await self._attempt(topic, messages, _encode(messages), retry=True)
-
-    async def _attempt(self, topic: str, messages: Sequence[Message], raw: list[Any],
-                       retry: bool) -> list[SendResult]:
-        assert self._routes is not None, "call start() first"
-        deadline = time.monotonic() + self.send_timeout_s
-        attempts = 1 + (self.retries if retry else 0)
-        tried: set[str] = set()
-        last: errors.ClientError | None = None
-        unknown = False  # some attempt may have stored the message: never report a sure failure
-        k = 0
-        while k < attempts:
-            try:
-                route = await self._routes.route(topic, refresh=last is not None)
-            except errors.UnavailableError as err:  # no group registered yet: wait a little
-                last = err
-                if time.monotonic() + 0.1 >= deadline:
-                    break
-                await asyncio.sleep(0.1)  # polling the NameServer until a group shows up
-                continue
-            group, queue_id = self._choose(topic, route.groups, tried)
-            tried.add(group.group)
-            others = any(g.group not in tried for g in route.groups)
-            share = (deadline - time.monotonic()) / (attempts - k) if others else None
-            k += 1
-            try:
-                return await self._send_to_group(group, topic, queue_id, raw, deadline, retry,
-                                                 share)
-            except (errors.RetriableError, errors.SendTimeoutError) as err:
-                last = err  # certainly not stored, or silent past its share: try another group
-                unknown = unknown or isinstance(err, errors.SendTimeoutError)
-                self._routes.invalidate(topic)
-                if isinstance(err, errors.StaleRouteError) or (
-                        isinstance(err, errors.UnavailableError) and not others):
-                    # the group is fine but our view of it is stale (or it is the only group):
-                    # refresh the route and try it again, without isolating it
-                    k -= 1
-                    tried.discard(group.group)
-                    if time.monotonic() + 0.1 >= deadline:
-                        break
-                    await asyncio.sleep(0.1)  # polling the NameServer for the group's new view
-                    continue
-                self._isolated[group.group] = time.monotonic() + ISOLATE_S
-                if isinstance(err, errors.SendTimeoutError) and not others:
-                    raise
-            if time.monotonic() >= deadline:
-                break
-        if unknown and not isinstance(last, errors.SendTimeoutError):
-            raise errors.SendTimeoutError(f"send to {topic!r}: an earlier attempt's outcome is "
-                                          f"unknown; the last one failed: {last}") from last
-        raise last or errors.UnavailableError(f"no group took the send to {topic!r}")
-
-    async def _send_to_group(self, group: GroupRoute, topic: str, queue_id: int, raw: list[Any],
-                             deadline: float, retry: bool, share_s: float | None) -> list[SendResult]:
-        assert self._routes is not None
-        client = self._routes.group_client(group)
-        if share_s is not None:
-            deadline = min(deadline, time.monotonic() + share_s)
-        unknown = False
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise errors.SendTimeoutError(f"send to {topic!r} not known to be committed in time")
-            try:
-                node, res = await client.call_leader(bp.SEND, topic, queue_id, raw,
-                                                     timeout_s=min(remaining, ATTEMPT_S) if retry
-                                                     else remaining)
-            except DLedgerError as err:
-                mapped = client_error(err)
-                if isinstance(mapped, errors.SendTimeoutError) and retry:
-                    unknown = True
-                    continue  # outcome unknown: the same group dedups the unique keys
-                if unknown and isinstance(mapped, errors.RetriableError) \
-                        and not isinstance(mapped, errors.StaleRouteError):
-                    # an earlier attempt may be stored: only this group can tell (it dedups the
-                    # key), so keep asking it, through its election, until the deadline
-                    await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-                    continue
-                if unknown and not isinstance(mapped, errors.SendTimeoutError):
-                    raise errors.SendTimeoutError(
-                        f"send to {topic!r}: outcome unknown, then {mapped}") from err
-                raise mapped from err
-            return _results(topic, group.group, res, raw, node)
-
-    def _choose(self, topic: str, groups: Sequence[GroupRoute], tried: set[str]) -> tuple[GroupRoute, int]:
-        now = time.monotonic()
-        queues = [(g, q) for g in groups if g.perm & 2 for q in range(g.write_queues)]
-        if not queues:
-            raise errors.NoPermissionError(f"no group accepts writes to {topic!r}")
-        fresh = [x for x in queues if x[0].group not in tried
-                 and self._isolated.get(x[0].group, 0) <= now]
-        pool = fresh or [x for x in queues if x[0].group not in tried] or queues
-        counter = self._round_robin.setdefault(topic, itertools.count())
-        return pool[next(counter) % len(pool)]
+        _check_size(message)
+        self._run(Sends([message.topic], _encode([message]), None), retry=False,
+                  tasks=self._oneway)
 
 
 class _UniqueKeys:
@@ -264,47 +164,10 @@ def _encode(messages: Sequence[Message]) -> list[Any]:
              [list(p) for p in m.properties] if m.properties else [], born_ms] for m in messages]
 
 
-def _results(topic: str, group: str, res: list[Any], raw: list[Any],
-             node: str = "") -> list[SendResult]:
-    status, _, offsets, offset_ids, dups, queue_ids = res
-    queues: dict[int, MessageQueue] = {}  # one object per queue, not per message
-    out = []
-    for k in range(len(raw)):
-        mq = queues.get(queue_ids[k])
-        if mq is None:
-            mq = queues[queue_ids[k]] = MessageQueue(topic, group, queue_ids[k])
-        out.append(SendResult(status, raw[k][3], offset_ids[k], mq, offsets[k], dups[k], node))
-    return out
-
-
-def _fresh(err: Exception) -> Exception:
-    """A copy of ``err`` for one more caller (one instance raised in many tasks tangles their
-    tracebacks); ``err`` itself when it cannot be copied."""
-    try:
-        twin = copy.copy(err)
-    except Exception:  # noqa: BLE001 - an exception type that does not copy: share it
-        return err
-    if str(twin) != str(err) or vars(twin) != vars(err):
-        return err  # its constructor takes other arguments than its args: share it
-    twin.__cause__ = err.__cause__
-    return twin
-
-
-def _check_size(m: Message) -> None:  # before anything is sent: nothing of the call is stored
-    if len(m.body) > bp.MAX_MESSAGE_BYTES:
-        raise errors.MessageTooLargeError(f"message of {len(m.body)} bytes exceeds "
-                                          f"{bp.MAX_MESSAGE_BYTES}")
-
-
-def _chunks(items: Sequence[T], max_bytes: int, max_items: int, size: Callable[[T], int]) -> list[list[T]]:
-    """Consecutive runs of ``items`` of at most ``max_bytes`` (by ``size``) and ``max_items``."""
-    out: list[list[T]] = []
-    total = 0
-    for x in items:
-        n = size(x)
-        if not out or total + n > max_bytes or len(out[-1]) >= max_items:
-            out.append([])
-            total = 0
-        out[-1].append(x)
-        total += n
-    return out
+def _check_size(m: Message) -> None:
+    """Before anything is sent: a message no broker could take (larger than the protocol's
+    ceiling). A broker's own maximum (4 MiB by default) is its to enforce: it may be larger."""
+    n = message_bytes(m)
+    if n > bp.MAX_MESSAGE_BYTES_CEILING:
+        raise errors.MessageTooLargeError(f"message of {n} bytes exceeds "
+                                          f"{bp.MAX_MESSAGE_BYTES_CEILING}")

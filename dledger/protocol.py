@@ -42,7 +42,8 @@ class RemoteError(DLedgerError):
     """A server answered with an error code this client does not map to a specific error."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+        # a service's message may already start with its code: say it once
+        super().__init__(message if message.startswith(code) else f"{code}: {message}")
         self.code = code
 
 

@@ -21,6 +21,7 @@ from broker import (
     encode,
     validate_topic_name,
 )
+from broker.entries import SendRun, SendRunsEntry
 from broker.topics import PERM_READ, PERM_RW, PERM_WRITE
 
 
@@ -142,10 +143,21 @@ def test_topic_names_follow_rocketmq_rules() -> None:
     assert validate_topic_name("SCHEDULE_TOPIC_XXXX", allow_system=True)
 
 
+def runs_entry(parts: list[tuple[str, int, int, int]]) -> SendRunsEntry:
+    """A multi-run send: per run (topic, queue, message count, first key number)."""
+    return SendRunsEntry(1000, tuple(
+        SendRun(t, q, send(t, q, *[b"r%d" % i for i in range(n)],
+                           keys=tuple(f"k{k + i}" for i in range(n))).messages, True)
+        for t, q, n, k in parts))
+
+
 ops = st.lists(st.one_of(
     st.builds(lambda t, q, n, k: send(t, q, *[b"b%d" % i for i in range(n)],
                                       keys=tuple(f"k{k + i}" for i in range(n))),
               st.sampled_from(["a", "b"]), st.integers(0, 5), st.integers(1, 3), st.integers(0, 20)),
+    st.builds(runs_entry, st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5),
+                                             st.integers(1, 3), st.integers(0, 20)),
+                                   min_size=1, max_size=4)),
     st.builds(lambda t, r, w, p: TopicPut(t, r, w, p), st.sampled_from(["a", "b"]),
               st.integers(0, 6), st.integers(0, 6), st.sampled_from([2, 4, 6])),
     st.builds(TopicDelete, st.sampled_from(["a", "b"])),
@@ -259,14 +271,16 @@ def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages, 
 def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
     """A send the leader takes must never become an entry that replicas refuse: with group
     commit, that entry also holds other clients' messages."""
-    from broker.entries import StoredSend, decode_for_apply, encode_send
-    from broker.server import _wire_messages
+    from broker.entries import StoredRuns, StoredSend, decode_for_apply, encode_runs, encode_send
+    from broker.sendwire import wire_messages
     try:
-        wire, _ = _wire_messages(messages)
-    except (BadEntryError, TypeError, ValueError, IndexError):
-        return  # refused on the leader, with a named error (or the slow path's)
+        wire, _ = wire_messages("t", messages, 4 << 20, batch=True)
+    except BadEntryError:
+        return  # refused on the leader, with a named error
     entry = decode_for_apply(encode_send("t", 0, 1, wire, True, 4))
     assert isinstance(entry, StoredSend) and len(entry.messages) == len(messages)
+    runs = decode_for_apply(encode_runs(1, [["t", 0, wire, True, 4], ["u", 1, wire, False, 2]]))
+    assert isinstance(runs, StoredRuns) and [len(r.messages) for r in runs.runs] == [len(wire)] * 2
 
 
 @pytest.mark.parametrize("position, value", [(1, 1.0), (1, True), (2, b"t"), (3, 2**64),
@@ -274,10 +288,16 @@ def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
 def test_an_odd_field_is_refused_the_same_way_by_both_decoders_and_never_crashes_apply(
         position: int, value: object) -> None:
     import cbor2
-    from broker.entries import KIND_SEND, VERSION, decode_for_apply
+    from broker.entries import KIND_SEND, VERSION
     entry = [VERSION, KIND_SEND, "t", 0, 1, [[b"x", "", [], "K", [], 5]], True, 4]
     entry[position] = value
-    payload = cbor2.dumps(entry)
+    decoders_agree(cbor2.dumps(entry))
+
+
+def decoders_agree(payload: bytes) -> None:
+    """Both decoders refuse the payload, or both take it; applying it never raises (every
+    replica records the same result) and stores it exactly when they take it."""
+    from broker.entries import decode_for_apply
     try:
         decode(payload)
         accepted = True
@@ -288,6 +308,5 @@ def test_an_odd_field_is_refused_the_same_way_by_both_decoders_and_never_crashes
     else:
         with pytest.raises(BadEntryError):
             decode_for_apply(payload)
-    # applying it never raises: every replica records the same result
     result = BrokerState().apply(1, 0, payload)
     assert (result.status == "SEND_OK") == accepted

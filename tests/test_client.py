@@ -138,17 +138,20 @@ def test_sync_twins_batches_and_named_errors(tmp_path: Path) -> None:
 
 
 async def _concurrent_sends_share_a_request(ns: str) -> None:
-    """Sends made in one loop turn travel as one request (client-side group commit): each caller
-    still gets its own result, and a bad message fails only its own caller."""
+    """Sends made in one loop turn travel as one request (client-side group commit) yet each
+    message gets its own queue: each caller still gets its own result, and a bad message fails
+    only its own caller."""
     async with Producer(ns) as p:
         sends = [p.send(Message("batch", b"c%d" % i)) for i in range(40)]
         too_large = p.send(Message("batch", b"x" * (4 * 1024 * 1024 + 1)))
         *ok, refused = await asyncio.gather(*sends, too_large, return_exceptions=True)
     assert isinstance(refused, MessageTooLargeError)
     assert all(r.status == "SEND_OK" for r in ok)
-    assert len({r.queue for r in ok}) == 1  # one request, one queue, one entry
-    first = ok[0].queue_offset
-    assert [r.queue_offset for r in ok] == list(range(first, first + 40))  # in call order
+    assert len({r.queue for r in ok}) == 4  # round robin over the queues, per message
+    assert len({r.offset_msg_id.rsplit("-", 1)[0] for r in ok}) == 1  # one request, one entry
+    for q in {r.queue for r in ok}:
+        offsets = [r.queue_offset for r in ok if r.queue == q]
+        assert offsets == list(range(offsets[0], offsets[0] + 10))  # in call order
     assert len({r.msg_id for r in ok}) == 40 and len({r.offset_msg_id for r in ok}) == 40
 
 

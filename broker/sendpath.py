@@ -1,0 +1,154 @@
+"""The leader's send path: SEND and SEND_RUNS requests checked (``sendwire``: every field, the
+sizes) and against the state machine's topics, grouped with the other sends of the loop turn
+(``sendgroup``), proposed as one entry, and answered per run once it is applied.
+
+The hot path of the broker: a request from the connection is handled without a task (``handle``)
+and the node's future always ends (committed, leadership lost, stopped); the client enforces
+its own deadline. Owns nothing replicated: it reads the server's state machine, node and
+configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.entries import encode_runs, encode_send
+from broker.errors import BadEntryError, BrokerError
+from broker.protocol import SEND, SendRefusedError
+from broker.sendgroup import Run, RunKey, SendGroups
+from broker.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
+from broker.topics import validate_topic_name
+from dledger.errors import DLedgerError
+from dledger.protocol import Request, encode_error, encode_result
+from dledger.runtime import Committed
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+
+class Connection(Protocol):
+    def send_payload(self, payload: bytes) -> None: ...
+
+
+class SendPath:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.groups = SendGroups(self._propose, self._answer)
+
+    def handle(self, req: Request, conn: Connection) -> bool:
+        """A SEND or SEND_RUNS request from ``conn``, answered on it when its entry is applied
+        (or at once with a named error). Returns True: the request is handled."""
+        rid = req.request_id
+        try:
+            self.server.require_leader()
+            if req.kind == SEND:
+                if len(req.args) != 3:
+                    raise BadEntryError("SEND takes a topic, a queue id and messages")
+                topic, queue_id, raw = req.args
+                runs, answers = [self._run(topic, queue_id, raw, batch=True)], None
+            else:
+                runs, answers = self._runs(req.args)
+        except (DLedgerError, BrokerError) as err:
+            conn.send_payload(encode_error(rid, err))
+            return True
+
+        def reply(got: list[list[Any]] | None, err: BaseException | None) -> None:
+            try:
+                if got is None:
+                    raise err or BrokerError("send failed")
+                conn.send_payload(encode_result(rid, _merge(answers, got) if answers is not None
+                                                else _sole_answer(got[0])))
+            except (DLedgerError, BrokerError) as failure:
+                conn.send_payload(encode_error(rid, failure))
+            except Exception as failure:  # noqa: BLE001 - the client must get an answer
+                conn.send_payload(encode_error(rid, BrokerError(f"send failed: {failure!r}")))
+
+        if runs:
+            self.groups.add(runs, reply)
+        else:  # every run refused before proposing
+            conn.send_payload(encode_result(rid, answers))
+        return True
+
+    async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+        """SEND through the group commit, awaited."""
+        self.server.require_leader()
+        fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
+
+        def reply(answers: list[list[Any]] | None, err: BaseException | None) -> None:
+            if fut.done():
+                return
+            if answers is not None:
+                fut.set_result(answers)
+            else:
+                fut.set_exception(err or BrokerError("send failed"))
+
+        self.groups.add([self._run(topic, queue_id, raw, batch=True)], reply)
+        return _sole_answer((await fut)[0])
+
+    def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any]]:
+        """SEND_RUNS' runs checked one by one: the valid ones, and the answers so far (a
+        refused run's ``[code, detail]``, None where the entry will answer)."""
+        if len(args) != 1 or type(args[0]) is not list or not args[0]:
+            raise BadEntryError("SEND_RUNS takes one non-empty list of [topic, queue id, messages]")
+        runs: list[Run] = []
+        answers: list[Any] = []
+        for raw_run in args[0]:
+            try:
+                if type(raw_run) is not list or len(raw_run) != 3:
+                    raise BadEntryError("a run is [topic, queue id, messages]")
+                topic, queue_id, raw = raw_run
+                runs.append(self._run(topic, queue_id, raw, batch=False))
+                answers.append(None)
+            except BrokerError as err:
+                answers.append([err.code, getattr(err, "detail", str(err))])
+        return runs, answers
+
+    def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool) -> Run:
+        """One run of a send request checked: every field, the sizes, the topic's state."""
+        if type(queue_id) is not int:
+            raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
+        config = self.server.config
+        messages, size = wire_messages(validate_topic_name(topic), raw, config.max_message_bytes,
+                                       batch)
+        if queue_id < 0:
+            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
+        cfg = self.server.state.topics.get(topic)
+        if cfg is None and not config.auto_create_topics:
+            raise SendRefusedError("TOPIC_NOT_FOUND", topic)
+        if cfg is not None and not cfg.writable:
+            raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
+        return topic, queue_id, messages, size
+
+    def _propose(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:
+        ts_ms = int(time.time() * 1000)
+        config = self.server.config
+        auto, queues = config.auto_create_topics, config.default_queues
+        if len(runs) == 1:  # one queue: the entry older replicas also read
+            (topic, queue_id), messages = runs[0]
+            data = encode_send(topic, queue_id, ts_ms, messages, auto, queues)
+        else:
+            data = encode_runs(ts_ms, [[t, q, msgs, auto, queues] for (t, q), msgs in runs])
+        return self.server.node.submit(check_entry_size(data))
+
+    def _answer(self, committed: Committed) -> list[list[Any]]:
+        result = self.server.results.pop(committed.index, None)
+        if result is None:
+            raise BrokerError(f"no apply result for entry {committed.index}")
+        store = self.server.node.store
+        position = store.position_of(result.index) if store else 0
+        return run_answers(self.server.group, position, result)
+
+
+def _sole_answer(answer: list[Any]) -> list[Any]:
+    """SEND's answer from its run's: the run's refusal becomes the request's error."""
+    if answer[0] != SEND_OK:
+        raise SendRefusedError(answer[0], answer[1])
+    return answer
+
+
+def _merge(answers: list[Any], got: list[list[Any]]) -> list[Any]:
+    """SEND_RUNS' answers: those refused before proposing, the entry's in the other places."""
+    it = iter(got)
+    return [a if a is not None else next(it) for a in answers]
