@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from broker import protocol as bp
 from client import errors
+from client.lifecycle import Lifecycle
 from client.routes import GroupRoute, Routes, client_error
 from client.types import Message, MessageQueue, SendResult
 from dledger.errors import DLedgerError
@@ -34,12 +35,15 @@ T = TypeVar("T")
 
 
 class Producer:
+    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
+
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2) -> None:
+                 retries: int = 2, *, canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
-        self._routes: Routes | None = None
+        self._life = Lifecycle("Producer")
+        self._routes = Routes(self._namesrv, canaries=canaries)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._isolated: dict[str, float] = {}  # group -> until (monotonic)
         self._oneway: set[asyncio.Task[Any]] = set()
@@ -48,17 +52,20 @@ class Producer:
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
 
     async def start(self) -> Producer:
-        self._routes = Routes(self._namesrv)
-        await self._routes.start()
+        """Connect (fails fast when no NameServer answers); a second start() does nothing."""
+        await self._life.start(self._routes.start)
         return self
 
     async def close(self) -> None:
+        """Finish the sends under way, then release the connections; later sends raise
+        ``ClientClosedError``."""
+        if not self._life.close():
+            return
         if self._pending:
             self._flush()
         if self._oneway or self._in_flight:
             await asyncio.gather(*self._oneway, *self._in_flight, return_exceptions=True)
-        if self._routes is not None:
-            await self._routes.close()
+        await self._routes.close()
 
     async def __aenter__(self) -> Producer:
         return await self.start()
@@ -76,6 +83,7 @@ class Producer:
         (or its own copy of the request's error): a client-side group commit. A lone send goes out
         at the end of its loop turn; one cancelled before then is not sent. Round robin over the
         queues advances per request, so the sends of one turn land in one queue."""
+        self._life.check()
         _check_size(message)
         fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         pending = self._pending.get(message.topic)
@@ -116,6 +124,7 @@ class Producer:
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store messages of one topic; split into requests of at most 4 MiB, each stored as one
         entry (all or nothing) in one queue."""
+        self._life.check()
         if not messages:
             return []
         topic = messages[0].topic
@@ -128,6 +137,7 @@ class Producer:
 
     def send_oneway(self, message: Message) -> None:
         """Send without waiting for (or retrying on) any answer."""
+        self._life.check()
         task = asyncio.get_running_loop().create_task(self._oneway_send(message))
         self._oneway.add(task)
         task.add_done_callback(self._oneway.discard)
