@@ -8,7 +8,8 @@ group's share of the deadline lasts (its state machine stores a key once and ans
 with the original result); a send that certainly failed (no leader reachable, refused), or a
 group that stays silent past its share, moves to another group, at most ``retries`` times. Only
 in that last case can a message be stored twice (once in each group): at-least-once, as
-RocketMQ. The library never configures logging or writes files.
+RocketMQ. The library never configures logging, and writes no files (but a broadcasting
+consumer's progress: client.offset_store).
 """
 
 from __future__ import annotations

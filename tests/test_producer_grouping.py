@@ -1,6 +1,7 @@
-"""The producer's client-side group commit, without a cluster: sends of one loop turn travel as
-one request; a send cancelled before it left is not sent; every caller gets its own result or
-its own copy of the request's error."""
+"""The producer's client-side group commit, without a cluster (a NameServer in the test, so that
+the producer starts; no broker): sends of one loop turn travel as one request; a send cancelled
+before it left is not sent; every caller gets its own result or its own copy of the request's
+error."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ import pytest
 
 from client import Message, Producer, SendTimeoutError
 from client.types import MessageQueue, SendResult
+from namesrv.server import NameServer
+
+
+async def started_producer() -> tuple[Producer, NameServer]:
+    server = NameServer("127.0.0.1", 0)
+    host, port = await server.start()
+    return await Producer(f"{host}:{port}").start(), server
 
 
 class FakeBroker:
@@ -30,7 +38,7 @@ class FakeBroker:
 def test_sends_of_one_turn_share_a_request_and_a_cancelled_one_is_not_sent() -> None:
     async def run() -> None:
         broker = FakeBroker()
-        p = Producer("127.0.0.1:1")
+        p, server = await started_producer()
         p._send_request = broker.send_request  # type: ignore[method-assign]
         a = asyncio.ensure_future(p.send(Message("t", b"a")))
         b = asyncio.ensure_future(p.send(Message("t", b"b")))
@@ -43,6 +51,7 @@ def test_sends_of_one_turn_share_a_request_and_a_cancelled_one_is_not_sent() -> 
         assert (ra.queue_offset, rc.queue_offset, rx.queue_offset) == (0, 1, 0)
         assert b.cancelled()
         await p.close()
+        await server.stop()
 
     asyncio.run(run())
 
@@ -50,7 +59,7 @@ def test_sends_of_one_turn_share_a_request_and_a_cancelled_one_is_not_sent() -> 
 def test_every_caller_gets_its_own_copy_of_the_requests_error() -> None:
     async def run() -> None:
         broker = FakeBroker(fail=SendTimeoutError("outcome unknown"))
-        p = Producer("127.0.0.1:1")
+        p, server = await started_producer()
         p._send_request = broker.send_request  # type: ignore[method-assign]
         results = await asyncio.gather(*(p.send(Message("t", b"m%d" % i)) for i in range(3)),
                                        return_exceptions=True)
@@ -60,5 +69,6 @@ def test_every_caller_gets_its_own_copy_of_the_requests_error() -> None:
         with pytest.raises(SendTimeoutError):
             await p.send(Message("t", b"again"))
         await p.close()
+        await server.stop()
 
     asyncio.run(run())
