@@ -9,11 +9,15 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# Editable installs in setuptools' "compat" mode: a .pth file puts the checkout on sys.path, so
+# type checkers find the packages and client/py.typed (the default mode's import hook hides them).
+EDITABLE := --config-settings editable_mode=compat
+
 install: $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q $(EDITABLE) -e .
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q $(EDITABLE) -e '.[dev]'
 
 # Start a NameServer and a 3-node broker group in the foreground (Ctrl-C stops them).
 up: install
@@ -22,6 +26,7 @@ up: install
 # The whole test suite, including the simulator sweep (time-boxed) and canaries.
 test: install-dev
 	$(BIN)/ruff check dledger broker namesrv client chaos cli tests
+	$(BIN)/mypy --strict client
 	$(BIN)/python -m pytest
 
 sim: install-dev

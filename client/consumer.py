@@ -6,30 +6,38 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from broker import protocol as bp
 from client import errors
+from client.lifecycle import Lifecycle
 from client.routes import GroupRoute, Routes, client_error
 from client.types import MessageQueue, PullResult, ReceivedMessage
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
 
+ROUTE_RETRY_MAX_S = 1.0  # the longest back-off between two route questions of one call
+
 
 class PullConsumer:
-    def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0) -> None:
+    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
+
+    def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0, *,
+                 canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group
         self.timeout_s = timeout_s
-        self._routes: Routes | None = None
+        self._life = Lifecycle(f"PullConsumer of group {group!r}")
+        self._routes = Routes(self._namesrv, canaries=canaries)
 
     async def start(self) -> PullConsumer:
-        self._routes = Routes(self._namesrv)
-        await self._routes.start()
+        """Connect (fails fast when no NameServer answers); a second start() does nothing."""
+        await self._life.start(self._routes.start)
         return self
 
     async def close(self) -> None:
-        if self._routes is not None:
+        """Release the connections; later calls raise ``ClientClosedError``."""
+        if self._life.close():
             await self._routes.close()
 
     async def __aenter__(self) -> PullConsumer:
@@ -42,11 +50,9 @@ class PullConsumer:
         """The readable queues of a topic, over every group that serves it. A topic created a
         moment ago shows up once its leader registers it (at once, but asynchronously): this
         waits for that up to the consumer's timeout."""
-        deadline = time.monotonic() + self.timeout_s
-        route = await self._route(topic, refresh=True)
-        while not route and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)  # polling the NameServer for a route that is on its way
-            route = await self._route(topic, refresh=True)
+        self._life.check()
+        route = await self._route_until(topic, time.monotonic() + self.timeout_s, bool,
+                                        refresh=True)
         if not route:
             raise errors.TopicNotFoundError(f"no group serves {topic!r}")
         return sorted(MessageQueue(topic, g.group, q) for g in route if g.perm & 4
@@ -85,32 +91,49 @@ class PullConsumer:
 
     async def groups(self, topic: str) -> list[GroupRoute]:
         """The groups that serve ``topic`` (empty if none does yet)."""
+        self._life.check()
         return list(await self._route(topic))
 
     def group_client(self, group: GroupRoute) -> LogClient:
         """The connection pool to one group's nodes (it follows leader redirects)."""
-        assert self._routes is not None, "call start() first"
+        self._life.check()
         return self._routes.group_client(group)
 
     async def _route(self, topic: str, refresh: bool = False) -> tuple[GroupRoute, ...]:
-        assert self._routes is not None, "call start() first"
         route = await self._routes.route(topic, refresh=refresh)
         return route.groups if route.exists else ()
 
+    async def _route_until(self, topic: str, deadline: float,
+                           enough: Callable[[tuple[GroupRoute, ...]], bool],
+                           refresh: bool = False) -> tuple[GroupRoute, ...]:
+        """The topic's groups, asked again of the NameServer with a growing back-off until
+        ``enough`` holds or the deadline comes: a topic that was just auto-created by its first
+        send is registered at once, but asynchronously, so its route shows up a moment later."""
+        groups = await self._route(topic, refresh=refresh)
+        delay_s = 0.05
+        while not enough(groups) and time.monotonic() + delay_s < deadline:
+            await asyncio.sleep(delay_s)  # the back-off between two questions to the NameServer
+            delay_s = min(ROUTE_RETRY_MAX_S, 2 * delay_s)
+            groups = await self._route(topic, refresh=True)
+        return groups
+
     async def _call(self, mq: MessageQueue, kind: int, *args: Any, leader: bool = False,
                     timeout_s: float | None = None) -> Any:
-        assert self._routes is not None, "call start() first"
-        group = next((g for g in await self._route(mq.topic) if g.group == mq.group), None)
+        self._life.check()
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        groups = await self._route_until(mq.topic, deadline,
+                                         lambda gs: any(g.group == mq.group for g in gs))
+        group = next((g for g in groups if g.group == mq.group), None)
         if group is None:
             raise errors.TopicNotFoundError(f"group {mq.group} does not serve {mq.topic!r}")
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
         for attempt in range(2):  # a second try with a fresh route (the leader may be new to it)
             client = self._routes.group_client(group)
             try:
                 if leader or client.leader in client.nodes:
                     return (await client.call_leader(
                         kind, *args, timeout_s=max(0.05, deadline - time.monotonic())))[1]
-                return await client.call(next(iter(client.nodes)), kind, *args,
+                # any replica serves committed reads: the first that is not known to be silent
+                return await client.call(client.candidates()[0], kind, *args,
                                          timeout_s=max(0.05, deadline - time.monotonic()))
             except DLedgerError as err:
                 self._routes.invalidate(mq.topic)

@@ -53,6 +53,23 @@ class InvalidTopicError(NonRetriableError):
     """The topic name breaks the naming rules or is reserved."""
 
 
+class ClientNotStartedError(NonRetriableError):
+    """The producer or consumer was used before ``start()`` (or outside its ``async with``)."""
+
+
+class ClientClosedError(NonRetriableError):
+    """The producer or consumer was used after ``close()``; a closed client cannot restart."""
+
+
+class OffsetStoreError(NonRetriableError):
+    """A broadcasting consumer's local offset file cannot be read or written."""
+
+
+class OffsetStoreLockedError(OffsetStoreError):
+    """Another consumer (in this process or another) holds the same offset file: same group,
+    client id and directory. Give each broadcasting consumer its own ``client_id``."""
+
+
 class SendTimeoutError(ClientError):
     """The deadline passed before the send was known to be committed: it may or may not be
     stored. (A retry with the same message reuses its unique key, so the broker stores it once.)"""

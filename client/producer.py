@@ -11,7 +11,8 @@ read-only on that group although the route said writable), or a group that stays
 share, moves to another group, at most ``retries`` times: the messages that failed together
 choose their queues again, away from the groups they tried. Only in that last case can a
 message be stored twice (once in each group): at-least-once, as RocketMQ. The library never
-configures logging or writes files.
+configures logging, and writes no files (but a broadcasting consumer's progress:
+client.offset_store).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from broker import protocol as bp
 from client import errors
 from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks
+from client.lifecycle import Lifecycle
 from client.routes import Routes
 from client.types import Message, SendResult
 
@@ -34,31 +36,36 @@ SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 
 
 class Producer:
+    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
+
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2) -> None:
+                 retries: int = 2, *, canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
-        self._routes: Routes | None = None
-        self._delivery: Delivery | None = None
+        self._life = Lifecycle("Producer")
+        self._routes = Routes(self._namesrv, canaries=canaries)
+        self._delivery = Delivery(self._routes)
         self._oneway: set[asyncio.Task[Any]] = set()
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []
         self._flush_scheduled = False
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
 
     async def start(self) -> Producer:
-        self._routes = Routes(self._namesrv)
-        await self._routes.start()
-        self._delivery = Delivery(self._routes)
+        """Connect (fails fast when no NameServer answers); a second start() does nothing."""
+        await self._life.start(self._routes.start)
         return self
 
     async def close(self) -> None:
+        """Finish the sends under way, then release the connections; later sends raise
+        ``ClientClosedError``."""
+        if not self._life.close():
+            return
         if self._pending:
             self._flush()
         if self._oneway or self._in_flight:
             await asyncio.gather(*self._oneway, *self._in_flight, return_exceptions=True)
-        if self._routes is not None:
-            await self._routes.close()
+        await self._routes.close()
 
     async def __aenter__(self) -> Producer:
         return await self.start()
@@ -77,6 +84,7 @@ class Producer:
         entry with one run per queue; each caller gets its own result (or its own copy of an
         error). A client-side group commit that still spreads messages over queues. A lone send
         goes out at the end of its loop turn; one cancelled before then is not sent."""
+        self._life.check()
         _check_size(message)
         fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         self._pending.append((message, fut))
@@ -95,7 +103,6 @@ class Producer:
             self._run(sends, retry=True, tasks=self._in_flight)
 
     def _run(self, sends: Sends, retry: bool, tasks: set[asyncio.Task[Any]]) -> asyncio.Task[None]:
-        assert self._delivery is not None, "call start() first"
         attempt = Attempt(time.monotonic() + self.send_timeout_s, 1 + (self.retries if retry else 0))
         task = asyncio.get_running_loop().create_task(self._deliver(sends, attempt, retry))
         tasks.add(task)
@@ -103,7 +110,6 @@ class Producer:
         return task
 
     async def _deliver(self, sends: Sends, attempt: Attempt, retry: bool) -> None:
-        assert self._delivery is not None
         try:
             await self._delivery.deliver(sends, list(range(len(sends.topics))), attempt, retry)
         except asyncio.CancelledError:  # the loop is closing: the callers must not hang
@@ -117,6 +123,7 @@ class Producer:
         batch). A batch larger than the broker's maximum (4 MiB by default, counted as
         ``client.message_bytes`` counts) is refused with ``MessageTooLargeError`` and nothing
         is stored; ``client.split_batch`` cuts a long list into batches that fit."""
+        self._life.check()
         if not messages:
             return []
         topic = messages[0].topic
@@ -132,6 +139,7 @@ class Producer:
 
     def send_oneway(self, message: Message) -> None:
         """Send without waiting for (or retrying on) any answer."""
+        self._life.check()
         _check_size(message)
         self._run(Sends([message.topic], _encode([message]), None), retry=False,
                   tasks=self._oneway)

@@ -5,8 +5,20 @@ queue (broadcasting), long-polls each of its queues, runs the listener with boun
 and commits progress (the lowest offset not yet consumed per queue) every few seconds and on close.
 
 A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None: also
-LATER). Until retry topics exist, LATER redelivers the messages in this process after a short
-delay, and the queue's committed offset never passes them, so nothing is lost.
+LATER). In clustering, until retry topics exist, LATER redelivers the messages in this process
+after a short delay, and the queue's committed offset never passes them, so nothing is lost. In
+broadcasting a failed message is not retried (as RocketMQ's broadcasting): it is logged and the
+consumer goes on.
+
+Progress: clustering commits it to the broker (through the group's replicated log); broadcasting
+keeps it in a local file per client id and group (``client.offset_store``, under
+``offset_store_dir``, default ``~/.dledger/offsets``), loaded at start, written every
+``commit_s`` and on close, so a restarted member resumes where it stopped. Its ``client_id``
+must then be stable across restarts: broadcasting's default is ``<hostname>@DEFAULT`` (RocketMQ's
+``ip@instanceName``); two broadcasting consumers of one group on one host need their own ids.
+
+The tag expression of ``subscribe``: ``"A || B"``, ``"*"``; an empty one (or None) means ``*``,
+as in RocketMQ.
 
 A queue the group has no committed offset for starts at its last offset (``start_from="last"``,
 the default), its first (``"first"``), or the first message stored at or after a time
@@ -19,6 +31,8 @@ import asyncio
 import enum
 import inspect
 import logging
+import os
+import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence, Union
@@ -26,6 +40,8 @@ from typing import Awaitable, Callable, Sequence, Union
 from broker import protocol as bp
 from client import errors
 from client.consumer import PullConsumer
+from client.lifecycle import Lifecycle
+from client.offset_store import LocalOffsetStore
 from client.rebalance import STRATEGIES
 from client.routes import GroupRoute
 from client.types import MessageQueue, ReceivedMessage
@@ -62,7 +78,8 @@ class PushConsumer:
                  batch_size: int = 1, start_from: str = "last", heartbeat_s: float = 5.0,
                  rebalance_s: float = 20.0, commit_s: float = 5.0, suspend_ms: int = 1000,
                  later_delay_s: float = 1.0, client_id: str | None = None,
-                 start_timestamp_ms: int | None = None) -> None:
+                 start_timestamp_ms: int | None = None,
+                 offset_store_dir: str | os.PathLike[str] | None = None) -> None:
         if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
             raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
         if start_from not in ("first", "last", "timestamp"):
@@ -75,8 +92,15 @@ class PushConsumer:
         self.concurrency, self.batch_size, self.start_from = concurrency, batch_size, start_from
         self.heartbeat_s, self.rebalance_s, self.commit_s = heartbeat_s, rebalance_s, commit_s
         self.suspend_ms, self.later_delay_s = suspend_ms, later_delay_s
-        self.client_id = client_id or f"{uuid.uuid4().hex[:12]}"
+        if client_id is None:  # broadcasting resumes from a file named by it: keep it stable
+            client_id = f"{socket.gethostname()}@DEFAULT" if model == "broadcasting" else \
+                uuid.uuid4().hex[:12]
+        self.client_id = client_id
+        self._namesrv = namesrv
         self._pull = PullConsumer(namesrv, group)
+        self._life = Lifecycle(f"PushConsumer of group {group!r}")
+        self._store = LocalOffsetStore(offset_store_dir, group, client_id) \
+            if model == "broadcasting" else None
         self._subs: dict[str, str] = {}
         self._known_queues: set[MessageQueue] = set()
         self._queues: dict[MessageQueue, _QueueState] = {}
@@ -88,17 +112,35 @@ class PushConsumer:
         self.consumed = 0
         self._initial_queues: set[MessageQueue] | None = None  # the queues seen at start()
 
-    def subscribe(self, topic: str, tags: str = "*") -> None:
-        """Before start(): consume ``topic``, messages whose tag is in ``tags`` (``A || B``, ``*``)."""
-        self._subs[topic] = tags
+    def subscribe(self, topic: str, tags: str | None = "*") -> None:
+        """Before start(): consume ``topic``, messages whose tag is in ``tags`` (``A || B``, ``*``;
+        an empty expression or None is ``*``, as RocketMQ's)."""
+        self._subs[topic] = (tags or "").strip() or "*"
 
     @property
     def assigned(self) -> list[MessageQueue]:
         return sorted(self._queues)
 
     async def start(self) -> PushConsumer:
+        """Join the group and start consuming; a second start() does nothing."""
         if not self._subs:
             raise ValueError("subscribe to a topic before start()")
+        await self._life.start(self._start)
+        return self
+
+    async def _start(self) -> None:
+        try:
+            await self._open()
+        except BaseException:  # leave nothing open behind a failed start (it may be retried)
+            await self._pull.close()
+            self._pull = PullConsumer(self._namesrv, self.group)
+            if self._store is not None:
+                self._store.close()
+            raise
+
+    async def _open(self) -> None:
+        if self._store is not None:
+            await asyncio.to_thread(self._store.open)
         await self._pull.start()
         for topic in self._subs:  # a topic created a moment ago: wait for its route first
             try:
@@ -111,14 +153,18 @@ class PushConsumer:
         loops = [self._heartbeat_loop(), self._rebalance_loop(), self._commit_loop()]
         self._tasks = [asyncio.create_task(c) for c in loops]
         self._tasks += [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
-        return self
 
     async def close(self) -> None:
+        """Stop consuming, store the progress, leave the group."""
+        if not self._life.close():
+            return
         for t in self._tasks + [s.task for s in self._queues.values() if s.task]:
             t.cancel()
         await asyncio.gather(*self._tasks, *[s.task for s in self._queues.values() if s.task],
                              return_exceptions=True)
         await self._commit_all()
+        if self._store is not None:
+            self._store.close()
         await self._heartbeat(leave=True)
         await self._pull.close()
 
@@ -181,7 +227,7 @@ class PushConsumer:
             # Hand-over: the queue's previous owner notices the new membership at its next
             # heartbeat, finishes what is in its listener and commits; only then read the offset.
             await asyncio.sleep(2 * self.heartbeat_s + self.commit_s)
-        start = await self._pull.committed(mq) if self.model == "clustering" else -1
+        start = await self._pull.committed(mq) if self._store is None else self._store.get(mq)
         if start < 0:
             # A queue that appeared after start() (its topic was created, or a group or queues
             # were added, while we ran) is read from its beginning whatever start_from says:
@@ -230,7 +276,7 @@ class PushConsumer:
     # -- pulling, consuming, committing ----------------------------------------------------------------
 
     async def _puller(self, mq: MessageQueue, state: _QueueState) -> None:
-        tags = [t.strip() for t in self._subs[mq.topic].split("||")]
+        tags = [t.strip() for t in self._subs[mq.topic].split("||") if t.strip()] or ["*"]
         while state.next_pull < 0:
             try:
                 state.next_pull = await self._start_offset(mq)
@@ -266,8 +312,13 @@ class PushConsumer:
                 status = await self._call_listener(batch)
             finally:
                 state.processing -= 1
-            if status is ConsumeStatus.SUCCESS:
-                self.consumed += len(batch)
+            if status is ConsumeStatus.SUCCESS or self.model == "broadcasting":
+                if status is ConsumeStatus.SUCCESS:
+                    self.consumed += len(batch)
+                else:  # RocketMQ's broadcasting does not retry: the member goes on
+                    log.warning("broadcasting consumer %s of %s: %d message(s) of %s failed and "
+                                "are not retried (offsets %d-%d)", self.client_id, self.group,
+                                len(batch), mq, batch[0].queue_offset, batch[-1].queue_offset)
                 state.in_flight.difference_update(m.queue_offset for m in batch)
             else:  # LATER: redeliver here after a delay; the offset stays uncommitted meanwhile
                 asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue,
@@ -295,11 +346,21 @@ class PushConsumer:
     async def _commit_all(self) -> None:
         for mq, state in list(self._queues.items()):
             await self._commit(mq, state)
+        changed = self._store.changed() if self._store is not None else None
+        if self._store is not None and changed is not None:
+            try:
+                await asyncio.to_thread(self._store.write, changed)
+            except errors.OffsetStoreError as err:
+                log.warning("broadcasting progress of %s: %s", self.group, err)
 
     async def _commit(self, mq: MessageQueue, state: _QueueState) -> None:
         offset = state.committable()
-        if self.model != "clustering" or offset < 0 or offset == state.committed:
-            return  # broadcasting keeps progress in this client; unchanged progress is not sent
+        if offset < 0 or offset == state.committed:
+            return  # the start offset is not known yet, or the progress did not move
+        if self._store is not None:  # broadcasting: this member's progress, in its local file
+            self._store.offsets[mq] = offset
+            state.committed = offset
+            return
         try:
             await self._pull.commit(mq, offset)
             state.committed = offset

@@ -1,10 +1,11 @@
 """Routes from the NameServers: which groups serve a topic, their nodes and leader, their queue
 counts; and one connection pool (a ``LogClient``) per group that follows leader redirects.
 
-Owns caching (a route is refreshed every 30 s and at once after an error; with no NameServer
-answering, the last known route is used) and the mapping of
-server error codes to the client's exceptions. A topic no group serves yet routes to every group
-of the cluster, where the first send auto-creates it.
+Owns caching (a route is refreshed every 30 s, that of a topic no group serves yet every 1 s, and
+at once after an error; with no NameServer answering, the last known route is used) and the
+mapping of server error codes to the client's exceptions. A topic no group serves yet routes to
+every group of the cluster, where the first send auto-creates it. What a route says of a group's
+leader is a suggestion its connection pool weighs against what the nodes answered.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from dledger.errors import OverloadedError as LogOverloadedError
 from dledger.protocol import BadRequestError, RemoteError
 
 ROUTE_REFRESH_S = 30.0
+NOT_FOUND_REFRESH_S = 1.0  # a topic no group serves yet may be auto-created any moment
 DEFAULT_QUEUES = 4
+# Seeded bugs for the chaos suite (tests only, never in production): "stale_leader" brings back
+# the leader tracking that kept dialling a silent old leader (issue 16 item 1), see LogClient.
+CANARIES = ("stale_leader",)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class GroupRoute:
     read_queues: int
     write_queues: int
     perm: int
+    term: int = 0  # the term at which the NameServer saw ``leader`` lead (0: not known)
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,12 @@ def _addr(text: str) -> tuple[str, int]:
 
 
 class Routes:
-    def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0) -> None:
+    def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0, *,
+                 canaries: Sequence[str] = ()) -> None:
+        unknown = set(canaries) - set(CANARIES)
+        if unknown:
+            raise ValueError(f"unknown client canaries {sorted(unknown)} (known: {list(CANARIES)})")
+        self._stale_leader_canary = "stale_leader" in canaries
         # "a:9876;b" or ["a:9876", "b"]: the broker's and the command line's parser (a
         # NameSrvAddressError, a ValueError, names a bad entry)
         self.urls = [f"http://{a}" for a in parse_namesrv_list(namesrv)]
@@ -76,13 +87,15 @@ class Routes:
             await c.close()
         if self._session is not None:
             await self._session.close()
+            self._session = None
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         """The topic's route, from the cache while it is fresh. When no NameServer answers, the
         last route known is still used (the groups' own redirects keep it useful)."""
         cached = self._routes.get(topic)
         if (cached and not refresh and topic not in self._stale
-                and time.monotonic() - cached.fetched_at < ROUTE_REFRESH_S):
+                and time.monotonic() - cached.fetched_at < (
+                    ROUTE_REFRESH_S if cached.exists else NOT_FOUND_REFRESH_S)):
             return cached
         try:
             return await self._fetch(topic)
@@ -97,8 +110,8 @@ class Routes:
             groups = tuple(_group(g) for g in body["groups"])
             route = TopicRoute(topic, groups, time.monotonic(), True)
         else:  # not served yet: any group can auto-create it on the first send
-            groups = tuple(GroupRoute(g.group, g.leader, g.nodes, DEFAULT_QUEUES, DEFAULT_QUEUES, 6)
-                           for g in await self.cluster_groups())
+            groups = tuple(GroupRoute(g.group, g.leader, g.nodes, DEFAULT_QUEUES, DEFAULT_QUEUES, 6,
+                                      g.term) for g in await self.cluster_groups())
             route = TopicRoute(topic, groups, time.monotonic(), False)
         if not route.groups:  # nothing registered yet (a cluster starting up): try again soon
             raise errors.UnavailableError(f"no broker group is registered to serve {topic!r}")
@@ -110,7 +123,8 @@ class Routes:
         """Every registered broker group (queue counts unknown: 0)."""
         _, cluster = await self._get("/v1/cluster")
         return [GroupRoute(g["group"], g.get("leader"),
-                           {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]}, 0, 0, 6)
+                           {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]}, 0, 0, 6,
+                           int(g.get("term") or 0))
                 for g in cluster["groups"] if g["nodes"]]
 
     def invalidate(self, topic: str) -> None:
@@ -118,12 +132,13 @@ class Routes:
         self._stale.add(topic)
 
     def group_client(self, g: GroupRoute) -> LogClient:
+        """The group's connection pool. The route's leader is only a suggestion: what the
+        group's own answers taught the pool wins over an older route (LogClient.suggest)."""
         client = self._groups.get(g.group)
         if client is None or client.nodes != g.nodes:
-            client = LogClient(g.nodes, timeout_s=3.0)
+            client = LogClient(g.nodes, timeout_s=3.0, stale_leader_canary=self._stale_leader_canary)
             self._groups[g.group] = client
-        if g.leader in g.nodes and client.leader is None:
-            client.leader = g.leader
+        client.suggest(g.leader, g.term)
         return client
 
     async def _get(self, path: str) -> tuple[int, Any]:
@@ -141,7 +156,8 @@ class Routes:
 def _group(g: dict[str, Any]) -> GroupRoute:
     return GroupRoute(g["group"], g.get("leader"),
                       {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]},
-                      int(g["read_queues"]), int(g["write_queues"]), int(g["perm"]))
+                      int(g["read_queues"]), int(g["write_queues"]), int(g["perm"]),
+                      int(g.get("term") or 0))
 
 
 _CODES: dict[str, type[errors.ClientError]] = {

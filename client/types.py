@@ -3,15 +3,84 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+Properties = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Message:
+    """One message to send. Checked and normalised here, when it is built, so that a wrong type
+    fails in the caller's line rather than at the broker:
+
+    - ``body``: bytes (bytearray and memoryview are copied to bytes); a ``str`` is a TypeError:
+      encode it (``text.encode()``), the library does not choose an encoding for you;
+    - ``tags``: one str (RocketMQ messages have one tag; "" is none);
+    - ``keys``: a sequence of str, each one key; or one str, split on whitespace as RocketMQ's
+      KEY_SEPARATOR (" ") splits it: ``keys="order-42"`` is the one key ``order-42``,
+      ``keys="a b"`` the two keys ``a`` and ``b``;
+    - ``properties``: a dict or (name, value) pairs of str, stored as a tuple of pairs in the
+      order given; a name given twice is a ValueError.
+
+    The constructor is written out (not the dataclass's) so that these accepted forms are in
+    its signature, while the fields keep their one normalised type. Equal messages hash equal.
+    """
+
     topic: str
     body: bytes
-    tags: str = ""
-    keys: tuple[str, ...] = ()
-    properties: tuple[tuple[str, str], ...] = ()
+    tags: str
+    keys: tuple[str, ...]
+    properties: tuple[tuple[str, str], ...]
+
+    def __init__(self, topic: str, body: bytes | bytearray | memoryview, tags: str = "",
+                 keys: str | Iterable[str] = (), properties: Properties = ()) -> None:
+        if type(topic) is not str:
+            raise TypeError(f"Message topic must be a str, not {type(topic).__name__}")
+        if type(body) is not bytes:
+            body = _body(body)
+        if type(tags) is not str:
+            raise TypeError(f"Message tags must be one str (a message has one tag), "
+                            f"not {type(tags).__name__}")
+        put = object.__setattr__  # frozen: the fields are set once, here
+        put(self, "topic", topic)
+        put(self, "body", body)
+        put(self, "tags", tags)
+        put(self, "keys", _keys(keys) if keys else ())
+        put(self, "properties", _properties(properties) if properties else ())
+
+
+def _body(body: object) -> bytes:
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    if isinstance(body, str):
+        raise TypeError("Message body must be bytes, not str: encode it (e.g. text.encode())")
+    raise TypeError(f"Message body must be bytes, not {type(body).__name__}")
+
+
+def _keys(keys: str | Iterable[str]) -> tuple[str, ...]:
+    if isinstance(keys, str):
+        return tuple(keys.split())  # RocketMQ's KEY_SEPARATOR form
+    out = tuple(keys)
+    for k in out:
+        if type(k) is not str:
+            raise TypeError(f"Message keys must be str, not {type(k).__name__} ({k!r})")
+    return out
+
+
+def _properties(props: Properties) -> tuple[tuple[str, str], ...]:
+    items = props.items() if isinstance(props, Mapping) else props
+    out: list[tuple[str, str]] = []
+    for pair in items:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"Message properties are (name, value) pairs or a dict, not {pair!r}")
+        name, value = pair
+        if type(name) is not str or type(value) is not str:
+            raise TypeError(f"Message property names and values must be str: {name!r}: {value!r} "
+                            f"(convert numbers with str())")
+        out.append((name, value))
+    if len(out) > 1 and len({n for n, _ in out}) < len(out):
+        raise ValueError(f"Message properties name one property twice: {out!r}")
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from typing import Any
 
@@ -39,7 +40,11 @@ from dledger.raft.types import EntryKind
 from dledger.framed import FramedProtocol
 
 
-SUSPECT_S = 5.0  # how long a node that let a request time out is tried last
+# A silent node is dialled again (after the others) once it has been silent this long: the other
+# nodes elect a new leader within an election timeout (1-2 s by default) of a real silence, so
+# past that a node that only seemed silent (it was slow) is found again.
+SILENT_GRACE_S = 3.0
+CANARY_SUSPECT_S = 5.0  # the stale_leader canary only: a silent node is forgotten this soon
 
 class UnavailableError(DLedgerError):
     """No server could be reached (or none knew a leader) before the deadline."""
@@ -117,19 +122,38 @@ class _Connection(FramedProtocol):
 
 
 class LogClient:
-    """Talks to the servers of one group; ``nodes`` maps node id -> client address."""
+    """Talks to the servers of one group; ``nodes`` maps node id -> client address.
+
+    What it knows of the leader comes from the answers: a node that answers a leader-only
+    request leads, a NOT_LEADER answer names the leader at the answering node's term. ``term``
+    is the highest term any answer (or accepted route) showed; a hint at an older term is
+    stale and ignored. A node that let a request time out is *silent* (paused, cut off) until
+    it answers anything again: it is not taken as leader, from a hint at the term it went silent
+    in or from a route (``suggest``), and it is dialled only after the other nodes, once
+    ``silent_grace_s`` has passed.
+    ``stale_leader_canary`` (tests only) brings back the old rules the chaos suite must catch:
+    a success teaches nothing, the route re-seeds the leader, silence is forgotten after 5 s.
+    (The old code re-seeded only a client that knew no leader, so it kept dialling the silent
+    node only when its first success after the silence needed no redirect, about half of the
+    events; the canary re-seeds at every use of the route so that every run shows the bug.)
+    """
 
     def __init__(self, nodes: dict[str, Address], timeout_s: float = 3.0,
-                 connect_timeout_s: float = 1.0) -> None:
+                 connect_timeout_s: float = 1.0, *, silent_grace_s: float = SILENT_GRACE_S,
+                 stale_leader_canary: bool = False) -> None:
         if not nodes:
             raise ValueError("no nodes given")
         self.nodes = dict(nodes)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.leader: str | None = None
+        self.term = 0
         self._conns: dict[str, _Connection] = {}
         self.redirects = 0
-        self._suspect_until: dict[str, float] = {}  # node -> when a silent node is trusted again
+        self.silent_grace_s = silent_grace_s
+        self._silent: dict[str, tuple[int, float]] = {}  # node -> (term known, since) when silent
+        self._canary = stale_leader_canary
+        self._canary_until: dict[str, float] = {}  # canary: node -> when it is trusted again
 
     async def close(self) -> None:
         for conn in self._conns.values():
@@ -173,6 +197,8 @@ class LogClient:
             resp = await fut
         finally:
             timer.cancel()
+        if not self._canary:
+            self._silent.pop(node, None)  # it answered: no longer silent
         if not resp.ok:
             raise error_from(resp)
         return resp.result
@@ -192,17 +218,19 @@ class LogClient:
     async def call_leader(self, kind: int, *args: Any,
                           timeout_s: float | None = None) -> tuple[str, Any]:
         """One request to the leader, following NOT_LEADER redirects until the deadline. Only
-        a request that certainly was not acted on (redirected, or never sent) is retried."""
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        a request that certainly was not acted on (redirected, or never sent) is retried.
+
+        The known leader is asked first, else the nodes in turn, a silent one only after its
+        grace (see the class)."""
+        now = time.monotonic()
+        deadline = now + (timeout_s or self.timeout_s)
         tried: list[str] = []
-        candidates = self._candidates()
         last_err: DLedgerError | None = None
-        while time.monotonic() < deadline:
-            node = self.leader if self.leader in self.nodes else candidates[len(tried) % len(candidates)]
+        while now < deadline:
+            node = self._next_node(len(tried), now)
             tried.append(node)
             try:
-                return node, await self.call(node, kind, *args,
-                                             timeout_s=max(0.001, deadline - time.monotonic()))
+                result = await self.call(node, kind, *args, timeout_s=max(0.001, deadline - now))
             except ProposalTimeoutError:  # silent (paused, partitioned, overloaded): outcome unknown
                 self.suspect(node)
                 raise
@@ -211,26 +239,82 @@ class LogClient:
                 self.redirects += 1
                 if err.leader_hint and err.leader_hint not in self.nodes:
                     raise UnknownLeaderError(err.leader_hint) from err
-                self.leader = err.leader_hint if err.leader_hint in self.nodes else None
+                self._not_leader(node, err.leader_hint, err.term)
                 if self.leader is None:
                     await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             except NodeStoppedError as err:  # could not connect, or the node refused: not appended
                 last_err = err
                 self.leader = None
                 await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+            else:
+                if not self._canary:
+                    self.leader = node  # it answered a leader-only request: it leads
+                return node, result
+            now = time.monotonic()
         raise UnavailableError(f"no leader answered within the deadline (tried {tried[-6:]}): "
                                f"{last_err}")
 
-    def suspect(self, node: str) -> None:
-        """``node`` did not answer in time: stop assuming it leads, and try the others first for
-        a while (a paused or cut-off leader would otherwise hold every request until its deadline)."""
+    def _not_leader(self, node: str, hint: str | None, term: int) -> None:
+        """``node`` says it does not lead, and that ``hint`` leads at ``term`` (0: not said)."""
         if self.leader == node:
             self.leader = None
-        self._suspect_until[node] = time.monotonic() + SUSPECT_S
+        if self._canary:
+            self.leader = hint
+            return
+        if term and term < self.term:
+            return  # that node has not heard of the latest election: its hint is stale
+        self.term = max(self.term, term)
+        if hint is not None and hint in self._silent and (not term or term <= self._silent[hint][0]):
+            return  # the silent node, at the term it went silent in: an election is under way
+        self.leader = hint
 
-    def _candidates(self) -> list[str]:
-        now = time.monotonic()
-        return sorted(self.nodes, key=lambda n: (self._suspect_until.get(n, 0.0) > now, n))
+    def suggest(self, leader: str | None, term: int) -> None:
+        """A route names ``leader`` at ``term``. Taken only when it tells more than the answers
+        did: a newer term, or the same term while no leader is known; never a silent node."""
+        if leader not in self.nodes:
+            return
+        if self._canary:
+            self.leader = leader  # the route's word wins, every time it is read
+            return
+        if leader in self._silent or term < self.term or (term == self.term and self.leader):
+            return
+        self.leader, self.term = leader, term
+
+    def suspect(self, node: str) -> None:
+        """``node`` did not answer in time: stop assuming it leads, and try the others first
+        until it answers again (a paused or cut-off leader would otherwise hold every request
+        until its deadline)."""
+        if self.leader == node:
+            self.leader = None
+        if self._canary:
+            self._canary_until[node] = time.monotonic() + CANARY_SUSPECT_S
+        self._silent[node] = (self.term, time.monotonic())
+
+    def is_silent(self, node: str) -> bool:
+        if self._canary:
+            return self._canary_until.get(node, 0.0) > time.monotonic()
+        return node in self._silent
+
+    def candidates(self) -> list[str]:
+        """The nodes in the order to try them: the known leader, the others, the silent ones."""
+        leader = self.leader
+        rest = sorted(self.nodes, key=lambda n: (self.is_silent(n), n))
+        if leader is not None and leader in self.nodes:
+            rest.remove(leader)
+            rest.insert(0, leader)
+        return rest
+
+    def _next_node(self, k: int, now: float) -> str:
+        """The node for a call_leader's ``k``-th try."""
+        leader = self.leader
+        if leader is not None and leader in self.nodes:
+            return leader
+        order = self.candidates()
+        if not self._canary:
+            grace_over = now - self.silent_grace_s
+            ready = [n for n in order if self._silent.get(n, (0, -math.inf))[1] <= grace_over]
+            order = ready or order  # every node silent: the least bad choice is still a choice
+        return order[k % len(order)]
 
     async def wait_for_leader(self, timeout_s: float) -> str:
         """Wait until the group commits (an empty entry, proving it works); returns the leader."""

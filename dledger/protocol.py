@@ -87,6 +87,7 @@ class Response:
     code: str = ""
     message: str = ""
     leader_id: str | None = None
+    term: int = 0  # of a NOT_LEADER answer: the answering node's term (0: not said)
 
 
 def encode_request(kind: int, request_id: int, *args: Any) -> bytes:
@@ -114,21 +115,29 @@ def encode_result(request_id: int, result: Any) -> bytes:
 
 
 def encode_error(request_id: int, err: Exception) -> bytes:
-    """An error response. A service's own errors name their code in a ``code`` attribute."""
+    """An error response. A service's own errors name their code in a ``code`` attribute.
+    NOT_LEADER carries a fifth field, the node's term, so that a client can tell a fresh leader
+    hint from a stale one (a node that has not heard of the latest election)."""
     code = getattr(err, "code", None) or next(
         (c for t, c in _CODES.items() if isinstance(err, t)), "ERROR")
-    leader = err.leader_hint if isinstance(err, NotLeaderError) else None
-    return encode_payload(ERROR, [request_id, code, str(err), leader])
+    if isinstance(err, NotLeaderError):
+        return encode_payload(ERROR, [request_id, code, str(err), err.leader_hint, err.term])
+    return encode_payload(ERROR, [request_id, code, str(err), None])
 
 
 def decode_response(payload: bytes) -> Response:
+    """A response; an error response has four fields, or five (NOT_LEADER's term; servers
+    older than that field send four, read as term 0)."""
     kind, fields = decode_payload(payload)
     if kind == RESULT and len(fields) == 2 and isinstance(fields[0], int):
         return Response(fields[0], True, fields[1])
-    if kind == ERROR and len(fields) == 4 and isinstance(fields[0], int):
-        rid, code, message, leader = fields
-        if isinstance(code, str) and isinstance(message, str) and (leader is None or isinstance(leader, str)):
-            return Response(rid, False, code=code, message=message, leader_id=leader)
+    if kind == ERROR and len(fields) in (4, 5) and isinstance(fields[0], int):
+        rid, code, message, leader = fields[:4]
+        term = fields[4] if len(fields) == 5 else 0
+        if (isinstance(code, str) and isinstance(message, str)
+                and (leader is None or isinstance(leader, str))
+                and type(term) is int and term >= 0):
+            return Response(rid, False, code=code, message=message, leader_id=leader, term=term)
     raise WireError(f"malformed response of kind {kind}")
 
 
@@ -137,6 +146,6 @@ def error_from(resp: Response) -> DLedgerError:
     for t, c in _CODES.items():
         if c == resp.code and t is not WireError:
             if t is NotLeaderError:
-                return NotLeaderError(resp.leader_id)
+                return NotLeaderError(resp.leader_id, resp.term)
             return t(resp.message)
     return RemoteError(resp.code, resp.message)

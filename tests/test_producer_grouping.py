@@ -53,8 +53,9 @@ def route(topic: str, *groups: str, queues: int = 2) -> TopicRoute:
 
 async def producer(respond: Respond, *routes: TopicRoute, unknown: bool = False) -> tuple[Producer, Net]:
     p = Producer(f"127.0.0.1:{free_ports(1)[0]}")  # nothing listens there
-    p._routes = Routes(p._namesrv)
     p._routes._session = aiohttp.ClientSession()  # (what start() opens)
+    p._life.begin_start()  # started without a NameServer: the routes are given below
+    p._life.end_start(True)
     for r in routes:
         p._routes._routes[r.topic] = r
     net = Net(p._routes, respond, unknown)

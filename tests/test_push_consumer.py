@@ -88,7 +88,9 @@ def test_broadcasting_members_each_read_everything(tmp_path: Path) -> None:
             await producer.send(Message("news", b"first"))
             r1, r2 = Recorder(), Recorder()
             consumers = [PushConsumer(ns, "readers", r, model="broadcasting", start_from="first",
-                                      heartbeat_s=0.3, suspend_ms=500) for r in (r1, r2)]
+                                      heartbeat_s=0.3, suspend_ms=500, client_id=f"reader-{k}",
+                                      offset_store_dir=tmp_path / "offsets")
+                         for k, r in enumerate((r1, r2))]
             for c in consumers:
                 c.subscribe("news")
                 await c.start()

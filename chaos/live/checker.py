@@ -7,7 +7,8 @@ Checks: lost, lost_on_replica, replica divergence (split brain), inconsistent of
 (producer FIFO, real-time, consumer monotonicity), stale and phantom reads of committed consumer
 offsets (``chaos.live.registers``) and the Raft trace invariants (via
 ``chaos.traces.check``). Liveness numbers come from ``chaos.live.availability`` and never fail a run,
-except the optional bound on leader changes.
+except the optional bounds on leader changes and on availability under a silent leader
+(``chaos.live.silence``).
 
 Pure: no I/O, no clock, no asyncio; sets, dicts and sorts, O(n log n) in the size of the record.
 """
@@ -21,6 +22,7 @@ from typing import Any
 from chaos import traces
 from chaos.live.availability import availability, leadership
 from chaos.live.registers import check_offset_reads
+from chaos.live.silence import SilenceBound, check_silence
 
 MAX_EXAMPLES = 10
 Dump = dict[int, list[tuple[int, str]]]
@@ -353,9 +355,14 @@ SAFETY = {"lost": "acknowledged values never read",
 
 def check_run(history: list[dict[str, Any]], replicas: dict[str, Dump], leader_drain: Dump,
               trace_events: list[dict[str, Any]], *, max_leader_changes: int | None = None,
-              allow_loss: bool = False) -> CheckResult:
+              allow_loss: bool = False, silence: SilenceBound | None = None) -> CheckResult:
     """All checks over one run. ``allow_loss`` reports lost / lost_on_replica without failing (runs
-    whose durability mode may lose acked data); ``max_leader_changes`` bounds leader churn."""
+    whose durability mode may lose acked data); ``max_leader_changes`` bounds leader churn;
+    ``silence`` bounds the producers' availability under a leader's one-way silence."""
+    avail = availability(history)
+    silence_lines: list[str] = []
+    if silence is not None:
+        avail["silence"], silence_lines = check_silence(history, silence)
     obs = observe(history, replicas, leader_drain)
     protocol, retry = check_duplicates(obs)
     stale, phantom = check_offset_reads(history)
@@ -367,10 +374,12 @@ def check_run(history: list[dict[str, Any]], replicas: dict[str, Dump], leader_d
         producer_fifo=check_producer_fifo(obs), realtime_order=check_realtime_order(obs),
         consumer_order=check_consumer_order(obs), stale_reads=_finding(stale),
         phantom_offsets=_finding(phantom), trace_problems=traces.check(trace_events),
-        leadership=leadership(trace_events), availability=availability(history),
+        leadership=leadership(trace_events), availability=avail,
         violations=[], failed_checks=[])
     failed, violations = _violations(result, max_leader_changes, allow_loss)
-    return replace(result, failed_checks=failed, violations=violations)
+    if silence_lines:
+        failed.append("silence_availability")
+    return replace(result, failed_checks=failed, violations=violations + silence_lines)
 
 
 def _violations(r: CheckResult, max_leader_changes: int | None, allow_loss: bool) -> tuple[list[str], list[str]]:

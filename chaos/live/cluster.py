@@ -5,12 +5,12 @@ nodes run as child processes, and every directed link goes through its own proxy
 - client links: clients reach node ``a`` through proxy ``c-a`` (brokers advertise that address);
 - registration links: node ``a`` registers with the NameServer through proxy ``a-ns``.
 
-Owns process lifecycle and the fault primitives a nemesis uses: cut/heal links (a blackhole:
-bytes are swallowed, nothing is reset, until the heal resets the connections), latency with
-jitter, SIGKILL, SIGSTOP/SIGCONT, power loss (SIGUSR1: the node discards unsynced bytes and
-dies), disk corruption of a stopped node, NameServer down/up. Every call blocks (process starts,
-proxy HTTP API); the async runner calls them from a worker thread. Everything started is stopped
-by ``stop()``.
+Owns process lifecycle and the fault primitives a nemesis uses: cut/heal links, whole or one
+stream of them (a blackhole: bytes are swallowed, nothing is reset, until the heal resets the
+connections), one-way silence of a node, latency with jitter, SIGKILL, SIGSTOP/SIGCONT, power
+loss (SIGUSR1: the node discards unsynced bytes and dies), disk corruption of a stopped node,
+NameServer down/up. Every call blocks (process starts, proxy HTTP API); the async runner calls
+them from a worker thread. Everything started is stopped by ``stop()``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from chaos.toxiproxy.client import ToxiproxyClient, listen_address
 from dledger.localcluster import Address, ClusterError, LocalCluster, free_ports
 
 Link = tuple[str, str]  # (src, dst): a directed link; "c" as src is the clients, "ns" the NameServer
-CUT_TOXICS = ("cut_up", "cut_down")
+CUT_TOXICS = {"upstream": "cut_up", "downstream": "cut_down"}  # stream -> toxic name
+BOTH = ("upstream", "downstream")
 
 
 def _fmt(addr: Address) -> str:
@@ -88,7 +89,7 @@ class ChaosCluster:
     _toxi_proc: subprocess.Popen[bytes] | None = None
     _ns_proc: subprocess.Popen[bytes] | None = None
     toxi: ToxiproxyClient | None = None
-    cut_links: set[Link] = field(default_factory=set)
+    cut_links: dict[Link, tuple[str, ...]] = field(default_factory=dict)  # link -> streams cut
     slow_links: set[Link] = field(default_factory=set)
 
     @property
@@ -198,17 +199,19 @@ class ChaosCluster:
 
     # -- network faults ---------------------------------------------------------------------------
 
-    def cut(self, links: Iterable[Link]) -> None:
-        """Blackhole each directed link: bytes in both streams of its connections are swallowed
-        (no reset, no close), so the sender learns nothing until its own timeouts fire."""
+    def cut(self, links: Iterable[Link], streams: tuple[str, ...] = BOTH) -> None:
+        """Blackhole each directed link: bytes in ``streams`` of its connections (upstream: from
+        the dialling side, downstream: the answers) are swallowed (no reset, no close), so the
+        sender learns nothing until its own timeouts fire."""
         assert self.toxi is not None
         for link in links:
             if link in self.cut_links:
                 continue
             name = "-".join(link)
-            for toxic, stream in zip(CUT_TOXICS, ("upstream", "downstream")):
-                self.toxi.add_toxic(name, "timeout", stream, name=toxic, attributes={"timeout": 0})
-            self.cut_links.add(link)
+            for stream in streams:
+                self.toxi.add_toxic(name, "timeout", stream, name=CUT_TOXICS[stream],
+                                    attributes={"timeout": 0})
+            self.cut_links[link] = streams
 
     def heal(self, links: Iterable[Link] | None = None) -> None:
         """Lift cuts (all of them by default). The connections that crossed a cut are reset: the
@@ -219,10 +222,9 @@ class ChaosCluster:
                 continue
             name = "-".join(link)
             self.toxi.disable(name)
-            for toxic in CUT_TOXICS:
-                self.toxi.remove_toxic(name, toxic)
+            for stream in self.cut_links.pop(link):
+                self.toxi.remove_toxic(name, CUT_TOXICS[stream])
             self.toxi.enable(name)
-            self.cut_links.discard(link)
 
     def isolate(self, nodes: Iterable[str], clients: bool = False) -> list[Link]:
         """Cut every peer link between ``nodes`` and the rest (both directions); with
@@ -233,6 +235,15 @@ class ChaosCluster:
             links += [("c", n) for n in inside] + [(n, "ns") for n in inside]
         self.cut(links)
         return links
+
+    def silence(self, nid: str) -> list[Link]:
+        """One-way silence of ``nid``: every byte it sends is swallowed (to its peers, to the
+        NameServer, its answers to clients) while it still hears everything, as a node whose
+        outbound path died. Returns the links to heal."""
+        out = [(nid, b) for b in self.node_ids if b != nid] + [(nid, "ns")]
+        self.cut(out, ("upstream",))  # the links it dials: what it writes
+        self.cut([("c", nid)], ("downstream",))  # the clients dial it: its answers
+        return [*out, ("c", nid)]
 
     def partition(self, sides: Iterable[Iterable[str]]) -> list[Link]:
         """Cut every peer link between different sides (nodes not named form one more side)."""

@@ -1,4 +1,5 @@
-"""The fault schedules of CHAOS.md 4.4 (S0-S15), each a coroutine driven by one seeded RNG.
+"""The fault schedules of CHAOS.md 4.4 (S0-S15, and S16: issue 16's silent leader), each a
+coroutine driven by one seeded RNG.
 
 A schedule runs until its deadline, records every fault it starts and stops in the history
 (``proc: nemesis``), and leaves cleaning up to the runner's final heal. It decides *when* by the
@@ -16,6 +17,8 @@ from typing import Any, Awaitable, Callable
 
 from broker import protocol as bp
 from chaos.live.cluster import ChaosCluster
+from chaos.live.silence import FAULT as SILENCE_FAULT
+from chaos.live.silence import SilenceBound
 from chaos.live.workload import History
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
@@ -330,6 +333,26 @@ async def s15_transfer_storm(c: Ctl) -> None:
         c.stop("transfer", [leader])
 
 
+SILENCE_S = 15.0
+
+
+async def s16_leader_silence(c: Ctl) -> None:
+    """One-way silence of the leader for 15 s: everything it sends (to its peers, the NameServer,
+    its answers to clients) is swallowed while it hears everything. The group elects another
+    leader; the clients must find it at once and keep their pace (``chaos.live.silence``). A
+    window, once started, lasts its 15 s even past the deadline: the bound is about the whole
+    window."""
+    while await c.sleep(1):
+        leader = await c.leader()
+        if leader is None:
+            continue
+        links = await c.do(c.cluster.silence, leader)
+        c.start(SILENCE_FAULT, [leader])
+        await asyncio.sleep(SILENCE_S)  # the window's length is the fault itself
+        await c.do(c.cluster.heal, links)
+        c.stop(SILENCE_FAULT, [leader])
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -341,6 +364,7 @@ class Scenario:
     flush_mode: str = "sync"
     async_flush_ms: int = 50
     churn_bound: bool = False  # leader changes are bounded (Pre-Vote + CheckQuorum's promise)
+    silence: SilenceBound | None = None  # availability under a silent leader is bounded
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -360,6 +384,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("S13", "Disk corruption of a stopped minority", s13_corruption()),
     Scenario("S14", "NameServer down while the leader is killed", s14_namesrv_and_leader),
     Scenario("S15", "Leadership transfer storm", s15_transfer_storm),
+    # one producer sending one message at a time: the ack rate measures the client's failover
+    Scenario("S16", "One-way silence of the leader", s16_leader_silence, producers=1, pause_s=0.0,
+             silence=SilenceBound()),
 ]}
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")
@@ -375,4 +402,6 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "async_flush_ack": ("S12", {"flush_mode": "async", "async_flush_ms": 5000}),
     "no_pre_vote_check_quorum": ("S3", {}),  # leader churn under a partial partition
     "skip_checksum": ("S13", {"schedule": s13_corruption(("bitflip",))}),
+    # a client-side bug (client.routes.CANARIES): the producer keeps dialling the silent old leader
+    "stale_leader": ("S16", {}),
 }

@@ -31,6 +31,7 @@ from dledger.client import LogClient
 from dledger.errors import DLedgerError
 from dledger.localcluster import ClusterError
 from chaos.toxiproxy.errors import ToxiproxyError
+from client.routes import CANARIES as CLIENT_CANARIES
 from dledger.raft.config import Canaries
 
 LEADER_WAIT_S = 30.0
@@ -143,6 +144,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
     core_canaries = (cfg.canary,) if cfg.canary in Canaries.__dataclass_fields__ else ()
+    client_canaries = (cfg.canary,) if cfg.canary in CLIENT_CANARIES else ()
     cluster = ChaosCluster(base, size=sc.nodes, flush_mode=sc.flush_mode, tick_ms=cfg.tick_ms,
                            election_ticks=cfg.election_ticks, canaries=core_canaries,
                            async_flush_ms=sc.async_flush_ms, seed=cfg.seed)
@@ -166,7 +168,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             await _wait(lambda: find_leader(control, nodes), LEADER_WAIT_S, "a first leader")
             await control.call_leader(bp.TOPIC_PUT, TOPIC, QUEUES, QUEUES, 6, timeout_s=10.0)
             workers = [asyncio.create_task(producer(history, cluster.namesrv, k, stop_producers,
-                                                    sc.pause_s, random.Random(rng.random())))
+                                                    sc.pause_s, random.Random(rng.random()),
+                                                    canaries=client_canaries))
                        for k in range(sc.producers)]
             readers = [asyncio.create_task(consumer(
                 history, cluster.namesrv, f"c{q}{kind}", q, cluster.group, stop_consumers,
@@ -207,7 +210,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         # one incidental election per two windows is tolerated, and at least one per run.
         bound = max(1, windows // 2)
     result = check_run(history.events, replicas, leader_drain, trace_events,
-                       max_leader_changes=bound)
+                       max_leader_changes=bound, silence=sc.silence)
     violations = list(result.violations) + problems
     verdict = "FAIL" if violations else "PASS"
     durability = dict(ctl.durability) if ctl else {}

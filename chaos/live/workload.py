@@ -74,9 +74,10 @@ def value_of(body: bytes) -> str:
 
 
 async def producer(history: History, namesrv: str, pid: int, stop: asyncio.Event,
-                   pause_s: float, rng: random.Random, timeout_s: float = 3.0) -> None:
+                   pause_s: float, rng: random.Random, timeout_s: float = 3.0,
+                   canaries: tuple[str, ...] = ()) -> None:
     proc = f"p{pid}"
-    async with Producer(namesrv, send_timeout_s=timeout_s) as prod:
+    async with Producer(namesrv, send_timeout_s=timeout_s, canaries=canaries) as prod:
         seq = 0
         while not stop.is_set():
             value = f"{proc}-{seq}"
