@@ -27,10 +27,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from chaos.toxiproxy.client import ToxiproxyClient, listen_address
 from dledger.localcluster import Address, ClusterError, LocalCluster, free_ports
+
+if TYPE_CHECKING:  # imported where used: `dledger chaos run --help` needs no dev extra
+    from chaos.toxiproxy.client import ToxiproxyClient
 
 Link = tuple[str, str]  # (src, dst): a directed link; "c" as src is the clients, "ns" the NameServer
 CUT_TOXICS = {"upstream": "cut_up", "downstream": "cut_down"}  # stream -> toxic name
@@ -149,6 +151,11 @@ class ChaosCluster:
         self.stop()
 
     def _start_toxiproxy(self) -> None:
+        try:  # the client needs the dev extra (toxiproxy-python, requests); --help does not
+            from chaos.toxiproxy.client import ToxiproxyClient
+        except ImportError as err:
+            raise ClusterError(f"running a chaos scenario needs the dev extra "
+                               f"(pip install -e '.[dev]'): {err}") from err
         log = open(os.path.join(self.base_dir, "toxiproxy.log"), "ab")  # noqa: SIM115
         with log:
             self._toxi_proc = subprocess.Popen(
@@ -180,6 +187,8 @@ class ChaosCluster:
             self._ns_proc = None
 
     def _proxy(self, src: str, dst: str, upstream: Address) -> Address:
+        from chaos.toxiproxy.client import listen_address  # (loaded by _start_toxiproxy)
+
         assert self.toxi is not None
         proxy = self.toxi.create_proxy(f"{src}-{dst}", _fmt(upstream))
         self.proxies[(src, dst)] = listen_address(proxy)

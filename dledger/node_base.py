@@ -1,0 +1,94 @@
+"""The state of one node (``NodeBase``): what the parts of ``dledger.runtime.Node`` share.
+
+Owns the fields every part reads and writes (inbox, proposals and pending futures, the loop's
+flags, the stores, the core, the transport) and the accessors that name a node not started. The
+parts build on it: ``proposals`` (futures), ``ready_pipeline`` (persist, send, apply),
+``busy_poll`` (polling for an expected message) and ``runtime`` (lifecycle, inputs, the loop).
+Nothing here runs or does I/O; the node has one owner, its loop, so nothing is locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from typing import Callable
+
+from dledger.commitlog import FileLogStore
+from dledger.errors import NodeStoppedError
+from dledger.flush import Flusher
+from dledger.hardstate import FileHardStateStore
+from dledger.node_config import Address, ApplyListener, Committed, NodeConfig
+from dledger.raft.core import RaftCore
+from dledger.raft.types import Message, Ready
+from dledger.trace import NodeTrace
+from dledger.transport import PeerTransport
+
+__all__ = ["NodeBase"]
+
+
+class NodeBase:
+    """The fields of one member of a replicated log group (``Node`` is the whole node)."""
+
+    def __init__(self, config: NodeConfig, *, applied_index: int = 0,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self._applied_floor = applied_index
+        self._rng = rng or random.Random()
+        self._inbox: deque[Message] = deque()
+        self._inbox_dropped = 0
+        self._proposals: deque[tuple[bytes, asyncio.Future[Committed]]] = deque()
+        self._pending: dict[tuple[int, int], asyncio.Future[Committed]] = {}
+        self._listeners: list[ApplyListener] = []
+        self._timer_fired = False
+        self._parked = False  # the loop task waits for work: a kick may run a turn at once
+        self._turning = False  # a turn runs now (no turn may start inside another)
+        self._handoff: Ready | None = None  # a Ready a direct turn left to the task
+        self._turn_soon = False  # a direct turn is scheduled for the proposals submitted
+        self._poll_until = 0.0  # busy polling runs until then (perf_counter s); 0.0: it does not
+        self._acked_entries = False  # as follower, answered an append of entries since polling
+        self._acked_at = 0.0  # as follower, when it last answered an append of entries (perf s)
+        self._turn_started_at = 0.0  # when the current turn took its inputs (perf_counter s)
+        self._control: deque[tuple[Callable[[], None], asyncio.Future[None]]] = deque()
+        self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._stopped = False
+        self._power_lost = False
+        self.flusher: Flusher | None = None
+        self.trace: NodeTrace | None = None
+        self.core: RaftCore | None = None
+        self.store: FileLogStore | None = None
+        self._hard_state: FileHardStateStore | None = None
+        self.transport: PeerTransport | None = None
+        self.peer_address: Address | None = None
+        self._leader_term: int | None = None  # term in which we lead, if we do
+        self.failure: BaseException | None = None
+
+    # -- provided by the other parts (declared so that each part reads on its own) -----------
+
+    def _kick_soon(self) -> None:
+        """New proposals: turn once the caller's callback is done (``runtime``)."""
+        raise NotImplementedError
+
+    def _note_ack(self) -> None:
+        """A follower answered an append of entries (``busy_poll``)."""
+        raise NotImplementedError
+
+    # -- accessors -------------------------------------------------------------------------------
+
+    def _core(self) -> RaftCore:
+        if self.core is None:
+            raise NodeStoppedError("node not started")
+        return self.core
+
+    def _flusher(self) -> Flusher:
+        if self.flusher is None:
+            raise NodeStoppedError("node not started")
+        return self.flusher
+
+    def _store(self) -> FileLogStore:
+        if self.store is None:
+            raise NodeStoppedError("node not started")
+        return self.store

@@ -1,0 +1,111 @@
+"""A node's configuration and the values its API hands out: ``NodeConfig`` (checked when made,
+and turned into the Raft core's ``RaftConfig``), ``Committed`` (where a proposal landed),
+``AppliedEntry`` (what apply listeners and reads of committed entries get) and ``NodeStatus``.
+
+Plain frozen values: no I/O, nothing that runs. The node that uses them is ``dledger.runtime``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+from dledger.raft.config import Canaries, RaftConfig
+from dledger.raft.types import EntryKind, Status
+
+__all__ = ["Address", "AppliedEntry", "ApplyListener", "Committed", "FlushMode", "MAX_BUSY_POLL_US",
+           "NodeConfig", "NodeStatus"]
+
+MAX_BUSY_POLL_US = 10_000
+
+FlushMode = Literal["sync", "async"]
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    group: str
+    node_id: str
+    peers: dict[str, Address]  # every member, this node included: node id -> peer listen address
+    data_dir: str
+    dial: dict[str, Address] = field(default_factory=dict)  # where to dial a peer, if not peers[p]
+    listen: Address | None = None  # peer listen address; default peers[node_id]
+    flush_mode: FlushMode = "sync"
+    async_flush_interval_s: float = 0.05
+    tick_interval_s: float = 0.1
+    election_ticks: int = 10  # election timeout 1-2 s at 100 ms ticks
+    heartbeat_ticks: int = 1
+    preferred_leader: str | None = None
+    max_pending_proposals: int = 20_000
+    inbox_max: int = 20_000
+    step_batch_max: int = 2_000
+    propose_batch_max: int = 512
+    segment_bytes_max: int = 64 << 20
+    retention_entries: int | None = None  # keep at least this many entries; None: keep all
+    # A node that expects a message soon polls its sockets instead of sleeping, for up to this
+    # long after its last turn: a leader with proposals awaiting commit, a follower that just
+    # acknowledged entries (the next append usually follows). A message is then read as it
+    # lands, not after the CPU wakes from idle. Any node also polls this long for its inline
+    # group commits to end (dledger.aiofsync), rather than sleeping in fdatasync. Costs that
+    # much CPU per idle gap; 0 (default) sleeps at once.
+    busy_poll_us: int = 0
+    quorum_first: bool = False  # see RaftConfig.quorum_first
+    # Run the fsyncs that the loop does not do inline through Linux AIO, where available
+    # (dledger.aiofsync), rather than on a thread: no thread hand-off per group commit.
+    aio_fsync: bool = True
+    canaries: Canaries = field(default_factory=Canaries)
+    test_faults: bool = False  # allow power_loss() and canaries (tests only)
+    trace_path: str | None = None  # append an event trace (JSON lines) here: tests, chaos runs
+
+    def __post_init__(self) -> None:
+        if self.node_id not in self.peers:
+            raise ValueError(f"node {self.node_id!r} is not in peers {sorted(self.peers)}")
+        if self.flush_mode not in ("sync", "async"):
+            raise ValueError(f"flush mode must be 'sync' or 'async', not {self.flush_mode!r}")
+        if self.canaries.any() and not self.test_faults:
+            raise ValueError("canaries need test_faults=True")
+        if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
+            raise ValueError(f"busy_poll_us must be within 0..{MAX_BUSY_POLL_US}, "
+                             f"not {self.busy_poll_us}")
+
+    def raft_config(self) -> RaftConfig:
+        return RaftConfig(node_id=self.node_id, voters=tuple(sorted(self.peers)),
+                          election_ticks=self.election_ticks, heartbeat_ticks=self.heartbeat_ticks,
+                          preferred_leader=self.preferred_leader, canaries=self.canaries,
+                          quorum_first=self.quorum_first,
+                          check_quorum=not self.canaries.no_pre_vote_check_quorum,
+                          pre_vote=not self.canaries.no_pre_vote_check_quorum)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """Where a committed proposal landed."""
+
+    index: int
+    term: int
+    position: int  # byte position in the commitlog, the same on every replica
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEntry:
+    index: int
+    term: int
+    kind: EntryKind
+    data: bytes
+    position: int
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    group: str
+    raft: Status
+    flush_mode: FlushMode
+    peer_address: Address | None
+    pending_proposals: int
+    inbox_dropped: int
+    transport: dict[str, dict[str, int]]
+    storage_first_index: int
+    storage_last_index: int
+
+
+ApplyListener = Callable[[Sequence[AppliedEntry]], None]
