@@ -41,6 +41,8 @@ def _prometheus(server: BrokerServer) -> str:
     labels = f'group="{server.group}",node="{raft.node_id}"'
     gauges: list[tuple[str, str, Any]] = [
         ("dledger_is_leader", "1 if this node leads its group", int(raft.role.value == "leader")),
+        ("dledger_disk_full", "1 while a write failed for want of space (it takes no part)",
+         int(st.disk_full)),
         ("dledger_term", "current Raft term", raft.term),
         ("dledger_last_index", "last log index", raft.last_index),
         ("dledger_commit_index", "commit index", raft.commit_index),

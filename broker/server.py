@@ -49,7 +49,7 @@ from broker.sendpath import SendPath
 from broker.state import ApplyResult, BrokerState, tag_hash
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger.commitlog import FileLogStore
-from dledger.errors import DLedgerError, NotLeaderError, WireError
+from dledger.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
 from dledger.hardstate import write_file_atomically
 from dledger.framed import (
     CONNECTIONS_MAX_DEFAULT,
@@ -173,7 +173,11 @@ class BrokerServer:
                 # take at most 1/CHECKPOINT_DUTY of the loop, however large the state grows.
                 wait_s = max(self.config.checkpoint_interval_s,
                              (time.perf_counter() - t0) * CHECKPOINT_DUTY)
-                await asyncio.to_thread(save_checkpoint, self.config.node.data_dir, blob)
+                try:
+                    await asyncio.to_thread(save_checkpoint, self.config.node.data_dir, blob)
+                except OSError as err:  # e.g. a full disk: the log still has it all; next time
+                    log.warning("checkpoint at index %d not written: %s", saved, err)
+                    saved = -1  # (so the next period tries again even with nothing new)
 
     async def stop(self) -> None:
         if self._checkpointer is not None:
@@ -229,6 +233,9 @@ class BrokerServer:
 
     def require_leader(self) -> None:
         core = self.node.core
+        if self.node.disk_full is not None:  # refused by name; it takes no part for now
+            raise DiskFullError(f"{self.group}/{core.id if core else '?'} cannot write: "
+                                f"{self.node.disk_full}")
         if core is None or not self.node.is_leader:
             raise NotLeaderError(core.leader_id if core else None, core.term if core else 0)
 
@@ -312,7 +319,7 @@ class BrokerServer:
         has applied its commit index, and, as leader, has applied its own term's no-op (so its
         topic list is not a stale or empty one, e.g. right after a restart)."""
         core = self.node.core
-        if core is None or core.leader_id is None:
+        if core is None or core.leader_id is None or self.node.disk_full is not None:
             return False
         if self.state.applied_index < core.log.commit_index:
             return False

@@ -21,7 +21,7 @@ from client import errors
 from dledger.client import LogClient
 from dledger.client import UnavailableError as LogUnavailableError
 from dledger.client import UnknownLeaderError
-from dledger.errors import DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
+from dledger.errors import DiskFullError, DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
 from dledger.errors import OverloadedError as LogOverloadedError
 from dledger.protocol import BadRequestError, RemoteError
 
@@ -184,6 +184,6 @@ def client_error(err: DLedgerError) -> errors.ClientError:
         return errors.StaleRouteError(str(err))
     if isinstance(err, NotLeaderError):
         return errors.NoLeaderYetError(str(err))
-    if isinstance(err, (LogUnavailableError, NodeStoppedError)):
+    if isinstance(err, (LogUnavailableError, NodeStoppedError, DiskFullError)):
         return errors.UnavailableError(str(err))
     return errors.ClientError(str(err))

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from dledger.errors import (
+    DiskFullError,
     DLedgerError,
     NodeStoppedError,
     NotLeaderError,
@@ -242,8 +243,10 @@ class LogClient:
                 self._not_leader(node, err.leader_hint, err.term)
                 if self.leader is None:
                     await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-            except NodeStoppedError as err:  # could not connect, or the node refused: not appended
-                last_err = err
+            except (NodeStoppedError, DiskFullError) as err:  # not appended: could not
+                last_err = err  # connect, the node refused, or its disk is full
+                if isinstance(err, DiskFullError):
+                    self.suspect(node)  # it takes no part until its disk has room again
                 self.leader = None
                 await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
             else:

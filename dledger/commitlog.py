@@ -49,7 +49,8 @@ Rules that keep recovery simple and safe:
 - ``open`` fsyncs what it recovered: after a restart, everything the log shows is durable.
 - A failed fsync is not retried (the kernel may have marked the unwritten pages clean, so a
   retry could "succeed" without the data): the store refuses further work (``StorageError``)
-  and the node must restart, treating it like a crash.
+  and must be reopened, as after a crash. The node does that itself when the disk was full
+  (``DiskFullError``, see ``dledger.disk_full``); on any other failure it stops.
 - The directory is locked (``flock``) while a store has it open.
 
 In memory the store keeps two ``array('q')`` (position and term of every entry held), so

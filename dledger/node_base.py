@@ -15,7 +15,7 @@ from collections import deque
 from typing import Callable
 
 from dledger.commitlog import FileLogStore
-from dledger.errors import NodeStoppedError
+from dledger.errors import DiskFullError, NodeStoppedError
 from dledger.flush import Flusher
 from dledger.hardstate import FileHardStateStore
 from dledger.node_config import Address, ApplyListener, Committed, NodeConfig
@@ -65,8 +65,17 @@ class NodeBase:
         self.peer_address: Address | None = None
         self._leader_term: int | None = None  # term in which we lead, if we do
         self.failure: BaseException | None = None
+        self._disk_full: DiskFullError | None = None  # the failed write, while riding it out
 
     # -- provided by the other parts (declared so that each part reads on its own) -----------
+
+    def _kick(self) -> None:
+        """New work: run a turn now or wake the loop task (``runtime``)."""
+        raise NotImplementedError
+
+    def _on_flush_failure(self, err: BaseException) -> None:
+        """A background group commit failed (``runtime``)."""
+        raise NotImplementedError
 
     def _kick_soon(self) -> None:
         """New proposals: turn once the caller's callback is done (``runtime``)."""

@@ -20,7 +20,7 @@ from dledger.framed import (
     INPUT_BUFFER_BYTES_MAX_DEFAULT,
     ConnectionLimits,
 )
-from dledger.raft.config import Canaries
+from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from dledger.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,7 +121,7 @@ _OPTIONS = [
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
-    click.option("--canary", multiple=True, type=click.Choice(sorted(Canaries.__dataclass_fields__)),
+    click.option("--canary", multiple=True, type=click.Choice(sorted(set(Canaries.__dataclass_fields__) - SIM_ONLY_CANARIES)),
                  help="Seeded bug (tests only; needs --test-faults)."),
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",

@@ -56,6 +56,10 @@ class NodeConfig:
     canaries: Canaries = field(default_factory=Canaries)
     test_faults: bool = False  # allow power_loss() and canaries (tests only)
     trace_path: str | None = None  # append an event trace (JSON lines) here: tests, chaos runs
+    # A node whose disk is full waits without taking part (dledger.disk_full), looking at the
+    # free space this often, and rebuilds from disk once there is this much.
+    disk_probe_interval_s: float = 1.0
+    disk_resume_free_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         if self.node_id not in self.peers:
@@ -106,6 +110,8 @@ class NodeStatus:
     transport: dict[str, dict[str, int]]
     storage_first_index: int
     storage_last_index: int
+    disk_full: bool = False  # a write failed for want of space: not taking part (dledger.disk_full)
+    disk_full_error: str | None = None
 
 
 ApplyListener = Callable[[Sequence[AppliedEntry]], None]

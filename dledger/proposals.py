@@ -14,6 +14,7 @@ import asyncio
 from typing import Sequence
 
 from dledger.errors import (
+    DiskFullError,
     LeadershipLostError,
     NodeStoppedError,
     NotLeaderError,
@@ -60,7 +61,9 @@ class Proposals(NodeBase):
         if self._stopping or self._task is None:
             raise NodeStoppedError("node is not running")
         core = self._core()
-        if core.role is not Role.LEADER:
+        if core.role is not Role.LEADER or self._disk_full is not None:
+            if self._disk_full is not None:  # (its core is frozen: dledger.disk_full)
+                raise DiskFullError(f"{self.config.node_id} cannot write: {self._disk_full}")
             raise NotLeaderError(core.leader_id, core.term)
         if len(self._pending) + len(self._proposals) >= self.config.max_pending_proposals:
             raise OverloadedError(f"{self.config.max_pending_proposals} proposals pending")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dledger.errors import (
+    DiskFullError,
     DLedgerError,
     LeadershipLostError,
     LeadershipTransferInProgressError,
@@ -67,6 +68,7 @@ _CODES: dict[type[DLedgerError], str] = {
     ProposalTimeoutError: "TIMEOUT",
     OutcomeUnknownError: "OUTCOME_UNKNOWN",
     NodeStoppedError: "STOPPED",
+    DiskFullError: "DISK_FULL",
     BadRequestError: "BAD_REQUEST",
     WireError: "BAD_REQUEST",
 }

@@ -60,6 +60,8 @@ class ReadyPipeline(BusyPolling):
         plan = self._sync_plan(rd)
         if self._truncates(rd):
             await self._flusher().quiesce()  # a truncation closes fds a background fsync uses
+            if self._disk_full is not None:  # that fsync failed for want of space: stop here
+                raise self._disk_full
         if plan != AWAIT:
             return self._do_ready(rd, plan)
         self._write_ready(rd)
@@ -140,4 +142,6 @@ class ReadyPipeline(BusyPolling):
         target = min(core.safe_retain_index(), store.last_index() - keep)
         if target > store.first_index():
             await self._flusher().quiesce()  # retention closes files a background fsync may use
+            if self._disk_full is not None:
+                raise self._disk_full
             store.retain_from(target)

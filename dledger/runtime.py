@@ -27,11 +27,16 @@ import random
 import time
 from typing import Callable
 
-from dledger.aiofsync import open_aio_fsync, open_spin_sync
 from dledger.busy_poll import BUSY_POLL_PENDING_MAX
-from dledger.commitlog import FileLogStore
-from dledger.errors import DLedgerError, NodeStoppedError, NotLeaderError, ProposalTimeoutError
-from dledger.flush import Flusher
+from dledger.disk_full import DiskFullRecovery
+from dledger.errors import (
+    DiskFullError,
+    DLedgerError,
+    NodeStoppedError,
+    NotLeaderError,
+    ProposalTimeoutError,
+    StorageError,
+)
 from dledger.hardstate import FileHardStateStore
 from dledger.node_config import (
     MAX_BUSY_POLL_US,
@@ -43,8 +48,6 @@ from dledger.node_config import (
     NodeConfig,
     NodeStatus,
 )
-from dledger.proposals import Proposals
-from dledger.raft.core import RaftCore
 from dledger.raft.types import Message, Role
 from dledger.ready_pipeline import AWAIT, ReadyPipeline
 from dledger.trace import NodeTrace
@@ -56,7 +59,7 @@ RETAIN_INTERVAL_S = 1.0
 TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 
 
-class Node(Proposals, ReadyPipeline):
+class Node(ReadyPipeline, DiskFullRecovery):
     """One member of a replicated log group."""
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -65,22 +68,16 @@ class Node(Proposals, ReadyPipeline):
         """Open storage, recover, start the transport and the loop; returns the peer address."""
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
-                                       segment_bytes_max=cfg.segment_bytes_max,
-                                       verify_checksums=not cfg.canaries.skip_checksum)
         self._hard_state = FileHardStateStore(os.path.join(cfg.data_dir, "hardstate"))
+        self._open_core(self._applied_floor)
         if cfg.trace_path is not None:
             self.trace = NodeTrace(cfg.trace_path, cfg.node_id)
-        self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
-                             random.Random(self._rng.random()), applied_index=self._applied_floor)
         dial = {p: cfg.dial.get(p, addr) for p, addr in cfg.peers.items() if p != cfg.node_id}
         self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
                                        dial, self._on_message, rng=random.Random(self._rng.random()),
                                        on_batch_end=self._kick)
         self.peer_address = await self.transport.start()  # (nothing turns before the task runs)
-        spin = open_spin_sync(cfg.busy_poll_us / 1e6) if cfg.busy_poll_us else None
-        aio = open_aio_fsync() if cfg.aio_fsync else None
-        self.flusher = Flusher(self.store, self._kick, self._on_flush_failure, spin, aio)
+        self.flusher = self._open_flusher(self._store())
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._run(), name=f"dledger-node-{cfg.node_id}")
         return self.peer_address
@@ -99,7 +96,7 @@ class Node(Proposals, ReadyPipeline):
             await self.transport.stop()
         self._fail_all(NodeStoppedError("node stopped"))
         if self.store is not None and not self._power_lost:
-            if self.config.flush_mode == "async" and self.failure is None:
+            if self.config.flush_mode == "async" and self.failure is None and self._disk_full is None:
                 self.store.sync()
             self.store.close()
         if self.trace is not None:
@@ -134,8 +131,8 @@ class Node(Proposals, ReadyPipeline):
         (its no-op), so reads of applied state see every earlier commit (Raft section 8).
         Raises NotLeaderError or ProposalTimeoutError."""
         core = self._core()
-        if core.role is not Role.LEADER:
-            raise NotLeaderError(core.leader_id, core.term)
+        if not self.is_leader:
+            raise NotLeaderError(core.leader_id if self._disk_full is None else None, core.term)
         await self.wait_applied(core.term_start_index, timeout_s)
 
     def read_committed(self, lo: int, max_entries: int = 256,
@@ -149,17 +146,19 @@ class Node(Proposals, ReadyPipeline):
                 for e in store.entries(max(lo, store.first_index()), hi + 1, max_bytes)]
 
     def status(self) -> NodeStatus:
-        store = self._store()
+        store, raft, full = self._store(), self._core().status(), self._disk_full
         return NodeStatus(
-            group=self.config.group, raft=self._core().status(), flush_mode=self.config.flush_mode,
+            group=self.config.group, raft=raft if full is None else self._disk_full_status(raft),
+            flush_mode=self.config.flush_mode,
             peer_address=self.peer_address, pending_proposals=len(self._pending) + len(self._proposals),
             inbox_dropped=self._inbox_dropped,
             transport=self.transport.stats() if self.transport else {},
-            storage_first_index=store.first_index(), storage_last_index=store.last_index())
+            storage_first_index=store.first_index(), storage_last_index=store.last_index(),
+            disk_full=full is not None, disk_full_error=None if full is None else str(full))
 
     @property
     def is_leader(self) -> bool:
-        return self.core is not None and self.core.role is Role.LEADER
+        return self.core is not None and self.core.role is Role.LEADER and self._disk_full is None
 
     async def transfer_leadership(self, to: str, timeout_s: float = 5.0) -> None:
         """Hand leadership to node ``to`` and wait until it leads (or raise on timeout)."""
@@ -184,6 +183,8 @@ class Node(Proposals, ReadyPipeline):
         """Run op on the core from the loop, between Readies (the core has one owner)."""
         if self._stopping or self._task is None:
             raise NodeStoppedError("node is not running")
+        if self._disk_full is not None:
+            raise DiskFullError(f"{self.config.node_id} cannot write: {self._disk_full}")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._control.append((op, fut))
         self._kick()
@@ -252,33 +253,42 @@ class Node(Proposals, ReadyPipeline):
                         self._parked = False
                     if self._stopping:
                         break
+                if self._disk_full is not None:
+                    await self._ride_out_disk_full()
+                    if self._stopping:
+                        break
+                    now = loop.time()  # (ticks while frozen are not replayed; the turn below
+                    next_tick, next_retain = now + tick_s, now + RETAIN_INTERVAL_S  # re-arms)
                 self._wake.clear()  # type: ignore[union-attr]
-                if self._handoff is not None:
-                    rd, self._handoff = self._handoff, None
-                    self._advance(rd, await self._handle_ready(rd))
-                now = loop.time()
-                if now >= next_tick - TIMER_SLACK_S:
-                    next_tick = self._tick_until(now + TIMER_SLACK_S, next_tick, tick_s)
-                flush_due = self.config.flush_mode == "async" and now >= next_flush - TIMER_SLACK_S
-                if flush_due:
-                    next_flush = now + self.config.async_flush_interval_s
-                wake_at = next_tick
-                if self.config.flush_mode == "async":
-                    wake_at = min(wake_at, next_flush)  # direct turns do not flush: wake for it
-                if self._timer_fired or timer_at != wake_at:
-                    # (a loop may fire a timer a little early: always keep one armed)
-                    timer.cancel()
-                    self._timer_fired = False
-                    timer, timer_at = loop.call_at(wake_at, self._on_timer), wake_at
-                self._take_inputs()
-                await self._drain_ready()
-                if flush_due:
-                    self._flusher().sync_in_background()  # the loop does not wait for the disk
-                if now >= next_retain:
-                    await self._maybe_retain()
-                    next_retain = now + RETAIN_INTERVAL_S
-                if self._inbox or self._proposals:
-                    await asyncio.sleep(0)  # let the transport read before the next batch
+                try:
+                    if self._handoff is not None:
+                        rd, self._handoff = self._handoff, None
+                        self._advance(rd, await self._handle_ready(rd))
+                    now = loop.time()
+                    if now >= next_tick - TIMER_SLACK_S:
+                        next_tick = self._tick_until(now + TIMER_SLACK_S, next_tick, tick_s)
+                    flush_due = self.config.flush_mode == "async" and now >= next_flush - TIMER_SLACK_S
+                    if flush_due:
+                        next_flush = now + self.config.async_flush_interval_s
+                    wake_at = next_tick
+                    if self.config.flush_mode == "async":
+                        wake_at = min(wake_at, next_flush)  # direct turns do not flush: wake for it
+                    if self._timer_fired or timer_at != wake_at:
+                        # (a loop may fire a timer a little early: always keep one armed)
+                        timer.cancel()
+                        self._timer_fired = False
+                        timer, timer_at = loop.call_at(wake_at, self._on_timer), wake_at
+                    self._take_inputs()
+                    await self._drain_ready()
+                    if flush_due:
+                        self._flusher().sync_in_background()  # the loop does not wait for the disk
+                    if now >= next_retain:
+                        await self._maybe_retain()
+                        next_retain = now + RETAIN_INTERVAL_S
+                    if self._inbox or self._proposals:
+                        await asyncio.sleep(0)  # let the transport read before the next batch
+                except DiskFullError as err:  # the node stays up, riding it out (dledger.disk_full)
+                    self._enter_disk_full(err)
         except asyncio.CancelledError:
             self._fail_all(NodeStoppedError("node loop cancelled"))
             raise
@@ -319,7 +329,7 @@ class Node(Proposals, ReadyPipeline):
     async def _drain_ready(self) -> None:
         core = self._core()
         for _ in range(10_000):
-            if not core.has_ready():
+            if self._disk_full is not None or not core.has_ready():  # (frozen by a callback)
                 break
             rd = core.ready()
             self._advance(rd, await self._handle_ready(rd))
@@ -343,6 +353,8 @@ class Node(Proposals, ReadyPipeline):
                     break
                 self._advance(rd, self._do_ready(rd, plan))
             self._check_leadership()
+        except DiskFullError as err:  # the node stays up, riding it out (dledger.disk_full)
+            self._enter_disk_full(err)
         except Exception as err:  # recorded, logged and stops the node, as in the loop task
             self._fail(err)
         finally:
@@ -362,6 +374,11 @@ class Node(Proposals, ReadyPipeline):
             self._wake.set()
 
     def _on_flush_failure(self, err: BaseException) -> None:
+        full = err if isinstance(err, DiskFullError) else self._disk_full
+        if full is not None and isinstance(err, StorageError):
+            # (once full, the store's other refusals are that same failure: it is reopened)
+            self._enter_disk_full(full)
+            return
         self.failure = err
         self._stopping = True
         self._kick()

@@ -205,8 +205,11 @@ def _exit_soon() -> None:
 def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
     st = node.status()
     raft = asdict(st.raft)
-    raft["role"] = st.raft.role.value
+    # A node riding out a full disk takes no part in its group: its role says so (the status
+    # table shows it), and disk_full_error says which write failed.
+    raft["role"] = "disk_full" if st.disk_full else st.raft.role.value
     return {"group": st.group, "flush_mode": st.flush_mode, "raft": raft,
+            "disk_full": st.disk_full, "disk_full_error": st.disk_full_error,
             "peer_address": list(st.peer_address or ()), "client_address": list(client_address or ()),
             "pending_proposals": st.pending_proposals, "inbox_dropped": st.inbox_dropped,
             "storage_first_index": st.storage_first_index, "storage_last_index": st.storage_last_index}

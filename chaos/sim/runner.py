@@ -24,6 +24,7 @@ CANARIES = {
     "truncate_on_append": Canaries(truncate_on_append=True),
     "count_self_before_durable": Canaries(count_self_before_durable=True),
     "commit_without_quorum": Canaries(commit_without_quorum=True),
+    "ignore_failed_fsync": Canaries(ignore_failed_fsync=True),
 }
 
 MAIN_TICKS = 400

@@ -3,12 +3,15 @@ all driven by one seed (DESIGN.md section 7.2, CHAOS.md 4.6).
 
 Owns the node shell (the same Ready contract as the runtime: persist, fsync, send, apply,
 advance), the network (drop, delay, duplicate, reorder, partitions of several shapes), crashes
-that lose unsynced writes (sometimes tearing the last), restarts from durable state only, tick
-skew, and simulated clients whose acknowledged proposals are checked at the end.
+that lose unsynced writes (sometimes tearing the last), restarts from durable state only, writes
+that fail for want of space (the node stops taking part and later rebuilds its core from disk,
+as ``dledger.disk_full`` does), tick skew, and simulated clients whose acknowledged proposals
+are checked at the end.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections import deque
@@ -50,6 +53,9 @@ class FaultSettings:
     retain_rate: float  # per tick and node: delete what safe_retain_index allows
     quorum_first: bool  # leaders send new entries at once only to the followers a commit needs
     lazy_batch_entries: int  # quorum-first: a lazy follower's batch (else it waits for a heartbeat)
+    # per Ready: one of its writes (hard state, entries, or their fsync) fails for want of space.
+    # Drawn from a generator of its own, so that a seed drawing 0 runs the world it always ran.
+    write_fail_rate: float = 0.0
 
     @staticmethod
     def draw(rng: random.Random, nodes: int) -> FaultSettings:
@@ -95,6 +101,7 @@ class SimNode:
         self.restarts = 0
         self.tick_credit = 0.0
         self.down_until = 0
+        self.disk_full = False  # a write failed: not taking part until it rebuilds (restart)
         self._chain: list[int] = []  # _chain[k]: prefix hash up to store entry k (index k+1)
         self.background_syncs: list[tuple[int, int, int, int]] = []  # (due tick, index, term, gen)
         self.start()
@@ -139,15 +146,22 @@ class SimNode:
             if self.world.crash_now(self):
                 return  # power lost after the early sends, before anything of this Ready persisted
             if rd.hard_state is not None:
+                if self.world.write_fails(self, "hard state"):
+                    return
                 self.hard_state.save(rd.hard_state)
             if rd.entries:
+                if self.world.write_fails(self, "append"):
+                    return
                 self.store.append(rd.entries)
                 del self._chain[rd.entries[0].index - 1 :]
                 self._extend_chain(rd.entries)
                 obs.on_appended(self, rd.entries)
             deferred = bool(rd.entries) and self.world.defer_sync(self, rd)
             if rd.must_sync and not deferred:
-                self.store.sync()
+                if self.world.write_fails(self, "fsync"):
+                    return  # (written, not durable: the rebuild's reopen fsyncs it, as the store's)
+                if not self.world.fsync_ignored(self):
+                    self.store.sync()
             for m in rd.messages:
                 self.world.send(m)
             for e in rd.committed:
@@ -180,8 +194,23 @@ class SimNode:
     def restart(self) -> None:
         self.up = True
         self.restarts += 1
-        self.start()
+        if self.disk_full:
+            self.rebuild()
+        else:
+            self.start()
         self.world.observer.on_restart(self)
+
+    def rebuild(self) -> None:
+        """Back from a full disk, in the same process: what was written stays (reopening the
+        store fsyncs it), the core is built anew from disk, the state machine keeps what it
+        applied (``DiskFullRecovery._rebuild``)."""
+        self.disk_full = False
+        self.background_syncs = []
+        self.store.sync()
+        self.core = RaftCore(self.config, self.store, self.hard_state.load(),
+                             random.Random(self.world.rng.random()),
+                             applied_index=self.applied_index)
+        self._rebuild_chain()
 
 
 @dataclass(order=True)
@@ -204,7 +233,10 @@ class World:
                  faults: FaultSettings | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        self.faults = faults or FaultSettings.draw(self.rng, node_count)
+        self.disk_rng = random.Random(f"disk-{seed}")  # full-disk faults only (see write_fail_rate)
+        self.faults = faults or dataclasses.replace(
+            FaultSettings.draw(self.rng, node_count),
+            write_fail_rate=self.disk_rng.choice((0.0, 0.0, 0.002, 0.01)))
         self.ids = [f"n{i + 1}" for i in range(node_count)]
         self.observer = Observer(node_count)
         self.now = 0
@@ -353,6 +385,30 @@ class World:
         if self.healing or self.rng.random() >= self.faults.mid_ready_crash_rate:
             return False
         self._crash(node, "crash_mid_ready")
+        return True
+
+    def write_fails(self, node: SimNode, what: str) -> bool:
+        """Called by a node before each write of a Ready: maybe it fails for want of space. The
+        node then stops taking part (it answers nothing, as the runtime's frozen core) until
+        the disk has room again, and comes back rebuilt from disk."""
+        if self.healing or self.disk_rng.random() >= self.faults.write_fail_rate:
+            return False
+        node.up, node.disk_full = False, True
+        node.down_until = self.now + self.disk_rng.randint(*self.faults.down_ticks)
+        self._drop_pending_of(node.id)
+        self._count("disk_full")
+        self._event(f"disk full at {what} on {node.id} (durable last {node.store.last_index()})")
+        return True
+
+    def fsync_ignored(self, node: SimNode) -> bool:
+        """Canary ``ignore_failed_fsync``: an fsync fails for want of space (drawn as in
+        ``write_fails``) and the node carries on as if its entries were durable."""
+        if not node.config.canaries.ignore_failed_fsync or self.healing:
+            return False
+        if self.disk_rng.random() >= self.faults.write_fail_rate:
+            return False
+        self._count("disk_full_ignored")
+        self._event(f"fsync failed for want of space on {node.id}; carrying on (canary)")
         return True
 
     def _crash(self, victim: SimNode, kind: str) -> None:

@@ -23,9 +23,16 @@ class Canaries:
     commit_without_quorum: bool = False  # leader commits (and acks) its own copy alone
     no_pre_vote_check_quorum: bool = False  # run without Pre-Vote and CheckQuorum
     skip_checksum: bool = False  # storage trusts its files: no checksum check on recovery/reads
+    # a shell whose fsync failed for want of space carries on as if it had succeeded (the
+    # naive "stay up on a full disk"); the simulator's full-disk faults must catch it.
+    # Simulator only (SIM_ONLY_CANARIES): a node process does not offer it.
+    ignore_failed_fsync: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, name) for name in self.__dataclass_fields__)
+
+
+SIM_ONLY_CANARIES = frozenset({"ignore_failed_fsync"})
 
 
 @dataclass(frozen=True)

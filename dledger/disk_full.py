@@ -1,0 +1,138 @@
+"""A node whose disk is full stays up (``DiskFullRecovery``, a part of ``dledger.runtime.Node``).
+
+When a write the Raft core asked for fails for want of space (``DiskFullError``: an append, the
+hard state, a group commit, retention's meta file), the core's in-memory state has already moved
+on as if the write had happened: a follower counts the entries as its own, a candidate its vote.
+So the node must not go on from that state. It stops driving the core at once (no tick, no
+step, no Ready: a follower that cannot write answers no append, a candidate that cannot persist
+its vote asks for none, a leader sends no more heartbeats, so the others elect a new one), fails
+what waits on it with named errors, and refuses new proposals with ``DiskFullError``. Status
+and reads of committed entries are still answered from what it holds. Every
+``disk_probe_interval_s`` it looks at the free space of its data directory; once there is
+``disk_resume_free_bytes``, it rebuilds the core from what is durable on disk, as a restart
+would (the log store reopened and recovered, the hard state read back), and rejoins as a
+follower. The process, its listeners and its transport stay up throughout.
+
+Owns that cycle and building a core from disk (also used by ``start``). Other storage errors
+stay fatal: the node stops, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import random
+
+from dledger.aiofsync import open_aio_fsync, open_spin_sync
+from dledger.commitlog import FileLogStore
+from dledger.errors import DiskFullError, LeadershipLostError
+from dledger.flush import Flusher
+from dledger.proposals import Proposals
+from dledger.raft.core import RaftCore
+from dledger.raft.types import Role, Status
+
+__all__ = ["DiskFullRecovery"]
+
+log = logging.getLogger("dledger.runtime")
+
+
+class DiskFullRecovery(Proposals):
+    """Riding out a full disk (a part of ``dledger.runtime.Node``)."""
+
+    @property
+    def disk_full(self) -> DiskFullError | None:
+        """The write that failed for want of space, while the node waits for room; else None."""
+        return self._disk_full
+
+    # -- building the core from disk (start, and after a full disk) --------------------------
+
+    def _open_core(self, applied_index: int) -> None:
+        """Open and recover the log store, read the hard state, and build a core on them."""
+        cfg = self.config
+        assert self._hard_state is not None
+        self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
+                                       segment_bytes_max=cfg.segment_bytes_max,
+                                       verify_checksums=not cfg.canaries.skip_checksum)
+        self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
+                             random.Random(self._rng.random()), applied_index=applied_index)
+
+    def _open_flusher(self, store: FileLogStore) -> Flusher:
+        cfg = self.config
+        spin = open_spin_sync(cfg.busy_poll_us / 1e6) if cfg.busy_poll_us else None
+        aio = open_aio_fsync() if cfg.aio_fsync else None
+        return Flusher(store, self._kick, self._on_flush_failure, spin, aio)
+
+    # -- the cycle --------------------------------------------------------------------------------
+
+    def _enter_disk_full(self, err: DiskFullError) -> None:
+        """A write failed for want of space: freeze the core, fail its waiters, wake the loop
+        task (which rides it out). Safe from a callback; idempotent."""
+        if self._disk_full is None:
+            log.warning("node %s: %s; not taking part until the disk has room again",
+                        self.config.node_id, err)
+        self._disk_full = err
+        self._parked = False  # no direct turn may run on the frozen core
+        self._handoff = None  # nor may the Ready a direct turn left
+        self._inbox.clear()
+        self._leader_term = None
+        self._fail_all(LeadershipLostError(
+            f"{self.config.node_id} cannot write ({err}); the proposal may still commit"))
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _ride_out_disk_full(self) -> None:
+        """In the loop task: wait until the disk has room, then rebuild the core from disk.
+        Messages that arrive meanwhile are dropped unanswered. Returns on rebuild or stop."""
+        if self.flusher is not None:
+            await self.flusher.quiesce()  # (nothing may fsync a store being closed)
+        loop = asyncio.get_running_loop()
+        wake = self._wake
+        assert wake is not None
+        probe_at = loop.time()
+        while not self._stopping:
+            self._inbox.clear()
+            if loop.time() >= probe_at:
+                probe_at = loop.time() + self.config.disk_probe_interval_s
+                if self._has_room() and await self._rebuild():
+                    return
+            wake.clear()
+            with contextlib.suppress(TimeoutError):  # a stop, a message or a tick wakes it
+                await asyncio.wait_for(wake.wait(), max(0.0, probe_at - loop.time()))
+
+    def _has_room(self) -> bool:
+        try:
+            st = os.statvfs(self.config.data_dir)
+        except OSError as err:
+            log.warning("node %s: cannot read the free space of %s: %s", self.config.node_id,
+                        self.config.data_dir, err)
+            return False
+        return st.f_bavail * st.f_frsize >= self.config.disk_resume_free_bytes
+
+    async def _rebuild(self) -> bool:
+        """Close the flusher and the store, reopen the store (recovery fsyncs what it finds)
+        and build a new core on it and the hard state on disk. The state machine keeps what
+        it applied: the new core starts from the old one's applied index (every applied entry
+        was read from the store, so the store holds it). False if there is still no room."""
+        applied_index = self._core().log.applied_index
+        if self.flusher is not None:
+            await self.flusher.close()
+            self.flusher = None
+        self._store().close()  # (a closed store's close does nothing)
+        try:
+            self._open_core(applied_index)
+        except DiskFullError as err:
+            log.warning("node %s: no room yet to reopen its log: %s", self.config.node_id, err)
+            return False
+        self.flusher = self._open_flusher(self._store())
+        self._disk_full = None
+        core = self._core()
+        log.warning("node %s: the disk has room again; rebuilt from disk at term %d, last index "
+                    "%d; rejoining", self.config.node_id, core.term, core.log.last_index())
+        return True
+
+    def _disk_full_status(self, raft: Status) -> Status:
+        """What the frozen core shows while the disk is full: it neither leads nor follows."""
+        return dataclasses.replace(raft, role=Role.FOLLOWER, leader_id=None, followers=())
