@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -26,10 +27,39 @@ class ClusterError(RuntimeError):
     """A server process did not start or stop as expected."""
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    socks = []
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(count):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that were free a moment ago, chosen below the kernel's ephemeral
+    range: a server that must come back on the same port after a restart is given a fixed one,
+    and a port from the ephemeral range could be handed, between our check and the server's
+    bind (or while it is down), to any socket that binds port 0 or connects out (a proxy's
+    listener, a client's connection). Outside that range only another such choice can take it.
+    Falls back to the kernel's choice when the range below is too small."""
+    low, _ = _ephemeral_range()
+    first = 10_000
+    rng = random.SystemRandom()
+    socks: list[socket.socket] = []
+    try:
+        if low - first >= 1_000:
+            for port in rng.sample(range(first, low), min(low - first, 50 * count + 100)):
+                if len(socks) == count:
+                    break
+                s = socket.socket()
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    s.close()
+                    continue
+                socks.append(s)
+        while len(socks) < count:
             s = socket.socket()
             s.bind((host, 0))
             socks.append(s)

@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from dledger.bench.pysyncobj_node import CONNECTION_RETRY_S, node_main
+from dledger.localcluster import free_ports
 
 SYSTEM = "pysyncobj 0.3.17"
 WORKLOADS = ("one", "inflight")
@@ -76,19 +76,6 @@ class PeerBenchError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 # Parent side
 # --------------------------------------------------------------------------------------------
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class _Member:
@@ -240,7 +227,7 @@ def run_pysyncobj(workload: str, payload_bytes: int, count: int, inflight: int =
 
     t0 = time.monotonic()
     deadline = t0 + timeout_s
-    ports = _free_ports(3)
+    ports = free_ports(3)
     addrs = [f"127.0.0.1:{p}" for p in ports]
     members: list[_Member] = []
     with tempfile.TemporaryDirectory(prefix="pysyncobj-bench-") as workdir:
