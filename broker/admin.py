@@ -18,7 +18,13 @@ def make_app(server: BrokerServer) -> web.Application:
         return web.json_response(server.status())
 
     async def livez(_: web.Request) -> web.Response:
-        return web.json_response({"ok": server.node.failure is None})
+        # A node whose log stopped (a failed write or fsync) is not alive as a member: 503, so
+        # that a probe looking only at the status code (a supervisor, Kubernetes) restarts it.
+        failure = server.node.failure
+        if failure is None:
+            return web.json_response({"ok": True})
+        return web.json_response({"ok": False, "failure": f"{type(failure).__name__}: {failure}"},
+                                 status=503)
 
     async def readyz(_: web.Request) -> web.Response:
         ready = server.caught_up()

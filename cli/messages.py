@@ -29,15 +29,18 @@ RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)  # --follow, after a retriable error (a f
 @click.option("--key", "keys", multiple=True, help="A message key (repeatable).")
 @click.option("--prop", "props", multiple=True, metavar="NAME=VALUE",
               help="A user property (repeatable).")
+@click.option("--timeout-s", type=click.FloatRange(min=0.1, max=3600), default=10.0,
+              show_default=True,
+              help="How long each send may take, retries and a leader election included.")
 @click.argument("topic_name")
 @click.argument("bodies", nargs=-1, required=True)
 def send(namesrv: tuple[str, ...], tags: str, keys: tuple[str, ...], props: tuple[str, ...],
-         topic_name: str, bodies: tuple[str, ...]) -> None:
+         timeout_s: float, topic_name: str, bodies: tuple[str, ...]) -> None:
     """Send each BODY as one message to TOPIC_NAME; prints where it was stored (after commit)."""
     properties = tuple(_prop(p) for p in props)
 
     async def main() -> None:
-        async with Producer(list(namesrv)) as producer:
+        async with Producer(list(namesrv), send_timeout_s=timeout_s) as producer:
             for body in bodies:
                 r = await producer.send(Message(topic_name, body.encode(), tags=tags, keys=keys,
                                                 properties=properties))

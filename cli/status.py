@@ -81,7 +81,12 @@ async def _group_status(session: aiohttp.ClientSession, g: dict[str, Any]) -> di
     leaders = sorted((n for n in nodes if n["role"] == "leader"), key=lambda n: n["term"])
     leader = leaders[-1] if leaders else None
     registered = {n["node"] for n in nodes}
-    for nid in sorted(set(leader["followers"]) - registered) if leader else ():
+    # The group's members as its nodes know them (a stopped node unregisters itself, so the
+    # NameServer's list alone would make 1 of 3 look like a quorum of 1).
+    members = set(leader["followers"]) if leader else set()
+    for n in nodes:
+        members.update(n.get("members", ()))
+    for nid in sorted(members - registered):
         nodes.append({"node": nid, "role": "unreachable", "error": "not registered"})
     health = group_health(len(nodes), sum(n["role"] != "unreachable" for n in nodes),
                           leader is not None)
@@ -107,6 +112,7 @@ async def _node_status(session: aiohttp.ClientSession, n: dict[str, Any]) -> dic
         return {"node": n["node_id"], "role": "unreachable", "error": http_error_text(err)}
     raft = st["raft"]
     return {"node": n["node_id"], "role": raft["role"], "term": raft["term"],
+            "members": [m for m in st.get("members", ()) if isinstance(m, str)],
             "last_index": raft["last_index"], "commit_index": raft["commit_index"],
             "applied_index": st["applied_index"],
             "followers": {f["node_id"]: {"lag": raft["last_index"] - f["match_index"],

@@ -7,6 +7,7 @@ no NameServer answers or none knows a group: a sentence and an exit code, no tra
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import subprocess
 import sys
@@ -70,6 +71,24 @@ def test_health_values_and_their_exit_codes() -> None:
     rows = [{"health": h} for h in ("ok", "degraded")]
     assert exit_code(rows) == 3 and exit_code(rows[:1]) == 0
     assert exit_code([*rows, {"health": "no leader"}]) == 2
+
+
+def test_a_group_with_two_of_three_nodes_stopped_has_no_quorum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped nodes unregister: the NameServer lists only the one left, a follower. The members
+    its status names make it one of three, not a quorum of one."""
+    status_mod = importlib.import_module("cli.status")  # (cli.status is also the command)
+
+    async def one_follower(_: object, n: dict[str, str]) -> dict[str, object]:
+        return {"node": n["node_id"], "role": "follower", "term": 4, "last_index": 9,
+                "commit_index": 9, "applied_index": 9, "followers": {},
+                "members": ["n0", "n1", "n2"]}
+
+    monkeypatch.setattr(status_mod, "_node_status", one_follower)
+    group = asyncio.run(status_mod._group_status(
+        None, {"group": "a", "term": 4, "nodes": [{"node_id": "n1", "admin_address": "x:1"}]}))  # type: ignore[arg-type]
+    assert group["health"] == "no quorum", group
+    assert [(n["node"], n["role"]) for n in group["nodes"]] == \
+        [("n0", "unreachable"), ("n1", "follower"), ("n2", "unreachable")]
 
 
 @pytest.mark.parametrize("command", [["send", "t", "x"], ["consume", "t"], ["topic", "status", "t"]])
