@@ -42,7 +42,7 @@ def test_node_flags_give_the_node_arguments_and_say_which_ran() -> None:
     assert NodeFlags(50, False).args(node=(300, False)) == ("--busy-poll-us", "50")
     assert both.describe().endswith("busy polling 300 us, quorum-first on")
     assert off.describe().endswith("busy polling 0 us, quorum-first off")
-    assert "`--busy-poll-us 300`" in both.prose() and "without `--quorum-first`" in NodeFlags(300).prose()
+    assert "`--busy-poll-us 300`" in both.prose() and "without `--quorum-first`" in NodeFlags(300, False).prose()
     command = LocalCluster("/nonexistent", extra_args=("--x", *both.args())).command("n0")
     assert command[-len(both.args()) - 1:] == ["--x", *both.args()]  # not started
     with pytest.raises(ValueError, match="busy_poll_us"):
@@ -67,6 +67,20 @@ def test_both_benchmarks_take_the_node_options_with_their_own_defaults() -> None
     assert "--busy-poll-us" in broker and "--quorum-first / --no-quorum-first" in broker
     assert "--topics" in broker and f"default: {NODE_BUSY_POLL_US}" in broker  # the node's defaults
     assert "--busy-poll-us" in log and "default: quorum-first" in log  # as the log bench ran
+
+
+def test_the_node_defaults_are_the_measured_ones_and_both_benchmarks_run_with_them() -> None:
+    """Decided from `python -m broker.bench_flags` (docs/performance.md): a node started from
+    the command line busy-polls 300 us and replicates quorum first; both benchmarks start their
+    servers with no option of their own, i.e. as a user's node runs."""
+    from dledger.bench.__main__ import BENCH_FLAGS
+
+    assert (NODE_BUSY_POLL_US, NODE_QUORUM_FIRST) == (300, True)
+    assert BENCH_FLAGS == NodeFlags() and BENCH_FLAGS.args() == ()
+    runner = CliRunner()
+    for help_text in (runner.invoke(dledger, ["bench", "--help"]).output,
+                      runner.invoke(log_bench, ["--help"]).output):
+        assert "[default: 300;" in help_text and "[default: quorum-first]" in help_text
 
 
 def test_variants_are_named_node_options() -> None:
