@@ -18,6 +18,8 @@ from dledger.errors import DLedgerError
 from dledger.localcluster import ClusterError, LocalCluster
 from dledger.node_cli import parse_address, parse_peers
 
+WATCH_MIN_S = 0.5  # each round asks every node: a shorter period only loads the group
+
 
 @click.group()
 def main() -> None:
@@ -107,7 +109,8 @@ NODES_HELP = "Client addresses of the group: n0=host:port,n1=host:port,..."
 @main.command()
 @click.option("--nodes", required=True, help=NODES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--watch", type=float, default=None, help="Repeat every N seconds.")
+@click.option("--watch", type=click.FloatRange(min=WATCH_MIN_S), default=None, metavar="SECONDS",
+              help=f"Repeat every SECONDS (at least {WATCH_MIN_S}) until interrupted.")
 def status(nodes: str, as_json: bool, watch: float | None) -> None:
     """Role, term, indexes and follower lag of every node; exit 2 if there is no leader (with
     --watch: repeat until interrupted)."""

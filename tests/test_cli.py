@@ -138,3 +138,14 @@ def test_the_command_line_loads_without_the_chaos_harness() -> None:
     code = ("import sys, cli; "
             "assert not [m for m in sys.modules if m.startswith(('chaos.live', 'toxiproxy'))]")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("period", ["0", "-1", "0.1"])
+def test_log_status_refuses_a_watch_period_below_half_a_second(period: str) -> None:
+    """`dledger log status --watch 0` used to spin and `--watch -1` to end in a traceback."""
+    from click.testing import CliRunner
+
+    from dledger.log_cli import main as log_main
+
+    res = CliRunner().invoke(log_main, ["status", "--nodes", "127.0.0.1:1", "--watch", period])
+    assert res.exit_code == 2 and "--watch" in res.output and "Traceback" not in res.output, res.output
