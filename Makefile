@@ -27,6 +27,7 @@ up: install
 test: install-dev
 	$(BIN)/ruff check dledger broker namesrv client chaos cli tests
 	$(BIN)/mypy --strict client
+	$(BIN)/mypy dledger broker namesrv chaos cli
 	$(BIN)/python -m pytest
 
 sim: install-dev

@@ -2,9 +2,10 @@
 applied to committed entries of the replicated log (``dledger``). Today: the pure core
 (``topics``, ``entries``, ``state``); the server, NameServer registration and admin come next."""
 
+from broker.consumequeue import CQUnit
 from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
 from broker.errors import BadEntryError, BrokerError, InvalidTopicError
-from broker.state import ApplyResult, BrokerState, CQUnit, StateConfig
+from broker.state import ApplyResult, BrokerState, StateConfig
 from broker.topics import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig, validate_topic_name
 
 __all__ = [

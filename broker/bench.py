@@ -304,10 +304,13 @@ def render(rows: list[Row]) -> str:
     head = (f"{'workload':<11} {'payload':>7} {'system':<18} {'mode':<6} {'msgs/s':>9} {'p50 ms':>8} "
             f"{'p99 ms':>8} {'x NATS':>7} {'cpu s/10k':>9} {'peak MiB':>8}  note")
     out = [head, "-" * len(head)]
+
+    def f(v: float | None) -> str:
+        return f"{v:.2f}" if v is not None else "-"
+
     for r in rows:
         p = peer.get((r.workload, r.payload_bytes))
         ratio = f"{r.msgs_per_s / p.msgs_per_s:.2f}" if p and p is not r and p.msgs_per_s and r.msgs_per_s else ""
-        f = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
         out.append(f"{r.workload:<11} {r.payload_bytes:>7} {r.system:<18} {r.mode:<6} "
                    f"{r.msgs_per_s:>9.0f} {f(r.p50_ms):>8} {f(r.p99_ms):>8} {ratio:>7} "
                    f"{f(r.cpu_s_per_10k):>9} {f(r.peak_rss_mib):>8}  {r.note}")

@@ -221,10 +221,10 @@ def main(quick: bool, repeats: int, modes: str, variants: str, payload_bytes: in
                + (" (--quick: not a measurement)" if quick else ""))
     click.echo(render(summary, variant_list))
     if json_path:
-        with open(json_path, "w") as f:
+        with open(json_path, "w") as out:
             json.dump({"settings": asdict(s), "quick": quick, "readings": [asdict(x) for x in readings],
                        "summary": summary, "cores": os.cpu_count(),
-                       "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f, indent=2)
+                       "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, out, indent=2)
 
 
 if __name__ == "__main__":

@@ -91,13 +91,14 @@ def check_up(ctl: dict[str, Any], path: str) -> None:
 
 
 def find_node(ctl: dict[str, Any], group: str, node: str) -> dict[str, Any]:
-    groups = sorted({n["group"] for n in ctl["nodes"]})
+    records: list[dict[str, Any]] = ctl["nodes"]  # one record per node, as `dledger up` wrote it
+    groups = sorted({n["group"] for n in records})
     if group not in groups:
         raise ControlError(f"no group {group!r} in this cluster (groups: {', '.join(groups)})")
-    for n in ctl["nodes"]:
+    for n in records:
         if n["group"] == group and n["node"] == node:
             return n
-    nodes = ", ".join(n["node"] for n in ctl["nodes"] if n["group"] == group)
+    nodes = ", ".join(n["node"] for n in records if n["group"] == group)
     raise ControlError(f"group {group} has no node {node!r} (nodes: {nodes})")
 
 

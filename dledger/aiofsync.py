@@ -90,7 +90,8 @@ class _Context:
         """Submit one request (the caller keeps ``iocb`` alive until it completes); False if
         the kernel refused it, and then nothing is in flight."""
         ptrs = (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(iocb))
-        return self._syscall(self._submit, self._ctx, ctypes.c_long(1), ptrs) == 1
+        submitted: int = self._syscall(self._submit, self._ctx, ctypes.c_long(1), ptrs)
+        return submitted == 1
 
     def reap(self) -> list[tuple[int, int]]:
         """The completions ready now, as (request id, result), without waiting."""

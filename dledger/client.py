@@ -180,11 +180,11 @@ class LogClient:
         loop = asyncio.get_running_loop()
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(_Connection, host, port), budget)
+            _, fresh = await asyncio.wait_for(loop.create_connection(_Connection, host, port), budget)
         except (OSError, TimeoutError) as err:
             raise NodeStoppedError(f"cannot connect to {node} at {host}:{port}: {err}") from err
-        self._conns[node] = conn
-        return conn
+        self._conns[node] = fresh
+        return fresh
 
     async def call(self, node: str, kind: int, *args: Any, timeout_s: float | None = None) -> Any:
         """One request to one node; raises the named error of an error response."""
@@ -335,7 +335,8 @@ class LogClient:
     # -- other requests -------------------------------------------------------------------------------
 
     async def status(self, node: str) -> dict[str, Any]:
-        return await self.call(node, STATUS)
+        status: dict[str, Any] = await self.call(node, STATUS)
+        return status
 
     async def read(self, node: str, lo: int, max_entries: int = 1024) -> list[AppliedEntry]:
         rows = await self.call(node, READ, lo, max_entries)
@@ -354,4 +355,5 @@ class LogClient:
         await self.call(node, TRANSFER, to, timeout_s=10.0)
 
     async def power_loss(self, node: str, tear: bool = False) -> int:
-        return await self.call(node, POWER_LOSS, tear)
+        discarded: int = await self.call(node, POWER_LOSS, tear)
+        return discarded

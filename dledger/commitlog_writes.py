@@ -146,8 +146,8 @@ class LogWrites(LogReads):
         holder = self._segment_of(index)
         keep = holder if self._segments[holder].first_index == index else holder + 1
         try:
-            for seg in reversed(self._segments[keep:]):
-                self._delete_segment(seg)
+            for later in reversed(self._segments[keep:]):
+                self._delete_segment(later)
             if keep < len(self._segments):
                 self._fsync(self._dir_fd)
             del self._segments[keep:]

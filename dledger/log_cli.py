@@ -129,7 +129,7 @@ def status(nodes: str, as_json: bool, watch: float | None) -> None:
 
 
 async def _statuses(addrs: dict[str, tuple[str, int]]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     async with LogClient(addrs, timeout_s=2.0) as client:
         for nid in addrs:
             try:

@@ -126,12 +126,12 @@ class ReadyPipeline(BusyPolling):
         top = entries[-1].index
         if self._apply_waiters:
             still = []
-            for index, fut in self._apply_waiters:
+            for index, waiter in self._apply_waiters:
                 if index <= top:
-                    if not fut.done():
-                        fut.set_result(None)
+                    if not waiter.done():
+                        waiter.set_result(None)
                 else:
-                    still.append((index, fut))
+                    still.append((index, waiter))
             self._apply_waiters = still
 
     async def _maybe_retain(self) -> None:

@@ -160,7 +160,7 @@ class _InboundProtocol(asyncio.Protocol):
                 break
             if self._peer is None:
                 self._on_hello(msg)
-            elif type(msg) is Hello or msg.src != self._peer or msg.dst != self._owner.node_id:
+            elif isinstance(msg, Hello) or msg.src != self._peer or msg.dst != self._owner.node_id:
                 self._refuse(f"misrouted or out-of-place message {type(msg).__name__}")
             else:
                 self._stats.received += 1

@@ -50,7 +50,7 @@ Clock = Callable[[], float]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _REGISTRY_KEY = web.AppKey("registry", Registry)
-_CLOCK_KEY = web.AppKey("clock", Callable[[], float])
+_CLOCK_KEY = web.AppKey[Clock]("clock")  # a callable is no class: the type goes in the subscript
 _CORROBORATOR_KEY = web.AppKey("corroborator", Corroborator)
 _BOOT_ID_KEY = web.AppKey("boot_id", str)
 

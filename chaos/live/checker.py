@@ -186,7 +186,8 @@ def check_duplicates(obs: Observed) -> tuple[Finding, Finding]:
     where: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for _, q, o, v in obs.acks + obs.reads:
         where[v].add((q, o))
-    protocol, retry = [], []
+    protocol: list[dict[str, Any]] = []
+    retry: list[dict[str, Any]] = []
     for v, spots in sorted(where.items()):
         if len(spots) > 1:
             item = {"value": v, "positions": sorted(spots), "outcome": obs.outcome(v)}
@@ -305,7 +306,7 @@ class CheckResult:
         """Flat counts (as chaos.live.report reads them), then examples and details, JSON-ready."""
         named = _named_findings(self)
         counts = {name: f.count for name, f in named.items()}
-        return _jsonable({
+        return _jsonable_dict({
             "verdict": self.verdict, "violations": self.violations, "failed_checks": self.failed_checks,
             **{k: self.availability[k] for k in ("attempted", "ok", "fail", "info", "pending")},
             **counts,
@@ -329,9 +330,13 @@ def _named_findings(r: CheckResult) -> dict[str, Finding]:
             "phantom_offsets": r.phantom_offsets}
 
 
+def _jsonable_dict(d: dict[Any, Any]) -> dict[str, Any]:
+    return {str(k): _jsonable(v) for k, v in d.items()}
+
+
 def _jsonable(x: Any) -> Any:
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return _jsonable_dict(x)
     if isinstance(x, (set, frozenset)):
         return [_jsonable(v) for v in sorted(x, key=repr)]
     if isinstance(x, (list, tuple)):

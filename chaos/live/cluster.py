@@ -334,8 +334,8 @@ class ChaosCluster:
         if not data:
             return {"node": nid, "kind": "none"}
         path = os.path.join(log_dir, data[-1])
-        with open(path, "rb") as f:
-            size = len(f.read().rstrip(b"\0"))  # where the entries end, give or take a zero
+        with open(path, "rb") as whole:
+            size = len(whole.read().rstrip(b"\0"))  # where the entries end, give or take a zero
         if kind == "truncate":
             cut = min(size, rng.randint(1, 1024))
             os.truncate(path, size - cut)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from chaos.live.report_cells import png_names, summarize
 from chaos.live.report_tables import render_markdown
@@ -31,7 +32,7 @@ __all__ = ["write_report", "render_markdown", "plot_timeline", "png_names", "sum
 # Files
 
 
-def write_report(runs: list[dict], meta: dict, out_dir: str | Path) -> Path:
+def write_report(runs: list[dict[str, Any]], meta: dict[str, Any], out_dir: str | Path) -> Path:
     """Write ``report.md``, ``report.json`` and one timeline PNG per run into ``out_dir`` (made if
     missing); return the path of ``report.md``."""
     out = Path(out_dir)

@@ -21,9 +21,13 @@ Run = Mapping[str, Any]
 DASH = "–"
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else an empty one (a report field missing or malformed)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _check(run: Run) -> Mapping[str, Any]:
-    check = run.get("check")
-    return check if isinstance(check, Mapping) else {}
+    return _mapping(run.get("check"))
 
 
 def _count(value: Any) -> Any:
@@ -163,7 +167,7 @@ def summarize(runs: Sequence[Run]) -> dict[str, Any]:
 
 
 def _leaders(run: Run) -> list[tuple[float, str, Any]]:
-    series = run.get("series") if isinstance(run.get("series"), Mapping) else {}
+    series = _mapping(run.get("series"))
     out = []
     for item in series.get("leaders") or []:
         if isinstance(item, (list, tuple)) and len(item) >= 2 and isinstance(item[0], (int, float)):

@@ -20,6 +20,7 @@ from chaos.live.report_cells import (
     _is_canary,
     _leaders,
     _lost_on_replica_max,
+    _mapping,
     _num,
     _pair,
     _run_label,
@@ -172,7 +173,7 @@ def _availability_table(runs: Sequence[Run]) -> list[str]:
     rows = []
     for run in runs:
         c = _check(run)
-        lat = c.get("latency_ms") if isinstance(c.get("latency_ms"), Mapping) else {}
+        lat = _mapping(c.get("latency_ms"))
         rows.append([
             _num(run.get("scenario")), _num(run.get("seed")),
             _pair(c.get("ack_rate_healthy"), c.get("ack_rate_fault")),
@@ -188,7 +189,7 @@ def _durability_table(runs: Sequence[Run]) -> list[str]:
               "corruption events", "corrupt node became leader", "lost", "verdict"]
     rows = []
     for run in runs:
-        d = run.get("durability") if isinstance(run.get("durability"), Mapping) else {}
+        d = _mapping(run.get("durability"))
         rows.append([
             _num(run.get("scenario")), _num(run.get("seed")), _num(run.get("flush_mode")),
             _num(run.get("canary")), _num(d.get("power_loss_events")), _num(d.get("bytes_discarded")),

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chaos.live.report_cells import Run, _leaders, _run_label
+from chaos.live.report_cells import Run, _leaders, _mapping, _run_label
 
 __all__ = ["plot_timeline"]
 
@@ -28,12 +28,13 @@ def _points(items: Any, width: int) -> list[tuple[Any, ...]]:
 def plot_timeline(run: Run, path: str | Path) -> None:
     """Draw one run's timeline to the PNG ``path``: ack latency with fail/info marks, acks per
     second, and which node led, over seconds since the run started, with fault windows shaded."""
+    from matplotlib.artist import Artist
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    series = run.get("series") if isinstance(run.get("series"), Mapping) else {}
+    series = _mapping(run.get("series"))
     acks = [(float(t), float(ms)) for t, ms, *_ in _points(series.get("acks"), 2)
             if isinstance(ms, (int, float))]
     fails = [(float(t), str(kind)) for t, kind, *_ in _points(series.get("fails"), 2)]
@@ -125,7 +126,7 @@ def plot_timeline(run: Run, path: str | Path) -> None:
     ax_lead.set_xlabel("seconds since run start")
     ax_lead.set_xlim(0, t_end)
 
-    handles = [Patch(facecolor=kind_colour[k], alpha=0.3, label=k) for k in kinds]
+    handles: list[Artist] = [Patch(facecolor=kind_colour[k], alpha=0.3, label=k) for k in kinds]
     handles += [Line2D([], [], linestyle="none", marker=m, color=c, label=k)
                 for k, (m, c, _) in marks.items() if any(fk == k for _, fk in fails)]
     if handles:

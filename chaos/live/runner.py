@@ -217,7 +217,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     corrupted = durability.pop("corrupted", [])
     if corrupted:
         durability["corrupt_node_became_leader"] = _corrupt_led(corrupted, trace_events)
-    run = {
+    run: dict[str, Any] = {
         "scenario": sc.name, "title": sc.title, "seed": cfg.seed, "nodes": sc.nodes,
         "flush_mode": sc.flush_mode, "canary": cfg.canary, "duration_s": cfg.duration_s,
         "wall_s": round(time.monotonic() - wall0, 1), "faults": dict(ctl.faults) if ctl else {},

@@ -108,8 +108,8 @@ class Observer:
         commit = core.log.commit_index
         if core.role is Role.LEADER:
             self._check_leader(node)
-            prior = self.last_commit_of.get(nid, 0)
-            if commit > prior and core.log.term_at(commit) != term:
+            prior_commit = self.last_commit_of.get(nid, 0)
+            if commit > prior_commit and core.log.term_at(commit) != term:
                 # Raft 5.4.2: a leader moves its commit index only to an entry of its own term
                 # (earlier entries commit with it), never to an older entry by counting copies.
                 raise Violation("CurrentTermCommit", f"{nid} (term {term}) committed up to "

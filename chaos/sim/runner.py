@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from chaos.sim.observer import Violation
-from chaos.sim.world import FaultSettings, World
+from chaos.sim.world import FaultSettings, Proposal, World
 from dledger.raft.config import Canaries
 from dledger.raft.types import Role
 
@@ -89,7 +89,7 @@ def run_seed(seed: int, nodes: int = 3, canary: str | None = None,
     return result
 
 
-def _run_heal(world: World, acked: dict, heal_ticks: int) -> None:
+def _run_heal(world: World, acked: dict[bytes, Proposal], heal_ticks: int) -> None:
     for _ in range(heal_ticks):
         world.step()
         if _converged(world, acked):
@@ -101,7 +101,7 @@ def _run_heal(world: World, acked: dict, heal_ticks: int) -> None:
                                     f"{[n.core.log.commit_index for n in world.nodes]})")
 
 
-def _converged(world: World, acked: dict) -> bool:
+def _converged(world: World, acked: dict[bytes, Proposal]) -> bool:
     leaders = [n for n in world.nodes if n.core.role is Role.LEADER]
     if len(leaders) != 1:
         return False
@@ -111,7 +111,7 @@ def _converged(world: World, acked: dict) -> bool:
                for n in world.nodes)
 
 
-def _check_acked_everywhere(world: World, acked: dict) -> None:
+def _check_acked_everywhere(world: World, acked: dict[bytes, Proposal]) -> None:
     """Every proposal acknowledged before the heal is in every node's committed log."""
     chain = world.observer.committed_chain
     for p in acked.values():
@@ -183,7 +183,8 @@ def sweep(jobs: Iterable[tuple[int, int, str | None]], budget_s: float, workers:
     return summary
 
 
-def _results(jobs: list, workers: int, deadline: float) -> Iterator[SeedResult]:
+def _results(jobs: list[tuple[int, int, str | None]], workers: int,
+             deadline: float) -> Iterator[SeedResult]:
     if workers <= 1:
         for j in jobs:
             if time.perf_counter() > deadline:

@@ -65,7 +65,7 @@ async def bandwidth(stage: Stage) -> None:
     overshoot_s = 0.0
     while True:
         chunk = await stage.take()
-        if chunk.eof:
+        if chunk.data is None:  # end of stream
             await stage.forward(chunk)
             return
         if rate == 0:
@@ -141,7 +141,7 @@ async def slicer(stage: Stage) -> None:
     delay_s = max(0, stage.attributes["delay"]) / 1_000_000
     while True:
         chunk = await stage.take()
-        if chunk.eof:
+        if chunk.data is None:  # end of stream
             await stage.forward(chunk)
             return
         data = chunk.data
@@ -157,7 +157,7 @@ async def limit_data(stage: Stage) -> None:
     limit_bytes = stage.attributes["bytes"]
     while True:
         chunk = await stage.take()
-        if chunk.eof:
+        if chunk.data is None:  # end of stream
             await stage.forward(chunk)
             return
         sent_bytes = stage.state.get("sent_bytes", 0)

@@ -76,6 +76,7 @@ class ToxiproxyClient:
 
     def _request(self, method: str, path: str, body: Any = None) -> requests.Response:
         self._activate()
+        response: requests.Response
         if method == "GET":
             response = APIConsumer.get(path, timeout=self.timeout_s)
         elif method == "POST":
@@ -95,7 +96,8 @@ class ToxiproxyClient:
     def version(self) -> str:
         text = self._request("GET", "/version").text.strip()
         try:
-            return json.loads(text)["version"]
+            version: str = json.loads(text)["version"]  # {"version": "2.x.y", ...}
+            return version
         except (ValueError, KeyError, TypeError):
             return text  # Toxiproxy <= 2.5 answers plain text
 

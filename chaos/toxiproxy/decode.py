@@ -51,7 +51,7 @@ def require_array(body: Any, what: str) -> list[Any]:
     return body
 
 
-def get_str(obj: dict[str, Any], key: str, default: str | None = None) -> str | None:
+def get_str(obj: dict[str, Any], key: str, default: str) -> str:
     value = obj.get(key)
     if value is None:
         return default
@@ -60,7 +60,7 @@ def get_str(obj: dict[str, Any], key: str, default: str | None = None) -> str | 
     return value
 
 
-def get_bool(obj: dict[str, Any], key: str, default: bool | None = None) -> bool | None:
+def get_bool(obj: dict[str, Any], key: str, default: bool) -> bool:
     value = obj.get(key)
     if value is None:
         return default
@@ -69,7 +69,7 @@ def get_bool(obj: dict[str, Any], key: str, default: bool | None = None) -> bool
     return value
 
 
-def get_float(obj: dict[str, Any], key: str, default: float | None = None) -> float | None:
+def get_float(obj: dict[str, Any], key: str, default: float) -> float:
     value = obj.get(key)
     if value is None:
         return default
@@ -78,7 +78,7 @@ def get_float(obj: dict[str, Any], key: str, default: float | None = None) -> fl
     return float(value)
 
 
-def get_int(obj: dict[str, Any], key: str, default: int | None = None) -> int | None:
+def get_int(obj: dict[str, Any], key: str, default: int) -> int:
     """An integer field: ``100.0`` and ``1e3`` are rejected, as Go rejects them for int64."""
     value = obj.get(key)
     if value is None:

@@ -149,7 +149,7 @@ class Writer(Receiver):
             chunk = self.inbox.pop()
             if self.closed:
                 continue  # the connection is being torn down; nothing more can be delivered
-            if chunk.eof:
+            if chunk.data is None:  # end of stream
                 self.close()
                 continue
             try:

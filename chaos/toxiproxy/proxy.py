@@ -60,7 +60,10 @@ async def resolve_listen(address: str) -> tuple[int, str, int]:
         raise ListenError(f"listen tcp {address}: lookup {host}: {exc.strerror}") from exc
     infos.sort(key=lambda info: info[0] != socket.AF_INET)
     family, _, _, _, sockaddr = infos[0]
-    return family, sockaddr[0], port
+    ip = sockaddr[0]
+    if not isinstance(ip, str):  # (int, bytes): a Python built with --disable-ipv6
+        raise ListenError(f"listen tcp {address}: lookup {host}: no IP address")
+    return family, ip, port
 
 
 def _bind(family: int, ip: str, port: int) -> socket.socket:

@@ -123,7 +123,8 @@ class ServerThread:
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="toxiproxy", daemon=True)
         self._thread.start()
-        return self.call(self.server.start(), THREAD_START_TIMEOUT_S)
+        address: tuple[str, int] = self.call(self.server.start(), THREAD_START_TIMEOUT_S)
+        return address
 
     def call(self, coroutine: Any, timeout_s: float = THREAD_STOP_TIMEOUT_S) -> Any:
         """Run a coroutine on the server's loop and wait (bounded) for its result."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 from collections.abc import Awaitable, Callable
 
 from chaos.toxiproxy import behaviours
@@ -96,6 +96,12 @@ class Stage(Emitter, Receiver):
         self.inbox.notify()  # an emitter still waiting on this inbox re-targets
 
     # --- the API the behaviours use -----------------------------------------------------------
+
+    @overload
+    async def take(self, timeout_s: None = None) -> Chunk: ...
+
+    @overload
+    async def take(self, timeout_s: float | None) -> Chunk | None: ...
 
     async def take(self, timeout_s: float | None = None) -> Chunk | None:
         """The next chunk (now ``held``), or None if ``timeout_s`` passed with nothing."""

@@ -40,7 +40,8 @@ def toxiproxy_api() -> Iterator[str]:
 def free_port() -> int:
     """A port that was free a moment ago (for tests that need a fixed listen address)."""
     with socket.create_server(("127.0.0.1", 0)) as sock:
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -81,7 +82,7 @@ def recv_exactly(sock: socket.socket, count: int, timeout_s: float = DEFAULT_TIM
 def read_to_end(sock: socket.socket, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[bytes, str]:
     """Read until the peer closes: returns (data, ``"eof"`` or ``"reset"``)."""
     deadline_s = time.monotonic() + timeout_s
-    parts = []
+    parts: list[bytes] = []
     while True:
         remaining_s = deadline_s - time.monotonic()
         if remaining_s <= 0:

@@ -37,7 +37,8 @@ TOXIC_TYPES = tuple(ATTRIBUTE_NAMES)
 def to_float32(value: float) -> float:
     """Round to the nearest float32, as Go stores ``toxicity``."""
     try:
-        return struct.unpack("<f", struct.pack("<f", value))[0]
+        rounded: float = struct.unpack("<f", struct.pack("<f", value))[0]
+        return rounded
     except (OverflowError, struct.error) as exc:
         raise bad_body(f"json: cannot unmarshal number {value} into field toxicity of type float32") \
             from exc

@@ -19,6 +19,7 @@ import queue
 import tempfile
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Barrier
@@ -99,7 +100,7 @@ def measure_flushes(payload_bytes: int, writers: int, count: int, dir_path: str 
                        percentile(rounds, 99) * 1000, len(rounds))
 
 
-def _next_result(out: Queue[list[float]], procs: list[BaseProcess]) -> list[float]:
+def _next_result(out: Queue[list[float]], procs: Sequence[BaseProcess]) -> list[float]:
     """One writer's rounds; FlushProbeError as soon as a writer has died without them."""
     deadline = time.monotonic() + _RUN_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from dledger.errors import DLedgerError
 
@@ -67,7 +67,7 @@ async def paced_loop(call: Callable[[], Awaitable[object]], rate_per_s: float, d
     return latencies_ms, time.perf_counter() - t0, failures
 
 
-async def chained_loop(submit: Callable[[], asyncio.Future[object]], count: int, concurrency: int,
+async def chained_loop(submit: Callable[[], asyncio.Future[Any]], count: int, concurrency: int,
                        warmup: int) -> tuple[list[float], float, int]:
     """As ``closed_loop``, for proposers inside the leader: each commit's done callback submits
     the next proposal, with no task hop in between (the way pysyncobj's driver refills from its

@@ -29,11 +29,11 @@ CONNECTION_RETRY_S = 0.5
 TAIL_KEEP = 4  # payloads kept by the replicated state (the rest is only counted)
 
 
-def _make_log_class():
+def _make_log_class() -> type[Any]:
     # Imported lazily so that importing this module (for run_pysyncobj) does not need pysyncobj.
     from pysyncobj import SyncObj, replicated
 
-    class ReplicatedAppendLog(SyncObj):
+    class ReplicatedAppendLog(SyncObj):  # type: ignore[misc]  # pysyncobj has no type hints: Any
         """The replicated state: a count, a byte total and the last few payloads."""
 
         # Class-level defaults; the instance attributes are assigned after SyncObj.__init__ so that
@@ -42,13 +42,13 @@ def _make_log_class():
         entries = 0
         total_bytes = 0
 
-        def __init__(self, self_addr: str, partners: list[str], conf) -> None:
+        def __init__(self, self_addr: str, partners: list[str], conf: Any) -> None:
             super().__init__(self_addr, partners, conf=conf)
             self.entries = 0
             self.total_bytes = 0
             self.tail: collections.deque[bytes] = collections.deque(maxlen=TAIL_KEEP)
 
-        @replicated
+        @replicated  # type: ignore[untyped-decorator]  # pysyncobj has no type hints
         def append(self, payload: bytes) -> int:
             self.entries += 1
             self.total_bytes += len(payload)
@@ -75,7 +75,7 @@ class _Phase:
     as an application thread would.
     """
 
-    def __init__(self, obj, payload: bytes, n: int, k: int, issuer: str) -> None:
+    def __init__(self, obj: Any, payload: bytes, n: int, k: int, issuer: str) -> None:
         from pysyncobj import FAIL_REASON
 
         self._success = FAIL_REASON.SUCCESS
@@ -169,7 +169,7 @@ def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _node_status(obj) -> dict[str, Any]:
+def _node_status(obj: Any) -> dict[str, Any]:
     leader = obj._getLeader()
     return {
         "event": "status",

@@ -139,7 +139,7 @@ class _Member:
             if not line.startswith("{"):
                 continue
             try:
-                msg = json.loads(line)
+                msg: dict[str, Any] = json.loads(line)  # a JSON text opening with "{"
             except ValueError:
                 continue
             if msg.get("event") in events:

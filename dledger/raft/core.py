@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from dledger.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
 from dledger.raft.config import RaftConfig
@@ -450,7 +450,8 @@ class RaftCore(LeaderRole):
         return HardState(self.term, self.voted_for)
 
 
-_HANDLERS = {
+# Each handler takes the message type it is filed under (hence Any: a dict cannot say that).
+_HANDLERS: dict[type, Callable[[RaftCore, Any], None]] = {
     VoteRequest: RaftCore._on_vote_request,
     VoteResponse: RaftCore._on_vote_response,
     AppendRequest: RaftCore._on_append_request,
