@@ -57,7 +57,7 @@ def is_system_topic(name: str, reserved: frozenset[str] = SYSTEM_TOPICS) -> bool
     return name in reserved or name.startswith(SYSTEM_PREFIXES)
 
 
-def validate_topic_name(name: str, allow_system: bool = False,
+def validate_topic_name(name: object, allow_system: bool = False,
                         reserved: frozenset[str] = SYSTEM_TOPICS) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidTopicError("the topic name is empty")

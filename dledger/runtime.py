@@ -235,6 +235,9 @@ class Node(ReadyPipeline, DiskFullRecovery):
     # -- the loop ------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        wake = self._wake
+        if wake is None:
+            raise RuntimeError("the node loop runs only after start() made its wake event")
         loop = asyncio.get_running_loop()
         tick_s = self.config.tick_interval_s
         next_tick = loop.time() + tick_s
@@ -248,7 +251,7 @@ class Node(ReadyPipeline, DiskFullRecovery):
                         self._busy_poll()
                     self._parked = True
                     try:
-                        await self._wake.wait()  # type: ignore[union-attr]
+                        await wake.wait()
                     finally:
                         self._parked = False
                     if self._stopping:
@@ -259,7 +262,7 @@ class Node(ReadyPipeline, DiskFullRecovery):
                         break
                     now = loop.time()  # (ticks while frozen are not replayed; the turn below
                     next_tick, next_retain = now + tick_s, now + RETAIN_INTERVAL_S  # re-arms)
-                self._wake.clear()  # type: ignore[union-attr]
+                wake.clear()
                 try:
                     if self._handoff is not None:
                         rd, self._handoff = self._handoff, None
@@ -360,7 +363,8 @@ class Node(ReadyPipeline, DiskFullRecovery):
         finally:
             self._turning = False
         if self._handoff is not None or self._inbox or self._proposals:
-            self._wake.set()  # type: ignore[union-attr]
+            if self._wake is not None:  # (set by start(), before any turn)
+                self._wake.set()
         elif self.config.busy_poll_us and self._expects_message():
             self._busy_poll()
 

@@ -334,7 +334,8 @@ def decode_message(payload: bytes) -> PeerMessage:
             raise _range_error(schema, pos - 2, array[pos])
     if schema.kind == KIND_APPEND_REQUEST:
         array[_ENTRIES_POS] = _decode_entries(array[_ENTRIES_POS])
-    return schema.cls(*array[2:])  # type: ignore[no-any-return]
+    msg: PeerMessage = schema.cls(*array[2:])  # the dataclass of this kind
+    return msg
 
 
 def _decode_entries(flat: list[Any]) -> tuple[Entry, ...]:

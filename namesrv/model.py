@@ -101,7 +101,7 @@ def parse_host_port(text: object, what: str = "address",
 
 def parse_topic_name(name: object) -> str:
     try:
-        return validate_topic_name(name, allow_system=True)  # type: ignore[arg-type]
+        return validate_topic_name(name, allow_system=True)
     except InvalidTopicError as exc:
         raise BadRequestError(f"bad topic name: {exc}") from exc
 

@@ -137,7 +137,9 @@ def test_a_bad_entry_is_refused_the_same_way_everywhere_without_raising() -> Non
 
 def test_topic_names_follow_rocketmq_rules() -> None:
     assert validate_topic_name("Orders_2-a|b%c") == "Orders_2-a|b%c"
-    for bad in ("", "with space", "x" * 128, "TBW102", "%DLQ%g", "rmq_sys_x", "ümlaut"):
+    bad_names: tuple[object, ...] = ("", "with space", "x" * 128, "TBW102", "%DLQ%g", "rmq_sys_x",
+                                     "ümlaut", None, 7, b"orders", ["orders"])
+    for bad in bad_names:
         with pytest.raises(InvalidTopicError):
             validate_topic_name(bad)
     assert validate_topic_name("SCHEDULE_TOPIC_XXXX", allow_system=True)
