@@ -1,6 +1,7 @@
 """The broker: topics, queues, consume queues, offsets and dedup, as a deterministic state machine
-applied to committed entries of the replicated log (``dledger``). Today: the pure core
-(``topics``, ``entries``, ``state``); the server, NameServer registration and admin come next."""
+applied to committed entries of the replicated log (``dledger``). This package exports the pure
+core (``topics``, ``entries``, ``state``); the leader's services (``server``, the send path,
+pulls, ``registrar``, ``admin``) are modules of their own."""
 
 from broker.consumequeue import CQUnit
 from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode

@@ -18,7 +18,7 @@ A log directory holds:
   (``ZERO_FILL_STEP_BYTES``) at a time, and entries are written into it in place. So the
   fdatasync of a group commit writes data pages only, and need not commit a new file size
   through the filesystem's journal, which all replicas on one disk share: in a live group on
-  ext4 that made each replica's flush about 80-100 us faster (README, benchmark). A sealed
+  ext4 that made each replica's flush about 80-100 us faster (docs/performance.md). A sealed
   segment is cut back to its entries.
 - ``<position:020d>.index``: one fixed-width record per entry of the data file of the same name.
   Derived data: rebuilt from the data file when short, cut back when long. So the last
