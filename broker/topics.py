@@ -59,7 +59,9 @@ def is_system_topic(name: str, reserved: frozenset[str] = SYSTEM_TOPICS) -> bool
 
 def validate_topic_name(name: object, allow_system: bool = False,
                         reserved: frozenset[str] = SYSTEM_TOPICS) -> str:
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"a topic name is a string, not {type(name).__name__}")
+    if not name:
         raise InvalidTopicError("the topic name is empty")
     if len(name) > TOPIC_NAME_MAX_CHARS:
         raise InvalidTopicError(f"topic name longer than {TOPIC_NAME_MAX_CHARS} characters")

@@ -14,9 +14,9 @@ import aiohttp
 import click
 
 from cli.common import http_error_text, namesrv_get, namesrv_option
+from dledger.log_cli import WATCH_MIN_S
 
 NODE_TIMEOUT_S = 2.0
-WATCH_MIN_S = 0.5  # each round asks every node: a shorter period only loads the cluster
 
 # health -> exit code; the worst group's code is the command's
 HEALTH_EXIT = {"ok": 0, "degraded": 3, "no leader": 2, "no quorum": 2}

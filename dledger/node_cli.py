@@ -29,7 +29,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # replicates quorum first: measured with `python -m broker.bench_flags` (docs/performance.md),
 # both lowered one producer's p50 by 10-17 % at the same or less CPU per message, for 0.1 % of
 # a core more when idle (over 3 nodes). NodeConfig keeps both off: nodes sharing one process
-# (tests, the simulator's shells) would poll against each other.
+# (the in-process tests) would poll against each other.
 DEFAULT_BUSY_POLL_US = 300
 
 

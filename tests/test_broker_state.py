@@ -142,6 +142,8 @@ def test_topic_names_follow_rocketmq_rules() -> None:
     for bad in bad_names:
         with pytest.raises(InvalidTopicError):
             validate_topic_name(bad)
+    with pytest.raises(InvalidTopicError, match="a topic name is a string, not bytes"):
+        validate_topic_name(b"orders")
     assert validate_topic_name("SCHEDULE_TOPIC_XXXX", allow_system=True)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 from chaos.toxiproxy.client import ENV_URL
 from chaos.toxiproxy.server import ServerThread
+from dledger.localcluster import free_ports
 
 DEFAULT_TIMEOUT_S = 5.0
 POLL_INTERVAL_S = 0.005
@@ -38,10 +39,9 @@ def toxiproxy_api() -> Iterator[str]:
 
 
 def free_port() -> int:
-    """A port that was free a moment ago (for tests that need a fixed listen address)."""
-    with socket.create_server(("127.0.0.1", 0)) as sock:
-        port: int = sock.getsockname()[1]
-        return port
+    """A port that was free a moment ago (for tests that need a fixed listen address), chosen
+    below the ephemeral range as the cluster harness does (see free_ports)."""
+    return free_ports(1)[0]
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = DEFAULT_TIMEOUT_S,
