@@ -10,7 +10,8 @@ import click
 
 from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from broker.protocol import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
-from broker.server import BrokerConfig, BrokerServer
+from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
+from broker.server import BROKER_CANARIES, BrokerConfig, BrokerServer
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger import evloop
 from dledger.node_cli import (
@@ -50,11 +51,24 @@ def main() -> None:
               help="Client address to register instead of --listen's (NAT, a proxy).")
 @click.option("--checkpoint-interval-s", type=float, default=10.0, show_default=True,
               help="Persist the broker state this often, so a restart replays only the rest.")
+@click.option("--delay-levels", default=DEFAULT_LEVELS, show_default=True,
+              help="The delay levels (RocketMQ's messageDelayLevel): durations with a unit "
+                   "(ms s m h d), level 1 first. Give every node of a group the same.")
+@click.option("--max-delay-ms", type=click.IntRange(min=1), default=DEFAULT_MAX_DELAY_MS,
+              show_default=True, help="The furthest ahead a timed message may be due.")
+@click.option("--broker-canary", "broker_canaries", multiple=True,
+              type=click.Choice(sorted(BROKER_CANARIES)),
+              help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
-          checkpoint_interval_s: float, advertise: str | None, **opts: Any) -> None:
+          checkpoint_interval_s: float, advertise: str | None, delay_levels: str,
+          max_delay_ms: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
+    try:
+        levels_ms = parse_levels(delay_levels)
+    except DelayError as err:
+        raise click.BadParameter(str(err), param_hint="'--delay-levels'") from err
     try:
         names = parse_namesrv_list(namesrv) if namesrv.strip() else ()
     except NameSrvAddressError as err:
@@ -68,7 +82,9 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                           checkpoint_interval_s=checkpoint_interval_s,
                           advertise_client=parse_address(advertise) if advertise else None,
                           max_connections=limits.connections_max,
-                          input_buffer_bytes_max=limits.input_bytes_max)
+                          input_buffer_bytes_max=limits.input_bytes_max,
+                          delay_levels_ms=levels_ms, max_delay_ms=max_delay_ms,
+                          canaries=frozenset(broker_canaries))
     evloop.run(_serve(config), server=True)
 
 

@@ -21,6 +21,7 @@ KIND_TOPIC_PUT = 2
 KIND_TOPIC_DELETE = 3
 KIND_OFFSET_COMMIT = 4
 KIND_SEND_RUNS = 5
+KIND_TIMER_DELIVER = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,19 @@ class OffsetCommit:
     offset: int
 
 
-BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit]
+@dataclass(frozen=True, slots=True)
+class TimerDeliver:
+    """The delay service's delivery of due timers (``broker.delay``): per timer its schedule
+    queue offset and due time (which name it in the index), its real topic and queue, and the
+    message copy to store there. A timer no longer pending is skipped at apply."""
+
+    store_ts_ms: int  # the leader's clock when it proposed the entry: never before a due time
+    items: tuple[tuple[int, int, str, int, list[Any]], ...]
+    auto_create: bool = False
+    default_queues: int = 4
+
+
+BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit, TimerDeliver]
 
 
 # -- encode ---------------------------------------------------------------------------------------
@@ -115,6 +128,9 @@ def encode(entry: BrokerEntry) -> bytes:
         fields = [KIND_TOPIC_DELETE, entry.name]
     elif isinstance(entry, OffsetCommit):
         fields = [KIND_OFFSET_COMMIT, entry.group, entry.topic, entry.queue_id, entry.offset]
+    elif isinstance(entry, TimerDeliver):
+        fields = [KIND_TIMER_DELIVER, entry.store_ts_ms, entry.auto_create, entry.default_queues,
+                  [list(item) for item in entry.items]]
     else:
         raise TypeError(f"not a broker entry: {entry!r}")
     return cbor2.dumps([VERSION, *fields])
@@ -224,6 +240,8 @@ def stored_messages(payload: bytes) -> list[Any]:
     kind, rest = _fields(payload)
     if kind == KIND_SEND_RUNS:
         return [m for run in rest[1] for m in run[2]]
+    if kind == KIND_TIMER_DELIVER:
+        return [item[4] for item in rest[3]]
     if kind != KIND_SEND:
         raise BadEntryError(f"entry of kind {kind!r} holds no messages")
     msgs: list[Any] = rest[3]
@@ -330,9 +348,24 @@ def _offset_commit(f: list[Any]) -> OffsetCommit:
     return OffsetCommit(_str(group), _str(topic), _int(queue_id), _int(offset))
 
 
+def _timer_deliver(f: list[Any]) -> TimerDeliver:
+    ts, auto_create, default_queues, items = f
+    if not isinstance(items, list) or not items:
+        raise ValueError("a delivery carries at least one timer")
+    out = []
+    for item in items:
+        if type(item) is not list or len(item) != 5:
+            raise ValueError("a delivered timer is [offset, due, topic, queue id, message]")
+        offset, due, topic, queue_id, m = item
+        check_message(m)
+        out.append((_int(offset), _int(due), _str(topic), _int(queue_id), m))
+    return TimerDeliver(_int(ts), tuple(out), _bool(auto_create), _int(default_queues, 1))
+
+
 _DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
     KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
-    KIND_OFFSET_COMMIT: _offset_commit, KIND_SEND_RUNS: _send_runs}
+    KIND_OFFSET_COMMIT: _offset_commit, KIND_SEND_RUNS: _send_runs,
+    KIND_TIMER_DELIVER: _timer_deliver}
 
 __all__ = ["BrokerEntry", "Message", "OffsetCommit", "SendEntry", "SendRun", "SendRunsEntry",
-           "TopicDelete", "TopicPut", "decode", "encode"]
+           "TimerDeliver", "TopicDelete", "TopicPut", "decode", "encode"]

@@ -26,3 +26,10 @@ class BadRequestError(BrokerError):
     of its range. The message names the request and the field."""
 
     code = "BAD_REQUEST"
+
+
+class BadDelayError(BrokerError):
+    """A delayed message the broker cannot schedule: a malformed level or time, one too far
+    ahead, or delayed messages in a batch or beside immediate ones in one run."""
+
+    code = "BAD_DELAY"

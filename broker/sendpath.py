@@ -14,8 +14,9 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.delay import DelayError, route_run
 from broker.entries import encode_runs, encode_send
-from broker.errors import BadEntryError, BrokerError
+from broker.errors import BadDelayError, BadEntryError, BrokerError
 from broker.protocol import SEND, SendRefusedError
 from broker.sendgroup import Run, RunKey, SendGroups
 from broker.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
@@ -110,8 +111,8 @@ class SendPath:
         if type(queue_id) is not int:
             raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
         config = self.server.config
-        messages, size = wire_messages(validate_topic_name(topic), raw, config.max_message_bytes,
-                                       batch)
+        messages, size, with_props = wire_messages(validate_topic_name(topic), raw,
+                                                   config.max_message_bytes, batch)
         if queue_id < 0:
             raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
         cfg = self.server.state.topics.get(topic)
@@ -119,6 +120,15 @@ class SendPath:
             raise SendRefusedError("TOPIC_NOT_FOUND", topic)
         if cfg is not None and not cfg.writable:
             raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
+        if cfg is not None and queue_id >= cfg.write_queues:
+            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
+        if with_props:  # only a message with properties can be delayed
+            try:
+                topic, queue_id, messages = route_run(
+                    topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
+                    config.max_delay_ms, batch)
+            except DelayError as err:
+                raise BadDelayError(str(err)) from err
         return topic, queue_id, messages, size
 
     def _propose(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:

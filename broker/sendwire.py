@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.delay import SCHEDULE_TOPIC
 from broker.entries import check_message
 from broker.errors import BadEntryError
 from broker.protocol import (
@@ -27,8 +28,10 @@ MAX_ENTRY_BYTES = DEFAULT_MAX_FRAME_BYTES - (64 << 10)
 SEND_OK = "SEND_OK"
 
 
-def wire_messages(topic: str, raw: Any, max_bytes: int, batch: bool) -> tuple[list[list[Any]], int]:
-    """A run's messages checked, as sent (entry form); returns them and their total size. A
+def wire_messages(topic: str, raw: Any, max_bytes: int,
+                  batch: bool) -> tuple[list[list[Any]], int, bool]:
+    """A run's messages checked, as sent (entry form); returns them, their total size and
+    whether any has properties (only those can be delayed: ``broker.delay``). A
     ``batch`` (SEND: one queue, all or nothing) is limited in total, as RocketMQ's batch is;
     otherwise (SEND_RUNS: independent sends) each message is. ``topic`` is already valid (so
     ASCII). Raises ``BadEntryError`` or ``MessageTooLargeError``."""
@@ -37,6 +40,7 @@ def wire_messages(topic: str, raw: Any, max_bytes: int, batch: bool) -> tuple[li
     # message_bytes's common case inline (no keys or properties, ASCII strings): the hot path
     base = len(topic) + 8 + MESSAGE_OVERHEAD_BYTES
     total = 0
+    with_props = False
     for k, m in enumerate(raw):
         try:
             check_message(m)  # what every replica checks at apply: never propose what it refuses
@@ -45,6 +49,7 @@ def wire_messages(topic: str, raw: Any, max_bytes: int, batch: bool) -> tuple[li
         body, tags, keys, unique_key, props, _ = m
         if keys or props or not (tags.isascii() and unique_key.isascii()):
             _check_pairs(k, props)
+            with_props = with_props or bool(props)
             n = message_bytes(topic, body, tags, keys, unique_key, props)
         else:
             n = base + len(body) + len(unique_key) + (4 + len(tags) if tags else 0)
@@ -53,7 +58,7 @@ def wire_messages(topic: str, raw: Any, max_bytes: int, batch: bool) -> tuple[li
         total += n
     if batch and total > max_bytes:
         raise MessageTooLargeError(f"batch of {total} bytes exceeds {max_bytes}")
-    return raw, total
+    return raw, total, with_props
 
 
 def _check_pairs(k: int, props: list[Any]) -> None:
@@ -78,8 +83,11 @@ def run_answers(group: str, position: int, result: ApplyResult) -> list[list[Any
         ids = [prefix + str(first + k) for k in range(len(run.queue_offsets))]
         for k, original_position, slot in run.originals:
             ids[k] = offset_msg_id(group, original_position, slot)
-        out.append([SEND_OK, run.queue_id, list(run.queue_offsets), ids, list(run.duplicates),
-                    list(run.queue_ids)])
+        # a delayed message's queue offset is known once it is delivered: -1 until then
+        offsets = [-1] * len(ids) if run.topic == SCHEDULE_TOPIC else list(run.queue_offsets)
+        queue_id = run.queue_ids[0] if run.topic == SCHEDULE_TOPIC and run.queue_ids \
+            else run.queue_id
+        out.append([SEND_OK, queue_id, offsets, ids, list(run.duplicates), list(run.queue_ids)])
     return out
 
 

@@ -22,6 +22,8 @@ from typing import Any, Sequence
 from aiohttp import web
 
 from broker.admin import make_app
+from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, SCHEDULE_TOPIC, parse_levels
+from broker.delay_service import DELAY_CANARIES, DelayService
 from broker.entries import (
     Message,
     encode,
@@ -46,7 +48,7 @@ from broker.protocol import (
 )
 from broker.registrar import Registrar
 from broker.sendpath import SendPath
-from broker.state import ApplyResult, BrokerState, tag_hash
+from broker.state import STATE_CANARIES, ApplyResult, BrokerState, StateConfig, tag_hash
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger.commitlog import FileLogStore
 from dledger.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
@@ -73,6 +75,7 @@ log = logging.getLogger("broker.server")
 SERVED_KINDS = served_kinds()
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
 CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
+BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,18 @@ class BrokerConfig:
     advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
     max_connections: int = CONNECTIONS_MAX_DEFAULT  # client connections open at once
     input_buffer_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT  # partial frames, all clients
+    delay_levels_ms: tuple[int, ...] = parse_levels(DEFAULT_LEVELS)  # RocketMQ's 18 levels
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS  # the furthest ahead a timed message may be due
+    canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
 
     def __post_init__(self) -> None:
+        unknown = self.canaries - BROKER_CANARIES
+        if unknown:
+            raise ValueError(f"unknown broker canaries {sorted(unknown)}")
+        if self.canaries and not self.node.test_faults:
+            raise ValueError("broker canaries need test_faults=True")
+        if not self.delay_levels_ms or min(self.delay_levels_ms) <= 0:
+            raise ValueError("delay levels are positive durations, at least one")
         if not 1 <= self.default_queues <= MAX_QUEUES:
             raise ValueError(f"default_queues must be 1..{MAX_QUEUES}, not {self.default_queues}")
         if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
@@ -125,8 +138,9 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.group = config.node.group
+        self.state_config = StateConfig(canaries=config.canaries & STATE_CANARIES)
         self.state = load_checkpoint(config.node.data_dir,
-                                     not config.node.canaries.skip_checksum)
+                                     not config.node.canaries.skip_checksum, self.state_config)
         # The log replays only what the checkpoint does not cover.
         self.node = Node(config.node, applied_index=self.state.applied_index)
         self._checkpointer: asyncio.Task[None] | None = None
@@ -141,6 +155,7 @@ class BrokerServer:
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
         self.sends = SendPath(self)
+        self.delays = DelayService(self)
 
     async def start(self) -> None:
         await self.node.start()
@@ -159,6 +174,7 @@ class BrokerServer:
             self.registrar.start()
         if self.config.checkpoint_interval_s > 0:
             self._checkpointer = asyncio.create_task(self._checkpoint_loop())
+        self.delays.start()
 
     async def _checkpoint_loop(self) -> None:
         saved = self.state.applied_index
@@ -180,6 +196,7 @@ class BrokerServer:
                     saved = -1  # (so the next period tries again even with nothing new)
 
     async def stop(self) -> None:
+        await self.delays.stop()
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             await asyncio.gather(self._checkpointer, return_exceptions=True)
@@ -200,6 +217,8 @@ class BrokerServer:
             self.results[e.index] = result
             if result.status == "SEND_OK":
                 for run in result.run_results():
+                    if run.topic == SCHEDULE_TOPIC:
+                        self.delays.wake()  # a new timer may be due before the service's next look
                     arrival = self._arrivals.pop((run.topic, run.queue_id), None)
                     if arrival is not None:
                         arrival.set()  # wake long polls on this queue
@@ -333,6 +352,7 @@ class BrokerServer:
         st["admin_address"] = list(self.admin_address or ())
         st["consumer_groups"] = self.members.snapshot(time.monotonic())
         st["client_connections"] = self.limits.stats()
+        st["timers"] = self.delays.status()
         return st
 
 
@@ -345,7 +365,8 @@ def save_checkpoint(data_dir: str, blob: bytes) -> None:
                           zlib.crc32(blob).to_bytes(4, "big") + blob)
 
 
-def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState:
+def load_checkpoint(data_dir: str, verify_checksums: bool = True,
+                    config: StateConfig | None = None) -> BrokerState:
     """The last checkpoint, or an empty state (the log is then replayed from the start). A
     checkpoint that is damaged, or ahead of what the log holds (a power loss took entries the
     leader had applied before its own fsync), is set aside rather than trusted."""
@@ -354,15 +375,15 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        return BrokerState()
+        return BrokerState(config or StateConfig())
     blob = raw[4:]
     try:
         if len(raw) < 4 or zlib.crc32(blob) != int.from_bytes(raw[:4], "big"):
             raise BadEntryError("checksum mismatch")
-        state = BrokerState.restore(blob)
+        state = BrokerState.restore(blob, config)
     except BadEntryError as err:
         log.warning("ignoring checkpoint %s: %s", path, err)
-        return BrokerState()
+        return BrokerState(config or StateConfig())
     log_dir = os.path.join(data_dir, "log")
     if os.path.isdir(log_dir):
         store = FileLogStore.open(log_dir, verify_checksums=verify_checksums)
@@ -372,5 +393,5 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True) -> BrokerState
         last = 0
     if state.applied_index > last:
         log.warning("ignoring checkpoint at %d: the log ends at %d", state.applied_index, last)
-        return BrokerState()
+        return BrokerState(config or StateConfig())
     return state

@@ -21,11 +21,13 @@ import cbor2
 
 from broker.consumequeue import ConsumeQueue, CQUnit
 from broker.dedup import DedupTable
+from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC, DelayIndex, timer_of
 from broker.entries import (
     BrokerEntry,
     OffsetCommit,
     StoredRuns,
     StoredSend,
+    TimerDeliver,
     TopicDelete,
     TopicPut,
     decode_for_apply,
@@ -34,13 +36,18 @@ from broker.errors import BadEntryError, BrokerError
 from broker.topics import TopicConfig, validate_config
 
 
-CHECKPOINT_VERSION = 2  # 2: packed consume queues, columnar dedup; 1 (lists) is still read
+CHECKPOINT_VERSION = 3  # 3: + pending timers; 2: packed queues, columnar dedup; 1: lists
+READ_VERSIONS = (1, 2, CHECKPOINT_VERSION)
+STATE_CANARIES = frozenset({"timer_redeliver"})
 
 
 @dataclass(frozen=True)
 class StateConfig:
     dedup_window_ms: int = 10 * 60 * 1000  # a retried send within this window is not stored again
     dedup_entries_max: int = 1_000_000
+    # Seeded bugs (tests only, on every replica alike): "timer_redeliver" stores a delivered
+    # timer's message again when a delivery names it twice (the index's check skipped).
+    canaries: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,7 @@ class BrokerState:
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     # unique key -> (topic, queue id, queue offset, store time), oldest first
     dedup: DedupTable = field(init=False)
+    timers: DelayIndex = field(default_factory=DelayIndex)  # pending delayed messages
 
     def __post_init__(self) -> None:
         self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
@@ -125,6 +133,8 @@ class BrokerState:
                 del self.offsets[offset_key]
             self.dedup.forget_topic(entry.name)
             return ApplyResult(index, "OK", topic=entry.name)
+        if isinstance(entry, TimerDeliver):
+            return self._deliver(index, position, entry)
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
         return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
@@ -144,6 +154,8 @@ class BrokerState:
         return ApplyResult(index, "SEND_OK", runs=tuple(results))
 
     def _send(self, index: int, position: int, e: StoredSend, first_slot: int = 0) -> ApplyResult:
+        if e.topic == SCHEDULE_TOPIC:
+            return self._schedule(index, position, e, first_slot)
         topic = self.topics.get(e.topic)
         if topic is None:
             if not e.auto_create:
@@ -186,9 +198,75 @@ class BrokerState:
     def _original(self, k: int, topic: str, queue_id: int, offset: int) -> tuple[int, int, int]:
         """Where the message a duplicate repeats is stored: its consume-queue unit names its
         entry's position and its slot (the dedup table's (topic, queue, offset) lead there on
-        every replica, and after a restore from any checkpoint version)."""
-        unit = self.queues[(topic, queue_id)][offset]
+        every replica, and after a restore from any checkpoint version). A scheduled message's
+        row holds its real queue id; its unit is in the one schedule queue."""
+        unit = self.queues[(topic, SCHEDULE_QUEUE if topic == SCHEDULE_TOPIC else queue_id)][offset]
         return k, unit.position, unit.slot
+
+    def _schedule(self, index: int, position: int, e: StoredSend, first_slot: int) -> ApplyResult:
+        """A run the leader rewrote for the schedule topic (``broker.delay``): each message
+        stored in the schedule queue with a timer for its due time. The run answers with each
+        message's real queue id (its queue offset is known only once delivered)."""
+        try:
+            timers = [timer_of(m) for m in e.messages]  # all or nothing: checked first
+        except (ValueError, TypeError) as err:
+            return ApplyResult(index, "BAD_ENTRY", e.topic, detail=str(err), first_slot=first_slot)
+        self.dedup.expire(e.store_ts_ms)
+        units = self.queues.get((SCHEDULE_TOPIC, SCHEDULE_QUEUE))
+        if units is None:
+            units = self.queues[(SCHEDULE_TOPIC, SCHEDULE_QUEUE)] = ConsumeQueue()
+        offsets: list[int] = []
+        dups: list[bool] = []
+        qids: list[int] = []
+        originals: list[tuple[int, int, int]] = []
+        for k, (m, (_, real_qid, due_ms)) in enumerate(zip(e.messages, timers)):
+            unique_key = m[3]
+            seen = self.dedup.get(unique_key) if unique_key else None
+            if seen is not None and seen[0] == SCHEDULE_TOPIC:
+                offsets.append(seen[2])
+                qids.append(seen[1])
+                dups.append(True)
+                originals.append(self._original(k, SCHEDULE_TOPIC, seen[1], seen[2]))
+                continue
+            offset = len(units)
+            units.append(position, first_slot + k, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
+            self.timers.add(due_ms, offset)
+            if unique_key:
+                self.dedup.remember(unique_key, SCHEDULE_TOPIC, real_qid, offset, e.store_ts_ms)
+            offsets.append(offset)
+            qids.append(real_qid)
+            dups.append(False)
+        return ApplyResult(index, "SEND_OK", SCHEDULE_TOPIC, SCHEDULE_QUEUE, tuple(offsets),
+                           tuple(dups), tuple(qids), first_slot=first_slot,
+                           originals=tuple(originals))
+
+    def _deliver(self, index: int, position: int, e: TimerDeliver) -> ApplyResult:
+        """Due timers to their real queues: each one still pending is taken from the index and
+        its copy (slot = its place in the entry) appended to its queue; one taken already (a
+        second leader proposed it too) is skipped. A real topic deleted since is created again
+        if the leader auto-creates topics, else the message is dropped with its topic; a queue
+        beyond a topic shrunk since goes to queue (id mod write queues)."""
+        woken: dict[tuple[str, int], ApplyResult] = {}
+        redeliver = "timer_redeliver" in self.config.canaries
+        for slot, (offset, due_ms, topic, qid, m) in enumerate(e.items):
+            if not self.timers.take(offset, due_ms) and not redeliver:
+                continue
+            cfg = self.topics.get(topic)
+            if cfg is None and e.auto_create:
+                try:
+                    cfg = self.topics[topic] = validate_config(
+                        TopicConfig(topic, e.default_queues, e.default_queues), allow_system=True)
+                except BrokerError:
+                    cfg = None
+            if cfg is None or cfg.write_queues == 0:
+                continue
+            qid %= cfg.write_queues
+            units = self.queues.get((topic, qid))
+            if units is None:
+                units = self.queues[(topic, qid)] = ConsumeQueue()
+            units.append(position, slot, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
+            woken[(topic, qid)] = ApplyResult(index, "SEND_OK", topic, qid)
+        return ApplyResult(index, "SEND_OK", runs=tuple(woken.values()))
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -217,21 +295,28 @@ class BrokerState:
             sorted([t, q, units.packed()] for (t, q), units in self.queues.items()),
             sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
             self.dedup.snapshot(),
+            self.timers.snapshot(),
         ])
 
     @classmethod
     def restore(cls, blob: bytes, config: StateConfig | None = None) -> BrokerState:
         try:
-            version, applied, topics, queues, offsets, dedup = _load(blob)
-            if version not in (1, CHECKPOINT_VERSION):
+            fields = _load(blob)
+            version = fields[0] if isinstance(fields, list) and fields else None
+            if version not in READ_VERSIONS:
                 raise BadEntryError(f"unknown checkpoint version {version!r}")
+            version, applied, topics, queues, offsets, dedup, *rest = fields
+            if len(rest) != (1 if version == CHECKPOINT_VERSION else 0):
+                raise ValueError(f"a version {version} checkpoint has {len(fields)} fields")
             state = cls(config or StateConfig(), applied)
             state.topics = {n: TopicConfig(n, r, w, p) for n, r, w, p in topics}
             state.queues = {(t, q): _queue(version, units) for t, q, units in queues}
             state.offsets = {(g, t, q): o for g, t, q, o in offsets}
             cfg = state.config
+            if rest:
+                state.timers = DelayIndex.restore(rest[0])
             state.dedup = (DedupTable.restore(cfg.dedup_window_ms, cfg.dedup_entries_max, dedup)
-                           if version == CHECKPOINT_VERSION else DedupTable.from_rows(
+                           if version != 1 else DedupTable.from_rows(
                                cfg.dedup_window_ms, cfg.dedup_entries_max,
                                [(k, t, q, o, ts) for k, t, q, o, ts in dedup]))
         except (TypeError, ValueError, struct.error) as err:
@@ -240,7 +325,7 @@ class BrokerState:
 
 
 def _queue(version: int, units: Any) -> ConsumeQueue:
-    if version == CHECKPOINT_VERSION:
+    if version != 1:
         if not isinstance(units, bytes):
             raise ValueError("consume queue must be packed units")
         return ConsumeQueue(units)

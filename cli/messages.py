@@ -9,6 +9,7 @@ consumer's timeout plus its suspend time."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import signal
 from typing import Any, Coroutine
 
@@ -32,21 +33,43 @@ RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)  # --follow, after a retriable error (a f
 @click.option("--timeout-s", type=click.FloatRange(min=0.1, max=3600), default=10.0,
               show_default=True,
               help="How long each send may take, retries and a leader election included.")
+@click.option("--delay-level", type=click.IntRange(min=1), default=None,
+              help="Deliver after this delay level (1..18: 1s 5s 10s 30s 1m ... 2h by default).")
+@click.option("--deliver-at", default=None, metavar="ISO8601",
+              help="Deliver at this time (e.g. 2026-12-03T18:00:00+00:00; no zone: local time).")
+@click.option("--delay-ms", type=click.IntRange(min=0), default=None,
+              help="Deliver this many milliseconds after the broker stores it.")
 @click.argument("topic_name")
 @click.argument("bodies", nargs=-1, required=True)
 def send(namesrv: tuple[str, ...], tags: str, keys: tuple[str, ...], props: tuple[str, ...],
-         timeout_s: float, topic_name: str, bodies: tuple[str, ...]) -> None:
-    """Send each BODY as one message to TOPIC_NAME; prints where it was stored (after commit)."""
+         timeout_s: float, delay_level: int | None, deliver_at: str | None,
+         delay_ms: int | None, topic_name: str, bodies: tuple[str, ...]) -> None:
+    """Send each BODY as one message to TOPIC_NAME; prints where it was stored (after commit).
+    A delayed message prints offset -1: it has its queue offset once delivered."""
     properties = tuple(_prop(p) for p in props)
+    if sum(x is not None for x in (delay_level, deliver_at, delay_ms)) > 1:
+        raise click.UsageError("give one of --delay-level, --deliver-at, --delay-ms")
+    deliver_at_ms = _iso_ms(deliver_at) if deliver_at is not None else None
 
     async def main() -> None:
         async with Producer(list(namesrv), send_timeout_s=timeout_s) as producer:
             for body in bodies:
                 r = await producer.send(Message(topic_name, body.encode(), tags=tags, keys=keys,
-                                                properties=properties))
+                                                properties=properties,
+                                                delay_level=delay_level or 0, delay_ms=delay_ms,
+                                                deliver_at_ms=deliver_at_ms))
                 click.echo(f"{r.status} {r.queue.group}/{r.queue.queue_id} offset {r.queue_offset} "
                            f"msg_id {r.msg_id} offset_msg_id {r.offset_msg_id}")
     run(main())
+
+
+def _iso_ms(text: str) -> int:
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError as err:
+        raise click.BadParameter(f"not an ISO 8601 time: {text!r}",
+                                 param_hint="'--deliver-at'") from err
+    return int(when.timestamp() * 1000)  # a naive time is local time, as fromisoformat reads it
 
 
 def _prop(text: str) -> tuple[str, str]:

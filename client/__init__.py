@@ -6,6 +6,7 @@ hierarchy."""
 from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
 from client.errors import (
+    BadDelayError,
     ClientClosedError,
     ClientError,
     ClientNotStartedError,
@@ -30,7 +31,7 @@ from client.sync import SyncProducer, SyncPullConsumer, SyncPushConsumer
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
-    "ClientClosedError", "ClientError", "ClientNotStartedError", "ConsumeStatus",
+    "BadDelayError", "ClientClosedError", "ClientError", "ClientNotStartedError", "ConsumeStatus",
     "InvalidTopicError", "Message", "MessageQueue", "MessageTooLargeError", "NoLeaderYetError",
     "NoPermissionError", "NonRetriableError", "NotLeaderError", "OffsetStoreError",
     "OffsetStoreLockedError", "OverloadedError", "Producer", "PullConsumer", "PullResult",

@@ -49,6 +49,11 @@ class NoPermissionError(NonRetriableError):
     """The topic's permission forbids the operation (perm 2, 4 or 6)."""
 
 
+class BadDelayError(NonRetriableError):
+    """The broker cannot schedule a delayed message: a malformed delay, one beyond its maximum,
+    or delayed messages in a batch."""
+
+
 class InvalidTopicError(NonRetriableError):
     """The topic name breaks the naming rules or is reserved."""
 

@@ -97,7 +97,11 @@ class Producer:
         self._flush_scheduled = False
         items = [x for x in self._pending if not x[1].done()]  # a send cancelled before it left
         self._pending = []
-        for chunk in chunks(items, SEND_GROUP_BYTES, SEND_GROUP_MAX, lambda x: len(x[0].body)):
+        delayed = [x for x in items if x[0].properties and x[0].delayed]
+        if delayed:  # a broker takes a run of delayed messages or of immediate ones, not both
+            items = [x for x in items if not (x[0].properties and x[0].delayed)]
+        for chunk in [*chunks(items, SEND_GROUP_BYTES, SEND_GROUP_MAX, lambda x: len(x[0].body)),
+                      *chunks(delayed, SEND_GROUP_BYTES, SEND_GROUP_MAX, lambda x: len(x[0].body))]:
             sends = Sends([m.topic for m, _ in chunk], _encode([m for m, _ in chunk]),
                           [f for _, f in chunk])
             self._run(sends, retry=True, tasks=self._in_flight)

@@ -167,6 +167,7 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "INVALID_TOPIC": errors.InvalidTopicError,
     "QUEUE_NOT_FOUND": errors.UnavailableError,  # a stale route (queues shrank): refresh, retry
     "BAD_REQUEST": errors.NonRetriableError,
+    "BAD_DELAY": errors.BadDelayError,
 }
 
 

@@ -22,6 +22,13 @@ class Message:
     - ``properties``: a dict or (name, value) pairs of str, stored as a tuple of pairs in the
       order given; a name given twice is a ValueError.
 
+    Delay (one at most; each becomes the property RocketMQ names, so ``properties`` may carry
+    it as well): ``delay_level`` 1..18 (``DELAY``: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m
+    20m 30m 1h 2h by default, the broker's ``--delay-levels``; a level above the last is the
+    last), ``deliver_at_ms`` (``TIMER_DELIVER_MS``, ms since the epoch) or ``delay_ms``
+    (``TIMER_DELAY_MS``), at most the broker's ``--max-delay-ms`` ahead (7 days by default). A
+    delayed message is invisible to consumers until its time, then appears once in its topic.
+
     The constructor is written out (not the dataclass's) so that these accepted forms are in
     its signature, while the fields keep their one normalised type. Equal messages hash equal.
     """
@@ -33,7 +40,9 @@ class Message:
     properties: tuple[tuple[str, str], ...]
 
     def __init__(self, topic: str, body: bytes | bytearray | memoryview, tags: str = "",
-                 keys: str | Iterable[str] = (), properties: Properties = ()) -> None:
+                 keys: str | Iterable[str] = (), properties: Properties = (), *,
+                 delay_level: int = 0, deliver_at_ms: int | None = None,
+                 delay_ms: int | None = None) -> None:
         if type(topic) is not str:
             raise TypeError(f"Message topic must be a str, not {type(topic).__name__}")
         if type(body) is not bytes:
@@ -46,7 +55,35 @@ class Message:
         put(self, "body", body)
         put(self, "tags", tags)
         put(self, "keys", _keys(keys) if keys else ())
-        put(self, "properties", _properties(properties) if properties else ())
+        props = _properties(properties) if properties else ()
+        if delay_level or deliver_at_ms is not None or delay_ms is not None:
+            props = (*props, _delay(delay_level, deliver_at_ms, delay_ms))
+            if len({n for n, _ in props}) < len(props):
+                raise ValueError(f"Message properties name one property twice: {props!r}")
+        put(self, "properties", props)
+
+    @property
+    def delayed(self) -> bool:
+        """Whether a delay property is set (a level above 0, or a time)."""
+        return any(n in _TIMER_NAMES and (n != "DELAY" or v not in ("", "0"))
+                   for n, v in self.properties) if self.properties else False
+
+
+_TIMER_NAMES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC")
+
+
+def _delay(level: int, at_ms: int | None, delay_ms: int | None) -> tuple[str, str]:
+    given = [(n, v) for n, v in (("delay_level", level or None), ("deliver_at_ms", at_ms),
+                                 ("delay_ms", delay_ms)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"a Message takes one of delay_level, deliver_at_ms, delay_ms, not "
+                         f"{', '.join(n for n, _ in given)}")
+    name, value = given[0]
+    if type(value) is not int or value < 0:
+        raise TypeError(f"Message {name} must be a non-negative int, not {value!r}")
+    prop = {"delay_level": "DELAY", "deliver_at_ms": "TIMER_DELIVER_MS",
+            "delay_ms": "TIMER_DELAY_MS"}[name]
+    return prop, str(value)
 
 
 def _body(body: object) -> bytes:

@@ -278,7 +278,7 @@ def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
     from broker.entries import StoredRuns, StoredSend, decode_for_apply, encode_runs, encode_send
     from broker.sendwire import wire_messages
     try:
-        wire, _ = wire_messages("t", messages, 4 << 20, batch=True)
+        wire, _, _ = wire_messages("t", messages, 4 << 20, batch=True)
     except BadEntryError:
         return  # refused on the leader, with a named error
     entry = decode_for_apply(encode_send("t", 0, 1, wire, True, 4))
