@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 from broker.errors import BadRequestError
 from broker.protocol import (
     BROKER_STATUS,
+    DLQ_RESEND,
+    SEND_BACK,
     HEARTBEAT,
     OFFSET_COMMIT,
     OFFSET_QUERY,
@@ -40,6 +42,7 @@ from broker.protocol import (
     SendRefusedError,
 )
 from broker.entries import INT_MAX, OffsetCommit, TopicDelete, TopicPut
+from broker.retry import MAX_RECONSUME_TIMES_LIMIT
 from broker.topics import MAX_QUEUES, TopicConfig, validate_config, validate_topic_name
 from dledger.protocol import Request
 
@@ -244,3 +247,15 @@ async def transfer_leadership(server: BrokerServer, node_id: str) -> bool:
 async def heartbeat(server: BrokerServer, client_id: str, group: str, model: str,
                     subs: dict[str, str], ttl_ms: int) -> list[str]:
     return server.heartbeat(client_id, group, model, subs, ttl_ms / 1000)
+
+
+@handles(SEND_BACK, group=text(), topic=readable_topic, queue_id=queue_id, offset=offset,
+         delay_level=integer(-1, 1024), max_reconsume_times=integer(0, MAX_RECONSUME_TIMES_LIMIT))
+async def send_back(server: BrokerServer, group: str, topic: str, qid: int, at: int,
+                    delay_level: int, max_reconsume_times: int) -> list[Any]:
+    return await server.retries.send_back(group, topic, qid, at, delay_level, max_reconsume_times)
+
+
+@handles(DLQ_RESEND, group=text(), offset=offset)
+async def dlq_resend(server: BrokerServer, group: str, at: int) -> list[Any]:
+    return await server.retries.resend_dead_letter(group, at)

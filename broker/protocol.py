@@ -26,6 +26,12 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - TRANSFER_LEADERSHIP ``node_id`` -> true once that node leads (leader only)
 - SEARCH_OFFSET ``topic, queue_id, timestamp_ms`` -> the first queue offset stored at or after
   that time (the queue's max offset if none is); any replica answers from committed data
+- SEND_BACK ``group, topic, queue_id, offset, delay_level, max_reconsume_times`` -> ``[status,
+  topic, reconsume_times, dead]``: a consumer of ``group`` failed that message; the leader
+  stores its copy in ``%RETRY%<group>`` (delayed; level 0: 3 + reconsume times) or, past
+  ``max_reconsume_times`` (or with level -1), in ``%DLQ%<group>`` (``broker.retry``)
+- DLQ_RESEND ``group, offset`` -> ``[status, topic]``: the dead letter at that offset of
+  ``%DLQ%<group>`` back into ``%RETRY%<group>`` with its reconsume count reset (leader)
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -51,6 +57,8 @@ HEARTBEAT = 107
 TRANSFER_LEADERSHIP = 108
 SEARCH_OFFSET = 109
 SEND_RUNS = 110
+SEND_BACK = 111
+DLQ_RESEND = 112
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 

@@ -75,6 +75,23 @@ class SendPath:
     async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
         """SEND through the group commit, awaited."""
         self.server.require_leader()
+        return await self._await_run(self._run(topic, queue_id, raw, batch=True))
+
+    async def submit(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+        """Messages the broker stores on its own account (retries, dead letters) to a system
+        topic that exists: checked as any send's, delayed as their properties say."""
+        self.server.require_leader()
+        config = self.server.config
+        messages, size, _ = wire_messages(topic, raw, config.max_message_bytes, batch=False)
+        try:
+            topic, queue_id, messages = route_run(
+                topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
+                config.max_delay_ms, batch=False)
+        except DelayError as err:
+            raise BadDelayError(str(err)) from err
+        return await self._await_run((topic, queue_id, messages, size))
+
+    async def _await_run(self, run: Run) -> list[Any]:
         fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
 
         def reply(answers: list[list[Any]] | None, err: BaseException | None) -> None:
@@ -85,7 +102,7 @@ class SendPath:
             else:
                 fut.set_exception(err or BrokerError("send failed"))
 
-        self.groups.add([self._run(topic, queue_id, raw, batch=True)], reply)
+        self.groups.add([run], reply)
         return _sole_answer((await fut)[0])
 
     def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any]]:

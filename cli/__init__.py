@@ -1,6 +1,7 @@
 """The ``dledger`` command (click), one module per area: ``up`` (a NameServer and broker groups
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
-``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``), ``bench``;
+``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``), ``dlq``
+(and ``consumer retry``), ``bench``;
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
 and ``dledger-namesrv``. ``main`` is the console script's entry point."""
@@ -11,6 +12,7 @@ import click
 
 from cli.admin import consumer, leader
 from cli.bench import bench
+from cli.dlq import consumer_retry, dlq
 from cli.messages import consume, send
 from cli.node import node
 from cli.status import status
@@ -37,7 +39,8 @@ def chaos(ctx: click.Context) -> None:
     chaos_group.main(args=ctx.args, prog_name="dledger chaos")
 
 
-for command in (up, node, status, topic, send, consume, leader, consumer, bench):
+consumer.add_command(consumer_retry)
+for command in (up, node, status, topic, send, consume, leader, consumer, dlq, bench):
     main.add_command(command)
 main.add_command(log_cli.main, name="log")
 

@@ -46,13 +46,13 @@ class PullConsumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+    async def fetch_queues(self, topic: str, wait: bool = True) -> list[MessageQueue]:
         """The readable queues of a topic, over every group that serves it. A topic created a
         moment ago shows up once its leader registers it (at once, but asynchronously): this
-        waits for that up to the consumer's timeout."""
+        waits for that up to the consumer's timeout (``wait=False``: asks once)."""
         self._life.check()
-        route = await self._route_until(topic, time.monotonic() + self.timeout_s, bool,
-                                        refresh=True)
+        route = await self._route_until(topic, time.monotonic() + (self.timeout_s if wait else 0),
+                                        bool, refresh=True)
         if not route:
             raise errors.TopicNotFoundError(f"no group serves {topic!r}")
         return sorted(MessageQueue(topic, g.group, q) for g in route if g.perm & 4
@@ -82,6 +82,26 @@ class PullConsumer:
         """Store this group's progress on ``mq`` (the next offset to consume)."""
         await self._call(mq, bp.OFFSET_COMMIT, self.group, mq.topic, mq.queue_id, offset,
                          leader=True)
+
+    async def send_back(self, mq: MessageQueue, offset: int, delay_level: int = 0,
+                        max_reconsume_times: int = 16) -> tuple[str, int, bool]:
+        """Hand a message this group failed back to the broker (RocketMQ's send-back): it comes
+        again from ``%RETRY%<group>`` after the delay of ``delay_level`` (0: the broker's
+        choice, 3 + reconsume times), or goes to ``%DLQ%<group>`` once reconsumed
+        ``max_reconsume_times`` times (or with level -1). Returns (its topic now, its
+        reconsume times, whether it is a dead letter)."""
+        _, topic, times, dead = await self._call(mq, bp.SEND_BACK, self.group, mq.topic,
+                                                 mq.queue_id, offset, delay_level,
+                                                 max_reconsume_times, leader=True)
+        return str(topic), int(times), bool(dead)
+
+    async def resend_dead_letter(self, mq: MessageQueue, offset: int) -> str:
+        """Put the dead letter at ``offset`` of ``mq`` (a queue of ``%DLQ%<this group>``) back
+        into ``%RETRY%<this group>``, its reconsume count reset; returns the retry topic."""
+        if mq.topic != "%DLQ%" + self.group:
+            raise ValueError(f"{mq.topic!r} is not the dead-letter topic of group {self.group!r}")
+        _, topic = await self._call(mq, bp.DLQ_RESEND, self.group, offset, leader=True)
+        return str(topic)
 
     async def committed(self, mq: MessageQueue) -> int:
         """The group's committed offset on ``mq``, or -1 if it never committed one. Asked of the
@@ -148,5 +168,12 @@ class PullConsumer:
 
 def _message(mq: MessageQueue, r: list[Any]) -> ReceivedMessage:
     offset, body, tags, keys, unique_key, props, born, stored, offset_id = r
-    return ReceivedMessage(mq, offset, body, tags, tuple(keys), unique_key, offset_id,
-                           tuple((k, v) for k, v in props), born, stored)
+    if not props:  # the common message: none of a retry's properties to read
+        return ReceivedMessage(mq, offset, body, tags, tuple(keys), unique_key, offset_id, (),
+                               born, stored, mq.topic)
+    pairs = tuple((k, v) for k, v in props)
+    named = dict(pairs)
+    times = named.get("RECONSUME_TIME", "0")
+    return ReceivedMessage(mq, offset, body, tags, tuple(keys), named.get("UNIQ_KEY", unique_key),
+                           offset_id, pairs, born, stored, named.get("RETRY_TOPIC", mq.topic),
+                           int(times) if times.isdigit() else 0)

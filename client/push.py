@@ -4,11 +4,16 @@ heartbeats every broker node of its topics, shares queues with the other members
 queue (broadcasting), long-polls each of its queues, runs the listener with bounded concurrency,
 and commits progress (the lowest offset not yet consumed per queue) every few seconds and on close.
 
-A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None: also
-LATER). In clustering, until retry topics exist, LATER redelivers the messages in this process
-after a short delay, and the queue's committed offset never passes them, so nothing is lost. In
-broadcasting a failed message is not retried (as RocketMQ's broadcasting): it is logged and the
-consumer goes on.
+A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None, or an
+async listener does not answer within ``consume_timeout_s``, 15 min by default: all LATER). In
+clustering a failed message is sent back to the broker (RocketMQ's send-back,
+``broker.retry``): it comes again from ``%RETRY%<group>``, which every member subscribes to
+itself, after 10 s, 30 s, 1 m ... (delay level 3 + its reconsume times), and after
+``max_reconsume_times`` reconsumes (16) it goes to ``%DLQ%<group>`` instead. The queue's offset
+moves on once the message is consumed or sent back; a send-back that fails (no leader
+reachable) is retried here after ``later_delay_s`` and the committed offset never passes the
+message meanwhile, so nothing is lost. In broadcasting a failed message is not retried (as
+RocketMQ's broadcasting): it is logged and the consumer goes on.
 
 Progress: clustering commits it to the broker (through the group's replicated log); broadcasting
 keeps it in a local file per client id and group (``client.offset_store``, under
@@ -45,6 +50,7 @@ from client.offset_store import LocalOffsetStore
 from client.rebalance import STRATEGIES
 from client.routes import GroupRoute
 from client.types import MessageQueue, ReceivedMessage
+from broker.retry import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
 from dledger.errors import DLedgerError
 
 log = logging.getLogger("client.push")
@@ -79,7 +85,9 @@ class PushConsumer:
                  rebalance_s: float = 20.0, commit_s: float = 5.0, suspend_ms: int = 1000,
                  later_delay_s: float = 1.0, client_id: str | None = None,
                  start_timestamp_ms: int | None = None,
-                 offset_store_dir: str | os.PathLike[str] | None = None) -> None:
+                 offset_store_dir: str | os.PathLike[str] | None = None,
+                 max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+                 consume_timeout_s: float = 900.0) -> None:
         if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
             raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
         if start_from not in ("first", "last", "timestamp"):
@@ -92,6 +100,12 @@ class PushConsumer:
         self.concurrency, self.batch_size, self.start_from = concurrency, batch_size, start_from
         self.heartbeat_s, self.rebalance_s, self.commit_s = heartbeat_s, rebalance_s, commit_s
         self.suspend_ms, self.later_delay_s = suspend_ms, later_delay_s
+        if not 0 <= max_reconsume_times <= MAX_RECONSUME_TIMES_LIMIT or consume_timeout_s <= 0:
+            raise ValueError(f"max_reconsume_times is 0..{MAX_RECONSUME_TIMES_LIMIT} and "
+                             f"consume_timeout_s positive")
+        self.max_reconsume_times, self.consume_timeout_s = max_reconsume_times, consume_timeout_s
+        self.retry_topic = retry_topic(group)
+        self.sent_back = 0  # messages handed back to the broker for a retry (or the DLQ)
         if client_id is None:  # broadcasting resumes from a file named by it: keep it stable
             client_id = f"{socket.gethostname()}@DEFAULT" if model == "broadcasting" else \
                 uuid.uuid4().hex[:12]
@@ -141,10 +155,12 @@ class PushConsumer:
     async def _open(self) -> None:
         if self._store is not None:
             await asyncio.to_thread(self._store.open)
+        if self.model == "clustering":  # failed messages come back through the retry topic
+            self._subs[self.retry_topic] = "*"
         await self._pull.start()
         for topic in self._subs:  # a topic created a moment ago: wait for its route first
             try:
-                await self._pull.fetch_queues(topic)
+                await self._pull.fetch_queues(topic, wait=topic != self.retry_topic)
             except errors.TopicNotFoundError:
                 continue  # not there yet: the periodic rebalance picks it up later
         await self._heartbeat()
@@ -204,8 +220,8 @@ class PushConsumer:
     async def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
         for topic in self._subs:
-            try:
-                queues = await self._pull.fetch_queues(topic)
+            try:  # (the retry topic exists from the group's first send-back on)
+                queues = await self._pull.fetch_queues(topic, wait=topic != self.retry_topic)
             except errors.TopicNotFoundError:
                 continue
             self._known_queues.update(queues)
@@ -233,7 +249,7 @@ class PushConsumer:
             # were added, while we ran) is read from its beginning whatever start_from says:
             # its messages were all sent after we subscribed.
             new = self._initial_queues is not None and mq not in self._initial_queues
-            if self.start_from == "first" or new:
+            if self.start_from == "first" or new or mq.topic == self.retry_topic:
                 start = 0
             elif self.start_from == "timestamp":
                 assert self.start_timestamp_ms is not None
@@ -320,9 +336,26 @@ class PushConsumer:
                                 "are not retried (offsets %d-%d)", self.client_id, self.group,
                                 len(batch), mq, batch[0].queue_offset, batch[-1].queue_offset)
                 state.in_flight.difference_update(m.queue_offset for m in batch)
-            else:  # LATER: redeliver here after a delay; the offset stays uncommitted meanwhile
-                asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue,
-                                                      state, mq, batch)
+            else:  # LATER: back to the broker (retry topic or DLQ), or here again later
+                await self._send_back(state, mq, batch)
+
+    async def _send_back(self, state: _QueueState, mq: MessageQueue,
+                         batch: list[ReceivedMessage]) -> None:
+        got = await asyncio.gather(*(self._pull.send_back(mq, m.queue_offset, 0,
+                                                          self.max_reconsume_times)
+                                     for m in batch), return_exceptions=True)
+        failed = [m for m, g in zip(batch, got) if isinstance(g, BaseException)]
+        for err in {str(g) for g in got if isinstance(g, BaseException)}:
+            log.warning("send-back to %s failed (retried here in %.1f s): %s", mq.group,
+                        self.later_delay_s, err)
+        state.in_flight.difference_update(m.queue_offset for m, g in zip(batch, got)
+                                          if not isinstance(g, BaseException))
+        self.sent_back += len(batch) - len(failed)
+        if len(failed) < len(batch) and not any(q.topic == self.retry_topic for q in self._queues):
+            self._changed.set()  # the retry topic may be new: rebalance to read it
+        if failed:  # the offset stays uncommitted meanwhile: nothing is lost
+            asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue,
+                                                  state, mq, failed)
 
     def _requeue(self, state: _QueueState, mq: MessageQueue, batch: list[ReceivedMessage]) -> None:
         if not state.dropped:
@@ -332,7 +365,11 @@ class PushConsumer:
         try:
             out = self.listener(batch)
             if inspect.isawaitable(out):
-                out = await out
+                out = await asyncio.wait_for(out, self.consume_timeout_s)
+        except TimeoutError:
+            log.warning("listener of %s did not answer in %.0f s: counted as a failure",
+                        self.group, self.consume_timeout_s)
+            return ConsumeStatus.LATER
         except Exception:  # noqa: BLE001 - a listener's exception means "later", as RocketMQ's
             log.exception("listener of %s failed; the messages will be redelivered", self.group)
             return ConsumeStatus.LATER

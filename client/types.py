@@ -140,6 +140,11 @@ class SendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReceivedMessage:
+    """A consumed message. ``queue`` is where it was read (a retry's is ``%RETRY%<group>``);
+    ``topic`` is the topic it was sent to (a retry's ``RETRY_TOPIC``), ``msg_id`` the id its
+    producer got (the same for every retry of it), ``reconsume_times`` how many times it was
+    consumed and failed before (``RECONSUME_TIME``)."""
+
     queue: MessageQueue
     queue_offset: int
     body: bytes
@@ -150,6 +155,8 @@ class ReceivedMessage:
     properties: tuple[tuple[str, str], ...]
     born_ts_ms: int
     store_ts_ms: int
+    topic: str = ""
+    reconsume_times: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,97 @@
+"""What pending delayed messages cost a broker: ``python -m broker.bench_delay --messages 1000000``.
+
+Starts a NameServer and a 3-node broker group (the node defaults, async flush so that the run
+takes a minute rather than ten), reads each node's resident memory, sends N messages of
+``--bytes`` each with delay level 18 (2 h: all stay pending) in requests of 256 with 32 in
+flight, waits until every node has applied them, and reads the memory again. Prints each node's
+RSS before and after and the growth per pending message.
+
+Sends carry no unique key by default (``--unique-keys`` to give each one): a unique key costs
+the dedup table's row (issue 19 bounds that table), which is not the delay index's cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import click
+
+from broker import protocol as bp
+from broker.bench import broker_group
+from dledger.bench.nodeflags import NodeFlags
+from dledger.client import LogClient
+
+PER_REQUEST = 256
+IN_FLIGHT = 32
+
+
+def rss_mib(pid: int | None) -> float:
+    if pid is None:
+        raise RuntimeError("the node is not running")
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+async def _fill(client: LogClient, n: int, size: int, unique_keys: bool) -> float:
+    body = b"x" * size
+    sent = 0
+    t0 = time.monotonic()
+
+    async def one() -> None:
+        nonlocal sent
+        while sent < n:
+            k0 = sent
+            count = min(PER_REQUEST, n - sent)
+            sent += count
+            msgs = [[body, "", [], f"K{k0 + i:012d}" if unique_keys else "", [["DELAY", "18"]], 0]
+                    for i in range(count)]
+            answers = (await client.call_leader(bp.SEND_RUNS, [["pending", 0, msgs]],
+                                                timeout_s=30))[1]
+            if answers[0][0] != "SEND_OK":
+                raise RuntimeError(f"send refused: {answers[0]}")
+    await asyncio.gather(*(one() for _ in range(IN_FLIGHT)))
+    return time.monotonic() - t0
+
+
+async def _applied_everywhere(client: LogClient, nodes: list[str], n: int,
+                              deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        pending = [int((await client.call(nid, bp.BROKER_STATUS))["timers"]["pending"])
+                   for nid in nodes]
+        if min(pending) >= n:
+            return
+        await asyncio.sleep(0.5)  # the followers apply what they were sent
+    raise RuntimeError("the followers did not apply every delayed message in time")
+
+
+@click.command()
+@click.option("--messages", type=click.IntRange(min=1), default=1_000_000, show_default=True)
+@click.option("--bytes", "size", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--unique-keys", is_flag=True, help="Give every message a unique key.")
+def main(messages: int, size: int, unique_keys: bool) -> None:
+    with broker_group("async", NodeFlags()) as (_, cluster):
+        async def run() -> None:
+            async with LogClient(cluster.client_addresses, timeout_s=30) as client:
+                await client.call_leader(bp.SEND, "pending", 0, [[b"warm", "", [], "", [], 0]])
+                nodes = list(cluster.servers)
+                before = {nid: rss_mib(cluster.servers[nid].pid) for nid in nodes}
+                took_s = await _fill(client, messages, size, unique_keys)
+                await _applied_everywhere(client, nodes, messages, 300)
+                after = {nid: rss_mib(cluster.servers[nid].pid) for nid in nodes}
+                click.echo(f"{messages:,} pending delayed messages of {size} B "
+                           f"({'unique keys' if unique_keys else 'no unique keys'}), sent in "
+                           f"{took_s:.1f} s ({messages / took_s:,.0f} msg/s)")
+                for nid in nodes:
+                    grown = after[nid] - before[nid]
+                    click.echo(f"  {nid}: RSS {before[nid]:.1f} -> {after[nid]:.1f} MiB "
+                               f"(+{grown:.1f} MiB, {grown * 2**20 / messages:.0f} B per message)")
+        asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

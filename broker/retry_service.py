@@ -1,0 +1,79 @@
+"""The leader's side of retry and dead letters (``broker.retry``): a consumer's send-back and an
+operator's dead-letter resend, each read from the commitlog at the named queue offset, copied
+by ``broker.retry``'s rules, and stored through the send path (delayed through the schedule
+topic when retried). The retry and dead-letter topics are created, with one queue each, by a
+replicated topic entry before their first message. Owns nothing replicated.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker.entries import TopicPut, stored_messages
+from broker.protocol import SendRefusedError, offset_msg_id
+from broker.retry import (
+    DLQ_QUEUES,
+    RETRY_QUEUES,
+    dlq_topic,
+    resent_from_dlq,
+    retry_topic,
+    send_back,
+)
+from broker.topics import PERM_RW
+from dledger.errors import DLedgerError
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+
+class RetryService:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.sent_back = 0  # send-backs this node stored as leader (for status)
+        self.dead = 0
+
+    async def send_back(self, group: str, topic: str, queue_id: int, offset: int,
+                        delay_level: int, max_reconsume_times: int) -> list[Any]:
+        """SEND_BACK: [status, the topic it went to, its reconsume times, dead?]."""
+        self.server.require_leader()
+        await self.server.node.read_barrier()  # every message a replica served is applied here
+        m, msg_id = self._stored(topic, queue_id, offset)
+        back = send_back(group, m, topic, msg_id, delay_level, max_reconsume_times)
+        await self._ensure(back.topic, DLQ_QUEUES if back.dead else RETRY_QUEUES)
+        answer = await self.server.sends.submit(back.topic, 0, [back.message])
+        if back.dead:
+            self.dead += 1
+        else:
+            self.sent_back += 1
+        return [answer[0], back.topic, back.reconsume_times, back.dead]
+
+    async def resend_dead_letter(self, group: str, offset: int) -> list[Any]:
+        """DLQ_RESEND: the dead letter at ``offset`` of ``%DLQ%<group>`` into its retry topic."""
+        self.server.require_leader()
+        await self.server.node.read_barrier()
+        m, msg_id = self._stored(dlq_topic(group), 0, offset)
+        target = retry_topic(group)
+        await self._ensure(target, RETRY_QUEUES)
+        answer = await self.server.sends.submit(target, 0, [resent_from_dlq(m, msg_id)])
+        return [answer[0], target]
+
+    def _stored(self, topic: str, queue_id: int, offset: int) -> tuple[list[Any], str]:
+        units = self.server.state.units(topic, queue_id, offset, 1)
+        if not units:
+            raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic} queue {queue_id} has no "
+                                   f"message at offset {offset}")
+        unit = units[0]
+        store = self.server.node.store
+        assert store is not None
+        try:
+            m = stored_messages(store.read_at(unit.position).data)[unit.slot]
+        except DLedgerError as err:  # retention deleted it
+            raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic}@{offset}: {err}") from err
+        return list(m), offset_msg_id(self.server.group, unit.position, unit.slot)
+
+    async def _ensure(self, topic: str, queues: int) -> None:
+        if topic not in self.server.state.topics:
+            await self.server.leader_commit(TopicPut(topic, queues, queues, PERM_RW, system=True))
+
+    def status(self) -> dict[str, int]:
+        return {"sent_back_here": self.sent_back, "dead_lettered_here": self.dead}
