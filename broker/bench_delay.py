@@ -6,6 +6,10 @@ takes a minute rather than ten), reads each node's resident memory, sends N mess
 flight, waits until every node has applied them, and reads the memory again. Prints each node's
 RSS before and after and the growth per pending message.
 
+``--plain`` sends the same messages undelayed: the difference between the two runs is what
+delay scheduling itself costs (the rest, about 200 B a message, is what any stored message
+costs today: the consume-queue unit, the log's entry cache, the allocator's arenas; issue 19).
+
 Sends carry no unique key by default (``--unique-keys`` to give each one): a unique key costs
 the dedup table's row (issue 19 bounds that table), which is not the delay index's cost.
 """
@@ -36,7 +40,7 @@ def rss_mib(pid: int | None) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-async def _fill(client: LogClient, n: int, size: int, unique_keys: bool) -> float:
+async def _fill(client: LogClient, n: int, size: int, unique_keys: bool, plain: bool) -> float:
     body = b"x" * size
     sent = 0
     t0 = time.monotonic()
@@ -47,7 +51,8 @@ async def _fill(client: LogClient, n: int, size: int, unique_keys: bool) -> floa
             k0 = sent
             count = min(PER_REQUEST, n - sent)
             sent += count
-            msgs = [[body, "", [], f"K{k0 + i:012d}" if unique_keys else "", [["DELAY", "18"]], 0]
+            props = [] if plain else [["DELAY", "18"]]
+            msgs = [[body, "", [], f"K{k0 + i:012d}" if unique_keys else "", props, 0]
                     for i in range(count)]
             answers = (await client.call_leader(bp.SEND_RUNS, [["pending", 0, msgs]],
                                                 timeout_s=30))[1]
@@ -58,12 +63,18 @@ async def _fill(client: LogClient, n: int, size: int, unique_keys: bool) -> floa
 
 
 async def _applied_everywhere(client: LogClient, nodes: list[str], n: int,
-                              deadline_s: float) -> None:
+                              deadline_s: float, plain: bool) -> None:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        pending = [int((await client.call(nid, bp.BROKER_STATUS))["timers"]["pending"])
-                   for nid in nodes]
-        if min(pending) >= n:
+        stored = []
+        for nid in nodes:
+            if plain:
+                hi = (await client.call(nid, bp.PULL, "pending", 0, 0, 0, 0, 0, []))[3]
+                stored.append(int(hi) - 1)  # (the warm-up message)
+            else:
+                st = await client.call(nid, bp.BROKER_STATUS)
+                stored.append(int(st["timers"]["pending"]))
+        if min(stored) >= n:
             return
         await asyncio.sleep(0.5)  # the followers apply what they were sent
     raise RuntimeError("the followers did not apply every delayed message in time")
@@ -73,17 +84,19 @@ async def _applied_everywhere(client: LogClient, nodes: list[str], n: int,
 @click.option("--messages", type=click.IntRange(min=1), default=1_000_000, show_default=True)
 @click.option("--bytes", "size", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--unique-keys", is_flag=True, help="Give every message a unique key.")
-def main(messages: int, size: int, unique_keys: bool) -> None:
+@click.option("--plain", is_flag=True, help="Send them undelayed (the comparison run).")
+def main(messages: int, size: int, unique_keys: bool, plain: bool) -> None:
     with broker_group("async", NodeFlags()) as (_, cluster):
         async def run() -> None:
             async with LogClient(cluster.client_addresses, timeout_s=30) as client:
                 await client.call_leader(bp.SEND, "pending", 0, [[b"warm", "", [], "", [], 0]])
                 nodes = list(cluster.servers)
                 before = {nid: rss_mib(cluster.servers[nid].pid) for nid in nodes}
-                took_s = await _fill(client, messages, size, unique_keys)
-                await _applied_everywhere(client, nodes, messages, 300)
+                took_s = await _fill(client, messages, size, unique_keys, plain)
+                await _applied_everywhere(client, nodes, messages, 300, plain)
                 after = {nid: rss_mib(cluster.servers[nid].pid) for nid in nodes}
-                click.echo(f"{messages:,} pending delayed messages of {size} B "
+                what = "stored undelayed" if plain else "pending delayed"
+                click.echo(f"{messages:,} {what} messages of {size} B "
                            f"({'unique keys' if unique_keys else 'no unique keys'}), sent in "
                            f"{took_s:.1f} s ({messages / took_s:,.0f} msg/s)")
                 for nid in nodes:

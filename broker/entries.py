@@ -22,6 +22,8 @@ KIND_TOPIC_DELETE = 3
 KIND_OFFSET_COMMIT = 4
 KIND_SEND_RUNS = 5
 KIND_TIMER_DELIVER = 6
+KIND_LOCK_QUEUES = 7
+KIND_UNLOCK_QUEUES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,21 @@ class TimerDeliver:
     default_queues: int = 4
 
 
-BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit, TimerDeliver]
+@dataclass(frozen=True, slots=True)
+class LockQueues:
+    """An orderly consumer's lock (or renewal) of queues (``broker.orderly``); ``lock=False``:
+    their release."""
+
+    store_ts_ms: int
+    group: str
+    client_id: str
+    queues: tuple[tuple[str, int], ...]
+    lock: bool = True
+    ttl_ms: int = 60_000
+
+
+BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit, TimerDeliver,
+                    LockQueues]
 
 
 # -- encode ---------------------------------------------------------------------------------------
@@ -128,6 +144,9 @@ def encode(entry: BrokerEntry) -> bytes:
         fields = [KIND_TOPIC_DELETE, entry.name]
     elif isinstance(entry, OffsetCommit):
         fields = [KIND_OFFSET_COMMIT, entry.group, entry.topic, entry.queue_id, entry.offset]
+    elif isinstance(entry, LockQueues):
+        fields = [KIND_LOCK_QUEUES if entry.lock else KIND_UNLOCK_QUEUES, entry.store_ts_ms,
+                  entry.group, entry.client_id, [list(q) for q in entry.queues], entry.ttl_ms]
     elif isinstance(entry, TimerDeliver):
         fields = [KIND_TIMER_DELIVER, entry.store_ts_ms, entry.auto_create, entry.default_queues,
                   [list(item) for item in entry.items]]
@@ -362,10 +381,27 @@ def _timer_deliver(f: list[Any]) -> TimerDeliver:
     return TimerDeliver(_int(ts), tuple(out), _bool(auto_create), _int(default_queues, 1))
 
 
+def _lock_queues(f: list[Any], lock: bool = True) -> LockQueues:
+    ts, group, client_id, queues, ttl_ms = f
+    if not isinstance(queues, list):
+        raise ValueError("the queues are a list of [topic, queue id]")
+    out = []
+    for q in queues:
+        if type(q) is not list or len(q) != 2:
+            raise ValueError("a queue is [topic, queue id]")
+        out.append((_str(q[0]), _int(q[1])))
+    return LockQueues(_int(ts), _str(group), _str(client_id), tuple(out), lock, _int(ttl_ms))
+
+
+def _unlock_queues(f: list[Any]) -> LockQueues:
+    return _lock_queues(f, lock=False)
+
+
 _DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
     KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
     KIND_OFFSET_COMMIT: _offset_commit, KIND_SEND_RUNS: _send_runs,
-    KIND_TIMER_DELIVER: _timer_deliver}
+    KIND_TIMER_DELIVER: _timer_deliver, KIND_LOCK_QUEUES: _lock_queues,
+    KIND_UNLOCK_QUEUES: _unlock_queues}
 
-__all__ = ["BrokerEntry", "Message", "OffsetCommit", "SendEntry", "SendRun", "SendRunsEntry",
+__all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "SendEntry", "SendRun", "SendRunsEntry",
            "TimerDeliver", "TopicDelete", "TopicPut", "decode", "encode"]

@@ -29,6 +29,8 @@ from broker.errors import BadRequestError
 from broker.protocol import (
     BROKER_STATUS,
     DLQ_RESEND,
+    LOCK_BATCH,
+    UNLOCK_BATCH,
     SEND_BACK,
     HEARTBEAT,
     OFFSET_COMMIT,
@@ -56,6 +58,7 @@ PULL_TAGS_MAX = 1024  # tags in one pull's filter
 SUBSCRIPTIONS_MAX = 1024  # topics in one heartbeat
 EXPRESSION_MAX_CHARS = 4096  # one subscription's tag expression
 MODELS = ("clustering", "broadcasting")
+LOCK_QUEUES_MAX = 1024  # queues in one lock request
 
 Check = Callable[[Any], Any]  # returns the (checked) value or raises ValueError saying why
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -154,6 +157,18 @@ def subscriptions(v: Any) -> dict[str, str]:
         if type(expression) is not str or len(expression) > EXPRESSION_MAX_CHARS:
             raise ValueError(f"[{topic!r}] must be a tag expression string, got {_brief(expression)}")
     return v
+
+
+def lock_queues(v: Any) -> list[tuple[str, int]]:
+    """An orderly consumer's ``[[topic, queue id], ...]``."""
+    if type(v) is not list or len(v) > LOCK_QUEUES_MAX:
+        raise ValueError(f"must be a list of at most {LOCK_QUEUES_MAX} queues, got {_brief(v)}")
+    out = []
+    for q in v:
+        if type(q) is not list or len(q) != 2:
+            raise ValueError(f"a queue is [topic, queue id], got {_brief(q)}")
+        out.append((readable_topic(q[0]), queue_id(q[1])))
+    return out
 
 
 def readable_topic(v: Any) -> str:
@@ -259,3 +274,15 @@ async def send_back(server: BrokerServer, group: str, topic: str, qid: int, at: 
 @handles(DLQ_RESEND, group=text(), offset=offset)
 async def dlq_resend(server: BrokerServer, group: str, at: int) -> list[Any]:
     return await server.retries.resend_dead_letter(group, at)
+
+
+@handles(LOCK_BATCH, group=text(), client_id=text(), queues=lock_queues)
+async def lock_batch(server: BrokerServer, group: str, client_id: str,
+                     queues: list[tuple[str, int]]) -> list[list[object]]:
+    return await server.locks.lock(group, client_id, queues)
+
+
+@handles(UNLOCK_BATCH, group=text(), client_id=text(), queues=lock_queues)
+async def unlock_batch(server: BrokerServer, group: str, client_id: str,
+                       queues: list[tuple[str, int]]) -> bool:
+    return await server.locks.unlock(group, client_id, queues)

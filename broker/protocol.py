@@ -32,6 +32,8 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   ``max_reconsume_times`` (or with level -1), in ``%DLQ%<group>`` (``broker.retry``)
 - DLQ_RESEND ``group, offset`` -> ``[status, topic]``: the dead letter at that offset of
   ``%DLQ%<group>`` back into ``%RETRY%<group>`` with its reconsume count reset (leader)
+- LOCK_BATCH ``group, client_id, [[topic, queue_id]...]`` -> the queues granted (locked or
+  renewed for 60 s; ``broker.orderly``); UNLOCK_BATCH the same -> true (leader)
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -59,6 +61,8 @@ SEARCH_OFFSET = 109
 SEND_RUNS = 110
 SEND_BACK = 111
 DLQ_RESEND = 112
+LOCK_BATCH = 113
+UNLOCK_BATCH = 114
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 

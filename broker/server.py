@@ -24,6 +24,7 @@ from aiohttp import web
 from broker.admin import make_app
 from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, SCHEDULE_TOPIC, parse_levels
 from broker.delay_service import DELAY_CANARIES, DelayService
+from broker.orderly_service import LOCK_CANARIES, LockService
 from broker.retry_service import RetryService
 from broker.entries import (
     Message,
@@ -76,7 +77,7 @@ log = logging.getLogger("broker.server")
 SERVED_KINDS = served_kinds()
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
 CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
-BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES
+BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class BrokerServer:
         self.sends = SendPath(self)
         self.delays = DelayService(self)
         self.retries = RetryService(self)
+        self.locks = LockService(self)
 
     async def start(self) -> None:
         await self.node.start()

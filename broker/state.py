@@ -24,6 +24,7 @@ from broker.dedup import DedupTable
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC, DelayIndex, timer_of
 from broker.entries import (
     BrokerEntry,
+    LockQueues,
     OffsetCommit,
     StoredRuns,
     StoredSend,
@@ -33,12 +34,13 @@ from broker.entries import (
     decode_for_apply,
 )
 from broker.errors import BadEntryError, BrokerError
+from broker.orderly import LockTable
 from broker.topics import TopicConfig, validate_config
 
 
-CHECKPOINT_VERSION = 3  # 3: + pending timers; 2: packed queues, columnar dedup; 1: lists
+CHECKPOINT_VERSION = 3  # 3: + timers, locks; 2: packed queues, columnar dedup; 1: lists
 READ_VERSIONS = (1, 2, CHECKPOINT_VERSION)
-STATE_CANARIES = frozenset({"timer_redeliver"})
+STATE_CANARIES = frozenset({"timer_redeliver", "lock_unfenced"})
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class StateConfig:
     dedup_window_ms: int = 10 * 60 * 1000  # a retried send within this window is not stored again
     dedup_entries_max: int = 1_000_000
     # Seeded bugs (tests only, on every replica alike): "timer_redeliver" stores a delivered
-    # timer's message again when a delivery names it twice (the index's check skipped).
+    # timer's message again when a delivery names it twice (the index's check skipped);
+    # "lock_unfenced" grants a queue lock whoever holds it.
     canaries: frozenset[str] = frozenset()
 
 
@@ -68,6 +71,7 @@ class ApplyResult:
     # per duplicate: (its index in the run, the original's commitlog position and slot)
     originals: tuple[tuple[int, int, int], ...] = ()
     runs: tuple[ApplyResult, ...] = ()
+    granted: tuple[tuple[str, int], ...] = ()  # a lock entry's queues granted
 
     def run_results(self) -> tuple[ApplyResult, ...]:
         """One result per run: a multi-run entry's ``runs``, or this result for a send entry."""
@@ -89,6 +93,7 @@ class BrokerState:
     # unique key -> (topic, queue id, queue offset, store time), oldest first
     dedup: DedupTable = field(init=False)
     timers: DelayIndex = field(default_factory=DelayIndex)  # pending delayed messages
+    locks: LockTable = field(default_factory=LockTable)  # orderly consumers' queue locks
 
     def __post_init__(self) -> None:
         self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
@@ -135,6 +140,14 @@ class BrokerState:
             return ApplyResult(index, "OK", topic=entry.name)
         if isinstance(entry, TimerDeliver):
             return self._deliver(index, position, entry)
+        if isinstance(entry, LockQueues):
+            if not entry.lock:
+                self.locks.unlock(entry.group, entry.client_id, entry.queues, entry.store_ts_ms)
+                return ApplyResult(index, "OK")
+            granted = self.locks.lock(entry.group, entry.client_id, entry.queues,
+                                      entry.store_ts_ms, entry.ttl_ms,
+                                      fenced="lock_unfenced" not in self.config.canaries)
+            return ApplyResult(index, "OK", granted=tuple(granted))
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
         return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
@@ -295,7 +308,7 @@ class BrokerState:
             sorted([t, q, units.packed()] for (t, q), units in self.queues.items()),
             sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
             self.dedup.snapshot(),
-            self.timers.snapshot(),
+            [self.timers.snapshot(), self.locks.snapshot()],
         ])
 
     @classmethod
@@ -314,7 +327,9 @@ class BrokerState:
             state.offsets = {(g, t, q): o for g, t, q, o in offsets}
             cfg = state.config
             if rest:
-                state.timers = DelayIndex.restore(rest[0])
+                timers, locks = rest[0]
+                state.timers = DelayIndex.restore(timers)
+                state.locks = LockTable.restore(locks)
             state.dedup = (DedupTable.restore(cfg.dedup_window_ms, cfg.dedup_entries_max, dedup)
                            if version != 1 else DedupTable.from_rows(
                                cfg.dedup_window_ms, cfg.dedup_entries_max,

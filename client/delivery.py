@@ -264,6 +264,33 @@ class Delivery:
             return node, res, unknown
 
 
+    async def to_queue(self, raws: list[Any], mq: MessageQueue, deadline: float) -> SendResult:
+        """One message to one chosen queue (an ordered send): retried on that queue only, an
+        unknown outcome asked again of its group (which dedups the unique key), never moved to
+        another queue, which would break the order of its key."""
+        while True:
+            route = await self._routes.route(mq.topic)
+            group = next((g for g in route.groups if g.group == mq.group), None)
+            if group is None:
+                raise errors.TopicNotFoundError(f"group {mq.group} does not serve {mq.topic!r}")
+            try:
+                node, res, _ = await self._call(group, bp.SEND_RUNS,
+                                                [[[mq.topic, mq.queue_id, raws]]], deadline,
+                                                True, None)
+            except (errors.ClientError, DLedgerError) as raised:
+                err = raised if isinstance(raised, errors.ClientError) else client_error(raised)
+                if not isinstance(err, errors.RetriableError) \
+                        or time.monotonic() + POLL_S >= deadline:
+                    raise err from raised
+                self._routes.invalidate(mq.topic)
+                await asyncio.sleep(POLL_S)  # polling the NameServer for the group's new view
+                continue
+            answer = res[0]
+            if answer[0] != SEND_OK:
+                raise client_error(RemoteError(answer[0], answer[1]))
+            return _results(mq.topic, group.group, answer, raws, node)[0]
+
+
 def _by_topic(sends: Sends, idx: list[int]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i in idx:

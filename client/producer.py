@@ -21,7 +21,8 @@ import asyncio
 import itertools
 import os
 import time
-from typing import Any, Sequence
+import zlib
+from typing import Any, Callable, Sequence
 
 from broker import protocol as bp
 from client import errors
@@ -29,7 +30,14 @@ from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks
 from client.lifecycle import Lifecycle
 from client.routes import Routes
-from client.types import Message, SendResult
+from client.types import Message, MessageQueue, SendResult
+
+QueueSelector = Callable[[list[MessageQueue], Message, str], MessageQueue]
+
+
+def hash_selector(queues: list[MessageQueue], message: Message, key: str) -> MessageQueue:
+    """RocketMQ's SelectMessageQueueByHash, with a hash that is the same in every process."""
+    return queues[zlib.crc32(key.encode()) % len(queues)]
 
 SEND_GROUP_MAX = 256  # concurrent sends that travel together (one request per group), at most
 SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
@@ -121,6 +129,36 @@ class Producer:
             raise
         except Exception as err:  # noqa: BLE001 - handed to every caller still waiting
             sends.fail_all(err)
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The writable queues of ``topic`` over its groups, in a stable order (what a queue
+        selector chooses from)."""
+        self._life.check()
+        route = await self._routes.route(topic, refresh=True)
+        return sorted(MessageQueue(topic, g.group, q) for g in route.groups if g.perm & 2
+                      for q in range(g.write_queues))
+
+    async def send_to(self, message: Message, queue: MessageQueue) -> SendResult:
+        """Store one message in ``queue``; retried there only (RocketMQ's ordered send)."""
+        self._life.check()
+        _check_size(message)
+        if message.topic != queue.topic:
+            raise ValueError(f"the message's topic {message.topic!r} is not {queue.topic!r}'s")
+        return await self._delivery.to_queue(_encode([message]), queue,
+                                             time.monotonic() + self.send_timeout_s)
+
+    async def send_orderly(self, message: Message, sharding_key: str,
+                           selector: QueueSelector | None = None) -> SendResult:
+        """Store ``message`` in the queue its ``sharding_key`` selects (by default the key's
+        CRC32 modulo the queue count, the same in every process), so that one key's messages
+        are stored in one queue in the order they were sent (await each send before the next
+        of the same key: RocketMQ's rule for ordered sends). A topic with one queue gives a
+        global order. ``selector(queues, message, sharding_key)`` chooses otherwise."""
+        queues = await self.queues(message.topic)
+        if not queues:
+            raise errors.TopicNotFoundError(f"no group takes writes to {message.topic!r}")
+        choose = selector or hash_selector
+        return await self.send_to(message, choose(queues, message, sharding_key))
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store messages of one topic as one entry in one queue, all or nothing (RocketMQ's

@@ -59,6 +59,7 @@ log = logging.getLogger("client.push")
 class ConsumeStatus(enum.Enum):
     SUCCESS = "success"
     LATER = "later"
+    SUSPEND = "suspend"  # orderly (RocketMQ's SUSPEND_CURRENT_QUEUE_A_MOMENT): again in place
 
 
 Listener = Callable[[list[ReceivedMessage]], Union[ConsumeStatus, None, Awaitable[ConsumeStatus | None]]]
@@ -105,6 +106,7 @@ class PushConsumer:
                              f"consume_timeout_s positive")
         self.max_reconsume_times, self.consume_timeout_s = max_reconsume_times, consume_timeout_s
         self.retry_topic = retry_topic(group)
+        self.handover_wait = True  # (an orderly consumer's queue locks do the hand-over)
         self.sent_back = 0  # messages handed back to the broker for a retry (or the DLQ)
         if client_id is None:  # broadcasting resumes from a file named by it: keep it stable
             client_id = f"{socket.gethostname()}@DEFAULT" if model == "broadcasting" else \
@@ -239,7 +241,7 @@ class PushConsumer:
         state.task = asyncio.create_task(self._puller(mq, state))
 
     async def _start_offset(self, mq: MessageQueue) -> int:
-        if self.model == "clustering" and len(self.members) > 1:
+        if self.model == "clustering" and len(self.members) > 1 and self.handover_wait:
             # Hand-over: the queue's previous owner notices the new membership at its next
             # heartbeat, finishes what is in its listener and commits; only then read the offset.
             await asyncio.sleep(2 * self.heartbeat_s + self.commit_s)
@@ -373,7 +375,7 @@ class PushConsumer:
         except Exception:  # noqa: BLE001 - a listener's exception means "later", as RocketMQ's
             log.exception("listener of %s failed; the messages will be redelivered", self.group)
             return ConsumeStatus.LATER
-        return out if out is ConsumeStatus.SUCCESS else ConsumeStatus.LATER
+        return out if out is ConsumeStatus.SUCCESS else ConsumeStatus.LATER  # SUSPEND too
 
     async def _commit_loop(self) -> None:
         while True:

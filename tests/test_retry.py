@@ -21,6 +21,7 @@ from tests.test_processes import wait_until
 
 # level 3, 4, 5 = 200, 300, 400 ms (the test's shortened levels; RocketMQ's are 10 s, 30 s, 1 m)
 LEVELS = "50ms 100ms 200ms 300ms 400ms " + " ".join(["500ms"] * 13)
+pytestmark = pytest.mark.slow  # (the first test is pure; the rest start processes)
 FAST = dict(heartbeat_s=0.3, rebalance_s=0.5, commit_s=0.3, suspend_ms=300, start_from="first")
 
 
