@@ -14,7 +14,15 @@ from click.testing import CliRunner
 
 from broker.retry import resent_from_dlq, send_back
 from cli import main as cli_main
-from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
+from client import (
+    ConsumeStatus,
+    Message,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    ReceivedMessage,
+    TopicNotFoundError,
+)
 from dledger.localcluster import LocalCluster
 from tests.test_broker_processes import BROKER, _start_namesrv
 from tests.test_processes import wait_until
@@ -124,7 +132,7 @@ def test_always_failing_goes_to_the_dlq_and_dlq_resend_brings_it_back(ns: str) -
                     async def dead() -> bool:
                         try:
                             return bool(await pc.fetch_queues("%DLQ%doomed-group", wait=False))
-                        except Exception:  # noqa: BLE001 - not there yet
+                        except TopicNotFoundError:  # not there yet
                             return False
                     await wait_until(dead, 30, "the dead-letter topic")
                     dlq = (await pc.fetch_queues("%DLQ%doomed-group"))[0]
