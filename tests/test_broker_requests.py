@@ -99,6 +99,10 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.BROKER_STATUS: [],
     bp.TRANSFER_LEADERSHIP: ["n0"],
     bp.HEARTBEAT: ["c1", "g", "clustering", {"t": "*"}, 1000],
+    bp.SEND_BACK: ["g", "t", 0, 0, 0, 16],
+    bp.DLQ_RESEND: ["g", 0],
+    bp.LOCK_BATCH: ["g", "c1", [["t", 0]]],
+    bp.UNLOCK_BATCH: ["g", "c1", [["t", 0]]],
 }
 
 
@@ -138,6 +142,12 @@ def test_fields_of_the_wrong_type_or_range_are_named(tmp_path: Path) -> None:
                   match="subscriptions")
         await bad(client, bp.HEARTBEAT, "c1", "g", "clustering", {}, -1, match="ttl_ms")
         await bad(client, bp.TRANSFER_LEADERSHIP, "nobody", match="not a member")
+        await bad(client, bp.SEND_BACK, "g", "t", 0, -1, 0, 16, match="offset")
+        await bad(client, bp.SEND_BACK, "g", "t", 0, 0, "3", 16, match="delay_level")
+        await bad(client, bp.SEND_BACK, "g", "t", 0, 0, 0, -1, match="max_reconsume_times")
+        await bad(client, bp.DLQ_RESEND, "", 0, match="group")
+        await bad(client, bp.LOCK_BATCH, "g", "c1", "t", match="queues")
+        await bad(client, bp.UNLOCK_BATCH, "g", "", [["t", 0]], match="client_id")
         # an unknown kind is answered under its request id (today: id -1, the caller timed out)
         await bad(client, 150, 1, 2, match="unknown request kind 150")
         assert await client.call(n0, bp.HEARTBEAT, "c1", "g", "clustering", {"t": "*"},
