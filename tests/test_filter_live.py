@@ -10,8 +10,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from broker import protocol as bp
+from cli import main as cli_main
 from client import BadFilterError, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from client.orderly import OrderlyPushConsumer
 from dledger.client import LogClient
@@ -99,3 +101,16 @@ def test_a_push_consumer_subscribed_by_sql_gets_exactly_the_matching_messages(cl
                 await wait_until(committed_all, 20, "the group's offset at the queue's end")
         assert sorted(int(dict(m.properties)["age"]) for m in got) == list(range(7))
     asyncio.run(run())
+
+
+def test_dledger_consume_filters_by_sql_and_names_a_malformed_expression(cluster: Any) -> None:
+    ns, _ = cluster
+    asyncio.run(send_ages(ns, "cli-ages", 6))
+    runner = CliRunner()
+    out = runner.invoke(cli_main, ["consume", "--namesrv", ns, "--sql", "age >= 4", "cli-ages"])
+    assert out.exit_code == 0, out.output
+    assert [line.rsplit(" ", 1)[-1] for line in out.output.splitlines()] == ["b'm4'", "b'm5'"]
+    out = runner.invoke(cli_main, ["consume", "--namesrv", ns, "--tags", "TagA", "cli-ages"])
+    assert [line.rsplit(" ", 1)[-1] for line in out.output.splitlines()] == ["b'm0'", "b'm3'"]
+    bad = runner.invoke(cli_main, ["consume", "--namesrv", ns, "--sql", "age >= ", "cli-ages"])
+    assert bad.exit_code == 2 and "SQL filter at offset 7" in bad.output, bad.output
