@@ -8,6 +8,7 @@ from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
 from client.errors import (
     BadDelayError,
+    BadFilterError,
     ClientClosedError,
     ClientError,
     ClientNotStartedError,
@@ -33,12 +34,12 @@ from client.sync import SyncLitePullConsumer, SyncProducer, SyncPullConsumer, Sy
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
-    "BadDelayError", "ClientClosedError", "ClientError", "ClientNotStartedError", "ConsumeStatus",
-    "InvalidTopicError", "LitePullConsumer", "Message", "MessageQueue", "MessageTooLargeError",
-    "NoLeaderYetError", "NoPermissionError", "NonRetriableError", "NotLeaderError",
-    "OffsetStoreError", "OffsetStoreLockedError", "OverloadedError", "Producer", "PullConsumer",
-    "PullResult", "PushConsumer", "ReceivedMessage", "RetriableError", "SendResult",
-    "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer", "SyncProducer",
-    "SyncPullConsumer", "SyncPushConsumer", "TopicNotFoundError", "UnavailableError",
-    "message_bytes", "split_batch",
+    "BadDelayError", "BadFilterError", "ClientClosedError", "ClientError",
+    "ClientNotStartedError", "ConsumeStatus", "InvalidTopicError", "LitePullConsumer", "Message",
+    "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
+    "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
+    "OverloadedError", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
+    "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer",
+    "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "TopicNotFoundError",
+    "UnavailableError", "message_bytes", "split_batch",
 ]

@@ -40,15 +40,16 @@ import asyncio
 import logging
 import math
 import uuid
-from typing import Any, Sequence
+from typing import Sequence
 
 from broker import protocol as bp
 from client import errors, membership
 from client.consumer import PullConsumer
-from client.lifecycle import CLOSED, Lifecycle
+from client.errors import compile_filter
+from client.lifecycle import CLOSED, NEW, Lifecycle
 from client.lite_buffer import QueueBuffers
 from client.rebalance import STRATEGIES
-from client.types import MessageQueue, ReceivedMessage
+from client.types import MessageQueue, PullResult, ReceivedMessage
 
 log = logging.getLogger("client.lite")
 
@@ -122,23 +123,21 @@ class LitePullConsumer:
 
     def subscribe(self, topic: str, tags: str | None = "*", *, sql: str | None = None) -> None:
         """Before start(): the group shares ``topic``'s queues; messages whose tag is in ``tags``
-        (``A || B``, ``*``), or that match the SQL92 expression ``sql`` (then ``tags`` stays
-        ``*``). Exclusive with ``assign``."""
+        (``A || B``, ``*``), or that match the SQL92 expression ``sql`` (checked now:
+        ``BadFilterError``; then ``tags`` stays ``*``). Exclusive with ``assign``."""
         if self._assigned is not None:
             raise ValueError("subscribe() and assign() are exclusive: this consumer is assigned")
-        if self._life.state != "new":
+        if self._life.state != NEW:
             raise ValueError("subscribe() before start()")
         if type(topic) is not str or not topic:
             raise ValueError(f"topic must be a non-empty str, not {topic!r}")
         expression = membership.tag_expression(tags)
+        self._sql.pop(topic, None)
         if sql is not None:
-            if type(sql) is not str or not sql.strip():
-                raise ValueError(f"sql must be a non-empty SQL92 expression, not {sql!r}")
             if expression != "*":
                 raise ValueError("subscribe with tags or with sql, not both")
-            self._sql[topic] = sql
-        else:
-            self._sql.pop(topic, None)
+            compile_filter(sql)  # BadFilterError now, not in a puller later
+            self._sql[topic] = expression = sql  # (heartbeats tell the SQL, as the push's)
         self._subs[topic] = expression
 
     def assign(self, queues: Sequence[MessageQueue]) -> None:
@@ -422,8 +421,7 @@ class LitePullConsumer:
                 continue
             offset, epoch = self._buffers.position(mq)
             try:
-                res = await self._pull.pull(mq, offset, min(space, self.pull_batch_max),
-                                            self.suspend_ms, self._tags(mq), **self._filter(mq))
+                res = await self._fetch(mq, offset, min(space, self.pull_batch_max))
             except errors.ClientError as err:
                 log.warning("pull %s: %s", mq, err)
                 await asyncio.sleep(RETRY_S)
@@ -440,10 +438,8 @@ class LitePullConsumer:
             elif self.suspend_ms == 0:
                 await asyncio.sleep(EMPTY_RETRY_S)  # the broker did not wait: we do, briefly
 
-    def _tags(self, mq: MessageQueue) -> list[str]:
-        return membership.tag_list(self._subs.get(mq.topic, "*"))
-
-    def _filter(self, mq: MessageQueue) -> dict[str, Any]:
+    async def _fetch(self, mq: MessageQueue, offset: int, most: int) -> PullResult:
+        """One long-polling pull of up to ``most`` messages, filtered as subscribed."""
         sql = self._sql.get(mq.topic)
-        # SQL: PullConsumer.pull(..., sql=) is being added on main; passed only when set
-        return {"sql": sql} if sql is not None else {}
+        tags = ["*"] if sql is not None else membership.tag_list(self._subs.get(mq.topic, "*"))
+        return await self._pull.pull(mq, offset, most, self.suspend_ms, tags, sql=sql)

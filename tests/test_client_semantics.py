@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from client import (
@@ -29,7 +30,8 @@ from client import (
     SyncPushConsumer,
 )
 from client.types import ReceivedMessage
-from tests.clusters import namesrv_and_group
+from dledger.localcluster import LocalCluster
+from tests.test_broker_processes import BROKER, _start_namesrv
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
@@ -39,8 +41,27 @@ FAST = {"heartbeat_s": 0.3, "rebalance_s": 1.0, "commit_s": 0.3, "suspend_ms": 3
 
 @pytest.fixture(scope="module")
 def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with namesrv_and_group(tmp_path_factory.mktemp("cluster")) as addr:
-        yield addr
+    base = tmp_path_factory.mktemp("cluster")
+    ns_proc, addr = _start_namesrv(base)
+    try:
+        with LocalCluster(str(base), size=3, tick_ms=50,
+                          program=(*BROKER, "--namesrv", addr, "--register-interval-s", "1")):
+            asyncio.run(_registered(addr))
+            yield addr
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)
+
+
+async def _registered(addr: str) -> None:
+    """Until the NameServer routes the group's leader (a cluster that just started registers
+    within a second or two)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+        async def led() -> bool:
+            async with session.get(f"http://{addr}/v1/cluster") as resp:
+                groups = (await resp.json())["groups"]
+            return bool(groups) and all(g.get("leader") for g in groups)
+        await wait_until(led, 30, "the group's registration")
 
 
 class Deliveries:

@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from client import (
+    BadFilterError,
     ClientClosedError,
     ClientNotStartedError,
     LitePullConsumer,
@@ -26,7 +27,7 @@ from client import (
     SyncProducer,
 )
 from client.lite_buffer import QueueBuffers
-from tests.clusters import namesrv_and_group
+from tests.clusters import namesrv_group
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow  # (the first tests are pure; the rest start processes)
@@ -96,7 +97,9 @@ def test_subscribe_and_assign_are_exclusive_and_come_first() -> None:
         c.subscribe("u", "A", sql="a > 1")
     with pytest.raises(ValueError):
         c.subscribe("")
-    c.subscribe("u", sql="a > 1")  # stored for the pulls
+    with pytest.raises(BadFilterError):
+        c.subscribe("u", sql="a >")  # checked at once, as the push consumer's
+    c.subscribe("u", sql="a > 1")  # kept for the pulls
     d = LitePullConsumer(NS, "g")
     d.assign([mq])
     with pytest.raises(ValueError, match="exclusive"):
@@ -109,7 +112,7 @@ def test_subscribe_and_assign_are_exclusive_and_come_first() -> None:
 
 @pytest.fixture(scope="module")
 def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with namesrv_and_group(tmp_path_factory.mktemp("lite")) as addr:
+    with namesrv_group(tmp_path_factory.mktemp("lite")) as (addr, _):
         yield addr
 
 
@@ -314,6 +317,15 @@ def test_async_for_yields_one_at_a_time_and_ends_at_close(ns: str) -> None:
             await asyncio.wait_for(reader, 5)  # the loop ended
             assert sorted(m.body for m in got) == [b"A", b"A", b"B", b"B", b"warm-up"]
             assert await _committed(ns, "lite-iter-group", queues) == ends
+            s = LitePullConsumer(ns, "lite-sql-group", start_from="first", **FAST)
+            s.subscribe("lite-iter", sql="TAGS IN ('B', 'C') AND TAGS <> 'B'")
+            async with await s.start():
+                only_c: list[ReceivedMessage] = []
+                for _ in range(50):
+                    only_c += await s.poll(1.0)
+                    if len(only_c) >= 4:
+                        break
+            assert [m.body for m in only_c] == [b"C"] * 4
 
     asyncio.run(run())
 
