@@ -38,12 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import uuid
 from typing import Sequence
 
 from broker import protocol as bp
-from client import errors, membership
+from client import checks, errors, membership
 from client.consumer import PullConsumer
 from client.errors import compile_filter
 from client.lifecycle import CLOSED, NEW, Lifecycle
@@ -59,18 +58,6 @@ EMPTY_RETRY_S = 0.1  # ... after an empty answer when the broker does not hold p
 BUFFER_MAX_LIMIT = 65_535  # RocketMQ's range of pullThresholdForQueue
 
 
-def _number(name: str, value: object, lo: float, hi: float | None = None, *,
-            integer: bool = False) -> None:
-    """ValueError unless ``value`` is a finite number (an int with ``integer``; never a bool)
-    in ``lo..hi`` (no upper bound with None)."""
-    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    if number is None or (integer and not isinstance(number, int)) or not math.isfinite(number) \
-            or not (lo <= number and (hi is None or number <= hi)):
-        kind = "an int" if integer else "a number"
-        bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name} must be {kind} {bound}, not {value!r}")
-
-
 class LitePullConsumer:
     def __init__(self, namesrv: str | Sequence[str], group: str, *, pull_batch_max: int = 32,
                  poll_batch_max: int = 10, auto_commit: bool = True,
@@ -79,23 +66,21 @@ class LitePullConsumer:
                  heartbeat_s: float = 5.0, rebalance_s: float = 20.0,
                  strategy: str = "averagely", suspend_ms: int = 1000, buffer_max: int = 1000,
                  timeout_s: float = 3.0) -> None:
-        if type(group) is not str or not group:
-            raise ValueError(f"group must be a non-empty str, not {group!r}")
-        _number("pull_batch_max", pull_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
-        _number("poll_batch_max", poll_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
-        _number("buffer_max", buffer_max, 1, BUFFER_MAX_LIMIT, integer=True)
-        _number("suspend_ms", suspend_ms, 0, bp.MAX_SUSPEND_MS, integer=True)
+        checks.text("group", group)
+        checks.number("pull_batch_max", pull_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
+        checks.number("poll_batch_max", poll_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
+        checks.number("buffer_max", buffer_max, 1, BUFFER_MAX_LIMIT, integer=True)
+        checks.number("suspend_ms", suspend_ms, 0, bp.MAX_SUSPEND_MS, integer=True)
         for name, value in (("auto_commit_interval_s", auto_commit_interval_s),
                             ("heartbeat_s", heartbeat_s), ("rebalance_s", rebalance_s),
                             ("timeout_s", timeout_s)):
-            _number(name, value, 0.001)
-        if type(auto_commit) is not bool:
-            raise ValueError(f"auto_commit must be a bool, not {auto_commit!r}")
+            checks.number(name, value, 0.001)
+        checks.flag("auto_commit", auto_commit)
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy is one of {', '.join(STRATEGIES)}, not {strategy!r}")
         membership.check_start(start_from, start_timestamp_ms)
-        if client_id is not None and (type(client_id) is not str or not client_id):
-            raise ValueError(f"client_id must be a non-empty str, not {client_id!r}")
+        if client_id is not None:
+            checks.text("client_id", client_id)
         self.group, self.client_id = group, client_id or uuid.uuid4().hex[:12]
         self.pull_batch_max, self.poll_batch_max = pull_batch_max, poll_batch_max
         self.auto_commit, self.auto_commit_interval_s = auto_commit, auto_commit_interval_s
@@ -129,8 +114,7 @@ class LitePullConsumer:
             raise ValueError("subscribe() and assign() are exclusive: this consumer is assigned")
         if self._life.state != NEW:
             raise ValueError("subscribe() before start()")
-        if type(topic) is not str or not topic:
-            raise ValueError(f"topic must be a non-empty str, not {topic!r}")
+        checks.text("topic", topic)
         expression = membership.tag_expression(tags)
         self._sql.pop(topic, None)
         if sql is not None:
@@ -183,6 +167,9 @@ class LitePullConsumer:
             self._initial = seen if self._subs else None
         except BaseException:  # leave nothing open behind a failed start (it may be retried)
             await self._stop_pullers()
+            self._pullers.clear()
+            self._room.clear()
+            self._buffers = QueueBuffers(self._buffers.buffer_max)
             await self._pull.close()
             self._pull = PullConsumer(self._namesrv, self.group, self.timeout_s)
             raise
@@ -226,9 +213,9 @@ class LitePullConsumer:
         """Up to ``max_messages`` (default ``poll_batch_max``) buffered messages, waiting up to
         ``timeout_s`` for the first; [] after the timeout, or once the consumer is closed."""
         self._life.check()
-        _number("timeout_s", timeout_s, 0)
+        checks.number("timeout_s", timeout_s, 0)
         n = self.poll_batch_max if max_messages is None else max_messages
-        _number("max_messages", n, 1, None, integer=True)
+        checks.number("max_messages", n, 1, None, integer=True)
         return await self._take(n, timeout_s)
 
     async def _take(self, n: int, timeout_s: float) -> list[ReceivedMessage]:
@@ -274,7 +261,7 @@ class LitePullConsumer:
         for mq, offset in offsets.items():
             if not isinstance(mq, MessageQueue):
                 raise ValueError(f"commit() takes MessageQueue keys, not {mq!r}")
-            _number(f"the offset of {mq}", offset, 0, None, integer=True)
+            checks.number(f"the offset of {mq}", offset, 0, None, integer=True)
         await self._commit_each(dict(offsets), raise_errors=True)
 
     async def _commit_due(self, raise_errors: bool) -> None:
@@ -307,7 +294,7 @@ class LitePullConsumer:
         """The next polls of ``mq`` (an assigned queue) start at ``offset``, between the queue's
         first and last offsets; its buffered messages are dropped."""
         lo, hi = await self._bounds(mq)
-        _number(f"the offset to seek {mq} to", offset, lo, hi, integer=True)
+        checks.number(f"the offset to seek {mq} to", offset, lo, hi, integer=True)
         self._reposition(mq, offset)
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:

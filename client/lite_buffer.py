@@ -99,10 +99,10 @@ class QueueBuffers:
             while messages and len(out) < n:
                 out.append(messages.popleft())
             if len(out) >= n:
-                self._cursor = k + 1
+                self._cursor = (k + 1) % len(order)
                 break
         else:
-            self._cursor += 1
+            self._cursor = (self._cursor + 1) % max(1, len(order))
         return out
 
     def committable(self, mq: MessageQueue) -> int:
