@@ -7,6 +7,7 @@ from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
 from client.errors import (
     BadDelayError,
+    BadFilterError,
     ClientClosedError,
     ClientError,
     ClientNotStartedError,
@@ -31,7 +32,7 @@ from client.sync import SyncProducer, SyncPullConsumer, SyncPushConsumer
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
-    "BadDelayError", "ClientClosedError", "ClientError", "ClientNotStartedError", "ConsumeStatus",
+    "BadDelayError", "BadFilterError", "ClientClosedError", "ClientError", "ClientNotStartedError", "ConsumeStatus",
     "InvalidTopicError", "Message", "MessageQueue", "MessageTooLargeError", "NoLeaderYetError",
     "NoPermissionError", "NonRetriableError", "NotLeaderError", "OffsetStoreError",
     "OffsetStoreLockedError", "OverloadedError", "Producer", "PullConsumer", "PullResult",

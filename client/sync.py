@@ -102,8 +102,10 @@ class SyncPullConsumer:
         return self._lt.run(self._c.fetch_queues(topic), self._limit_s)
 
     def pull(self, mq: MessageQueue, offset: int, max_messages: int = 32,
-             suspend_ms: int = 0) -> PullResult:
-        return self._lt.run(self._c.pull(mq, offset, max_messages, suspend_ms), self._limit_s)
+             suspend_ms: int = 0, tags: Sequence[str] = ("*",),
+             sql: str | None = None) -> PullResult:
+        return self._lt.run(self._c.pull(mq, offset, max_messages, suspend_ms, tags, sql=sql),
+                            self._limit_s + suspend_ms / 1000)
 
     def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._lt.run(self._c.offset_for_timestamp(mq, timestamp_ms), self._limit_s)
@@ -130,7 +132,8 @@ class PushOptions(TypedDict, total=False):
     model: str
     strategy: str
     concurrency: int
-    batch_size: int
+    consume_batch_max: int
+    pull_batch_max: int
     start_from: str
     heartbeat_s: float
     rebalance_s: float
@@ -140,6 +143,8 @@ class PushOptions(TypedDict, total=False):
     client_id: str | None
     start_timestamp_ms: int | None
     offset_store_dir: str | os.PathLike[str] | None
+    max_reconsume_times: int
+    consume_timeout_s: float
 
 
 class SyncPushConsumer:
@@ -155,8 +160,8 @@ class SyncPushConsumer:
         heartbeat_s = options.get("heartbeat_s", 5.0)
         self._limit_s = 2 * heartbeat_s + options.get("commit_s", 5.0) + 30
 
-    def subscribe(self, topic: str, tags: str | None = "*") -> None:
-        self._c.subscribe(topic, tags)
+    def subscribe(self, topic: str, tags: str | None = "*", *, sql: str | None = None) -> None:
+        self._c.subscribe(topic, tags, sql=sql)
 
     @property
     def client_id(self) -> str:
