@@ -1,4 +1,4 @@
-"""Batch messages, the consumer: the seed's ``BatchConsumer``.
+"""Batch messages, the consumer: ``BatchConsumer`` of the RocketMQ study notes.
 
 A push consumer whose listener gets up to ``consume_batch_max`` messages at once (RocketMQ's
 ``consumeMessageBatchMaxSize``, 1 by default; here 10), from pulls of up to

@@ -1,8 +1,9 @@
-"""Batch messages, the producer: the seed's ``BatchProducer`` with its ``MessageListSplitter``.
+"""Batch messages, the producer: ``BatchProducer`` and ``MessageListSplitter`` of the RocketMQ
+study notes.
 
 A batch (one ``send_batch``) goes to one queue as one request and is stored all or nothing; it
 must hold at most the broker's maximum (4 MiB by default), counted as RocketMQ counts it. The
-seed's ``MessageListSplitter`` cuts a long list into batches that fit: here that is
+Java ``MessageListSplitter`` cuts a long list into batches that fit: here that is
 ``client.split_batch`` (sizes by ``client.message_bytes``: topic, body, properties, 20 bytes
 a message). ``--pad-bytes`` makes the bodies large enough to see it cut (100 messages of
 50000 bytes are two batches). Run: ``python examples/batch_producer.py --count 100``.

@@ -1,7 +1,7 @@
-"""Delayed messages, the producer: the seed's ``DelayProducer``.
+"""Delayed messages, the producer: ``DelayProducer`` of the RocketMQ study notes.
 
 Each message is stored at once but stays invisible to consumers until its delay has passed:
-``Message(delay_level=3)`` is the seed's ``msg.setDelayTimeLevel(3)`` (10 s with the broker's
+``Message(delay_level=3)`` is the Java ``msg.setDelayTimeLevel(3)`` (10 s with the broker's
 default levels ``1s 5s 10s 30s 1m ...``, its ``--delay-levels``), ``--delay-ms`` a delay of any
 length instead (RocketMQ 5's timer messages). It prints the time each message was sent; run
 ``other_consumer.py`` to see when each one is consumed.

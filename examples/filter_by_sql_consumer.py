@@ -1,6 +1,6 @@
-"""SQL filtering, the consumer: the seed's ``FilterBySQLConsumer``.
+"""SQL filtering, the consumer: ``FilterBySQLConsumer`` of the RocketMQ study notes.
 
-Subscribes with the SQL92 expression ``age between 0 and 6`` (the seed's
+Subscribes with the SQL92 expression ``age between 0 and 6`` (the Java
 ``MessageSelector.bySql``): the broker evaluates it on each message's user properties and
 sends only the messages for which it is TRUE; a message without ``age`` is not one of them
 (comparisons with a missing property are UNKNOWN). Numbers, 'strings', TRUE/FALSE, NULL; >,

@@ -1,6 +1,6 @@
-"""SQL filtering, the producer: the seed's ``FilterBySQLProducer``.
+"""SQL filtering, the producer: ``FilterBySQLProducer`` of the RocketMQ study notes.
 
-Sends ``--count`` messages, each with the user property ``age`` set to its number (the seed's
+Sends ``--count`` messages, each with the user property ``age`` set to its number (the Java
 ``msg.putUserProperty("age", i + "")``: ``Message(..., properties={"age": "3"})``; property
 values are strings, compared as numbers by a numeric SQL expression), for
 ``filter_by_sql_consumer.py`` to select by.
@@ -22,7 +22,7 @@ def main() -> int:
         for i in range(args.count):
             body = f"Hi,{i}".encode()
             msg = Message(args.topic, body, tags="myTag", properties={"age": str(i)})
-            try:  # as the seed: one failed send is printed, the others still go
+            try:  # as the Java example: one failed send is printed, the others still go
                 print(sent(producer.send(msg)))
             except ClientError as err:
                 print(f"message {i} not sent: {type(err).__name__}: {err}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Tag filtering, the consumer: the seed's ``FilterByTagConsumer``.
+"""Tag filtering, the consumer: ``FilterByTagConsumer`` of the RocketMQ study notes.
 
 Subscribes with the tag expression ``myTagA || myTagB`` (``*`` is every tag): the broker skips
 other tags by their hash in the consume queue, the client checks the tag exactly, and the

@@ -1,4 +1,4 @@
-"""Tag filtering, the producer: the seed's ``FilterByTagProducer``.
+"""Tag filtering, the producer: ``FilterByTagProducer`` of the RocketMQ study notes.
 
 Sends ``--count`` messages whose tags cycle through ``myTagA``, ``myTagB``, ``myTagC``, for
 ``filter_by_tag_consumer.py`` to pick two of them.

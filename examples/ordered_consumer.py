@@ -1,4 +1,4 @@
-"""Ordered messages, the consumer: the seed's ordered-consumption chapter (a
+"""Ordered messages, the consumer: the RocketMQ study notes' ordered messages chapter (a
 ``MessageListenerOrderly`` on ``OrderedProducer``'s topic).
 
 An ``OrderlyPushConsumer`` locks each of its queues at the broker and hands the listener one
@@ -18,7 +18,8 @@ LAST_STEP = 3  # ordered_producer.py's steps: 0 created, 1 paid, 2 shipped, 3 do
 
 
 async def main() -> int:
-    args = arguments(__doc__, topic="TopicA", count=10, group="cg-ordered").parse_args()
+    args = arguments(__doc__, topic="TopicA", count=10, group="cg-ordered",
+                     count_help="orders to wait for (each to its last step)").parse_args()
     expect = Expect(args.count)
     last: dict[str, int] = {}  # order id -> the last step seen
 

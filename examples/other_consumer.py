@@ -1,4 +1,4 @@
-"""Delayed messages, the consumer: the seed's ``OtherConsumer``.
+"""Delayed messages, the consumer: ``OtherConsumer`` of the RocketMQ study notes.
 
 A plain push consumer of ``DelayProducer``'s topic, from the first offset. It prints the time
 each message is consumed and how long after its send that was (``delayed_ms``), which is never
@@ -18,7 +18,7 @@ from support import Expect, arguments, clock, consume, line, run
 async def main() -> int:
     parser = arguments(__doc__, topic="TopicB", count=10, group="cg-delay")
     parser.add_argument("--min-delay-ms", type=int, default=0,
-                        help="the least delay expected between a message's send and its consumption")
+                        help="the least delay expected from a message's send to its consumption")
     args = parser.parse_args()
     expect = Expect(args.count)
 

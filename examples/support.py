@@ -24,7 +24,7 @@ NAMESRV_DEFAULT = os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876"
 
 
 def arguments(doc: str | None, *, topic: str, count: int, group: str | None = None,
-              timeout_s: float = 60.0) -> argparse.ArgumentParser:
+              timeout_s: float = 60.0, count_help: str = "") -> argparse.ArgumentParser:
     """The options every example takes; a consumer (``group`` given) also ``--group`` and
     ``--timeout-s``. Prints are line-buffered, so that each line shows (or reaches a pipe) at
     once."""
@@ -33,11 +33,11 @@ def arguments(doc: str | None, *, topic: str, count: int, group: str | None = No
     p = argparse.ArgumentParser(description=(doc or "").strip().split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--namesrv", default=NAMESRV_DEFAULT,
-                   help="NameServer address(es), host:port separated by ';' (default: "
-                        "$NAMESRV_ADDR, else dledger up's)")
-    p.add_argument("--topic", default=topic)
+                   help="NameServer address(es), host:port separated by ';' ($NAMESRV_ADDR if set)")
+    p.add_argument("--topic", default=topic, help="the topic")
     p.add_argument("--count", type=_positive, default=count,
-                   help="messages to send" if group is None else "messages to wait for")
+                   help=count_help or ("messages to send" if group is None else
+                                       "messages to wait for"))
     if group is not None:
         p.add_argument("--group", default=group, help="the consumer group")
         p.add_argument("--timeout-s", type=float, default=timeout_s,

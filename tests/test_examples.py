@@ -8,7 +8,6 @@ success."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -24,9 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 import cli
-from cli.up import _wait_leaders
-from dledger.localcluster import LocalCluster
-from tests.test_broker_processes import BROKER, _start_namesrv
+from tests.clusters import namesrv_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -37,17 +34,8 @@ CONSUMER_TIMEOUT = ("--timeout-s", "40")
 
 @pytest.fixture(scope="module")
 def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base = tmp_path_factory.mktemp("examples")
-    ns_proc, addr = _start_namesrv(base)
-    try:
-        with LocalCluster(str(base), size=3, group="a", tick_ms=50,
-                          program=(*BROKER, "--namesrv", addr, "--register-interval-s", "1",
-                                   "--delay-levels", LEVELS)):
-            asyncio.run(_wait_leaders(addr, ["a"], 30.0))
-            yield addr
-    finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+    with namesrv_group(tmp_path_factory.mktemp("examples"), "--delay-levels", LEVELS) as (ns, _):
+        yield ns
 
 
 class Example:
@@ -202,7 +190,7 @@ def test_the_sql_consumer_gets_only_the_ages_selected(ns: str) -> None:
 
 def test_the_retry_consumer_sees_growing_reconsume_times_then_success(ns: str) -> None:
     code, out, err = Example(ns, "retry_consumer", "--topic", "TopicC", "--group", "cg-retry",
-                             "--count", "2", "--fail-times", "3", *CONSUMER_TIMEOUT).finish()
+                             "--count", "2", "--fail-times", "3", "--timeout-s", "50").finish()
     assert code == 0, "\n".join(out) + f"\n--- stderr:\n{err}"
     seen: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for ln in out:
