@@ -63,6 +63,7 @@ from dledger.errors import DLedgerError
 
 log = logging.getLogger("client.push")
 
+RETRY_ROUTE_S = 0.5  # between looks for the route of a retry topic just made
 BATCH_MAX = 1024  # RocketMQ's bound of consumeMessageBatchMaxSize and pullBatchSize
 
 
@@ -122,6 +123,7 @@ class PushConsumer:
                              f"consume_timeout_s positive")
         self.max_reconsume_times, self.consume_timeout_s = max_reconsume_times, consume_timeout_s
         self.retry_topic = retry_topic(group)
+        self._retry_expected = False  # a send-back succeeded: the retry topic exists, or will
         self.handover_wait = True  # (an orderly consumer's queue locks do the hand-over)
         self.sent_back = 0  # messages handed back to the broker for a retry (or the DLQ)
         if client_id is None:  # broadcasting resumes from a file named by it: keep it stable
@@ -254,9 +256,14 @@ class PushConsumer:
     async def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
         for topic in self._subs:
-            try:  # (the retry topic exists from the group's first send-back on)
-                queues = await self._pull.fetch_queues(topic, wait=topic != self.retry_topic)
+            retry = topic == self.retry_topic  # it exists from the group's first send-back on
+            awaited = retry and self._retry_expected and \
+                not any(q.topic == topic for q in self._known_queues)
+            try:  # a retry topic just made is registered a moment later: wait for its route
+                queues = await self._pull.fetch_queues(topic, wait=not retry or awaited)
             except errors.TopicNotFoundError:
+                if awaited:  # not routed yet: look again soon, not at the periodic rebalance
+                    asyncio.get_running_loop().call_later(RETRY_ROUTE_S, self._changed.set)
                 continue
             self._known_queues.update(queues)
             mine = queues if self.model == "broadcasting" else \
@@ -384,7 +391,8 @@ class PushConsumer:
         state.in_flight.difference_update(m.queue_offset for m, g in zip(batch, got)
                                           if not isinstance(g, BaseException))
         self.sent_back += len(batch) - len(failed)
-        if len(failed) < len(batch) and not any(q.topic == self.retry_topic for q in self._queues):
+        if len(failed) < len(batch) and not self._retry_expected:
+            self._retry_expected = True
             self._changed.set()  # the retry topic may be new: rebalance to read it
         if failed:  # the offset stays uncommitted meanwhile: nothing is lost
             asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue,
