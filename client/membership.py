@@ -3,8 +3,7 @@ the messages: read a tag expression, heartbeat every node of its topics (the gro
 come back), compute its share of the queues, and find where a queue its group never committed
 starts. Functions over a ``PullConsumer``; no state and no tasks of its own (the callers loop).
 
-Used by the lite pull consumer (``client.lite``); the push consumer (``client.push``) follows the
-same rules with its own code for now, and could call these instead."""
+Used by the lite pull consumer (``client.lite``) and the push consumer (``client.push``)."""
 
 from __future__ import annotations
 

@@ -53,13 +53,12 @@ from broker import protocol as bp
 from client import errors
 from client.consumer import PullConsumer
 from client.errors import compile_filter
+from client.membership import check_start, heartbeat, start_offset, tag_expression, tag_list
 from client.lifecycle import Lifecycle
 from client.offset_store import LocalOffsetStore
 from client.rebalance import STRATEGIES
-from client.routes import GroupRoute
 from client.types import MessageQueue, PullResult, ReceivedMessage
 from broker.retry import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
-from dledger.errors import DLedgerError
 
 log = logging.getLogger("client.push")
 
@@ -103,10 +102,7 @@ class PushConsumer:
                  consume_timeout_s: float = 900.0) -> None:
         if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
             raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
-        if start_from not in ("first", "last", "timestamp"):
-            raise ValueError("start_from is 'first', 'last' or 'timestamp'")
-        if (start_from == "timestamp") != (start_timestamp_ms is not None):
-            raise ValueError("start_from='timestamp' goes with start_timestamp_ms, and only it")
+        check_start(start_from, start_timestamp_ms)
         self.start_timestamp_ms = start_timestamp_ms
         self.group, self.listener, self.model = group, listener, model
         self.strategy = STRATEGIES[strategy]
@@ -150,7 +146,7 @@ class PushConsumer:
     def subscribe(self, topic: str, tags: str | None = "*", *, sql: str | None = None) -> None:
         """Before start(): consume ``topic``, messages whose tag is in ``tags`` (``A || B``, ``*``;
         an empty expression or None is ``*``, as RocketMQ's), or those matching ``sql``."""
-        expression = (tags or "").strip() or "*"
+        expression = tag_expression(tags)
         self._sql.pop(topic, None)
         if sql is not None:
             if expression != "*":
@@ -162,8 +158,7 @@ class PushConsumer:
     async def _fetch(self, mq: MessageQueue, offset: int) -> PullResult:
         """One long-polling pull of up to ``pull_batch_max`` messages, filtered as subscribed."""
         sql = self._sql.get(mq.topic)
-        tags = ["*"] if sql is not None else \
-            [t.strip() for t in self._subs[mq.topic].split("||") if t.strip()] or ["*"]
+        tags = ["*"] if sql is not None else tag_list(self._subs[mq.topic])
         return await self._pull.pull(mq, offset, self.pull_batch_max, self.suspend_ms, tags,
                                      sql=sql)
 
@@ -229,29 +224,14 @@ class PushConsumer:
     # -- membership and rebalancing ------------------------------------------------------------------
 
     async def _heartbeat(self, leave: bool = False) -> None:
-        members: set[str] = set()
         ttl_ms = 0 if leave else int(self.heartbeat_s * 3000)
-        for topic in self._subs:
-            for g in await self._groups(topic):
-                client = self._pull.group_client(g)
-                for node in g.nodes:
-                    try:
-                        got = await client.call(node, bp.HEARTBEAT, self.client_id, self.group,
-                                                self.model, self._subs, ttl_ms, timeout_s=2.0)
-                        members.update(got)
-                    except DLedgerError:
-                        continue  # that node is down: the others answer
+        members = await heartbeat(self._pull, self.client_id, self.group, self._subs, ttl_ms,
+                                  self.model)
         if not leave:
             members.add(self.client_id)
             if sorted(members) != self.members:
                 self.members = sorted(members)
                 self._changed.set()
-
-    async def _groups(self, topic: str) -> list[GroupRoute]:
-        try:
-            return await self._pull.groups(topic)
-        except errors.ClientError:
-            return []
 
     async def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
@@ -290,13 +270,8 @@ class PushConsumer:
             # were added, while we ran) is read from its beginning whatever start_from says:
             # its messages were all sent after we subscribed.
             new = self._initial_queues is not None and mq not in self._initial_queues
-            if self.start_from == "first" or new or mq.topic == self.retry_topic:
-                start = 0
-            elif self.start_from == "timestamp":
-                assert self.start_timestamp_ms is not None
-                start = await self._pull.offset_for_timestamp(mq, self.start_timestamp_ms)
-            else:
-                start = (await self._pull.pull(mq, 0, 0)).max_offset
+            start = await start_offset(self._pull, mq, self.start_from, self.start_timestamp_ms,
+                                       from_first=new or mq.topic == self.retry_topic)
         return start
 
     async def _drop(self, mq: MessageQueue, wait_s: float = 10.0) -> None:
