@@ -86,7 +86,8 @@ class DelayService:
                     wait_s = min(MAX_WAIT_S, max(0.0, ahead_ms / 1000))
         if wait_s > 0:
             try:
-                await asyncio.wait_for(self._wake.wait(), wait_s)
+                async with asyncio.timeout(wait_s):  # (3.11's wait_for can lose a cancel)
+                    await self._wake.wait()
             except TimeoutError:
                 pass  # time to look again
         self._wake.clear()

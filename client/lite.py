@@ -232,7 +232,8 @@ class LitePullConsumer:
             if loop.time() >= deadline:
                 break
             try:
-                await asyncio.wait_for(self._arrived.wait(), deadline - loop.time())
+                async with asyncio.timeout(deadline - loop.time()):
+                    await self._arrived.wait()
             except TimeoutError:
                 break
         return []
@@ -359,7 +360,8 @@ class LitePullConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._changed.wait(), self.rebalance_s)
+                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see client.push)
+                    await self._changed.wait()
             except TimeoutError:
                 pass  # the periodic rebalance (queues added to a topic)
             self._changed.clear()

@@ -296,7 +296,8 @@ class PushConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._changed.wait(), self.rebalance_s)
+                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see _call_listener)
+                    await self._changed.wait()
             except TimeoutError:
                 pass  # the periodic rebalance
             self._changed.clear()
@@ -381,7 +382,11 @@ class PushConsumer:
         try:
             out = self.listener(batch)
             if inspect.isawaitable(out):
-                out = await asyncio.wait_for(out, self.consume_timeout_s)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result
+                # when the awaitable ends in the same loop turn as a cancel of this task, and
+                # the cancel is lost (close() then waited for ever on an orderly queue's task)
+                async with asyncio.timeout(self.consume_timeout_s):
+                    out = await out
         except TimeoutError:
             log.warning("listener of %s did not answer in %.0f s: counted as a failure",
                         self.group, self.consume_timeout_s)
