@@ -48,27 +48,35 @@ FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_co
 
 
 def _run(tmp_path: Path, scenario: str, canary: str | None = None, duration_s: float = DURATION_S,
-         quiet_s: float = 3.0, recovery_s: float = 5.0) -> dict[str, Any]:
+         quiet_s: float = 3.0, recovery_s: float = 5.0,
+         capsys: pytest.CaptureFixture[str] | None = None) -> dict[str, Any]:
     lines: list[str] = []
     cfg = RunConfig(scenario, SEED, duration_s, str(tmp_path), canary, quiet_s=quiet_s,
                     recovery_s=recovery_s)
     run = asyncio.run(run_scenario(cfg, say=lines.append))
     print("\n".join(lines))  # the fault timeline, shown when a run fails
-    print(f"{scenario}{'/' + canary if canary else ''}: {duration_s:g} s of faults, "
-          f"{run['wall_s']} s wall, {run['check'].get('ok', 0)} acknowledged")
+    ran = [f"{scenario}{'/' + canary if canary else ''}: {duration_s:g} s of faults, "
+           f"{run['wall_s']} s wall, {run['check'].get('ok', 0)} acknowledged, {run['verdict']}"]
     feats = run.get("features")
     if feats:  # how much of the features ran
         d, o, r = feats["delay"], feats["orderly"], feats["retry"]
-        print(f"features: delayed {d['acked']} acked / {d['delivered']} delivered; ordered "
-              f"{o['acked']} acked / {o['processed']} processed, {o['rejoins']} rejoins; retried "
-              f"{r['acked']} acked / {r['consumed']} consumed / {r['dead_letters']} dead letters "
-              f"({r['deliveries']} deliveries); work ended {feats['finished_in_s']} s after stop")
+        ran.append(f"  features: delayed {d['acked']} acked / {d['delivered']} delivered; "
+                   f"ordered {o['acked']} acked / {o['processed']} processed, {o['rejoins']} "
+                   f"rejoins; retried {r['acked']} acked / {r['consumed']} consumed / "
+                   f"{r['dead_letters']} dead letters ({r['deliveries']} deliveries); work ended "
+                   f"{feats['finished_in_s']} s after the stop")
+    if capsys is None:
+        print("\n".join(ran))
+    else:
+        with capsys.disabled():  # in the CI log: how much ran
+            print("\n" + "\n".join(ran))
     return run
 
 
 @pytest.mark.parametrize("scenario", CI_SUBSET)
-def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path) -> None:
-    run = _run(tmp_path, scenario)
+def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run(tmp_path, scenario, capsys=capsys)
     check = run["check"]
     assert run["violations"] == [], "\n".join(run["violations"][:10])
     assert run["faults"], "the schedule injected no fault"
@@ -85,10 +93,11 @@ def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("canary", sorted(set(CANARIES) - {"stale_leader"}))  # its own test below
-def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path) -> None:
+def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     scenario = CANARIES[canary][0]
     duration_s = FEATURE_CANARY_DURATION_S if canary in FEATURE_CANARIES else DURATION_S
-    run = _run(tmp_path, scenario, canary, duration_s=duration_s)
+    run = _run(tmp_path, scenario, canary, duration_s=duration_s, capsys=capsys)
     assert run["verdict"] == "FAIL", f"canary {canary} was not caught by {scenario}"
     fired = [v for v in run["violations"] if v.startswith(CANARY_DETECTORS[canary])]
     assert fired, f"{canary}: expected {CANARY_DETECTORS[canary]}, got {run['violations'][:5]}"

@@ -153,20 +153,10 @@ class Features:
                               MAX_RECONSUME_TIMES)
         if letters is None:
             retry.append("harness: the dead-letter queue could not be read back")
-        ok = [d for d in log.retry_deliveries if d.ok]
-        self.result = {
-            "finished_in_s": took, "timers_pending": pending,
-            "delay": {"acked": len(log.delay_acked), "unknown": log.delay_unknown,
-                      "delivered": len(delivered or []), "violations": len(delay)},
-            "orderly": {"acked": sum(log.orderly_acked.values()), "calls": len(log.orderly),
-                        "processed": len({(p.order_id, p.seq) for p in log.orderly if p.ok}),
-                        "rejoins": log.orderly_rejoins, "violations": len(orderly)},
-            "retry": {"acked": len(log.retry_sent), "unknown": log.retry_unknown,
-                      "always_failing": sum(1 for s in log.retry_sent.values() if s.plan == ALWAYS),
-                      "deliveries": len(log.retry_deliveries),
-                      "consumed": len({d.msg_id for d in ok}), "dead_letters": len(letters or []),
-                      "violations": len(retry)},
-        }
+        self.result = self._summary(took, pending, delivered or [], letters or [])
+        self.result["delay"]["violations"] = len(delay)
+        self.result["orderly"]["violations"] = len(orderly)
+        self.result["retry"]["violations"] = len(retry)
         self.violations += [f"harness: a feature client failed: {err!r}" for err in crashed]
         for name, lines in (("delay", delay), ("orderly", orderly), ("retry", retry)):
             self.violations += [f"{name}: {line}" for line in lines[:LINES_MAX]]
@@ -175,6 +165,24 @@ class Features:
             self.result[name]["examples"] = lines[:LINES_MAX]
         if path is not None:
             self._write(path)
+
+    def _summary(self, took: float | None, pending: int, delivered: list[Delivered],
+                 letters: list[DeadLetter]) -> dict[str, Any]:
+        """How much of each feature ran (the report's table)."""
+        log = self.log
+        return {
+            "finished_in_s": took, "timers_pending": pending,
+            "delay": {"acked": len(log.delay_acked), "unknown": log.delay_unknown,
+                      "delivered": len(delivered)},
+            "orderly": {"acked": sum(log.orderly_acked.values()), "calls": len(log.orderly),
+                        "processed": len({(p.order_id, p.seq) for p in log.orderly if p.ok}),
+                        "rejoins": log.orderly_rejoins},
+            "retry": {"acked": len(log.retry_sent), "unknown": log.retry_unknown,
+                      "always_failing": sum(1 for s in log.retry_sent.values() if s.plan == ALWAYS),
+                      "deliveries": len(log.retry_deliveries),
+                      "consumed": len({d.msg_id for d in log.retry_deliveries if d.ok}),
+                      "dead_letters": len(letters)},
+        }
 
     async def close(self) -> None:
         """Stop whatever still runs (a harness error cut the run short)."""
