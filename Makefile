@@ -25,9 +25,9 @@ up: install
 
 # The whole test suite, including the simulator sweep (time-boxed) and canaries.
 test: install-dev
-	$(BIN)/ruff check dledger broker namesrv client chaos cli tests
+	$(BIN)/ruff check dledger broker namesrv client chaos cli tests examples
 	$(BIN)/mypy --strict client
-	$(BIN)/mypy dledger broker namesrv chaos cli
+	$(BIN)/mypy dledger broker namesrv chaos cli examples
 	$(BIN)/python -m pytest
 
 sim: install-dev

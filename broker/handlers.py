@@ -21,6 +21,7 @@ Adding a request kind: its number in ``broker.protocol`` and one ``@handles(...)
 
 from __future__ import annotations
 
+import functools
 import reprlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
@@ -36,6 +37,7 @@ from broker.protocol import (
     OFFSET_COMMIT,
     OFFSET_QUERY,
     PULL,
+    PULL_SQL,
     SEARCH_OFFSET,
     SEND_KINDS,
     TOPIC_DELETE,
@@ -44,6 +46,7 @@ from broker.protocol import (
     SendRefusedError,
 )
 from broker.entries import INT_MAX, OffsetCommit, TopicDelete, TopicPut
+from broker.filter_sql import SqlFilter, compile_sql
 from broker.retry import MAX_RECONSUME_TIMES_LIMIT
 from broker.topics import MAX_QUEUES, TopicConfig, validate_config, validate_topic_name
 from dledger.protocol import Request
@@ -59,6 +62,7 @@ SUBSCRIPTIONS_MAX = 1024  # topics in one heartbeat
 EXPRESSION_MAX_CHARS = 4096  # one subscription's tag expression
 MODELS = ("clustering", "broadcasting")
 LOCK_QUEUES_MAX = 1024  # queues in one lock request
+SQL_FILTERS_CACHED = 256  # compiled SQL filters kept (by text): at most 4096 characters each
 
 Check = Callable[[Any], Any]  # returns the (checked) value or raises ValueError saying why
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -159,6 +163,19 @@ def subscriptions(v: Any) -> dict[str, str]:
     return v
 
 
+@functools.lru_cache(maxsize=SQL_FILTERS_CACHED)
+def sql_filter(v: str) -> SqlFilter:
+    """A pull's SQL92 expression, compiled once per distinct text (the consumers of a group pull
+    with the same one). A malformed one raises SqlFilterError, a ValueError naming the offset."""
+    return compile_sql(v)
+
+
+def sql_expression(v: Any) -> SqlFilter:
+    if type(v) is not str:
+        raise ValueError(f"must be an SQL92 expression string, got {_brief(v)}")
+    return sql_filter(v)
+
+
 def lock_queues(v: Any) -> list[tuple[str, int]]:
     """An orderly consumer's ``[[topic, queue id], ...]``."""
     if type(v) is not list or len(v) > LOCK_QUEUES_MAX:
@@ -207,6 +224,16 @@ async def pull(server: BrokerServer, topic: str, qid: int, start: int, max_messa
     if cfg is not None and not cfg.readable:
         raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable (perm {cfg.perm})")
     return await server.pull(topic, qid, start, max_messages, max_bytes, suspend_ms, tags)
+
+
+@handles(PULL_SQL, topic=readable_topic, queue_id=queue_id, offset=offset, max_messages=integer(),
+         max_bytes=integer(), suspend_ms=integer(), sql=sql_expression)
+async def pull_sql(server: BrokerServer, topic: str, qid: int, start: int, max_messages: int,
+                   max_bytes: int, suspend_ms: int, sql: SqlFilter) -> list[Any]:
+    cfg = _queue_of(server, topic, qid)
+    if cfg is not None and not cfg.readable:
+        raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable (perm {cfg.perm})")
+    return await server.pull(topic, qid, start, max_messages, max_bytes, suspend_ms, ["*"], sql)
 
 
 @handles(TOPIC_PUT, name=user_topic, read_queues=integer(0, MAX_QUEUES),

@@ -16,6 +16,10 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   ``[status, next_offset, min_offset, max_offset, [message...]]``, a message being
   ``[queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id]``
   (any replica: only committed messages exist there)
+- PULL_SQL ``topic, queue_id, offset, max_messages, max_bytes, suspend_ms, sql`` -> PULL's answer,
+  holding only the messages whose properties match the SQL92 expression (``broker.filter_sql``);
+  ``next_offset`` moves past the skipped ones too. A malformed expression: BAD_REQUEST naming
+  its character offset
 - TOPIC_PUT ``name, read_queues, write_queues, perm`` / TOPIC_DELETE ``name`` -> status (leader)
 - OFFSET_COMMIT ``group, topic, queue_id, offset`` -> status (leader); OFFSET_QUERY
   ``group, topic, queue_id`` -> offset or -1 (any replica)
@@ -63,6 +67,7 @@ SEND_BACK = 111
 DLQ_RESEND = 112
 LOCK_BATCH = 113
 UNLOCK_BATCH = 114
+PULL_SQL = 115
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 

@@ -33,6 +33,7 @@ from broker.entries import (
     stored_messages,
 )
 from broker.errors import BadEntryError, BrokerError
+from broker.filter_sql import SqlFilter
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
 from broker.protocol import (
@@ -279,7 +280,11 @@ class BrokerServer:
         return await self.sends.send(topic, queue_id, raw)
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
-                   max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
+                   max_bytes: int, suspend_ms: int, tags: list[str],
+                   sql: SqlFilter | None = None) -> list[Any]:
+        """PULL and PULL_SQL: the messages of one queue from ``offset``, those whose tag hash is
+        in ``tags`` (``*``: any), and that match ``sql``. Filtered messages are skipped, their
+        offsets passed: ``next_offset`` follows the last unit examined."""
         lo, hi = self.state.queue_range(topic, queue_id)
         lo = max(lo, self._retained_offset(topic, queue_id))
         if offset < lo or offset > hi:
@@ -302,6 +307,8 @@ class BrokerServer:
             if wanted is not None and unit.tag_hash not in wanted:
                 continue  # filtered by tag hash on the broker; clients check tags exactly
             m = self._read_message(unit.position, unit.slot, entries)
+            if sql is not None and not sql.matches(dict(m.properties), m.tags):
+                continue  # SQL92 filtering is the broker's alone: the client trusts it
             size += unit.size
             out.append([offset + k, m.body, m.tags, list(m.keys), m.unique_key,
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,

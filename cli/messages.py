@@ -18,6 +18,7 @@ import click
 from broker import protocol as bp
 from cli.common import namesrv_option, run
 from client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage, RetriableError
+from client.errors import BadFilterError, compile_filter
 
 PULL_BATCH = 256  # messages per pull (the broker caps a pull at 1,024 messages and 4 MiB)
 FOLLOW_SUSPEND_MS = 5_000  # one long poll of --follow (the broker holds it at most 15 s)
@@ -94,15 +95,29 @@ def _prop(text: str) -> tuple[str, str]:
 @click.option("--follow", is_flag=True,
               help="Once caught up, wait for new messages and print each as it is committed, "
                    "until Ctrl-C (or --max).")
+@click.option("--tags", "tag_expression", default="*", show_default=True,
+              help="Only messages with one of these tags ('TagA || TagB').")
+@click.option("--sql", default=None,
+              help="Only messages whose properties match this SQL92 expression (evaluated at "
+                   "the broker), e.g. \"age BETWEEN 0 AND 6 AND TAGS = 'TagA'\".")
 @click.argument("topic_name")
 def consume(namesrv: tuple[str, ...], consumer_group: str | None, from_offset: int,
             from_timestamp_ms: int | None, max_messages: int | None, count_only: bool,
-            follow: bool, topic_name: str) -> None:
+            follow: bool, tag_expression: str, sql: str | None, topic_name: str) -> None:
     """Read TOPIC_NAME's messages from every queue: each line is group/queue@offset, tags, keys,
     properties, msg_id (the unique key), offset_msg_id and the body."""
+    tags = [t.strip() for t in tag_expression.split("||") if t.strip()] or ["*"]
+    if sql is not None:
+        if tags != ["*"]:
+            raise click.UsageError("--tags and --sql do not go together")
+        try:
+            compile_filter(sql)
+        except BadFilterError as err:
+            raise click.BadParameter(str(err), param_hint="--sql") from None
+
     async def main() -> int:
         async with PullConsumer(list(namesrv), consumer_group or "dledger-cli") as consumer:
-            reader = _Reader(consumer, consumer_group, max_messages, count_only)
+            reader = _Reader(consumer, consumer_group, max_messages, count_only, tags, sql)
             queues = await consumer.fetch_queues(topic_name)
             offsets = {mq: await reader.start_offset(mq, from_offset, from_timestamp_ms)
                        for mq in queues}
@@ -121,8 +136,9 @@ class _Reader:
     """Pulls, prints and (for a group) commits; counts against ``--max``."""
 
     def __init__(self, consumer: PullConsumer, group: str | None, limit: int | None,
-                 count_only: bool) -> None:
+                 count_only: bool, tags: list[str], sql: str | None) -> None:
         self.consumer = consumer
+        self.tags, self.sql = tags, sql
         self.group = group
         self.limit = limit
         self.count_only = count_only
@@ -182,7 +198,8 @@ class _Reader:
 
     async def _pull(self, mq: MessageQueue, offset: int, suspend_ms: int) -> tuple[int, int]:
         """One pull from ``offset``: print and commit what it brings; (next offset, max offset)."""
-        res = await self.consumer.pull(mq, offset, PULL_BATCH, suspend_ms=suspend_ms)
+        res = await self.consumer.pull(mq, offset, PULL_BATCH, suspend_ms=suspend_ms,
+                                       tags=self.tags, sql=self.sql)
         if res.status == bp.OFFSET_OUT_OF_RANGE:  # below the first retained message or past
             return (res.min_offset if offset < res.min_offset else res.max_offset), res.max_offset
         msgs = res.messages

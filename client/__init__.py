@@ -1,12 +1,14 @@
-"""The dledger client library: a producer, a pull consumer and a push consumer (clustering with
-rebalancing, or broadcasting with progress in a local file), async-first with blocking twins
-(SyncProducer, SyncPullConsumer, SyncPushConsumer), routes from the NameServers, one exception
-hierarchy."""
+"""The dledger client library: a producer, a pull consumer, a lite pull consumer (polls from
+buffers its background pullers fill, its queues shared in the group or assigned) and a push
+consumer (clustering with rebalancing, or broadcasting with progress in a local file),
+async-first with blocking twins (SyncProducer, SyncPullConsumer, SyncLitePullConsumer,
+SyncPushConsumer), routes from the NameServers, one exception hierarchy."""
 
 from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
 from client.errors import (
     BadDelayError,
+    BadFilterError,
     ClientClosedError,
     ClientError,
     ClientNotStartedError,
@@ -25,17 +27,19 @@ from client.errors import (
     TopicNotFoundError,
     UnavailableError,
 )
+from client.lite import LitePullConsumer
 from client.producer import Producer
 from client.push import ConsumeStatus, PushConsumer
-from client.sync import SyncProducer, SyncPullConsumer, SyncPushConsumer
+from client.sync import SyncLitePullConsumer, SyncProducer, SyncPullConsumer, SyncPushConsumer
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
-    "BadDelayError", "ClientClosedError", "ClientError", "ClientNotStartedError", "ConsumeStatus",
-    "InvalidTopicError", "Message", "MessageQueue", "MessageTooLargeError", "NoLeaderYetError",
-    "NoPermissionError", "NonRetriableError", "NotLeaderError", "OffsetStoreError",
-    "OffsetStoreLockedError", "OverloadedError", "Producer", "PullConsumer", "PullResult",
-    "PushConsumer", "ReceivedMessage", "RetriableError", "SendResult", "SendTimeoutError",
-    "StaleRouteError", "SyncProducer", "SyncPullConsumer", "SyncPushConsumer",
-    "TopicNotFoundError", "UnavailableError", "message_bytes", "split_batch",
+    "BadDelayError", "BadFilterError", "ClientClosedError", "ClientError",
+    "ClientNotStartedError", "ConsumeStatus", "InvalidTopicError", "LitePullConsumer", "Message",
+    "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
+    "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
+    "OverloadedError", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
+    "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer",
+    "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "TopicNotFoundError",
+    "UnavailableError", "message_bytes", "split_batch",
 ]

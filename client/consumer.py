@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 from broker import protocol as bp
 from client import errors
+from client.errors import compile_filter
 from client.lifecycle import Lifecycle
 from client.routes import GroupRoute, Routes, client_error
 from client.types import MessageQueue, PullResult, ReceivedMessage
@@ -60,12 +61,23 @@ class PullConsumer:
 
     async def pull(self, mq: MessageQueue, offset: int, max_messages: int = 32,
                    suspend_ms: int = 0, tags: Sequence[str] = ("*",),
-                   max_bytes: int = 4 << 20) -> PullResult:
+                   max_bytes: int = 4 << 20, sql: str | None = None) -> PullResult:
         """Messages of ``mq`` from ``offset``; with ``suspend_ms`` the broker holds the request
-        until a message is committed or the time is up (long polling)."""
+        until a message is committed or the time is up (long polling). ``tags`` or ``sql`` (an
+        SQL92 expression over the messages' properties and TAGS, RocketMQ's
+        ``MessageSelector.bySql``, evaluated at the broker) filter; the offsets of messages
+        filtered out are passed all the same (``next_offset``). A malformed ``sql`` raises
+        ``BadFilterError`` before anything is sent."""
         timeout_s = self.timeout_s + suspend_ms / 1000
-        res = await self._call(mq, bp.PULL, mq.topic, mq.queue_id, offset, max_messages,
-                               max_bytes, suspend_ms, list(tags), timeout_s=timeout_s)
+        if sql is not None:
+            if "*" not in tags:
+                raise ValueError("a pull filters by tags or by sql, not both")
+            compile_filter(sql)
+            res = await self._call(mq, bp.PULL_SQL, mq.topic, mq.queue_id, offset, max_messages,
+                                   max_bytes, suspend_ms, sql, timeout_s=timeout_s)
+        else:
+            res = await self._call(mq, bp.PULL, mq.topic, mq.queue_id, offset, max_messages,
+                                   max_bytes, suspend_ms, list(tags), timeout_s=timeout_s)
         status, nxt, lo, hi, rows = res
         wanted = set(tags) if "*" not in tags else None
         msgs = tuple(_message(mq, r) for r in rows)

@@ -3,6 +3,8 @@ timeout whose commit outcome is unknown (DESIGN.md section 6)."""
 
 from __future__ import annotations
 
+from broker.filter_sql import SqlFilter, SqlFilterError, compile_sql
+
 
 class ClientError(Exception):
     """Base of every error the client library raises."""
@@ -52,6 +54,23 @@ class NoPermissionError(NonRetriableError):
 class BadDelayError(NonRetriableError):
     """The broker cannot schedule a delayed message: a malformed delay, one beyond its maximum,
     or delayed messages in a batch."""
+
+
+class BadFilterError(NonRetriableError, ValueError):
+    """A malformed SQL92 filter expression (``subscribe(topic, sql=...)``): ``offset`` is the
+    0-based character offset at which it goes wrong."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+def compile_filter(sql: str) -> SqlFilter:
+    """``sql`` compiled as the broker will (``broker.filter_sql``); BadFilterError if malformed."""
+    try:
+        return compile_sql(sql)
+    except SqlFilterError as err:
+        raise BadFilterError(str(err), err.offset) from None
 
 
 class InvalidTopicError(NonRetriableError):

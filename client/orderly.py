@@ -110,7 +110,6 @@ class OrderlyPushConsumer(PushConsumer):
         await self._unlock(mq)  # only then may the next holder start from the commit
 
     async def _orderly(self, mq: MessageQueue, state: _QueueState) -> None:
-        tags = [t.strip() for t in self._subs[mq.topic].split("||") if t.strip()] or ["*"]
         while True:
             if not self.holds(mq):
                 await self._lock([mq])
@@ -122,7 +121,7 @@ class OrderlyPushConsumer(PushConsumer):
                 if state.next_pull < 0:
                     state.next_pull = await self._start_offset(mq)
                     state.committed = -1
-                res = await self._pull.pull(mq, state.next_pull, 32, self.suspend_ms, tags)
+                res = await self._fetch(mq, state.next_pull)
             except (errors.ClientError, DLedgerError) as err:
                 log.warning("orderly pull %s: %s", mq, err)
                 await asyncio.sleep(RETRY_S)  # a back-off before pulling that queue again

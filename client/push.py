@@ -23,7 +23,14 @@ must then be stable across restarts: broadcasting's default is ``<hostname>@DEFA
 ``ip@instanceName``); two broadcasting consumers of one group on one host need their own ids.
 
 The tag expression of ``subscribe``: ``"A || B"``, ``"*"``; an empty one (or None) means ``*``,
-as in RocketMQ.
+as in RocketMQ. Or ``subscribe(topic, sql=...)``: an SQL92 expression over the messages'
+properties and ``TAGS`` (RocketMQ's ``MessageSelector.bySql``), checked at once (a malformed one
+raises ``BadFilterError`` naming the offset) and evaluated at the broker, which needs no setting
+for it (RocketMQ's ``enablePropertyFilter``).
+
+Batches: a pull asks for up to ``pull_batch_max`` messages of a queue (RocketMQ's
+``pullBatchSize``, 32) and the listener gets up to ``consume_batch_max`` at once
+(``consumeMessageBatchMaxSize``, 1): one result for the batch, so a failure sends back all of it.
 
 A queue the group has no committed offset for starts at its last offset (``start_from="last"``,
 the default), its first (``"first"``), or the first message stored at or after a time
@@ -45,15 +52,18 @@ from typing import Awaitable, Callable, Sequence, Union
 from broker import protocol as bp
 from client import errors
 from client.consumer import PullConsumer
+from client.errors import compile_filter
+from client.membership import check_start, heartbeat, start_offset, tag_expression, tag_list
 from client.lifecycle import Lifecycle
 from client.offset_store import LocalOffsetStore
 from client.rebalance import STRATEGIES
-from client.routes import GroupRoute
-from client.types import MessageQueue, ReceivedMessage
+from client.types import MessageQueue, PullResult, ReceivedMessage
 from broker.retry import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
-from dledger.errors import DLedgerError
 
 log = logging.getLogger("client.push")
+
+RETRY_ROUTE_S = 0.5  # between looks for the route of a retry topic just made
+BATCH_MAX = 1024  # RocketMQ's bound of consumeMessageBatchMaxSize and pullBatchSize
 
 
 class ConsumeStatus(enum.Enum):
@@ -82,7 +92,8 @@ class _QueueState:
 class PushConsumer:
     def __init__(self, namesrv: str | Sequence[str], group: str, listener: Listener, *,
                  model: str = "clustering", strategy: str = "averagely", concurrency: int = 4,
-                 batch_size: int = 1, start_from: str = "last", heartbeat_s: float = 5.0,
+                 consume_batch_max: int = 1, pull_batch_max: int = 32,
+                 start_from: str = "last", heartbeat_s: float = 5.0,
                  rebalance_s: float = 20.0, commit_s: float = 5.0, suspend_ms: int = 1000,
                  later_delay_s: float = 1.0, client_id: str | None = None,
                  start_timestamp_ms: int | None = None,
@@ -91,14 +102,16 @@ class PushConsumer:
                  consume_timeout_s: float = 900.0) -> None:
         if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
             raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
-        if start_from not in ("first", "last", "timestamp"):
-            raise ValueError("start_from is 'first', 'last' or 'timestamp'")
-        if (start_from == "timestamp") != (start_timestamp_ms is not None):
-            raise ValueError("start_from='timestamp' goes with start_timestamp_ms, and only it")
+        check_start(start_from, start_timestamp_ms)
         self.start_timestamp_ms = start_timestamp_ms
         self.group, self.listener, self.model = group, listener, model
         self.strategy = STRATEGIES[strategy]
-        self.concurrency, self.batch_size, self.start_from = concurrency, batch_size, start_from
+        if not 1 <= consume_batch_max <= BATCH_MAX or not 1 <= pull_batch_max <= BATCH_MAX \
+                or concurrency < 1:
+            raise ValueError(f"consume_batch_max and pull_batch_max are 1..{BATCH_MAX}, "
+                             f"concurrency at least 1")
+        self.concurrency, self.start_from = concurrency, start_from
+        self.consume_batch_max, self.pull_batch_max = consume_batch_max, pull_batch_max
         self.heartbeat_s, self.rebalance_s, self.commit_s = heartbeat_s, rebalance_s, commit_s
         self.suspend_ms, self.later_delay_s = suspend_ms, later_delay_s
         if not 0 <= max_reconsume_times <= MAX_RECONSUME_TIMES_LIMIT or consume_timeout_s <= 0:
@@ -106,6 +119,7 @@ class PushConsumer:
                              f"consume_timeout_s positive")
         self.max_reconsume_times, self.consume_timeout_s = max_reconsume_times, consume_timeout_s
         self.retry_topic = retry_topic(group)
+        self._retry_expected = False  # a send-back succeeded: the retry topic exists, or will
         self.handover_wait = True  # (an orderly consumer's queue locks do the hand-over)
         self.sent_back = 0  # messages handed back to the broker for a retry (or the DLQ)
         if client_id is None:  # broadcasting resumes from a file named by it: keep it stable
@@ -117,7 +131,8 @@ class PushConsumer:
         self._life = Lifecycle(f"PushConsumer of group {group!r}")
         self._store = LocalOffsetStore(offset_store_dir, group, client_id) \
             if model == "broadcasting" else None
-        self._subs: dict[str, str] = {}
+        self._subs: dict[str, str] = {}  # topic -> its tag expression (or its SQL, as heartbeats tell)
+        self._sql: dict[str, str] = {}  # topic -> its SQL92 filter, when it has one
         self._known_queues: set[MessageQueue] = set()
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._work: asyncio.Queue[tuple[_QueueState, MessageQueue, list[ReceivedMessage]]] = \
@@ -128,10 +143,24 @@ class PushConsumer:
         self.consumed = 0
         self._initial_queues: set[MessageQueue] | None = None  # the queues seen at start()
 
-    def subscribe(self, topic: str, tags: str | None = "*") -> None:
+    def subscribe(self, topic: str, tags: str | None = "*", *, sql: str | None = None) -> None:
         """Before start(): consume ``topic``, messages whose tag is in ``tags`` (``A || B``, ``*``;
-        an empty expression or None is ``*``, as RocketMQ's)."""
-        self._subs[topic] = (tags or "").strip() or "*"
+        an empty expression or None is ``*``, as RocketMQ's), or those matching ``sql``."""
+        expression = tag_expression(tags)
+        self._sql.pop(topic, None)
+        if sql is not None:
+            if expression != "*":
+                raise ValueError("subscribe filters by tags or by sql, not both")
+            compile_filter(sql)  # BadFilterError now, not at the first pull
+            self._sql[topic] = expression = sql
+        self._subs[topic] = expression
+
+    async def _fetch(self, mq: MessageQueue, offset: int) -> PullResult:
+        """One long-polling pull of up to ``pull_batch_max`` messages, filtered as subscribed."""
+        sql = self._sql.get(mq.topic)
+        tags = ["*"] if sql is not None else tag_list(self._subs[mq.topic])
+        return await self._pull.pull(mq, offset, self.pull_batch_max, self.suspend_ms, tags,
+                                     sql=sql)
 
     @property
     def assigned(self) -> list[MessageQueue]:
@@ -195,36 +224,26 @@ class PushConsumer:
     # -- membership and rebalancing ------------------------------------------------------------------
 
     async def _heartbeat(self, leave: bool = False) -> None:
-        members: set[str] = set()
         ttl_ms = 0 if leave else int(self.heartbeat_s * 3000)
-        for topic in self._subs:
-            for g in await self._groups(topic):
-                client = self._pull.group_client(g)
-                for node in g.nodes:
-                    try:
-                        got = await client.call(node, bp.HEARTBEAT, self.client_id, self.group,
-                                                self.model, self._subs, ttl_ms, timeout_s=2.0)
-                        members.update(got)
-                    except DLedgerError:
-                        continue  # that node is down: the others answer
+        members = await heartbeat(self._pull, self.client_id, self.group, self._subs, ttl_ms,
+                                  self.model)
         if not leave:
             members.add(self.client_id)
             if sorted(members) != self.members:
                 self.members = sorted(members)
                 self._changed.set()
 
-    async def _groups(self, topic: str) -> list[GroupRoute]:
-        try:
-            return await self._pull.groups(topic)
-        except errors.ClientError:
-            return []
-
     async def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
         for topic in self._subs:
-            try:  # (the retry topic exists from the group's first send-back on)
-                queues = await self._pull.fetch_queues(topic, wait=topic != self.retry_topic)
+            retry = topic == self.retry_topic  # it exists from the group's first send-back on
+            awaited = retry and self._retry_expected and \
+                not any(q.topic == topic for q in self._known_queues)
+            try:  # a retry topic just made is registered a moment later: wait for its route
+                queues = await self._pull.fetch_queues(topic, wait=not retry or awaited)
             except errors.TopicNotFoundError:
+                if awaited:  # not routed yet: look again soon, not at the periodic rebalance
+                    asyncio.get_running_loop().call_later(RETRY_ROUTE_S, self._changed.set)
                 continue
             self._known_queues.update(queues)
             mine = queues if self.model == "broadcasting" else \
@@ -251,13 +270,8 @@ class PushConsumer:
             # were added, while we ran) is read from its beginning whatever start_from says:
             # its messages were all sent after we subscribed.
             new = self._initial_queues is not None and mq not in self._initial_queues
-            if self.start_from == "first" or new or mq.topic == self.retry_topic:
-                start = 0
-            elif self.start_from == "timestamp":
-                assert self.start_timestamp_ms is not None
-                start = await self._pull.offset_for_timestamp(mq, self.start_timestamp_ms)
-            else:
-                start = (await self._pull.pull(mq, 0, 0)).max_offset
+            start = await start_offset(self._pull, mq, self.start_from, self.start_timestamp_ms,
+                                       from_first=new or mq.topic == self.retry_topic)
         return start
 
     async def _drop(self, mq: MessageQueue, wait_s: float = 10.0) -> None:
@@ -294,7 +308,6 @@ class PushConsumer:
     # -- pulling, consuming, committing ----------------------------------------------------------------
 
     async def _puller(self, mq: MessageQueue, state: _QueueState) -> None:
-        tags = [t.strip() for t in self._subs[mq.topic].split("||") if t.strip()] or ["*"]
         while state.next_pull < 0:
             try:
                 state.next_pull = await self._start_offset(mq)
@@ -303,7 +316,7 @@ class PushConsumer:
                 await asyncio.sleep(0.2)  # a back-off before asking again
         while True:
             try:
-                res = await self._pull.pull(mq, state.next_pull, 32, self.suspend_ms, tags)
+                res = await self._fetch(mq, state.next_pull)
             except errors.ClientError as err:
                 log.warning("pull %s: %s", mq, err)
                 await asyncio.sleep(0.2)  # a back-off before pulling that queue again
@@ -314,8 +327,8 @@ class PushConsumer:
                 else:  # this replica lags behind what we read: never rewind, ask again
                     await asyncio.sleep(0.05)  # a back-off before pulling that queue again
                 continue
-            for k in range(0, len(res.messages), self.batch_size):
-                batch = list(res.messages[k : k + self.batch_size])
+            for k in range(0, len(res.messages), self.consume_batch_max):
+                batch = list(res.messages[k : k + self.consume_batch_max])
                 state.in_flight.update(m.queue_offset for m in batch)
                 await self._work.put((state, mq, batch))  # bounded: back-pressure on the puller
             state.next_pull = res.next_offset
@@ -353,7 +366,8 @@ class PushConsumer:
         state.in_flight.difference_update(m.queue_offset for m, g in zip(batch, got)
                                           if not isinstance(g, BaseException))
         self.sent_back += len(batch) - len(failed)
-        if len(failed) < len(batch) and not any(q.topic == self.retry_topic for q in self._queues):
+        if len(failed) < len(batch) and not self._retry_expected:
+            self._retry_expected = True
             self._changed.set()  # the retry topic may be new: rebalance to read it
         if failed:  # the offset stays uncommitted meanwhile: nothing is lost
             asyncio.get_running_loop().call_later(self.later_delay_s, self._requeue,

@@ -3,6 +3,10 @@ async twin on a private event loop in a thread (DESIGN.md section 6), and each i
 manager (``with SyncProducer(ns) as p: ...``). A call after ``close()`` raises
 ``ClientClosedError`` at once (the private loop is gone).
 
+``SyncLitePullConsumer`` is the lite pull consumer's twin: ``poll()`` blocks the caller's
+thread, and ``for message in consumer`` yields one message at a time until it is closed (from
+another thread, or after the loop).
+
 ``SyncPushConsumer`` runs the listener on that private loop's thread, not the caller's: a
 listener that blocks holds up the consumer's pulls, heartbeats and commits meanwhile, so it
 should be quick, or hand the work to threads of its own."""
@@ -12,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any, Coroutine, Sequence, TypedDict, TypeVar, Unpack
+from typing import (Any, Callable, Coroutine, Generic, Iterator, Protocol, Self, Sequence,
+                    TypedDict, TypeVar, Unpack)
 
 from client.consumer import PullConsumer
 from client.errors import ClientClosedError, ClientNotStartedError
+from client.lite import LitePullConsumer
 from client.producer import Producer
 from client.push import Listener, PushConsumer
-from client.types import Message, MessageQueue, PullResult, SendResult
+from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 T = TypeVar("T")
 
@@ -102,8 +108,10 @@ class SyncPullConsumer:
         return self._lt.run(self._c.fetch_queues(topic), self._limit_s)
 
     def pull(self, mq: MessageQueue, offset: int, max_messages: int = 32,
-             suspend_ms: int = 0) -> PullResult:
-        return self._lt.run(self._c.pull(mq, offset, max_messages, suspend_ms), self._limit_s)
+             suspend_ms: int = 0, tags: Sequence[str] = ("*",),
+             sql: str | None = None) -> PullResult:
+        return self._lt.run(self._c.pull(mq, offset, max_messages, suspend_ms, tags, sql=sql),
+                            self._limit_s + suspend_ms / 1000)
 
     def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._lt.run(self._c.offset_for_timestamp(mq, timestamp_ms), self._limit_s)
@@ -130,7 +138,8 @@ class PushOptions(TypedDict, total=False):
     model: str
     strategy: str
     concurrency: int
-    batch_size: int
+    consume_batch_max: int
+    pull_batch_max: int
     start_from: str
     heartbeat_s: float
     rebalance_s: float
@@ -140,38 +149,31 @@ class PushOptions(TypedDict, total=False):
     client_id: str | None
     start_timestamp_ms: int | None
     offset_store_dir: str | os.PathLike[str] | None
+    max_reconsume_times: int
+    consume_timeout_s: float
 
 
-class SyncPushConsumer:
-    """PushConsumer's blocking twin, same constructor: ``subscribe`` first, then ``start()`` (or
-    ``with``); the listener runs on the private loop's thread (see the module docstring)."""
+class _Startable(Protocol):
+    async def start(self) -> object: ...
+    async def close(self) -> None: ...
 
-    def __init__(self, namesrv: str | Sequence[str], group: str, listener: Listener,
-                 **options: Unpack[PushOptions]) -> None:
-        self._c = PushConsumer(namesrv, group, listener, **options)  # binds no loop yet
-        self._what = f"SyncPushConsumer of group {group!r}"
+
+C = TypeVar("C", bound=_Startable)
+
+
+class _StartedLater(Generic[C]):
+    """The blocking twin of a consumer configured before it starts (``subscribe``, ``assign``):
+    its private loop runs from ``start()`` (or ``with``) to ``close()``. A call before
+    ``start()`` raises ``ClientNotStartedError``, after ``close()`` ``ClientClosedError``."""
+
+    def __init__(self, consumer: C, what: str, limit_s: float) -> None:
+        self._c = consumer  # binds no loop yet
+        self._what, self._limit_s = what, limit_s
         self._lt: _LoopThread | None = None
         self._closed = False
-        heartbeat_s = options.get("heartbeat_s", 5.0)
-        self._limit_s = 2 * heartbeat_s + options.get("commit_s", 5.0) + 30
 
-    def subscribe(self, topic: str, tags: str | None = "*") -> None:
-        self._c.subscribe(topic, tags)
-
-    @property
-    def client_id(self) -> str:
-        return self._c.client_id
-
-    @property
-    def assigned(self) -> list[MessageQueue]:
-        """The queues this member consumes now."""
-        return self._loop().run(self._assigned(), self._limit_s)
-
-    async def _assigned(self) -> list[MessageQueue]:
-        return self._c.assigned
-
-    def start(self) -> SyncPushConsumer:
-        """Join the group and start consuming; a second start() does nothing."""
+    def start(self) -> Self:
+        """Start the consumer; a second start() does nothing."""
         if self._closed:
             raise ClientClosedError(f"{self._what} is closed: create a new one")
         if self._lt is None:
@@ -193,8 +195,116 @@ class SyncPushConsumer:
                                         f"use it in a with block")
         return self._lt
 
-    def __enter__(self) -> SyncPushConsumer:
+    def _on_loop(self, read: Callable[[], T]) -> T:
+        """``read()`` run on the consumer's loop (its state is that loop's alone)."""
+        async def call() -> T:
+            return read()
+        return self._loop().run(call(), self._limit_s)
+
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SyncPushConsumer(_StartedLater[PushConsumer]):
+    """PushConsumer's blocking twin, same constructor: ``subscribe`` first, then ``start()`` (or
+    ``with``); the listener runs on the private loop's thread (see the module docstring)."""
+
+    def __init__(self, namesrv: str | Sequence[str], group: str, listener: Listener,
+                 **options: Unpack[PushOptions]) -> None:
+        heartbeat_s = options.get("heartbeat_s", 5.0)
+        super().__init__(PushConsumer(namesrv, group, listener, **options),
+                         f"SyncPushConsumer of group {group!r}",
+                         2 * heartbeat_s + options.get("commit_s", 5.0) + 30)
+
+    def subscribe(self, topic: str, tags: str | None = "*", *, sql: str | None = None) -> None:
+        self._c.subscribe(topic, tags, sql=sql)
+
+    @property
+    def client_id(self) -> str:
+        return self._c.client_id
+
+    @property
+    def assigned(self) -> list[MessageQueue]:
+        """The queues this member consumes now."""
+        return self._on_loop(lambda: self._c.assigned)
+
+
+class LiteOptions(TypedDict, total=False):
+    """LitePullConsumer's keyword options (see ``client.lite`` for their meaning and defaults)."""
+
+    pull_batch_max: int
+    poll_batch_max: int
+    auto_commit: bool
+    auto_commit_interval_s: float
+    start_from: str
+    start_timestamp_ms: int | None
+    client_id: str | None
+    heartbeat_s: float
+    rebalance_s: float
+    strategy: str
+    suspend_ms: int
+    buffer_max: int
+    timeout_s: float
+
+
+class SyncLitePullConsumer(_StartedLater[LitePullConsumer]):
+    """LitePullConsumer's blocking twin, same constructor: ``subscribe`` or ``assign`` first,
+    then ``start()`` (or ``with``)."""
+
+    ITER_POLL_S = 1.0  # how long one wait of the iterator lasts (it then checks for close)
+
+    def __init__(self, namesrv: str | Sequence[str], group: str,
+                 **options: Unpack[LiteOptions]) -> None:
+        c = LitePullConsumer(namesrv, group, **options)
+        super().__init__(c, f"SyncLitePullConsumer of group {group!r}",
+                         2 * c.handover_s + c.timeout_s + 30)
+
+    def subscribe(self, topic: str, tags: str | None = "*", *, sql: str | None = None) -> None:
+        self._c.subscribe(topic, tags, sql=sql)
+
+    def assign(self, queues: Sequence[MessageQueue]) -> None:
+        if self._lt is None:
+            self._c.assign(queues)
+        else:  # started: on the consumer's loop, where its rebalance runs
+            self._on_loop(lambda: self._c.assign(queues))
+
+    @property
+    def client_id(self) -> str:
+        return self._c.client_id
+
+    @property
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer pulls now."""
+        return self._on_loop(lambda: self._c.assignment)
+
+    def poll(self, timeout_s: float = 5.0, *,
+             max_messages: int | None = None) -> list[ReceivedMessage]:
+        return self._loop().run(self._c.poll(timeout_s, max_messages=max_messages),
+                                timeout_s + self._limit_s)
+
+    def commit(self, offsets: dict[MessageQueue, int] | None = None) -> None:
+        self._loop().run(self._c.commit(offsets), self._limit_s)
+
+    def committed(self, mq: MessageQueue) -> int:
+        return self._loop().run(self._c.committed(mq), self._limit_s)
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        self._loop().run(self._c.seek(mq, offset), self._limit_s)
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        self._loop().run(self._c.seek_to_begin(mq), self._limit_s)
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        self._loop().run(self._c.seek_to_end(mq), self._limit_s)
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        """Messages one at a time, waiting across polls; ends once the consumer is closed."""
+        while not self._closed:
+            try:
+                got = self.poll(self.ITER_POLL_S, max_messages=1)
+            except ClientClosedError:
+                return  # closed from another thread meanwhile
+            yield from got

@@ -48,7 +48,7 @@ class Sink:
 
 def push(ns: str, sink: Sink, topic: str) -> PushConsumer:
     c = PushConsumer(ns, "e2e", sink, heartbeat_s=0.3, rebalance_s=1, commit_s=0.3,
-                     start_from="first", suspend_ms=300, concurrency=2, batch_size=8)
+                     start_from="first", suspend_ms=300, concurrency=2, consume_batch_max=8)
     c.subscribe(topic)
     return c
 

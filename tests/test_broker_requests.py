@@ -91,6 +91,7 @@ def test_negative_pull_limits_are_refused_and_zero_still_reads_the_queue_range(
 
 ARITY = {  # a valid argument list per kind: one more or one fewer must be refused by name
     bp.PULL: list(PULL_OK),
+    bp.PULL_SQL: [*PULL_OK[:-1], "a > 1"],
     bp.TOPIC_PUT: ["made", 4, 4, 6],
     bp.TOPIC_DELETE: ["made"],
     bp.OFFSET_COMMIT: ["g", "t", 0, 1],

@@ -23,8 +23,7 @@ from client import (
     ReceivedMessage,
     TopicNotFoundError,
 )
-from dledger.localcluster import LocalCluster
-from tests.test_broker_processes import BROKER, _start_namesrv
+from tests.clusters import namesrv_group
 from tests.test_processes import wait_until
 
 # level 3, 4, 5 = 200, 300, 400 ms (the test's shortened levels; RocketMQ's are 10 s, 30 s, 1 m)
@@ -81,16 +80,8 @@ class Failing:
 
 @pytest.fixture(scope="module")
 def ns(tmp_path_factory: pytest.TempPathFactory):
-    base = tmp_path_factory.mktemp("retry")
-    ns_proc, addr = _start_namesrv(base)
-    try:
-        with LocalCluster(str(base), size=3, tick_ms=50,
-                          program=(*BROKER, "--namesrv", addr, "--register-interval-s", "1",
-                                   "--delay-levels", LEVELS)):
-            yield addr
-    finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
+    with namesrv_group(tmp_path_factory.mktemp("retry"), "--delay-levels", LEVELS) as (addr, _):
+        yield addr
 
 
 def test_three_failures_then_success_is_four_deliveries_and_the_offset_moves_on(ns: str) -> None:

@@ -7,7 +7,6 @@ are refused, not split, and the maximum and the auto-created queue count are bro
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,13 +17,13 @@ from client import (
     Message,
     MessageTooLargeError,
     Producer,
-    UnavailableError,
 )
 from client.types import MessageQueue, SendResult
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from dledger.protocol import BadRequestError
 from tests.test_broker_e2e import _wait_route
+from tests.clusters import namesrv_group, routed as _routed
 from tests.test_broker_processes import BROKER, _start_namesrv, _wait_leader
 
 pytestmark = pytest.mark.slow
@@ -39,29 +38,8 @@ def group(tmp_path: Path, ns: str, name: str, *args: str) -> LocalCluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, LocalCluster]]:
     """A NameServer and one broker group with the default options."""
-    tmp = tmp_path_factory.mktemp("send")
-    ns_proc, ns = _start_namesrv(tmp)
-    try:
-        with group(tmp, ns, "a") as c:
-            asyncio.run(_routed(ns))
-            yield ns, c
-    finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
-
-
-async def _routed(ns: str) -> None:
-    """Wait (with a deadline) until the NameServer routes sends to a group."""
-    async with Producer(ns) as p:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await p.send(Message("warmup", b"x"))
-                return
-            except UnavailableError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)  # polling the NameServer until the route shows
+    with namesrv_group(tmp_path_factory.mktemp("send")) as (ns, c):
+        yield ns, c
 
 
 async def pull_all(lc: LogClient, c: LocalCluster, topic: str, queue_id: int) -> list[Any]:

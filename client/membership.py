@@ -1,0 +1,96 @@
+"""What a member of a clustering consumer group does at the brokers, whatever it then does with
+the messages: read a tag expression, heartbeat every node of its topics (the group's live members
+come back), compute its share of the queues, and find where a queue its group never committed
+starts. Functions over a ``PullConsumer``; no state and no tasks of its own (the callers loop).
+
+Used by the lite pull consumer (``client.lite``) and the push consumer (``client.push``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker import protocol as bp
+from client import errors
+from client.consumer import PullConsumer
+from client.rebalance import Strategy
+from client.types import MessageQueue
+from dledger.client import LogClient
+from dledger.errors import DLedgerError
+
+START_FROM = ("first", "last", "timestamp")  # RocketMQ's CONSUME_FROM_FIRST/LAST/TIMESTAMP
+HEARTBEAT_TIMEOUT_S = 2.0  # one node's answer to a heartbeat
+
+
+def check_start(start_from: str, start_timestamp_ms: int | None) -> None:
+    """ValueError unless ``start_from`` is known and a timestamp comes with "timestamp" only."""
+    if start_from not in START_FROM:
+        raise ValueError(f"start_from is one of {', '.join(START_FROM)}, not {start_from!r}")
+    if (start_from == "timestamp") != (start_timestamp_ms is not None):
+        raise ValueError("start_from='timestamp' goes with start_timestamp_ms, and only it")
+    if start_timestamp_ms is not None and (type(start_timestamp_ms) is not int
+                                           or start_timestamp_ms < 0):
+        raise ValueError(f"start_timestamp_ms is milliseconds since the epoch, not "
+                         f"{start_timestamp_ms!r}")
+
+
+def tag_expression(tags: str | None) -> str:
+    """The expression as stored and sent in heartbeats: an empty one (or None) is ``*``."""
+    return (tags or "").strip() or "*"
+
+
+def tag_list(expression: str) -> list[str]:
+    """``"A || B"`` -> ``["A", "B"]``; ``"*"`` (or nothing between the bars) -> ``["*"]``."""
+    return [t.strip() for t in expression.split("||") if t.strip()] or ["*"]
+
+
+async def heartbeat(pull: PullConsumer, client_id: str, group: str, subs: dict[str, str],
+                    ttl_ms: int, model: str = "clustering") -> set[str]:
+    """Heartbeat (``ttl_ms`` 0: leave the group) at every node of every group serving the
+    topics of ``subs``, all at once; the members any node knows of. A node that does not
+    answer is skipped: the others do."""
+    async def one(client: LogClient, node: str) -> list[str]:
+        try:
+            got = await client.call(node, bp.HEARTBEAT, client_id, group, model, subs, ttl_ms,
+                                    timeout_s=HEARTBEAT_TIMEOUT_S)
+        except DLedgerError:
+            return []
+        return [str(m) for m in got]
+
+    calls = []
+    for topic in subs:
+        try:
+            routes = await pull.groups(topic)
+        except errors.ClientError:
+            continue  # no route yet: the next heartbeat tries again
+        calls += [one(pull.group_client(g), node) for g in routes for node in g.nodes]
+    return {m for got in await asyncio.gather(*calls) for m in got}
+
+
+async def share(pull: PullConsumer, client_id: str, members: list[str], topics: list[str],
+                strategy: Strategy) -> tuple[set[MessageQueue], set[MessageQueue]]:
+    """(this member's queues of ``topics`` by ``strategy``, every queue seen). A topic that does
+    not exist (yet) has none."""
+    mine: set[MessageQueue] = set()
+    seen: set[MessageQueue] = set()
+    for topic in topics:
+        try:
+            queues = await pull.fetch_queues(topic)
+        except errors.TopicNotFoundError:
+            continue
+        seen.update(queues)
+        mine.update(strategy(client_id, members, queues))
+    return mine, seen
+
+
+async def start_offset(pull: PullConsumer, mq: MessageQueue, start_from: str,
+                       start_timestamp_ms: int | None, *, from_first: bool = False) -> int:
+    """Where ``mq`` starts for a group that never committed an offset on it: its first offset,
+    its last (the default), or the first message stored at or after ``start_timestamp_ms``;
+    ``from_first`` overrides (a queue that appeared while the member ran holds only messages
+    sent after it subscribed)."""
+    if from_first or start_from == "first":
+        return 0  # (below the queue's minimum after retention: the first pull says where it is)
+    if start_from == "timestamp":
+        assert start_timestamp_ms is not None  # check_start() made sure
+        return await pull.offset_for_timestamp(mq, start_timestamp_ms)
+    return (await pull.pull(mq, 0, 0)).max_offset

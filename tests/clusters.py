@@ -1,0 +1,45 @@
+"""Test helpers: a NameServer with one broker group registered with it, ready for the client
+library (a send has been routed), stopped by PID when the block ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Iterator
+
+from client import Message, Producer, UnavailableError
+from dledger.localcluster import LocalCluster
+from tests.test_broker_processes import BROKER, _start_namesrv
+
+
+async def routed(ns: str, deadline_s: float = 30.0) -> None:
+    """Wait (with a deadline) until the NameServer routes sends to a group."""
+    async with Producer(ns) as p:
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                await p.send(Message("warmup", b"x"))
+                return
+            except UnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)  # polling the NameServer until the route shows
+
+
+@contextlib.contextmanager
+def namesrv_group(base: Path, *broker_args: str, size: int = 3,
+                  name: str = "a") -> Iterator[tuple[str, LocalCluster]]:
+    """A NameServer and a broker group ``name`` of ``size`` nodes (``broker_args`` added to each
+    broker's command line); yields the NameServer's address and the group once routed."""
+    ns_proc, ns = _start_namesrv(base)
+    try:
+        with LocalCluster(str(base / name), size=size, tick_ms=50, group=name,
+                          program=(*BROKER, *broker_args, "--namesrv", ns,
+                                   "--register-interval-s", "1")) as cluster:
+            asyncio.run(routed(ns))
+            yield ns, cluster
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)
