@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC, timer_of
 from broker.entries import TimerDeliver, stored_messages
 from broker.errors import BrokerError
+from broker.retry_service import RETRY_CANARIES
 from dledger.errors import DLedgerError
 
 if TYPE_CHECKING:
@@ -32,12 +33,26 @@ log = logging.getLogger("broker.delay")
 # Seeded bugs (tests only): "delay_early" delivers timers EARLY_MS before they are due;
 # "timer_redeliver" (with the state machine's canary of that name) makes a new leader deliver
 # again, from the schedule queue's start, every due message, as if no progress were replicated.
-DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver"})
+# The retry copies are delayed through this service, and the retry canary is accepted through
+# this set until broker.server's BROKER_CANARIES names RETRY_CANARIES itself.
+DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver"}) | RETRY_CANARIES
 EARLY_MS = 3000
 DELIVER_MAX = 256  # timers in one deliver entry, at most
 DELIVER_BYTES_MAX = 1 << 20  # ... and their bodies' bytes, at most (beyond the first)
 MAX_WAIT_S = 0.5  # the longest look-again period
 BACKOFF_S = 0.2  # after a failed delivery (leadership lost, a timeout)
+
+
+def look_again_s(ready: bool, next_due_ms: int | None, now_ms: float, stuck: bool) -> float:
+    """How long the service waits before its next look: until the earliest due time (at once
+    if it is overdue) when this node may deliver and the last look was not stuck, else the
+    period ``MAX_WAIT_S`` (a new timer wakes it earlier)."""
+    if not ready or next_due_ms is None:
+        return MAX_WAIT_S
+    ahead_ms = next_due_ms - now_ms
+    if ahead_ms <= 0 and stuck:  # overdue and stuck: the period
+        return MAX_WAIT_S
+    return min(MAX_WAIT_S, max(0.0, ahead_ms / 1000))
 
 
 class DelayService:
@@ -77,13 +92,12 @@ class DelayService:
                 await asyncio.sleep(BACKOFF_S)  # a back-off before the next try
 
     async def _wait(self) -> None:
-        wait_s = MAX_WAIT_S
-        if self.server.node.is_leader:
-            next_due = self.server.state.timers.next_due_ms()
-            if next_due is not None:
-                ahead_ms = next_due - self._early_ms - time.time() * 1000
-                if ahead_ms > 0 or not self._stuck:  # (overdue and stuck: the period)
-                    wait_s = min(MAX_WAIT_S, max(0.0, ahead_ms / 1000))
+        # Only a leader that may deliver now looks again at once: one not caught up yet (its
+        # term's first entry not applied) would find nothing to do, and looping on with
+        # nothing awaited would block the event loop, so the entry would never be applied.
+        ready = self.server.node.is_leader and self.server.caught_up()
+        wait_s = look_again_s(ready, self.server.state.timers.next_due_ms(),
+                              time.time() * 1000 + self._early_ms, self._stuck)
         if wait_s > 0:
             try:
                 async with asyncio.timeout(wait_s):  # (3.11's wait_for can lose a cancel)

@@ -6,6 +6,11 @@ consumers through the real client library, injects the scenario's faults, heals,
 replica and checks the history offline. Budget: DLEDGER_CHAOS_DURATION_S seconds of faults per
 run (default 30); about 50-80 s of wall time per run. The full matrix is ``dledger chaos run
 --all --canaries`` (docs/chaos/report.md).
+
+S1, S6 and S8 also run the messaging features (delayed, ordered, retried messages:
+``chaos.live.features``) and their checkers; their four broker canaries run in a short form
+(``FEATURE_CANARY_DURATION_S`` of faults, about 30-40 s each: each is caught within its first
+fault, or with none at all), the full matrix at the full duration.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from typing import Any
 
 import pytest
 
-from chaos.live.nemesis import CANARIES, CI_SUBSET
+from chaos.live.nemesis import CANARIES, CI_SUBSET, SCENARIOS
 from chaos.live.runner import RunConfig, run_scenario
 
 pytestmark = pytest.mark.slow
 
 DURATION_S = float(os.environ.get("DLEDGER_CHAOS_DURATION_S", "30"))
+# S1 isolates, S6 kills, S8 pauses the leader first 7-10 s into the faults; a member of the
+# orderly group leaves at 8 s and is back at 10.5 s: 12 s hold one of each.
+FEATURE_CANARY_DURATION_S = min(DURATION_S, 12.0)
 SEED = int(os.environ.get("DLEDGER_CHAOS_SEED", "1"))
 
 # What each seeded bug must break (the names of the checks that fire, see chaos/live/checker.py).
@@ -31,22 +39,44 @@ CANARY_DETECTORS = {
     "async_flush_ack": ("lost", "lost_on_replica"),
     "no_pre_vote_check_quorum": ("leader churn",),
     "skip_checksum": ("replica_divergences", "unexpected", "crash", "lost_on_replica"),
+    "delay_early": ("delay: early",),
+    "timer_redeliver": ("delay: twice",),
+    "lock_unfenced": ("orderly: overlap",),
+    "retry_count_lost": ("retry: count", "retry: attempts"),
 }
+FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_count_lost")
 
 
 def _run(tmp_path: Path, scenario: str, canary: str | None = None, duration_s: float = DURATION_S,
-         quiet_s: float = 3.0, recovery_s: float = 5.0) -> dict[str, Any]:
+         quiet_s: float = 3.0, recovery_s: float = 5.0,
+         capsys: pytest.CaptureFixture[str] | None = None) -> dict[str, Any]:
     lines: list[str] = []
     cfg = RunConfig(scenario, SEED, duration_s, str(tmp_path), canary, quiet_s=quiet_s,
                     recovery_s=recovery_s)
     run = asyncio.run(run_scenario(cfg, say=lines.append))
     print("\n".join(lines))  # the fault timeline, shown when a run fails
+    ran = [f"{scenario}{'/' + canary if canary else ''}: {duration_s:g} s of faults, "
+           f"{run['wall_s']} s wall, {run['check'].get('ok', 0)} acknowledged, {run['verdict']}"]
+    feats = run.get("features")
+    if feats:  # how much of the features ran
+        d, o, r = feats["delay"], feats["orderly"], feats["retry"]
+        ran.append(f"  features: delayed {d['acked']} acked / {d['delivered']} delivered; "
+                   f"ordered {o['acked']} acked / {o['processed']} processed, {o['rejoins']} "
+                   f"rejoins; retried {r['acked']} acked / {r['consumed']} consumed / "
+                   f"{r['dead_letters']} dead letters ({r['deliveries']} deliveries); work ended "
+                   f"{feats['finished_in_s']} s after the stop")
+    if capsys is None:
+        print("\n".join(ran))
+    else:
+        with capsys.disabled():  # in the CI log: how much ran
+            print("\n" + "\n".join(ran))
     return run
 
 
 @pytest.mark.parametrize("scenario", CI_SUBSET)
-def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path) -> None:
-    run = _run(tmp_path, scenario)
+def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run(tmp_path, scenario, capsys=capsys)
     check = run["check"]
     assert run["violations"] == [], "\n".join(run["violations"][:10])
     assert run["faults"], "the schedule injected no fault"
@@ -54,12 +84,20 @@ def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path) -> None
     assert check["lost"] == 0 and check["max_leaders_per_term"] <= 1
     if scenario == "S12":  # power loss of every node at once, in sync flush mode
         assert run["durability"]["power_loss_events"] >= 3
+    if SCENARIOS[scenario].features:  # their checkers passed (above): enough of them ran
+        feats = run["features"]
+        assert feats["finished_in_s"] is not None, "the features' work did not end in time"
+        assert feats["delay"]["delivered"] > 20 and feats["orderly"]["processed"] > 20
+        assert feats["orderly"]["rejoins"] >= 1, "no orderly queue changed hands"
+        assert feats["retry"]["consumed"] > 10 and feats["retry"]["dead_letters"] > 2
 
 
 @pytest.mark.parametrize("canary", sorted(set(CANARIES) - {"stale_leader"}))  # its own test below
-def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path) -> None:
+def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     scenario = CANARIES[canary][0]
-    run = _run(tmp_path, scenario, canary)
+    duration_s = FEATURE_CANARY_DURATION_S if canary in FEATURE_CANARIES else DURATION_S
+    run = _run(tmp_path, scenario, canary, duration_s=duration_s, capsys=capsys)
     assert run["verdict"] == "FAIL", f"canary {canary} was not caught by {scenario}"
     fired = [v for v in run["violations"] if v.startswith(CANARY_DETECTORS[canary])]
     assert fired, f"{canary}: expected {CANARY_DETECTORS[canary]}, got {run['violations'][:5]}"

@@ -24,6 +24,7 @@ from broker.delay import (
     route_run,
     timer_of,
 )
+from broker.delay_service import MAX_WAIT_S, look_again_s
 from broker.entries import TimerDeliver, encode_runs, stored_messages
 from broker.sendwire import run_answers
 
@@ -39,6 +40,18 @@ def test_the_default_levels_are_rocketmqs_eighteen() -> None:
     for bad in ("", "5", "1x", "0s", "-1s", "s"):
         with pytest.raises(DelayError):
             parse_levels(bad)
+
+
+def test_only_a_leader_that_may_deliver_looks_again_at_once() -> None:
+    # Found by the live chaos features (S6): a new leader not caught up yet, with a timer
+    # overdue, looked again at once, found it could not deliver, and did so for ever without
+    # awaiting anything: its event loop never applied its term's first entry and it froze.
+    assert look_again_s(False, 100, 500.0, stuck=False) == MAX_WAIT_S  # not caught up: the period
+    assert look_again_s(True, 100, 500.0, stuck=False) == 0.0  # overdue: at once
+    assert look_again_s(True, 100, 500.0, stuck=True) == MAX_WAIT_S  # overdue, undeliverable
+    assert look_again_s(True, 700, 500.0, stuck=True) == pytest.approx(0.2)  # until it is due
+    assert look_again_s(True, 10_000, 500.0, stuck=False) == MAX_WAIT_S
+    assert look_again_s(True, None, 500.0, stuck=False) == MAX_WAIT_S  # nothing pending
 
 
 def test_due_times_from_levels_and_timer_properties() -> None:

@@ -85,6 +85,7 @@ class ChaosCluster:
     async_flush_ms: int = 50
     seed: int = 0
     group: str = "g"
+    broker_args: tuple[str, ...] = ()  # more broker options (delay levels, broker canaries)
     brokers: LocalCluster = field(init=False)
     proxies: dict[Link, Address] = field(default_factory=dict)  # link -> proxy listen address
     namesrv_port: int = 0
@@ -130,7 +131,8 @@ class ChaosCluster:
                 extra_args=("--test-faults", "--register-interval-s", "2",
                             "--checkpoint-interval-s", "5", "--async-flush-ms",
                             str(self.async_flush_ms),
-                            *(a for c in self.canaries for a in ("--canary", c))))
+                            *(a for c in self.canaries for a in ("--canary", c)),
+                            *self.broker_args))
             self._create_proxies()
             self.brokers.start()
         except BaseException:

@@ -15,9 +15,13 @@ from typing import Any
 
 import click
 
+from chaos.live.features import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.nemesis import CANARIES, CI_SUBSET, SCENARIOS
 from chaos.live.report import write_report
 from chaos.live.runner import RunConfig, run_scenario
+
+
+FEATURE_SCENARIOS = [name for name, sc in SCENARIOS.items() if sc.features]
 
 
 def _meta(tick_ms: int, election_ticks: int) -> dict[str, Any]:
@@ -65,9 +69,13 @@ def chaos() -> None:
 @click.option("--work-dir", default=None, type=click.Path(file_okay=False),
               help="Data, logs and histories (default: <out>/work).")
 @click.option("--keep-data", is_flag=True, help="Keep the brokers' data of passing runs too.")
+@click.option("--features/--no-features", default=None,
+              help="Run the messaging features (delayed, ordered, retried messages) and their "
+                   f"checkers beside the workload [default: in {', '.join(FEATURE_SCENARIOS)}; "
+                   "a feature canary needs them].")
 def run(scenarios: tuple[str, ...], all_: bool, ci: bool, canaries: tuple[str, ...],
         all_canaries: bool, seed: int, duration_s: float, out_dir: str, work_dir: str | None,
-        keep_data: bool) -> None:
+        keep_data: bool, features: bool | None) -> None:
     """Run scenarios and write a report; exit 1 if any run did not end as expected."""
     todo = plan(scenarios, all_, ci, canaries, all_canaries)
     if not todo:
@@ -76,7 +84,8 @@ def run(scenarios: tuple[str, ...], all_: bool, ci: bool, canaries: tuple[str, .
     results = []
     for name, canary in todo:
         cfg = RunConfig(name, seed, duration_s, work_dir or os.path.join(out_dir, "work"),
-                        canary, keep_data=keep_data)
+                        canary, keep_data=keep_data,
+                        features=True if canary in FEATURE_CANARIES else features)
         results.append(asyncio.run(run_scenario(cfg, say=lambda s: click.echo(s))))
     path = write_report(results, _meta(100, 10), out_dir)
     unexpected = [f"{r['scenario']}{'/' + r['canary'] if r['canary'] else ''}" for r in results

@@ -365,18 +365,20 @@ class Scenario:
     async_flush_ms: int = 50
     churn_bound: bool = False  # leader changes are bounded (Pre-Vote + CheckQuorum's promise)
     silence: SilenceBound | None = None  # availability under a silent leader is bounded
+    features: bool = False  # the messaging features run beside (chaos.live.features)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("S0", "Baseline, no faults", s0_baseline),
-    Scenario("S1", "Leader isolation", s1_leader_isolation),
+    # S1, S6 and S8 also run the messaging features (delay, orderly, retry) and their checkers
+    Scenario("S1", "Leader isolation", s1_leader_isolation, features=True),
     Scenario("S2", "Random majority/minority split", s2_majority_minority),
     Scenario("S3", "Partial partition (one cut link)", s3_partial_partition, churn_bound=True),
     Scenario("S4", "Bridge (5 nodes)", s4_bridge, nodes=5, pause_s=0.08),
     Scenario("S5", "Majorities ring (5 nodes)", s5_majorities_ring, nodes=5, pause_s=0.08),
-    Scenario("S6", "Kill -9 the leader", s6_kill_leader),
+    Scenario("S6", "Kill -9 the leader", s6_kill_leader, features=True),
     Scenario("S7", "Kill -9 a random node or all", s7_kill_random_or_all),
-    Scenario("S8", "Zombie leader (SIGSTOP/SIGCONT)", s8_zombie_leader),
+    Scenario("S8", "Zombie leader (SIGSTOP/SIGCONT)", s8_zombie_leader, features=True),
     Scenario("S9", "Latency and jitter", s9_latency),
     Scenario("S10", "Packet loss (flapping links)", s10_loss),
     Scenario("S11", "Power loss of a minority", s11_power_loss_minority),
@@ -404,4 +406,11 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "skip_checksum": ("S13", {"schedule": s13_corruption(("bitflip",))}),
     # a client-side bug (client.routes.CANARIES): the producer keeps dialling the silent old leader
     "stale_leader": ("S16", {}),
+    # broker bugs in the messaging features (chaos.live.features), caught by their checkers:
+    "delay_early": ("S1", {}),  # timers delivered 3 s early: the delay checker's "early"
+    "timer_redeliver": ("S6", {}),  # a new leader delivers every timer again: "twice"
+    "lock_unfenced": ("S8", {}),  # a held queue lock granted to another member: "overlap"
+    # the reconsume count kept in the leader's memory: after a leader kill a message's retry
+    # copies carry a count that went back and it is retried too often ("count", "attempts")
+    "retry_count_lost": ("S6", {}),
 }

@@ -51,6 +51,17 @@ HOW_TO_READ = (
     "numbers are measurements of this machine and configuration, not pass/fail criteria."
 )
 
+FEATURES_HOW_TO_READ = (
+    "Runs with the messaging features also drive delayed sends, two orderly consumers (one of "
+    "them leaving and coming back every 8 s) and a push consumer whose listener fails message "
+    "*i* 0, 1, 2 times or always (max 3 reconsumes), through the same faults. Their checkers: "
+    "*delay* (no message stored before its due time, none twice, none lost), *orderly* (no two "
+    "members processing one queue at once, each order id in send order, none lost), *retry* "
+    "(copy *k* of a message carries reconsume count *k*; *f* planned failures take *f* + 1 "
+    "copies; an always-failing message is in the dead-letter queue once, after 4 copies, with "
+    "count 3 and its ids kept; none lost). Redeliveries of one copy (at least once) are allowed."
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # Markdown
@@ -199,6 +210,28 @@ def _durability_table(runs: Sequence[Run]) -> list[str]:
     return _table(header, rows)
 
 
+def _features_table(runs: Sequence[Run]) -> list[str]:
+    header = ["scenario", "seed", "canary", "delayed (acked / delivered)",
+              "ordered (acked / processed / member rejoins)",
+              "retried (acked / consumed / dead letters, of always failing)",
+              "violations (delay / orderly / retry)", "work ended after stop", "verdict"]
+    rows = []
+    for run in runs:
+        f = _mapping(run.get("features"))
+        d, o, r = _mapping(f.get("delay")), _mapping(f.get("orderly")), _mapping(f.get("retry"))
+        rows.append([
+            _num(run.get("scenario")), _num(run.get("seed")), _num(run.get("canary")),
+            _pair(d.get("acked"), d.get("delivered")),
+            _pair(o.get("acked"), o.get("processed"), o.get("rejoins")),
+            f"{_pair(r.get('acked'), r.get('consumed'), r.get('dead_letters'))}, of "
+            f"{_num(r.get('always_failing'))}",
+            _pair(d.get("violations"), o.get("violations"), r.get("violations")),
+            _secs(f.get("finished_in_s"), 1) if f.get("finished_in_s") is not None
+            else "**not within the wait**", _verdict_text(run),
+        ])
+    return _table(header, rows)
+
+
 def _canary_table(runs: Sequence[Run]) -> list[str]:
     header = ["seeded bug", "detector (first violation)", "scenario / seed", "time to detect",
               "caught"]
@@ -269,6 +302,10 @@ def render_markdown(runs: Sequence[Run], meta: Mapping[str, Any]) -> str:
     out += ["## Availability and latency", "",
             "Measurements, not pass/fail criteria.", "", *_availability_table(runs), ""]
     out += ["## Durability faults", "", *_durability_table(runs), ""]
+    featured = [r for r in runs if isinstance(r.get("features"), Mapping)]
+    if featured:
+        out += ["## Messaging features", "", FEATURES_HOW_TO_READ, "", *_features_table(featured),
+                ""]
     canaries = [r for r in runs if _is_canary(r)]
     out += ["## Canary matrix", ""]
     out += [*_canary_table(canaries), ""] if canaries else ["No canary runs.", ""]

@@ -1,10 +1,12 @@
 """Runs one live chaos scenario end to end (CHAOS.md 4.2 and 4.4) and returns its result record:
 
 start the cluster (every link through a proxy) -> create the topic -> start producers and
-consumers -> quiet period -> the scenario's fault schedule -> heal everything -> wait for a leader
--> let the workload run on (recovery) -> stop producers -> wait until every replica has applied
-what the group committed -> stop consumers -> drain every queue from each replica and through
-the leader -> stop the cluster -> check the history, the dumps and the node traces offline.
+consumers (and, where the scenario has them, the messaging features: ``chaos.live.features``)
+-> quiet period -> the scenario's fault schedule -> heal everything -> wait for a leader -> let
+the workload run on (recovery) -> stop producers -> let the features finish and read them back
+-> wait until every replica has applied what the group committed -> stop consumers -> drain
+every queue from each replica and through the leader -> stop the cluster -> check the history,
+the dumps and the node traces offline (and the features' records, by their checkers).
 
 A harness failure (the cluster would not start, a replica never caught up) is reported as such,
 apart from safety violations. Every wait has a deadline; every process started is stopped.
@@ -13,6 +15,7 @@ apart from safety violations. Every wait has a deadline; every process started i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
@@ -25,6 +28,9 @@ from broker import protocol as bp
 from chaos import traces
 from chaos.live.checker import check_run
 from chaos.live.cluster import ChaosCluster
+from chaos.live.features import BROKER_CANARIES as FEATURE_CANARIES
+from chaos.live.features import Features, broker_args, log_to
+from chaos.live.feature_clients import SEND_ERRORS
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from dledger.client import LogClient
@@ -54,6 +60,8 @@ class RunConfig:
     tick_ms: int = 100
     election_ticks: int = 10
     keep_data: bool = False
+    features: bool | None = None  # the messaging features beside the workload (None: the
+    # scenario's choice)
 
 
 def scenario_for(cfg: RunConfig) -> Scenario:
@@ -63,6 +71,11 @@ def scenario_for(cfg: RunConfig) -> Scenario:
         if target != cfg.scenario:
             raise ValueError(f"canary {cfg.canary} belongs to scenario {target}")
         sc = dataclasses.replace(sc, **overrides)
+    if cfg.features is not None:
+        sc = dataclasses.replace(sc, features=cfg.features)
+    if cfg.canary in FEATURE_CANARIES and not sc.features:
+        raise ValueError(f"canary {cfg.canary} is caught by the features' checkers: it needs "
+                         f"the features on")
     return sc
 
 
@@ -147,20 +160,25 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     client_canaries = (cfg.canary,) if cfg.canary in CLIENT_CANARIES else ()
     cluster = ChaosCluster(base, size=sc.nodes, flush_mode=sc.flush_mode, tick_ms=cfg.tick_ms,
                            election_ticks=cfg.election_ticks, canaries=core_canaries,
-                           async_flush_ms=sc.async_flush_ms, seed=cfg.seed)
+                           async_flush_ms=sc.async_flush_ms, seed=cfg.seed,
+                           broker_args=broker_args(cfg.canary) if sc.features else ())
     wall0 = time.monotonic()
     t0 = time.time()
     say(f"[{label}] starting {sc.nodes} brokers, a NameServer and "
-        f"{sc.nodes * (sc.nodes - 1) + 2 * sc.nodes} proxies ({sc.flush_mode} flush)")
+        f"{sc.nodes * (sc.nodes - 1) + 2 * sc.nodes} proxies ({sc.flush_mode} flush"
+        f"{', with the messaging features' if sc.features else ''})")
     history = History(os.path.join(base, "history.jsonl"))
     notes: list[str] = []
     problems: list[str] = []
     replicas: dict[str, dict[int, list[tuple[int, str]]]] = {}
     leader_drain: dict[int, list[tuple[int, str]]] = {}
     ctl: Ctl | None = None
+    feats: Features | None = None
     workers: list[asyncio.Task[None]] = []
     readers: list[asyncio.Task[None]] = []
     stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
+    client_log = contextlib.ExitStack()
+    client_log.enter_context(log_to(os.path.join(base, "clients.log")))
     try:
         await asyncio.to_thread(cluster.start)
         nodes = cluster.node_ids
@@ -175,6 +193,13 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                 history, cluster.namesrv, f"c{q}{kind}", q, cluster.group, stop_consumers,
                 None if kind == "t" else 10.0, random.Random(rng.random())))
                 for q in range(QUEUES) for kind in ("t", "r")]
+            if sc.features:
+                feats = Features(cluster.namesrv, control, nodes, random.Random(rng.random()),
+                                 stop_producers)
+                try:
+                    await feats.start()
+                except SEND_ERRORS as err:
+                    raise HarnessError(f"the messaging features did not start: {err!r}") from err
             await asyncio.sleep(cfg.quiet_s)  # the quiet period before the first fault
             ctl = Ctl(cluster, history, rng, time.monotonic() + cfg.duration_s, control=control,
                       say=lambda text: say(f"[{label}] {time.time() - t0:6.1f} s  {text}"))
@@ -182,7 +207,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             say(f"[{label}] {time.time() - t0:6.1f} s  heal everything")
             await _final_heal(ctl, problems)
             history.add(proc="nemesis", type="info", f="heal")
-            await _after_heal(cfg, control, nodes, stop_producers, workers, notes, problems)
+            await _after_heal(cfg, control, nodes, stop_producers, workers, notes, problems,
+                              feats, os.path.join(base, "features.jsonl"))
             await asyncio.sleep(1.0)  # consumers' last long polls see the end of each queue
             stop_consumers.set()
             await asyncio.gather(*readers)
@@ -197,6 +223,9 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         for task in workers + readers:
             task.cancel()
         await asyncio.gather(*workers, *readers, return_exceptions=True)
+        if feats is not None:
+            await feats.close()
+        client_log.close()
         history.close()
         await asyncio.to_thread(cluster.stop)
     trace_events = traces.load(cluster.trace_paths())
@@ -211,7 +240,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         bound = max(1, windows // 2)
     result = check_run(history.events, replicas, leader_drain, trace_events,
                        max_leader_changes=bound, silence=sc.silence)
-    violations = list(result.violations) + problems
+    violations = list(result.violations) + problems + (feats.violations if feats else [])
     verdict = "FAIL" if violations else "PASS"
     durability = dict(ctl.durability) if ctl else {}
     corrupted = durability.pop("corrupted", [])
@@ -226,6 +255,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         "verdict": verdict, "violations": violations,
         "expect": "fail" if cfg.canary else "pass", "notes": notes,
     }
+    if feats is not None:
+        run["features"] = feats.result
     if sc.flush_mode == "async":
         run["notes"].append("async flush: acknowledged from the page cache; what a power loss "
                             "takes is measured here")
@@ -233,17 +264,20 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         f"{len(violations)} violation(s) in {run['wall_s']} s")
     for v in violations[:10]:
         say(f"[{label}]   {v}")
-    if not cfg.keep_data and verdict == ("FAIL" if cfg.canary else "PASS"):
+    # (a harness or liveness problem keeps the data, even in a canary run that failed as it must)
+    if not cfg.keep_data and not problems and verdict == ("FAIL" if cfg.canary else "PASS"):
         shutil.rmtree(os.path.join(base, "brokers"), ignore_errors=True)
     return run
 
 
 async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
                       stop_producers: asyncio.Event, workers: list[asyncio.Task[None]],
-                      notes: list[str], problems: list[str]) -> None:
-    """Wait for a leader, let the workload run on, stop the producers, wait until every replica
-    has applied the whole log. A wait that runs out is a problem to report, and the run goes on
-    to drain what the replicas hold (a seeded bug may have left a node that cannot catch up)."""
+                      notes: list[str], problems: list[str], feats: Features | None,
+                      features_path: str) -> None:
+    """Wait for a leader, let the workload run on, stop the producers, let the features finish,
+    wait until every replica has applied the whole log. A wait that runs out is a problem to
+    report, and the run goes on to drain what the replicas hold (a seeded bug may have left a
+    node that cannot catch up)."""
     try:
         took = await _wait(lambda: find_leader(control, nodes), LEADER_WAIT_S,
                            "a leader after the heal")
@@ -253,6 +287,12 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
     await asyncio.sleep(cfg.recovery_s)  # the workload runs on: recovery is measured
     stop_producers.set()
     await asyncio.gather(*workers)
+    if feats is not None:
+        await feats.finish(features_path)
+        ended = feats.result.get("finished_in_s")
+        notes.append(f"the features' work ended {ended} s after the producers stopped"
+                     if ended is not None else "the features' work had not ended when the wait "
+                     "ran out")
 
     async def caught_up() -> bool:
         st = await _node_statuses(control, nodes)
