@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC, timer_of
 from broker.entries import TimerDeliver, stored_messages
 from broker.errors import BrokerError
-from broker.retry_service import RETRY_CANARIES
 from dledger.errors import DLedgerError
 
 if TYPE_CHECKING:
@@ -33,9 +32,7 @@ log = logging.getLogger("broker.delay")
 # Seeded bugs (tests only): "delay_early" delivers timers EARLY_MS before they are due;
 # "timer_redeliver" (with the state machine's canary of that name) makes a new leader deliver
 # again, from the schedule queue's start, every due message, as if no progress were replicated.
-# The retry copies are delayed through this service, and the retry canary is accepted through
-# this set until broker.server's BROKER_CANARIES names RETRY_CANARIES itself.
-DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver"}) | RETRY_CANARIES
+DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver"})
 EARLY_MS = 3000
 DELIVER_MAX = 256  # timers in one deliver entry, at most
 DELIVER_BYTES_MAX = 1 << 20  # ... and their bodies' bytes, at most (beyond the first)

@@ -25,7 +25,7 @@ from broker.admin import make_app
 from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, SCHEDULE_TOPIC, parse_levels
 from broker.delay_service import DELAY_CANARIES, DelayService
 from broker.orderly_service import LOCK_CANARIES, LockService
-from broker.retry_service import RetryService
+from broker.retry_service import RETRY_CANARIES, RetryService
 from broker.entries import (
     Message,
     encode,
@@ -78,7 +78,7 @@ log = logging.getLogger("broker.server")
 SERVED_KINDS = served_kinds()
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
 CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
-BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES
+BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES
 
 
 @dataclass(frozen=True)
