@@ -101,6 +101,8 @@ class DelayService:
                     await self._wake.wait()
             except TimeoutError:
                 pass  # time to look again
+        else:
+            await asyncio.sleep(0)  # never a turn without yielding to the loop, whatever comes
         self._wake.clear()
 
     async def deliver_due(self) -> bool:
