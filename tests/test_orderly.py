@@ -84,7 +84,7 @@ class Recording:
 
 
 def consumer(ns: str, member: str, history: list[Processing],
-             heartbeat_s: float = 1.5) -> OrderlyPushConsumer:
+             heartbeat_s: float = 2.0) -> OrderlyPushConsumer:
     c = OrderlyPushConsumer(ns, "orderly", Recording(member, history), client_id=member,
                             suspend_s=0.05, heartbeat_s=heartbeat_s, rebalance_s=heartbeat_s,
                             commit_s=0.3, suspend_ms=300, start_from="first")
@@ -108,7 +108,8 @@ async def scenario(ns: str, cluster: LocalCluster) -> tuple[list[Processing], di
                 await producer.send_orderly(Message(TOPIC, f"{oid}:{seq}".encode()), oid)
                 acked[oid] = seq + 1
 
-        sending = asyncio.gather(*(one_order(k) for k in range(ORDERS)))
+        half = ORDERS // 2  # the first half now, the second once the newcomer joined: so its
+        sending = asyncio.gather(*(one_order(k) for k in range(half)))  # queue is busy then
         await wait_until(lambda: len(history) > 1500, 60, "consumption under way")
         await b.close()  # a member leaves and comes back: its queues move and return
         b = consumer(ns, "b", history)
@@ -119,7 +120,8 @@ async def scenario(ns: str, cluster: LocalCluster) -> tuple[list[Processing], di
         await _wait_leader(client, cluster)
         c = consumer(ns, "c", history, heartbeat_s=0.3)  # asks at once for one of b's queues
         await c.start()
-        await wait_until(lambda: len(history) > 4500, 60, "consumption after the kill")
+        sending = asyncio.gather(sending, *(one_order(k) for k in range(half, ORDERS)))
+        await wait_until(lambda: len(history) > 6500, 60, "consumption after the kill")
         await sending
         total = sum(acked.values())
         await wait_until(lambda: len({(p.order_id, p.seq) for p in history if p.ok}) >= total,
