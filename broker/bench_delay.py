@@ -30,14 +30,16 @@ PER_REQUEST = 256
 IN_FLIGHT = 32
 
 
-def rss_mib(pid: int | None) -> float:
+def rss_mib(pid: int | None, field: str = "VmRSS") -> float:
+    """A process's resident memory (``VmRSS``), or one part of it: ``RssAnon`` (the heap, what
+    the process itself holds) or ``RssFile`` (file pages mapped in: the log's segments)."""
     if pid is None:
         raise RuntimeError("the node is not running")
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 async def _fill(client: LogClient, n: int, size: int, unique_keys: bool, plain: bool) -> float:
@@ -92,9 +94,11 @@ def main(messages: int, size: int, unique_keys: bool, plain: bool) -> None:
                 await client.call_leader(bp.SEND, "pending", 0, [[b"warm", "", [], "", [], 0]])
                 nodes = list(cluster.servers)
                 before = {nid: rss_mib(cluster.servers[nid].pid) for nid in nodes}
+                anon0 = {nid: rss_mib(cluster.servers[nid].pid, "RssAnon") for nid in nodes}
                 took_s = await _fill(client, messages, size, unique_keys, plain)
                 await _applied_everywhere(client, nodes, messages, 300, plain)
                 after = {nid: rss_mib(cluster.servers[nid].pid) for nid in nodes}
+                anon = {nid: rss_mib(cluster.servers[nid].pid, "RssAnon") for nid in nodes}
                 what = "stored undelayed" if plain else "pending delayed"
                 click.echo(f"{messages:,} {what} messages of {size} B "
                            f"({'unique keys' if unique_keys else 'no unique keys'}), sent in "
@@ -102,7 +106,9 @@ def main(messages: int, size: int, unique_keys: bool, plain: bool) -> None:
                 for nid in nodes:
                     grown = after[nid] - before[nid]
                     click.echo(f"  {nid}: RSS {before[nid]:.1f} -> {after[nid]:.1f} MiB "
-                               f"(+{grown:.1f} MiB, {grown * 2**20 / messages:.0f} B per message)")
+                               f"(+{grown:.1f} MiB, {grown * 2**20 / messages:.0f} B per message); "
+                               f"of it anonymous +{anon[nid] - anon0[nid]:.1f} MiB "
+                               f"({(anon[nid] - anon0[nid]) * 2**20 / messages:.0f} B per message)")
         asyncio.run(run())
 
 
