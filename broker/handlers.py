@@ -214,15 +214,20 @@ def _queue_of(server: BrokerServer, topic: str, qid: int) -> TopicConfig | None:
     return cfg
 
 
+def _check_readable(server: BrokerServer, topic: str, qid: int) -> None:
+    """A pull's rules: one of the topic's read queues, and the topic readable."""
+    cfg = _queue_of(server, topic, qid)
+    if cfg is not None and not cfg.readable:
+        raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable (perm {cfg.perm})")
+
+
 # -- the handlers ---------------------------------------------------------------------------------
 
 @handles(PULL, topic=readable_topic, queue_id=queue_id, offset=offset, max_messages=integer(),
          max_bytes=integer(), suspend_ms=integer(), tags=strings(PULL_TAGS_MAX))
 async def pull(server: BrokerServer, topic: str, qid: int, start: int, max_messages: int,
                max_bytes: int, suspend_ms: int, tags: list[str]) -> list[Any]:
-    cfg = _queue_of(server, topic, qid)
-    if cfg is not None and not cfg.readable:
-        raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable (perm {cfg.perm})")
+    _check_readable(server, topic, qid)
     return await server.pull(topic, qid, start, max_messages, max_bytes, suspend_ms, tags)
 
 
@@ -230,9 +235,7 @@ async def pull(server: BrokerServer, topic: str, qid: int, start: int, max_messa
          max_bytes=integer(), suspend_ms=integer(), sql=sql_expression)
 async def pull_sql(server: BrokerServer, topic: str, qid: int, start: int, max_messages: int,
                    max_bytes: int, suspend_ms: int, sql: SqlFilter) -> list[Any]:
-    cfg = _queue_of(server, topic, qid)
-    if cfg is not None and not cfg.readable:
-        raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable (perm {cfg.perm})")
+    _check_readable(server, topic, qid)
     return await server.pull(topic, qid, start, max_messages, max_bytes, suspend_ms, ["*"], sql)
 
 
