@@ -33,3 +33,10 @@ class BadDelayError(BrokerError):
     ahead, or delayed messages in a batch or beside immediate ones in one run."""
 
     code = "BAD_DELAY"
+
+
+class MessageNotFoundError(BrokerError):
+    """No stored message has that offset msg id here (never stored, a refused duplicate, or
+    deleted by log retention or with its topic)."""
+
+    code = "MESSAGE_NOT_FOUND"

@@ -86,6 +86,8 @@ class KeyIndex:
         self._dir_dirty = False
         self._busy = False  # a checkpoint job is running: no file may be closed meanwhile
         self.rebuilt_files = 0
+        self.checkpointed_index = 0  # the applied index of the last checkpoint written
+        self._written: list[int] = []  # set by a job that finished (in its thread)
 
     @classmethod
     def open(cls, data_dir: str, config: IndexConfig | None = None) -> KeyIndex:
@@ -186,7 +188,7 @@ class KeyIndex:
         sync_dir = self._dir_dirty
         self._dir_dirty = False
         self._busy = True
-        directory = self.dir
+        directory, applied, written = self.dir, self.applied_index, self._written
 
         def job() -> None:
             for j in jobs:
@@ -197,10 +199,15 @@ class KeyIndex:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+            written.append(applied)
         return job
 
     def checkpoint_done(self) -> None:
+        """After the job (whether it ran to the end or failed): files may be deleted again."""
         self._busy = False
+        if self._written:
+            self.checkpointed_index = max(self.checkpointed_index, *self._written)
+            self._written.clear()
         self._enforce_count()
 
     def _retain(self, log_first_index: int) -> None:
@@ -243,7 +250,8 @@ class KeyIndex:
 
     def status(self) -> dict[str, Any]:
         return {"files": len(self.files), "applied_index": self.applied_index,
-                "entries": sum(f.count for f in self.files), "rebuilt_files": self.rebuilt_files}
+                "entries": sum(f.count for f in self.files), "rebuilt_files": self.rebuilt_files,
+                "checkpointed_index": self.checkpointed_index}
 
 
 def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = True) -> int:
@@ -270,3 +278,16 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
     finally:
         store.close()
     return read
+
+
+def open_index(data_dir: str, config: IndexConfig, upto: int, verify_checksums: bool = True) -> KeyIndex:
+    """The node's key index, caught up from its log to ``upto`` (the state's checkpoint)."""
+    index = KeyIndex.open(data_dir, config)
+    try:
+        read = catch_up(index, os.path.join(data_dir, "log"), upto, verify_checksums)
+    except BaseException:
+        index.close()
+        raise
+    if read:
+        log.info("key index: %d log entries indexed to catch up with the checkpoint", read)
+    return index

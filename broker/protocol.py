@@ -38,6 +38,12 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   ``%DLQ%<group>`` back into ``%RETRY%<group>`` with its reconsume count reset (leader)
 - LOCK_BATCH ``group, client_id, [[topic, queue_id]...]`` -> the queues granted (locked or
   renewed for 60 s; ``broker.orderly``); UNLOCK_BATCH the same -> true (leader)
+- VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
+  max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
+  of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
+  queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
+  [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
+  answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -68,6 +74,9 @@ DLQ_RESEND = 112
 LOCK_BATCH = 113
 UNLOCK_BATCH = 114
 PULL_SQL = 115
+VIEW_MESSAGE = 120
+QUERY_BY_KEY = 121
+QUERY_BY_UNIQUE_KEY = 122
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 
