@@ -316,3 +316,7 @@ async def lock_batch(server: BrokerServer, group: str, client_id: str,
 async def unlock_batch(server: BrokerServer, group: str, client_id: str,
                        queues: list[tuple[str, int]]) -> bool:
     return await server.locks.unlock(group, client_id, queues)
+
+
+# Request kinds whose handlers live in modules of their own register here, once the table exists.
+from broker import query_handlers  # noqa: E402,F401 - message query (kinds 120-122)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from broker.delay import SCHEDULE_TOPIC
-from broker.entries import STORED_BY_KIND, stored_kind, stored_topics_and_messages
+from broker.entries import decode_for_apply, stored_topics_and_messages
 from broker.errors import BadEntryError
 from broker.index_file import IndexFile, IndexFileError
 
@@ -55,27 +55,49 @@ def key_hash(topic: str, key: str) -> int:
     return zlib.crc32(f"{topic}#{key}".encode("utf-8", "surrogatepass"))
 
 
+_UNIQUE_START = zlib.crc32(UNIQUE_SEED)
+
+
 def unique_hash(unique_key: str) -> int:
-    return zlib.crc32(unique_key.encode("utf-8", "surrogatepass"), zlib.crc32(UNIQUE_SEED))
+    return zlib.crc32(unique_key.encode("utf-8", "surrogatepass"), _UNIQUE_START)
 
 
 def indexed_topic(topic: str) -> bool:
     return topic != SCHEDULE_TOPIC and not topic.startswith("RMQ_SYS_")
 
 
-def entry_hashes(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
-    """(store time, [(key hash, slot)...]) of what one applied entry stores."""
-    ts, stored = stored_topics_and_messages(payload)
-    out: list[tuple[int, int]] = []
-    for slot, (topic, _, m) in enumerate(stored):
-        if type(topic) is not str or not indexed_topic(topic):
+def entry_hashes(entry: object) -> tuple[int, list[int]]:
+    """(store time, [key hash, slot, key hash, slot...]) of what one decoded entry stores (flat:
+    the replicas' apply path builds no tuple per key)."""
+    stored = stored_topics_and_messages(entry)
+    if stored is None:
+        return 0, []
+    out: list[int] = []
+    crc, seed = zlib.crc32, _UNIQUE_START
+    slot = 0
+    for topic, _, messages in stored[1]:
+        if not indexed_topic(topic):
+            slot += len(messages)
             continue
-        keys, unique_key = m[2], m[3]
-        for k in keys:
-            out.append((key_hash(topic, k), slot))
-        if unique_key:
-            out.append((unique_hash(unique_key), slot))
-    return ts, out
+        for m in messages:
+            keys, unique_key = m[2], m[3]
+            if keys:
+                for k in keys:
+                    out += (key_hash(topic, k), slot)
+            if unique_key:
+                out += (crc(unique_key.encode("utf-8", "surrogatepass"), seed), slot)
+            slot += 1
+    return stored[0], out
+
+
+def decoded(payload: bytes) -> object:
+    """A log entry's payload as the state machine decoded it at apply (None: it stored nothing)."""
+    if not payload:
+        return None
+    try:
+        return decode_for_apply(payload)
+    except BadEntryError:
+        return None
 
 
 class KeyIndex:
@@ -142,25 +164,23 @@ class KeyIndex:
 
     # -- the apply path ----------------------------------------------------------------------
 
-    def add(self, index: int, position: int, payload: bytes) -> None:
-        """Index one applied entry (one already indexed, after a restart, is skipped)."""
+    def add(self, index: int, position: int, entry: object) -> None:
+        """Index one applied entry, decoded (``BrokerState.last_entry``; ``decoded``); one
+        already indexed (after a restart) is skipped."""
         active = self.files[-1]
         if index <= active.applied_index:
             return
         active.applied_index = index
-        if not payload or stored_kind(payload) not in STORED_BY_KIND:
-            return  # (a payload not written the usual way is decoded below, to be sure)
-        try:
-            ts, hashes = entry_hashes(payload)
-        except BadEntryError:
-            return  # a malformed entry stored nothing
+        if entry is None:
+            return
+        ts, hashes = entry_hashes(entry)
         if not hashes:
             return
-        if len(hashes) > active.capacity:
-            hashes = hashes[: active.capacity]  # the same cut on every replica; logged once
+        if len(hashes) > 2 * active.capacity:
+            hashes = hashes[: 2 * active.capacity]  # the same cut on every replica
             log.warning("key index: entry %d has more keys than a file holds; %d indexed",
                         index, active.capacity)
-        if len(hashes) > active.room():
+        if len(hashes) > 2 * active.room():
             active.applied_index = index - 1
             active.checkpoint(seal=True)
             self._unsynced.append(active)
@@ -271,7 +291,7 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
         while lo <= hi:
             for e in store.entries(lo, hi + 1, 4 << 20):
                 index.add(e.index, store.position_of(e.index),
-                          e.data if e.kind is EntryKind.NORMAL else b"")
+                          decoded(e.data) if e.kind is EntryKind.NORMAL else None)
                 lo = e.index + 1
                 read += 1
             index.end_batch()

@@ -104,6 +104,9 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.DLQ_RESEND: ["g", 0],
     bp.LOCK_BATCH: ["g", "c1", [["t", 0]]],
     bp.UNLOCK_BATCH: ["g", "c1", [["t", 0]]],
+    bp.VIEW_MESSAGE: ["a-0000000000000000-0"],
+    bp.QUERY_BY_KEY: ["t", "k", 0, 1, 8],
+    bp.QUERY_BY_UNIQUE_KEY: ["u", "", 8],
 }
 
 
