@@ -21,6 +21,7 @@ they name. Memory: the active file's slot table (4 bytes a slot) and one mapping
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import zlib
@@ -108,6 +109,8 @@ class KeyIndex:
         self._dir_dirty = False
         self._busy = False  # a checkpoint job is running: no file may be closed meanwhile
         self.rebuilt_files = 0
+        self.failed: str | None = None  # a write failed (a full disk): indexing stopped
+        self._dir_fd: int | None = None
         self.checkpointed_index = 0  # the applied index of the last checkpoint written
         self._written: list[int] = []  # set by a job that finished (in its thread)
 
@@ -117,6 +120,12 @@ class KeyIndex:
         deleted (to be rebuilt from the log), and an active file to write into."""
         index = cls(os.path.join(data_dir, INDEX_DIR), config or IndexConfig())
         os.makedirs(index.dir, exist_ok=True)
+        index._dir_fd = fd = os.open(index.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            raise IndexFileError(f"{index.dir}: in use by another broker") from err
         names = sorted(n for n in os.listdir(index.dir) if n.endswith(SUFFIX))
         for k, name in enumerate(names):
             path = os.path.join(index.dir, name)
@@ -168,7 +177,7 @@ class KeyIndex:
         """Index one applied entry, decoded (``BrokerState.last_entry``; ``decoded``); one
         already indexed (after a restart) is skipped."""
         active = self.files[-1]
-        if index <= active.applied_index:
+        if index <= active.applied_index or self.failed is not None:
             return
         active.applied_index = index
         if entry is None:
@@ -181,17 +190,34 @@ class KeyIndex:
             log.warning("key index: entry %d has more keys than a file holds; %d indexed",
                         index, active.capacity)
         if len(hashes) > 2 * active.room():
-            active.applied_index = index - 1
-            active.checkpoint(seal=True)
-            self._unsynced.append(active)
-            active = self._new_file(index)
-            active.applied_index = index
-            self._enforce_count()
+            try:
+                active = self._rotate(active, index)
+            except OSError as err:
+                self._fail(err)
+                return
         active.add(hashes, position, ts)
+
+    def _rotate(self, active: IndexFile, index: int) -> IndexFile:
+        active.applied_index = index - 1
+        active.checkpoint(seal=True)
+        self._unsynced.append(active)
+        active = self._new_file(index)
+        active.applied_index = index
+        self._enforce_count()
+        return active
+
+    def _fail(self, err: OSError) -> None:
+        """Stop indexing (the node carries on): a restart rebuilds what is missing from the log."""
+        self.failed = f"{type(err).__name__}: {err}"
+        log.error("key index: a write failed, indexing stops until a restart: %s", err)
 
     def end_batch(self) -> None:
         """After each applied batch: its index entries written, in one write."""
-        self.files[-1].write_pending()
+        if self.failed is None:
+            try:
+                self.files[-1].write_pending()
+            except OSError as err:
+                self._fail(err)
 
     # -- durability ----------------------------------------------------------------------------
 
@@ -199,7 +225,11 @@ class KeyIndex:
         """Capture the index as it stands (call it on the loop, at the applied index the
         broker's checkpoint snapshot has) and return the job that makes it durable; run the job
         (in a thread) and let it finish before writing the broker's checkpoint, then call
-        ``checkpoint_done``. Deletes files log retention has emptied, and those past the count."""
+        ``checkpoint_done``. Deletes files log retention has emptied, and those past the count.
+        After a failed write it writes nothing: the files keep what they last made durable."""
+        if self.failed is not None:
+            self._busy = True
+            return lambda: None
         self._retain(log_first_index)
         self._enforce_count()
         jobs = [*(lambda fd=f.fd: os.fsync(fd) for f in self._unsynced),
@@ -251,8 +281,14 @@ class KeyIndex:
 
     def close(self) -> None:
         for f in self.files:
-            f.close()
+            try:
+                f.close()
+            except OSError as err:  # its last entries unwritten: rebuilt at the next start
+                log.warning("key index: closing %s: %s", f.path, err)
         self.files = []
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -271,7 +307,7 @@ class KeyIndex:
     def status(self) -> dict[str, Any]:
         return {"files": len(self.files), "applied_index": self.applied_index,
                 "entries": sum(f.count for f in self.files), "rebuilt_files": self.rebuilt_files,
-                "checkpointed_index": self.checkpointed_index}
+                "checkpointed_index": self.checkpointed_index, "failed": self.failed}
 
 
 def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = True) -> int:
