@@ -10,10 +10,12 @@ touched). Then asks ``--queries`` random keys one at a time, by key of the leade
 follower, and by unique key of the leader, and prints the latency percentiles and the size of
 the index files on disk.
 
-``--plain`` sends the same messages with no key and no unique key (nothing indexed): the
-difference between the two runs' RSS growth is what the key index costs (the rest, the
-consume-queue units, the dedup table's rows of the unique keys, the log's cache, is any stored
-message's cost; see docs/performance.md).
+``--plain`` sends the same messages with no key and no unique key (nothing indexed); the
+difference between the two runs' RSS growth is what keyed messages cost, the dedup table's rows
+of their unique keys included. ``--apply-only`` isolates the index: no cluster, the same keyed
+entries applied in this process to a ``BrokerState`` with a ``KeyIndex`` beside it (apply time
+per message, RssAnon growth, the index's own walk time), or with ``--plain`` to the state alone
+(run the two as two processes: memory one run freed would hide the other's growth).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import tempfile
 import time
 
 import click
@@ -28,6 +31,9 @@ import click
 from broker import protocol as bp
 from broker.bench import broker_group
 from broker.bench_delay import PER_REQUEST, IN_FLIGHT, rss_mib
+from broker.entries import encode_runs
+from broker.index import IndexConfig, KeyIndex, key_hash
+from broker.state import BrokerState
 from dledger.bench.nodeflags import NodeFlags
 from dledger.client import LogClient
 
@@ -97,12 +103,56 @@ def _du_mib(path: str) -> float:
     return total / 2**20
 
 
+def _apply_only(n: int, size: int, queries: int, with_index: bool) -> None:
+    body = b"x" * size
+    state = BrokerState()
+    index = KeyIndex.open(tempfile.mkdtemp(prefix="bench-index-"), IndexConfig()) \
+        if with_index else None
+    anon0 = rss_mib(os.getpid(), "RssAnon")
+    took_s, position = 0.0, 0
+    for e in range(n // PER_REQUEST):
+        k0 = e * PER_REQUEST
+        payload = encode_runs(1_700_000_000_000 + e, [[TOPIC, e % 4, [
+            [body, "", [f"key-{k0 + i}"], f"U{k0 + i:012d}", [], 0]
+            for i in range(PER_REQUEST)], True, 4]])
+        t0 = time.perf_counter()
+        state.apply(e + 1, position, payload)
+        if index is not None:
+            index.add(e + 1, position, state.last_entry)
+            index.end_batch()
+        took_s += time.perf_counter() - t0
+        position += len(payload) + 64
+    done = n // PER_REQUEST * PER_REQUEST
+    click.echo(f"{'state + key index' if with_index else 'state alone'}: {done:,} keyed messages "
+               f"applied in {took_s:.2f} s ({took_s / done * 1e6:.2f} us a message), RssAnon "
+               f"+{rss_mib(os.getpid(), 'RssAnon') - anon0:.1f} MiB")
+    if index is None:
+        return
+    rng = random.Random(18)
+    lat = []
+    for _ in range(queries):
+        i = rng.randrange(done)
+        t0 = time.perf_counter()
+        hits = list(index.candidates(key_hash(TOPIC, f"key-{i}")))
+        lat.append((time.perf_counter() - t0) * 1000)
+        assert len(hits) == 1, hits
+    click.echo(f"  index walk of {queries} random keys: p50 {_pct(lat, 50) * 1000:.1f} us, "
+               f"p99 {_pct(lat, 99) * 1000:.1f} us")
+    index.close()
+
+
 @click.command()
 @click.option("--messages", type=click.IntRange(min=1), default=1_000_000, show_default=True)
 @click.option("--bytes", "size", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--queries", type=click.IntRange(min=1), default=2000, show_default=True)
 @click.option("--plain", is_flag=True, help="Send them with no key (the comparison run).")
-def main(messages: int, size: int, queries: int, plain: bool) -> None:
+@click.option("--apply-only", is_flag=True,
+              help="In this process, no cluster: the state machine with the key index "
+                   "(with --plain: alone).")
+def main(messages: int, size: int, queries: int, plain: bool, apply_only: bool) -> None:
+    if apply_only:
+        _apply_only(messages, size, queries, with_index=not plain)
+        return
     with broker_group("async", NodeFlags()) as (_, cluster):
         async def run() -> None:
             async with LogClient(cluster.client_addresses, timeout_s=30) as client:

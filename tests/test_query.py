@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from broker import protocol as bp
 from cli import main as dledger_main
 from client import (Message, MessageNotFoundError, MessageQuery, NonRetriableError, Producer,
-                    PullConsumer)
+                    PullConsumer, SyncMessageQuery)
 from client.types import MessageQueue, SendResult
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
@@ -131,6 +131,10 @@ async def _scenario(ns: str, cluster: LocalCluster) -> tuple[SendResult, SendRes
 
 
 def _cli(ns: str, first: SendResult, late: SendResult) -> None:
+    with SyncMessageQuery(ns) as sq:  # the blocking twin
+        assert sq.view(first.offset_msg_id).body == b"early 0"
+        assert [m.body for m in sq.by_unique_key(late.msg_id)] == [b"\xff\x00late"]
+        assert len(sq.by_key(TOPIC, "order-1", max_messages=3)) == 3
     runner = CliRunner()
     shown = runner.invoke(dledger_main, ["message", "show", "--namesrv", ns, first.offset_msg_id])
     assert shown.exit_code == 0, shown.output
