@@ -1,7 +1,8 @@
 """The dledger client library: a producer, a pull consumer, a lite pull consumer (polls from
 buffers its background pullers fill, its queues shared in the group or assigned) and a push
-consumer (clustering with rebalancing, or broadcasting with progress in a local file),
-async-first with blocking twins (SyncProducer, SyncPullConsumer, SyncLitePullConsumer,
+consumer (clustering with rebalancing, or broadcasting with progress in a local file), a
+transactional producer (half messages, check-back), async-first with blocking twins
+(SyncProducer, SyncTransactionProducer, SyncPullConsumer, SyncLitePullConsumer,
 SyncPushConsumer), routes from the NameServers, one exception hierarchy."""
 
 from client.batch import message_bytes, split_batch
@@ -32,7 +33,13 @@ from client.errors import (
 from client.lite import LitePullConsumer
 from client.producer import Producer
 from client.push import ConsumeStatus, PushConsumer
-from client.sync import SyncLitePullConsumer, SyncProducer, SyncPullConsumer, SyncPushConsumer
+from client.sync import (
+    SyncLitePullConsumer,
+    SyncProducer,
+    SyncPullConsumer,
+    SyncPushConsumer,
+    SyncTransactionProducer,
+)
 from client.transaction import (
     TransactionListener,
     TransactionProducer,
@@ -48,7 +55,8 @@ __all__ = [
     "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
     "OverloadedError", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
     "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer",
-    "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "TopicNotFoundError",
+    "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "SyncTransactionProducer",
+    "TopicNotFoundError",
     "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
     "TransactionState",
     "UnavailableError", "message_bytes", "split_batch",

@@ -29,6 +29,7 @@ from client import errors
 from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks
 from client.lifecycle import Lifecycle
+from client.producer_group import ProducerRegistration, new_client_id
 from client.routes import Routes
 from client.types import Message, MessageQueue, SendResult
 
@@ -47,8 +48,11 @@ class Producer:
     """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, canaries: Sequence[str] = ()) -> None:
+                 retries: int = 2, *, group: str | None = None, client_id: str | None = None,
+                 canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
+        self.group = group  # a producer group (RocketMQ's DefaultMQProducer("pg")): listed by
+        self.client_id = client_id or new_client_id()  # the brokers (dledger producer list)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
         self._life = Lifecycle("Producer")
@@ -58,10 +62,16 @@ class Producer:
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []
         self._flush_scheduled = False
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
+        self._registration = ProducerRegistration(self._routes, group, self.client_id) \
+            if group is not None else None
 
     async def start(self) -> Producer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""
-        await self._life.start(self._routes.start)
+        async def work() -> None:
+            await self._routes.start()
+            if self._registration is not None:
+                await self._registration.start()
+        await self._life.start(work)
         return self
 
     async def close(self) -> None:
@@ -73,6 +83,8 @@ class Producer:
             self._flush()
         if self._oneway or self._in_flight:
             await asyncio.gather(*self._oneway, *self._in_flight, return_exceptions=True)
+        if self._registration is not None:
+            await self._registration.stop()
         await self._routes.close()
 
     async def __aenter__(self) -> Producer:

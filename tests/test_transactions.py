@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from broker import protocol as bp
+from cli import main as cli_main
 from client import (
     BadTransactionError,
     Message,
@@ -86,6 +88,13 @@ def test_the_seeds_three_tags(tmp_path: Path) -> None:
             assert results[0].committed is not None and results[1].committed is None
             assert all(r.half.queue.topic == "TTopic" for r in results)
             assert await p.producers() == {p.client_id}
+
+            async def listed_by_every_node() -> bool:  # (a node that missed one heartbeat
+                listed = await asyncio.to_thread(  # has the next one)
+                    CliRunner().invoke, cli_main, ["producer", "list", "--namesrv", ns, "tpg"])
+                assert listed.exit_code == 0, listed.output
+                return sum(p.client_id in ln for ln in listed.output.splitlines()) == 3
+            await wait_until(listed_by_every_node, 30, "the producer listed by the 3 nodes")
             with pytest.raises(BadTransactionError):
                 await p.send(Message("TTopic", b"later", delay_level=2))
 
