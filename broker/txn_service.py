@@ -137,6 +137,11 @@ class TxnService:
         decided so already); a named refusal if it is unknown or decided the other way."""
         txns = self.server.state.txns
         txn = txns.open.get(txn_id)
+        config = self.server.config
+        if txn is None and decision == COMMIT and offsets and txn_id not in txns.decided:
+            return TxnEnd(int(time.time() * 1000), producer_group, txn_id, decision, (), (),
+                          tuple(offsets), False, from_check, config.auto_create_topics,
+                          config.default_queues)  # consumer offsets alone
         if txn is None or txn.producer_group != producer_group:
             prior = txns.decided.get(txn_id) if txn is None else None
             if prior == decision:
@@ -152,7 +157,6 @@ class TxnService:
                 props = dict(tuple(p) for p in m[4])
                 items.append((CHECK_MAX_TOPIC, 0, m) if check_max else
                              (props["REAL_TOPIC"], int(props["REAL_QID"]), committed_message(m)))
-        config = self.server.config
         return TxnEnd(int(time.time() * 1000), producer_group, txn_id, decision,
                       tuple(txn.halves), tuple(items), tuple(offsets), check_max, from_check,
                       config.auto_create_topics, config.default_queues)

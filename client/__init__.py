@@ -31,6 +31,7 @@ from client.errors import (
     UnavailableError,
 )
 from client.lite import LitePullConsumer
+from client.pipeline import Pipeline
 from client.producer import Producer
 from client.push import ConsumeStatus, PushConsumer
 from client.sync import (
@@ -46,6 +47,7 @@ from client.transaction import (
     TransactionSendResult,
     TransactionState,
 )
+from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
@@ -53,11 +55,11 @@ __all__ = [
     "ClientNotStartedError", "ConsumeStatus", "InvalidTopicError", "LitePullConsumer", "Message",
     "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
     "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
-    "OverloadedError", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
+    "OverloadedError", "Pipeline", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
     "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer",
     "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "SyncTransactionProducer",
     "TopicNotFoundError",
-    "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
+    "Transaction", "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
     "TransactionState",
     "UnavailableError", "message_bytes", "split_batch",
 ]
