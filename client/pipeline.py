@@ -14,9 +14,14 @@ A batch left open by a crash is rolled back by the broker's check-back. The outp
 input keep their order; ``transform`` may be called more than once for an input (on a retry),
 its outputs made visible only once, so it must not have other effects that count.
 
-Across broker groups (an output topic not served by the input's group) the outputs cannot join
-the offset's transaction: ``Pipeline`` refuses such a topic (``TopicNotFoundError``) rather
-than weaken the guarantee silently; see docs/client.md for what a cross-group pipeline can get.
+Across broker groups (an output topic the input's broker group does not serve) an output
+cannot join the offset's transaction, which lives in one group's log. Such an output is sent
+before the transaction commits, under a unique key derived from its input (the input's offset
+message id and the output's index: ``Producer.send_keyed``), so a repeat after a crash is stored
+once by the output's group: exactly once as long as the input is processed again within that
+group's dedup window (10 minutes by default) and ``transform`` gives the same outputs in the same
+order; past the window, at least once. An output topic served by several groups may be stored
+in another group on a repeat if the topic's queues changed in between.
 
 Each pipeline instance processes every queue of ``topic`` it is given (all of them by default):
 run one instance per set of queues; a second instance on the same queues is safe (the offset
@@ -31,6 +36,7 @@ from typing import Awaitable, Callable, Sequence, Union
 
 from client import errors
 from client.consumer import PullConsumer
+from client.producer import Producer
 from client.transaction import TransactionProducer, TransactionState
 from client.types import Message, MessageQueue, ReceivedMessage
 
@@ -62,6 +68,7 @@ class Pipeline:
         self._pull = PullConsumer(namesrv, group, timeout_s)
         self._producer = TransactionProducer(namesrv, producer_group or f"{group}-pipeline",
                                              _NoChecks(), send_timeout_s=timeout_s)
+        self._keyed = Producer(namesrv, send_timeout_s=timeout_s)  # other groups' outputs
         self.committed_inputs = 0  # input messages whose batch this instance committed
         self.conflicts = 0  # batches another instance (or an earlier one) had committed first
         self.failures = 0  # batches not committed for an error (retried)
@@ -69,9 +76,11 @@ class Pipeline:
     async def start(self) -> Pipeline:
         await self._pull.start()
         await self._producer.start()
+        await self._keyed.start()
         return self
 
     async def close(self) -> None:
+        await self._keyed.close()
         await self._producer.close()
         await self._pull.close()
 
@@ -80,6 +89,12 @@ class Pipeline:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def _in_group(self, topic: str, group: str) -> bool:
+        """Whether broker group ``group`` takes writes to ``topic`` (one no group serves yet is
+        created where its first message goes: in the transaction's group)."""
+        route = await self._pull._routes.route(topic)
+        return any(g.group == group and g.perm & 2 for g in route.groups)
 
     async def queues(self) -> list[MessageQueue]:
         queues = await self._pull.fetch_queues(self.topic)
@@ -112,9 +127,15 @@ class Pipeline:
                 return 0
             txn = await self._producer.begin(mq.group)
             try:
+                elsewhere: list[tuple[Message, str]] = []
                 for m in got.messages:
-                    for out in await _outputs(self.transform, m):
-                        await txn.send(out)
+                    for k, out in enumerate(await _outputs(self.transform, m)):
+                        if await self._in_group(out.topic, mq.group):
+                            await txn.send(out)
+                        else:  # another broker group's topic: idempotent, not transactional
+                            elsewhere.append((out, f"{m.offset_msg_id}#{k}"))
+                await asyncio.gather(*(self._keyed.send_keyed(out, key)
+                                       for out, key in elsewhere))
                 txn.commit_offset(self.group, mq, expected, got.next_offset)
                 await txn.commit()
             except BaseException:

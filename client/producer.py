@@ -40,6 +40,7 @@ def hash_selector(queues: list[MessageQueue], message: Message, key: str) -> Mes
     """RocketMQ's SelectMessageQueueByHash, with a hash that is the same in every process."""
     return queues[zlib.crc32(key.encode()) % len(queues)]
 
+UNIQUE_KEY_MAX_CHARS = 255
 SEND_GROUP_MAX = 256  # concurrent sends that travel together (one request per group), at most
 SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 
@@ -157,6 +158,24 @@ class Producer:
         if message.topic != queue.topic:
             raise ValueError(f"the message's topic {message.topic!r} is not {queue.topic!r}'s")
         return await self._delivery.to_queue(_encode([message]), queue,
+                                             time.monotonic() + self.send_timeout_s)
+
+    async def send_keyed(self, message: Message, unique_key: str) -> SendResult:
+        """Store ``message`` under a unique key of the caller's (the key a send is deduplicated
+        by): a broker group stores one message per key and topic within its dedup window (10
+        minutes by default) and answers a repeat with the original's result, however many
+        times and from however many processes it is sent. The queue is chosen by the key's hash
+        (the same in every process, while the topic's queues stay the same), so a repeat goes
+        to the group that has the original. Used by cross-group pipelines
+        (``client.pipeline``)."""
+        if type(unique_key) is not str or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_CHARS:
+            raise ValueError(f"a unique key has 1..{UNIQUE_KEY_MAX_CHARS} characters")
+        queues = await self.queues(message.topic)
+        if not queues:
+            raise errors.TopicNotFoundError(f"no group takes writes to {message.topic!r}")
+        raw = _encode([message])
+        raw[0][3] = unique_key
+        return await self._delivery.to_queue(raw, hash_selector(queues, message, unique_key),
                                              time.monotonic() + self.send_timeout_s)
 
     async def send_orderly(self, message: Message, sharding_key: str,

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from broker import protocol as bp
 from client import Message, Producer, PullConsumer
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from tests.clusters import namesrv_group
+from tests.clusters import namesrv_group, namesrv_groups
 from tests.test_broker_processes import _wait_leader
 from tests.test_processes import wait_until
 
@@ -33,14 +34,14 @@ import asyncio, sys
 from client import Message
 from client.pipeline import Pipeline
 
-async def main(ns):
+async def main(ns, source, target):
     def transform(m):
-        return [Message("pout", b"out:" + m.body, keys=[m.msg_id])]
-    async with Pipeline(ns, "pipe", "pin", transform, timeout_s=5.0) as p:
+        return [Message(target, b"out:" + m.body, keys=[m.msg_id])]
+    async with Pipeline(ns, "pipe", source, transform, timeout_s=5.0) as p:
         print("started", flush=True)
         await p.run(asyncio.Event())  # until killed
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main(*sys.argv[1:]))
 """
 
 
@@ -65,9 +66,24 @@ async def all_bodies(c: PullConsumer, topic: str) -> list[bytes]:
     return out
 
 
+async def caught_up(ns: str, topic: str) -> bool:
+    """Whether the pipeline's group has committed every queue of ``topic`` to its end."""
+    async with PullConsumer(ns, "pipe") as pc:
+        queues = await pc.fetch_queues(topic)
+        return all([await pc.committed(mq) == (await pc.pull(mq, 0, 0)).max_offset
+                    for mq in queues])
+
+
+async def send_inputs(ns: str, topic: str, count: int) -> None:
+    async with Producer(ns, send_timeout_s=10.0) as p:
+        for start in range(0, count, 500):
+            await asyncio.gather(*(p.send(Message(topic, f"i{k}".encode()))
+                                   for k in range(start, min(count, start + 500))))
+
+
 class PipelineProcess:
-    def __init__(self, ns: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", PIPELINE, ns], cwd=ROOT,
+    def __init__(self, ns: str, source: str = "pin", target: str = "pout") -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", PIPELINE, ns, source, target], cwd=ROOT,
                                      stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -84,10 +100,7 @@ class PipelineProcess:
 
 def test_a_pipeline_killed_again_and_again_makes_one_output_per_input(tmp_path: Path) -> None:
     async def scenario(ns: str, cluster: LocalCluster) -> None:
-        async with Producer(ns, send_timeout_s=10.0) as p:
-            for start in range(0, INPUTS, 500):
-                await asyncio.gather(*(p.send(Message("pin", f"i{k}".encode()))
-                                       for k in range(start, start + 500)))
+        await send_inputs(ns, "pin", INPUTS)
         client = LogClient(cluster.client_addresses)
         pipeline = PipelineProcess(ns)
         await pipeline.started()
@@ -109,13 +122,8 @@ def test_a_pipeline_killed_again_and_again_makes_one_output_per_input(tmp_path: 
                         await _wait_leader(client, cluster)
                         cluster.restart(leader)
 
-                async def done() -> bool:
-                    pc = PullConsumer(ns, "pipe")
-                    async with pc:
-                        queues = await pc.fetch_queues("pin")
-                        return all([await pc.committed(mq) == (await pc.pull(mq, 0, 0)).max_offset
-                                    for mq in queues])
-                await wait_until(done, 120, "the pipeline's offsets at the end of its input")
+                await wait_until(lambda: caught_up(ns, "pin"), 120,
+                                 "the pipeline's offsets at the end of its input")
             finally:
                 pipeline.kill()
             outputs = Counter(await all_bodies(c, "pout"))
@@ -125,3 +133,41 @@ def test_a_pipeline_killed_again_and_again_makes_one_output_per_input(tmp_path: 
 
     with namesrv_group(tmp_path, *FAST_CHECKS) as (ns, cluster):
         asyncio.run(scenario(ns, cluster))
+
+
+CROSS_INPUTS = 2_000
+
+
+def test_a_pipeline_into_another_broker_group_repeats_no_output(tmp_path: Path) -> None:
+    """Input in group a, output topic served by group b only: the outputs cannot join a's
+    transaction; sent under keys derived from their inputs, the repeats after each kill are
+    stored once by b (within its dedup window), so again one output per input."""
+    async def scenario(ns: str, clusters: dict[str, LocalCluster]) -> None:
+        for name, topic in (("a", "xin"), ("b", "xout")):
+            async with LogClient(clusters[name].client_addresses) as control:
+                await control.call_leader(bp.TOPIC_PUT, topic, 4, 4, 6, timeout_s=10.0)
+        async with PullConsumer(ns, "checker") as c:
+            async def served(topic: str, group: str) -> bool:
+                return [g.group for g in await c.groups(topic)] == [group]
+            for topic, group in (("xin", "a"), ("xout", "b")):
+                await wait_until(lambda: served(topic, group), 30, f"{topic} routed to {group}")
+            await send_inputs(ns, "xin", CROSS_INPUTS)
+            pipeline = PipelineProcess(ns, "xin", "xout")
+            await pipeline.started()
+            try:
+                for at in (400, 900, 1400):
+                    async def reached() -> bool:
+                        return await queue_totals(c, "xout") >= at
+                    await wait_until(reached, 90, f"{at} outputs")
+                    pipeline.kill()
+                    pipeline = PipelineProcess(ns, "xin", "xout")
+                    await pipeline.started()
+                await wait_until(lambda: caught_up(ns, "xin"), 120,
+                                 "the pipeline's offsets at the end of its input")
+            finally:
+                pipeline.kill()
+            outputs = Counter(await all_bodies(c, "xout"))
+        assert outputs == Counter(f"out:i{k}".encode() for k in range(CROSS_INPUTS))
+
+    with namesrv_groups(tmp_path, *FAST_CHECKS) as (ns, clusters):
+        asyncio.run(scenario(ns, clusters))
