@@ -171,7 +171,7 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "BAD_TRANSACTION": errors.BadTransactionError,
 }
 TRANSACTION_STATUSES = ("TXN_NOT_FOUND", "TXN_ALREADY_DECIDED", "OFFSET_CONFLICT", "TXN_CHANGED",
-                        "TXN_TOO_LARGE")
+                        "TXN_TOO_LARGE", "TXN_UNREADABLE")
 
 
 def client_error(err: DLedgerError) -> errors.ClientError:
