@@ -65,13 +65,22 @@ def main() -> None:
               help="Keys per key-index file (28 bytes each) before the next file begins.")
 @click.option("--index-files-max", type=click.IntRange(min=0), default=IndexConfig.files_max,
               show_default=True, help="Key-index files kept (the oldest deleted; 0: no bound).")
+@click.option("--transaction-timeout-s", type=click.FloatRange(min=0.001), default=6.0,
+              show_default=True, help="An open transaction is checked back after this long.")
+@click.option("--transaction-check-interval-s", type=click.FloatRange(min=0.001), default=60.0,
+              show_default=True, help="Time between check-backs of one open transaction.")
+@click.option("--transaction-check-max", type=click.IntRange(min=0), default=15,
+              show_default=True,
+              help="Check-backs before an open transaction is rolled back (into "
+                   "TRANS_CHECK_MAX_TIME_TOPIC).")
 @click.option("--broker-canary", "broker_canaries", multiple=True,
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
           checkpoint_interval_s: float, advertise: str | None, delay_levels: str,
-          max_delay_ms: int, index_slots: int, index_entries_per_file: int,
+          max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
+          transaction_check_max: int, index_slots: int, index_entries_per_file: int,
           index_files_max: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
@@ -94,6 +103,9 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                           max_connections=limits.connections_max,
                           input_buffer_bytes_max=limits.input_bytes_max,
                           delay_levels_ms=levels_ms, max_delay_ms=max_delay_ms,
+                          transaction_timeout_s=transaction_timeout_s,
+                          transaction_check_interval_s=transaction_check_interval_s,
+                          transaction_check_max=transaction_check_max,
                           canaries=frozenset(broker_canaries),
                           index=IndexConfig(index_slots, index_entries_per_file, index_files_max))
     evloop.run(_serve(config), server=True)

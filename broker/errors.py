@@ -40,3 +40,10 @@ class MessageNotFoundError(BrokerError):
     deleted by log retention or with its topic)."""
 
     code = "MESSAGE_NOT_FOUND"
+
+
+class BadTransactionError(BrokerError):
+    """A transactional message the broker cannot take: delayed (RocketMQ's rule), or sent with
+    a malformed transaction id or producer group."""
+
+    code = "BAD_TRANSACTION"

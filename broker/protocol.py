@@ -44,6 +44,18 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
   [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
   answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
+- TXN_HALF ``producer_group, transaction_id, topic, queue_id, [message...]`` -> SEND's answer
+  (queue offsets in the half queue): half messages of that transaction, invisible until it
+  commits (``broker.txn``; leader). A delayed one is BAD_TRANSACTION.
+- END_TRANSACTION ``producer_group, transaction_id, decision, from_check, [[group, topic,
+  queue_id, expected, new]...]`` -> ``[decision, [[topic, queue_id, queue_offset,
+  offset_msg_id]...]]``: COMMIT (the half messages become visible, the consumer offsets set if
+  each is still ``expected``, else OFFSET_CONFLICT and a rollback) or ROLLBACK; a repeated END
+  answers as the first; the other decision after one is TXN_ALREADY_DECIDED (leader)
+- PRODUCER_HEARTBEAT ``client_id, producer_group, ttl_ms`` -> the group's live producers on
+  this node (sorted client ids); ``ttl_ms`` 0 leaves. The connection it came on is where this
+  node sends that producer CHECK_TRANSACTION frames ``[group, producer_group,
+  transaction_id, checks, [message...]]`` (a message as PULL's, its offset the half queue's)
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -74,9 +86,15 @@ DLQ_RESEND = 112
 LOCK_BATCH = 113
 UNLOCK_BATCH = 114
 PULL_SQL = 115
+TXN_HALF = 116
+END_TRANSACTION = 117
+PRODUCER_HEARTBEAT = 118
 VIEW_MESSAGE = 120
 QUERY_BY_KEY = 121
 QUERY_BY_UNIQUE_KEY = 122
+# Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
+# of the client protocol, and not answered under their own id.
+CHECK_TRANSACTION = 150
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 

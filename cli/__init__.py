@@ -1,8 +1,8 @@
 """The ``dledger`` command (click), one module per area: ``up`` (a NameServer and broker groups
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
-``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``), ``dlq``
-(and ``consumer retry``), ``bench``,
-``message`` (``query``: show and query stored messages);
+``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``), ``producer``,
+``dlq`` (and ``consumer retry``), ``bench``, ``message`` (``query``: show and query stored
+messages);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
 and ``dledger-namesrv``. ``main`` is the console script's entry point."""
@@ -16,6 +16,7 @@ from cli.bench import bench
 from cli.dlq import consumer_retry, dlq
 from cli.messages import consume, send
 from cli.node import node
+from cli.producer import producer
 from cli.query import message
 from cli.status import status
 from cli.topic import topic
@@ -42,7 +43,7 @@ def chaos(ctx: click.Context) -> None:
 
 
 consumer.add_command(consumer_retry)
-for command in (up, node, status, topic, send, consume, leader, consumer, dlq, bench):
+for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench):
     main.add_command(command)
 main.add_command(message)
 main.add_command(log_cli.main, name="log")

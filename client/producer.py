@@ -29,6 +29,7 @@ from client import errors
 from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks
 from client.lifecycle import Lifecycle
+from client.producer_group import ProducerRegistration, new_client_id
 from client.routes import Routes
 from client.types import Message, MessageQueue, SendResult
 
@@ -39,6 +40,7 @@ def hash_selector(queues: list[MessageQueue], message: Message, key: str) -> Mes
     """RocketMQ's SelectMessageQueueByHash, with a hash that is the same in every process."""
     return queues[zlib.crc32(key.encode()) % len(queues)]
 
+UNIQUE_KEY_MAX_CHARS = 255
 SEND_GROUP_MAX = 256  # concurrent sends that travel together (one request per group), at most
 SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 
@@ -47,8 +49,11 @@ class Producer:
     """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, canaries: Sequence[str] = ()) -> None:
+                 retries: int = 2, *, group: str | None = None, client_id: str | None = None,
+                 canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
+        self.group = group  # a producer group (RocketMQ's DefaultMQProducer("pg")): listed by
+        self.client_id = client_id or new_client_id()  # the brokers (dledger producer list)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
         self._life = Lifecycle("Producer")
@@ -58,10 +63,16 @@ class Producer:
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []
         self._flush_scheduled = False
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
+        self._registration = ProducerRegistration(self._routes, group, self.client_id) \
+            if group is not None else None
 
     async def start(self) -> Producer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""
-        await self._life.start(self._routes.start)
+        async def work() -> None:
+            await self._routes.start()
+            if self._registration is not None:
+                await self._registration.start()
+        await self._life.start(work)
         return self
 
     async def close(self) -> None:
@@ -73,6 +84,8 @@ class Producer:
             self._flush()
         if self._oneway or self._in_flight:
             await asyncio.gather(*self._oneway, *self._in_flight, return_exceptions=True)
+        if self._registration is not None:
+            await self._registration.stop()
         await self._routes.close()
 
     async def __aenter__(self) -> Producer:
@@ -145,6 +158,24 @@ class Producer:
         if message.topic != queue.topic:
             raise ValueError(f"the message's topic {message.topic!r} is not {queue.topic!r}'s")
         return await self._delivery.to_queue(_encode([message]), queue,
+                                             time.monotonic() + self.send_timeout_s)
+
+    async def send_keyed(self, message: Message, unique_key: str) -> SendResult:
+        """Store ``message`` under a unique key of the caller's (the key a send is deduplicated
+        by): a broker group stores one message per key and topic within its dedup window (10
+        minutes by default) and answers a repeat with the original's result, however many
+        times and from however many processes it is sent. The queue is chosen by the key's hash
+        (the same in every process, while the topic's queues stay the same), so a repeat goes
+        to the group that has the original. Used by cross-group pipelines
+        (``client.pipeline``)."""
+        if type(unique_key) is not str or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_CHARS:
+            raise ValueError(f"a unique key has 1..{UNIQUE_KEY_MAX_CHARS} characters")
+        queues = await self.queues(message.topic)
+        if not queues:
+            raise errors.TopicNotFoundError(f"no group takes writes to {message.topic!r}")
+        raw = _encode([message])
+        raw[0][3] = unique_key
+        return await self._delivery.to_queue(raw, hash_selector(queues, message, unique_key),
                                              time.monotonic() + self.send_timeout_s)
 
     async def send_orderly(self, message: Message, sharding_key: str,

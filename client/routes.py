@@ -169,12 +169,17 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "BAD_REQUEST": errors.NonRetriableError,
     "BAD_DELAY": errors.BadDelayError,
     "MESSAGE_NOT_FOUND": errors.MessageNotFoundError,
+    "BAD_TRANSACTION": errors.BadTransactionError,
 }
+TRANSACTION_STATUSES = ("TXN_NOT_FOUND", "TXN_ALREADY_DECIDED", "OFFSET_CONFLICT", "TXN_CHANGED",
+                        "TXN_TOO_LARGE", "TXN_UNREADABLE")
 
 
 def client_error(err: DLedgerError) -> errors.ClientError:
     """The client library's exception for an error of the transport layer or of a broker."""
     if isinstance(err, RemoteError):
+        if err.code in TRANSACTION_STATUSES:
+            return errors.TransactionError(str(err), err.code)
         return _CODES.get(err.code, errors.NonRetriableError)(str(err))
     if isinstance(err, BadRequestError):
         return errors.NonRetriableError(str(err))
