@@ -24,6 +24,7 @@ KIND_SEND_RUNS = 5
 KIND_TIMER_DELIVER = 6
 KIND_LOCK_QUEUES = 7
 KIND_UNLOCK_QUEUES = 8
+KIND_OFFSET_RESET = 11  # (9-10: transactions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +122,18 @@ class LockQueues:
     ttl_ms: int = 60_000
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """An admin's reset of a consumer group's offsets on several queues of one topic at once
+    (``dledger consumer reset-offset``): all of them or none, in one entry."""
+
+    group: str
+    topic: str
+    offsets: tuple[tuple[int, int], ...]  # (queue id, the next offset to consume)
+
+
 BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit, TimerDeliver,
-                    LockQueues]
+                    LockQueues, OffsetReset]
 
 
 # -- encode ---------------------------------------------------------------------------------------
@@ -150,6 +161,8 @@ def encode(entry: BrokerEntry) -> bytes:
     elif isinstance(entry, TimerDeliver):
         fields = [KIND_TIMER_DELIVER, entry.store_ts_ms, entry.auto_create, entry.default_queues,
                   [list(item) for item in entry.items]]
+    elif isinstance(entry, OffsetReset):
+        fields = [KIND_OFFSET_RESET, entry.group, entry.topic, [list(q) for q in entry.offsets]]
     else:
         raise TypeError(f"not a broker entry: {entry!r}")
     return cbor2.dumps([VERSION, *fields])
@@ -397,11 +410,23 @@ def _unlock_queues(f: list[Any]) -> LockQueues:
     return _lock_queues(f, lock=False)
 
 
+def _offset_reset(f: list[Any]) -> OffsetReset:
+    group, topic, offsets = f
+    if not isinstance(offsets, list) or not offsets:
+        raise ValueError("a reset carries at least one [queue id, offset]")
+    out = []
+    for q in offsets:
+        if type(q) is not list or len(q) != 2:
+            raise ValueError("a reset queue is [queue id, offset]")
+        out.append((_int(q[0]), _int(q[1])))
+    return OffsetReset(_str(group), _str(topic), tuple(out))
+
+
 _DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
     KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
     KIND_OFFSET_COMMIT: _offset_commit, KIND_SEND_RUNS: _send_runs,
     KIND_TIMER_DELIVER: _timer_deliver, KIND_LOCK_QUEUES: _lock_queues,
-    KIND_UNLOCK_QUEUES: _unlock_queues}
+    KIND_UNLOCK_QUEUES: _unlock_queues, KIND_OFFSET_RESET: _offset_reset}
 
-__all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "SendEntry", "SendRun", "SendRunsEntry",
+__all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "OffsetReset", "SendEntry", "SendRun", "SendRunsEntry",
            "TimerDeliver", "TopicDelete", "TopicPut", "decode", "encode"]

@@ -38,6 +38,13 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   ``%DLQ%<group>`` back into ``%RETRY%<group>`` with its reconsume count reset (leader)
 - LOCK_BATCH ``group, client_id, [[topic, queue_id]...]`` -> the queues granted (locked or
   renewed for 60 s; ``broker.orderly``); UNLOCK_BATCH the same -> true (leader)
+- OFFSET_RESET ``group, topic, timestamp_ms, force`` -> ``[[queue_id, old, new]...]``: every read
+  queue's offset of ``group`` set to the first one stored at or after the time (0: the first
+  retained, INT_MAX: the max offset), in one entry (leader; ``broker.admin_handlers``).
+  Refused (GROUP_ACTIVE) while live members of the group subscribe to the topic, unless ``force``
+- CONSUMER_STATUS ``group`` -> ``{"node", "leader", "members": [...], "queues": [[topic,
+  queue_id, committed, max]...]}``: this node's view of the group's live members (client id,
+  model, subscriptions) and offsets (any replica; the leader's offsets are the latest)
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -68,6 +75,8 @@ DLQ_RESEND = 112
 LOCK_BATCH = 113
 UNLOCK_BATCH = 114
 PULL_SQL = 115
+OFFSET_RESET = 124
+CONSUMER_STATUS = 125
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 

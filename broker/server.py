@@ -36,6 +36,7 @@ from broker.errors import BadEntryError, BrokerError
 from broker.filter_sql import SqlFilter
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
+import broker.admin_handlers  # noqa: F401 - registers the admin requests (before SERVED_KINDS)
 from broker.protocol import (
     FOUND,
     MAX_MESSAGE_BYTES,

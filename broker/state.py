@@ -26,6 +26,7 @@ from broker.entries import (
     BrokerEntry,
     LockQueues,
     OffsetCommit,
+    OffsetReset,
     StoredRuns,
     StoredSend,
     TimerDeliver,
@@ -148,9 +149,20 @@ class BrokerState:
                                       entry.store_ts_ms, entry.ttl_ms,
                                       fenced="lock_unfenced" not in self.config.canaries)
             return ApplyResult(index, "OK", granted=tuple(granted))
+        if isinstance(entry, OffsetReset):
+            return self._reset(index, entry)
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
         return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
+
+    def _reset(self, index: int, e: OffsetReset) -> ApplyResult:
+        """An admin's offset reset: every queue's offset set, or none (its topic is gone)."""
+        cfg = self.topics.get(e.topic)
+        if cfg is None:
+            return ApplyResult(index, "TOPIC_NOT_FOUND", topic=e.topic)
+        for queue_id, offset in e.offsets:
+            self.offsets[(e.group, e.topic, queue_id)] = offset
+        return ApplyResult(index, "OK", topic=e.topic)
 
     def _send_runs(self, index: int, position: int, e: StoredRuns) -> ApplyResult:
         """Each run on its own, in order: a refused run (its topic missing, read-only, its queue

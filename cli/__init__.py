@@ -12,6 +12,7 @@ import click
 
 from cli.admin import consumer, leader
 from cli.bench import bench
+from cli.consumer_admin import consumer_status, reset_offset
 from cli.dlq import consumer_retry, dlq
 from cli.messages import consume, send
 from cli.node import node
@@ -40,6 +41,8 @@ def chaos(ctx: click.Context) -> None:
 
 
 consumer.add_command(consumer_retry)
+consumer.add_command(reset_offset)
+consumer.add_command(consumer_status)
 for command in (up, node, status, topic, send, consume, leader, consumer, dlq, bench):
     main.add_command(command)
 main.add_command(log_cli.main, name="log")

@@ -12,6 +12,7 @@ from client.errors import (
     ClientClosedError,
     ClientError,
     ClientNotStartedError,
+    ConsumerGroupActiveError,
     InvalidTopicError,
     MessageTooLargeError,
     NoLeaderYetError,
@@ -35,7 +36,7 @@ from client.types import Message, MessageQueue, PullResult, ReceivedMessage, Sen
 
 __all__ = [
     "BadDelayError", "BadFilterError", "ClientClosedError", "ClientError",
-    "ClientNotStartedError", "ConsumeStatus", "InvalidTopicError", "LitePullConsumer", "Message",
+    "ClientNotStartedError", "ConsumeStatus", "ConsumerGroupActiveError", "InvalidTopicError", "LitePullConsumer", "Message",
     "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
     "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
     "OverloadedError", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",

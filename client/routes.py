@@ -168,6 +168,7 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "QUEUE_NOT_FOUND": errors.UnavailableError,  # a stale route (queues shrank): refresh, retry
     "BAD_REQUEST": errors.NonRetriableError,
     "BAD_DELAY": errors.BadDelayError,
+    "GROUP_ACTIVE": errors.ConsumerGroupActiveError,
 }
 
 

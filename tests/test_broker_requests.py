@@ -162,14 +162,20 @@ RESERVED = ["RMQ_SYS_TRACE_TOPIC", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TO
             "OFFSET_MOVED_EVENT", "BenchmarkTest", "TBW102", "%RETRY%g", "%DLQ%g", "rmq_sys_x"]
 
 
-def test_reserved_system_topic_names_cannot_be_created_deleted_or_sent_to(
+def test_reserved_system_topic_names_cannot_be_created_deleted_or_sent_to_but_trace(
         tmp_path: Path) -> None:
     async def scenario(client: LogClient, n0: str) -> None:
         for name in RESERVED:
             await refused(client, "INVALID_TOPIC", bp.TOPIC_PUT, name, 4, 4, 6)
             await refused(client, "INVALID_TOPIC", bp.TOPIC_DELETE, name)
-            await refused(client, "INVALID_TOPIC", bp.SEND, name, 0, [msg(b"x")])
+            if name != "RMQ_SYS_TRACE_TOPIC":
+                await refused(client, "INVALID_TOPIC", bp.SEND, name, 0, [msg(b"x")])
         assert not set(RESERVED) & set((await client.call(n0, bp.BROKER_STATUS))["topics"])
+        # but the trace topic takes the tracing clients' sends, and its first one creates it
+        assert (await client.call(n0, bp.SEND, "RMQ_SYS_TRACE_TOPIC", 0, [msg(b"x")]))[0] \
+            == "SEND_OK"
+        assert "RMQ_SYS_TRACE_TOPIC" in (await client.call(n0, bp.BROKER_STATUS))["topics"]
+        await refused(client, "INVALID_TOPIC", bp.TOPIC_DELETE, "RMQ_SYS_TRACE_TOPIC")
         # reading a system topic is not refused (consumers pull their retry topics)
         assert (await client.call(n0, bp.PULL, "%RETRY%g", 0, 0, 1, 1, 0, []))[0] == bp.NO_NEW_MSG
 
