@@ -30,6 +30,7 @@ from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks
 from client.lifecycle import Lifecycle
 from client.routes import Routes
+from client.tracer import Tracer, group_of, producer_client_id
 from client.types import Message, MessageQueue, SendResult
 
 QueueSelector = Callable[[list[MessageQueue], Message, str], MessageQueue]
@@ -44,10 +45,13 @@ SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 
 
 class Producer:
-    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
+    """``trace``: write a trace record of each send (``send``, ``send_to``, ``send_orderly``,
+    ``send_batch``; not ``send_oneway``) to the trace topic, in the background
+    (``client.tracer``; ``tracer`` then holds its counts). ``canaries``: seeded bugs for the
+    chaos suite (``client.routes.CANARIES``), tests only."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, canaries: Sequence[str] = ()) -> None:
+                 retries: int = 2, *, trace: bool = False, canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
@@ -58,6 +62,7 @@ class Producer:
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []
         self._flush_scheduled = False
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
+        self.tracer = Tracer(self._namesrv, producer_client_id()) if trace else None
 
     async def start(self) -> Producer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""
@@ -74,6 +79,8 @@ class Producer:
         if self._oneway or self._in_flight:
             await asyncio.gather(*self._oneway, *self._in_flight, return_exceptions=True)
         await self._routes.close()
+        if self.tracer is not None:
+            await self.tracer.close()  # (the sends' records are in: they have all ended)
 
     async def __aenter__(self) -> Producer:
         return await self.start()
@@ -99,6 +106,8 @@ class Producer:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
+        if self.tracer is not None:
+            return await self.tracer.sent(message, fut, group_of(self))
         return await fut
 
     def _flush(self) -> None:
@@ -144,8 +153,11 @@ class Producer:
         _check_size(message)
         if message.topic != queue.topic:
             raise ValueError(f"the message's topic {message.topic!r} is not {queue.topic!r}'s")
-        return await self._delivery.to_queue(_encode([message]), queue,
-                                             time.monotonic() + self.send_timeout_s)
+        sent = self._delivery.to_queue(_encode([message]), queue,
+                                       time.monotonic() + self.send_timeout_s)
+        if self.tracer is not None:
+            return await self.tracer.sent(message, sent, group_of(self))
+        return await sent
 
     async def send_orderly(self, message: Message, sharding_key: str,
                            selector: QueueSelector | None = None) -> SendResult:
@@ -177,6 +189,8 @@ class Producer:
                                               f"{bp.MAX_MESSAGE_BYTES_CEILING}")
         fut: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
         self._run(Sends([topic], [_encode(messages)], batch=fut), retry=True, tasks=self._in_flight)
+        if self.tracer is not None:
+            return await self.tracer.sent_batch(messages, fut, group_of(self))
         return await fut
 
     def send_oneway(self, message: Message) -> None:
