@@ -6,7 +6,8 @@ pulls, ``registrar``, ``admin``) are modules of their own."""
 from broker.consumequeue import CQUnit
 from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
 from broker.errors import BadEntryError, BrokerError, InvalidTopicError
-from broker.state import ApplyResult, BrokerState, StateConfig
+from broker.applied import ApplyResult
+from broker.state import BrokerState, StateConfig
 from broker.topics import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig, validate_topic_name
 
 __all__ = [

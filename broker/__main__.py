@@ -56,13 +56,22 @@ def main() -> None:
                    "(ms s m h d), level 1 first. Give every node of a group the same.")
 @click.option("--max-delay-ms", type=click.IntRange(min=1), default=DEFAULT_MAX_DELAY_MS,
               show_default=True, help="The furthest ahead a timed message may be due.")
+@click.option("--transaction-timeout-s", type=click.FloatRange(min=0.001), default=6.0,
+              show_default=True, help="An open transaction is checked back after this long.")
+@click.option("--transaction-check-interval-s", type=click.FloatRange(min=0.001), default=60.0,
+              show_default=True, help="Time between check-backs of one open transaction.")
+@click.option("--transaction-check-max", type=click.IntRange(min=0), default=15,
+              show_default=True,
+              help="Check-backs before an open transaction is rolled back (into "
+                   "TRANS_CHECK_MAX_TIME_TOPIC).")
 @click.option("--broker-canary", "broker_canaries", multiple=True,
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
           checkpoint_interval_s: float, advertise: str | None, delay_levels: str,
-          max_delay_ms: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
+          max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
+          transaction_check_max: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
     try:
@@ -84,6 +93,9 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                           max_connections=limits.connections_max,
                           input_buffer_bytes_max=limits.input_bytes_max,
                           delay_levels_ms=levels_ms, max_delay_ms=max_delay_ms,
+                          transaction_timeout_s=transaction_timeout_s,
+                          transaction_check_interval_s=transaction_check_interval_s,
+                          transaction_check_max=transaction_check_max,
                           canaries=frozenset(broker_canaries))
     evloop.run(_serve(config), server=True)
 

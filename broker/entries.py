@@ -24,7 +24,9 @@ KIND_SEND_RUNS = 5
 KIND_TIMER_DELIVER = 6
 KIND_LOCK_QUEUES = 7
 KIND_UNLOCK_QUEUES = 8
-KIND_OFFSET_RESET = 11  # (9-10: transactions)
+KIND_TXN_END = 9
+KIND_TXN_CHECK = 10
+KIND_OFFSET_RESET = 11
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,38 @@ class LockQueues:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnEnd:
+    """The end of a transaction (``broker.txn``): ``decision`` COMMIT or ROLLBACK of every half
+    message in ``halves`` (half-queue offsets, as the leader read the open transaction). A commit
+    carries one ``[topic, queue id, message]`` copy per half for its real queue, and the consumer
+    offsets to set with it (``[group, topic, queue id, expected, new]``: set only if the group's
+    offset is ``expected``, -1 for none; if one is not, the transaction rolls back instead). A
+    rollback after the last check-back (``check_max``) carries the copies for the check-max
+    topic; another carries none."""
+
+    store_ts_ms: int
+    producer_group: str
+    txn_id: str
+    decision: str
+    halves: tuple[int, ...]
+    items: tuple[tuple[str, int, list[Any]], ...] = ()
+    offsets: tuple[tuple[str, str, int, int, int], ...] = ()
+    check_max: bool = False
+    from_check: bool = False
+    auto_create: bool = False
+    default_queues: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCheck:
+    """The leader's check-backs of open transactions: ``(txn id, its check count after this
+    one)``, each counted once at apply."""
+
+    store_ts_ms: int
+    checks: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetReset:
     """An admin's reset of a consumer group's offsets on several queues of one topic at once
     (``dledger consumer reset-offset``): all of them or none, in one entry."""
@@ -133,7 +167,7 @@ class OffsetReset:
 
 
 BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit, TimerDeliver,
-                    LockQueues, OffsetReset]
+                    LockQueues, TxnEnd, TxnCheck, OffsetReset]
 
 
 # -- encode ---------------------------------------------------------------------------------------
@@ -161,6 +195,13 @@ def encode(entry: BrokerEntry) -> bytes:
     elif isinstance(entry, TimerDeliver):
         fields = [KIND_TIMER_DELIVER, entry.store_ts_ms, entry.auto_create, entry.default_queues,
                   [list(item) for item in entry.items]]
+    elif isinstance(entry, TxnEnd):
+        fields = [KIND_TXN_END, entry.store_ts_ms, entry.producer_group, entry.txn_id,
+                  entry.decision, list(entry.halves), [list(i) for i in entry.items],
+                  [list(o) for o in entry.offsets], entry.check_max, entry.from_check,
+                  entry.auto_create, entry.default_queues]
+    elif isinstance(entry, TxnCheck):
+        fields = [KIND_TXN_CHECK, entry.store_ts_ms, [list(c) for c in entry.checks]]
     elif isinstance(entry, OffsetReset):
         fields = [KIND_OFFSET_RESET, entry.group, entry.topic, [list(q) for q in entry.offsets]]
     else:
@@ -274,6 +315,8 @@ def stored_messages(payload: bytes) -> list[Any]:
         return [m for run in rest[1] for m in run[2]]
     if kind == KIND_TIMER_DELIVER:
         return [item[4] for item in rest[3]]
+    if kind == KIND_TXN_END:
+        return [item[2] for item in rest[5]]
     if kind != KIND_SEND:
         raise BadEntryError(f"entry of kind {kind!r} holds no messages")
     msgs: list[Any] = rest[3]
@@ -422,11 +465,50 @@ def _offset_reset(f: list[Any]) -> OffsetReset:
     return OffsetReset(_str(group), _str(topic), tuple(out))
 
 
+def _txn_end(f: list[Any]) -> TxnEnd:
+    ts, group, txn_id, decision, halves, items, offsets, check_max, from_check, auto, queues = f
+    if decision not in ("COMMIT", "ROLLBACK"):
+        raise ValueError(f"a transaction ends in COMMIT or ROLLBACK, not {decision!r}")
+    if not isinstance(halves, list) or not halves:
+        raise ValueError("a transaction's end names its half messages")
+    if not isinstance(items, list) or not isinstance(offsets, list):
+        raise ValueError("a transaction's copies and offsets are lists")
+    out_items = []
+    for item in items:
+        if type(item) is not list or len(item) != 3:
+            raise ValueError("a committed copy is [topic, queue id, message]")
+        check_message(item[2])
+        out_items.append((_str(item[0]), _int(item[1]), item[2]))
+    if out_items and len(out_items) != len(halves):
+        raise ValueError("a transaction's end carries one copy per half message, or none")
+    out_offsets = []
+    for o in offsets:
+        if type(o) is not list or len(o) != 5:
+            raise ValueError("an offset is [group, topic, queue id, expected, new]")
+        out_offsets.append((_str(o[0]), _str(o[1]), _int(o[2]), _int(o[3], -1), _int(o[4])))
+    return TxnEnd(_int(ts), _str(group), _str(txn_id), decision, tuple(_int(h) for h in halves),
+                  tuple(out_items), tuple(out_offsets), _bool(check_max), _bool(from_check),
+                  _bool(auto), _int(queues, 1))
+
+
+def _txn_check(f: list[Any]) -> TxnCheck:
+    ts, checks = f
+    if not isinstance(checks, list) or not checks:
+        raise ValueError("a check entry names at least one transaction")
+    out = []
+    for c in checks:
+        if type(c) is not list or len(c) != 2:
+            raise ValueError("a check is [txn id, checks]")
+        out.append((_str(c[0]), _int(c[1], 1)))
+    return TxnCheck(_int(ts), tuple(out))
+
+
 _DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
     KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
     KIND_OFFSET_COMMIT: _offset_commit, KIND_SEND_RUNS: _send_runs,
     KIND_TIMER_DELIVER: _timer_deliver, KIND_LOCK_QUEUES: _lock_queues,
-    KIND_UNLOCK_QUEUES: _unlock_queues, KIND_OFFSET_RESET: _offset_reset}
+    KIND_UNLOCK_QUEUES: _unlock_queues, KIND_TXN_END: _txn_end, KIND_TXN_CHECK: _txn_check,
+    KIND_OFFSET_RESET: _offset_reset}
 
 __all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "OffsetReset", "SendEntry", "SendRun", "SendRunsEntry",
-           "TimerDeliver", "TopicDelete", "TopicPut", "decode", "encode"]
+           "TimerDeliver", "TopicDelete", "TopicPut", "TxnCheck", "TxnEnd", "decode", "encode"]

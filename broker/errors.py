@@ -33,3 +33,10 @@ class BadDelayError(BrokerError):
     ahead, or delayed messages in a batch or beside immediate ones in one run."""
 
     code = "BAD_DELAY"
+
+
+class BadTransactionError(BrokerError):
+    """A transactional message the broker cannot take: delayed (RocketMQ's rule), or sent with
+    a malformed transaction id or producer group."""
+
+    code = "BAD_TRANSACTION"

@@ -48,6 +48,7 @@ from broker.protocol import (
 from broker.entries import INT_MAX, OffsetCommit, TopicDelete, TopicPut
 from broker.filter_sql import SqlFilter, compile_sql
 from broker.retry import MAX_RECONSUME_TIMES_LIMIT
+from broker.txn import HALF_TOPIC
 from broker.topics import MAX_QUEUES, TopicConfig, validate_config, validate_topic_name
 from dledger.protocol import Request
 
@@ -73,6 +74,7 @@ class Handler:
     name: str
     fields: tuple[tuple[str, Check], ...]
     run: Callable[..., Awaitable[Any]]
+    with_connection: bool = False  # run(server, connection, *fields): the request's connection
 
     def parse(self, args: list[Any]) -> list[Any]:
         if len(args) != len(self.fields):
@@ -91,12 +93,14 @@ class Handler:
 HANDLERS: dict[int, Handler] = {}
 
 
-def handles(kind: int, **fields: Check) -> Callable[[F], F]:
-    """Register the decorated ``async def h(server, *fields)`` as the handler of ``kind``."""
+def handles(kind: int, *, with_connection: bool = False, **fields: Check) -> Callable[[F], F]:
+    """Register the decorated ``async def h(server, *fields)`` as the handler of ``kind``
+    (``with_connection``: ``h(server, connection, *fields)``, for a handler that keeps the
+    connection to send on it later)."""
     def register(fn: F) -> F:
         if kind in HANDLERS or kind in SEND_KINDS:
             raise ValueError(f"request kind {kind} has a handler already")
-        HANDLERS[kind] = Handler(fn.__name__, tuple(fields.items()), fn)
+        HANDLERS[kind] = Handler(fn.__name__, tuple(fields.items()), fn, with_connection)
         return fn
     return register
 
@@ -106,10 +110,12 @@ def served_kinds() -> frozenset[int]:
     return frozenset({*SEND_KINDS, *HANDLERS})
 
 
-async def dispatch(server: BrokerServer, req: Request) -> Any:
+async def dispatch(server: BrokerServer, req: Request, connection: Any = None) -> Any:
     handler = HANDLERS.get(req.kind)
     if handler is None:
         raise BadRequestError(f"unknown request kind {req.kind}")
+    if handler.with_connection:
+        return await handler.run(server, connection, *handler.parse(req.args))
     return await handler.run(server, *handler.parse(req.args))
 
 
@@ -215,7 +221,10 @@ def _queue_of(server: BrokerServer, topic: str, qid: int) -> TopicConfig | None:
 
 
 def _check_readable(server: BrokerServer, topic: str, qid: int) -> None:
-    """A pull's rules: one of the topic's read queues, and the topic readable."""
+    """A pull's rules: one of the topic's read queues, and the topic readable; the half
+    messages of open transactions are no consumer's to read."""
+    if topic == HALF_TOPIC:
+        raise SendRefusedError("NO_PERMISSION", f"{topic} holds uncommitted transactions")
     cfg = _queue_of(server, topic, qid)
     if cfg is not None and not cfg.readable:
         raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable (perm {cfg.perm})")
@@ -316,3 +325,13 @@ async def lock_batch(server: BrokerServer, group: str, client_id: str,
 async def unlock_batch(server: BrokerServer, group: str, client_id: str,
                        queues: list[tuple[str, int]]) -> bool:
     return await server.locks.unlock(group, client_id, queues)
+
+
+# Feature modules' request kinds join the table here, so that importing the table imports them
+# all (each module imports this one's checks: it comes last).
+from broker import txn_handlers as _txn_handlers  # noqa: E402,F401
+
+
+# Handlers kept in modules of their own register here, once the table's helpers above exist
+# (so that HANDLERS is whole wherever this module is imported).
+import broker.admin_handlers  # noqa: E402,F401 - consumer-group admin (OFFSET_RESET, CONSUMER_STATUS)

@@ -38,6 +38,18 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   ``%DLQ%<group>`` back into ``%RETRY%<group>`` with its reconsume count reset (leader)
 - LOCK_BATCH ``group, client_id, [[topic, queue_id]...]`` -> the queues granted (locked or
   renewed for 60 s; ``broker.orderly``); UNLOCK_BATCH the same -> true (leader)
+- TXN_HALF ``producer_group, transaction_id, topic, queue_id, [message...]`` -> SEND's answer
+  (queue offsets in the half queue): half messages of that transaction, invisible until it
+  commits (``broker.txn``; leader). A delayed one is BAD_TRANSACTION.
+- END_TRANSACTION ``producer_group, transaction_id, decision, from_check, [[group, topic,
+  queue_id, expected, new]...]`` -> ``[decision, [[topic, queue_id, queue_offset,
+  offset_msg_id]...]]``: COMMIT (the half messages become visible, the consumer offsets set if
+  each is still ``expected``, else OFFSET_CONFLICT and a rollback) or ROLLBACK; a repeated END
+  answers as the first; the other decision after one is TXN_ALREADY_DECIDED (leader)
+- PRODUCER_HEARTBEAT ``client_id, producer_group, ttl_ms`` -> the group's live producers on
+  this node (sorted client ids); ``ttl_ms`` 0 leaves. The connection it came on is where this
+  node sends that producer CHECK_TRANSACTION frames ``[group, producer_group,
+  transaction_id, checks, [message...]]`` (a message as PULL's, its offset the half queue's)
 - OFFSET_RESET ``group, topic, timestamp_ms, force`` -> ``[[queue_id, old, new]...]``: every read
   queue's offset of ``group`` set to the first one stored at or after the time (0: the first
   retained, INT_MAX: the max offset), in one entry (leader; ``broker.admin_handlers``).
@@ -75,8 +87,14 @@ DLQ_RESEND = 112
 LOCK_BATCH = 113
 UNLOCK_BATCH = 114
 PULL_SQL = 115
+TXN_HALF = 116
+END_TRANSACTION = 117
+PRODUCER_HEARTBEAT = 118
 OFFSET_RESET = 124
 CONSUMER_STATUS = 125
+# Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
+# of the client protocol, and not answered under their own id.
+CHECK_TRANSACTION = 150
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
 

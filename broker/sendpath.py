@@ -124,7 +124,23 @@ class SendPath:
         return runs, answers
 
     def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool) -> Run:
-        """One run of a send request checked: every field, the sizes, the topic's state."""
+        """One run of a send request checked (``check_run``), a delayed one routed to the
+        schedule topic."""
+        messages, size, with_props = self.check_run(topic, queue_id, raw, batch)
+        if with_props:  # only a message with properties can be delayed
+            config = self.server.config
+            try:
+                topic, queue_id, messages = route_run(
+                    topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
+                    config.max_delay_ms, batch)
+            except DelayError as err:
+                raise BadDelayError(str(err)) from err
+        return topic, queue_id, messages, size
+
+    def check_run(self, topic: Any, queue_id: Any, raw: Any,
+                  batch: bool) -> tuple[list[list[Any]], int, bool]:
+        """One run of a send request checked: every field, the sizes, the topic's state; its
+        messages, their size and whether any has properties (``sendwire.wire_messages``)."""
         if type(queue_id) is not int:
             raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
         config = self.server.config
@@ -140,14 +156,7 @@ class SendPath:
             raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
         if cfg is not None and queue_id >= cfg.write_queues:
             raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
-        if with_props:  # only a message with properties can be delayed
-            try:
-                topic, queue_id, messages = route_run(
-                    topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
-                    config.max_delay_ms, batch)
-            except DelayError as err:
-                raise BadDelayError(str(err)) from err
-        return topic, queue_id, messages, size
+        return messages, size, with_props
 
     def _propose(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:
         ts_ms = int(time.time() * 1000)

@@ -12,6 +12,7 @@ from typing import Any
 
 from broker.delay import SCHEDULE_TOPIC
 from broker.entries import check_message
+from broker.txn import HALF_TOPIC
 from broker.errors import BadEntryError
 from broker.protocol import (
     MESSAGE_OVERHEAD_BYTES,
@@ -19,7 +20,7 @@ from broker.protocol import (
     message_bytes,
     offset_msg_id,
 )
-from broker.state import ApplyResult
+from broker.applied import ApplyResult
 from dledger.wire import DEFAULT_MAX_FRAME_BYTES
 
 # An entry larger than this could not travel to a follower in one peer frame (the append
@@ -85,8 +86,9 @@ def run_answers(group: str, position: int, result: ApplyResult) -> list[list[Any
             ids[k] = offset_msg_id(group, original_position, slot)
         # a delayed message's queue offset is known once it is delivered: -1 until then
         offsets = [-1] * len(ids) if run.topic == SCHEDULE_TOPIC else list(run.queue_offsets)
-        queue_id = run.queue_ids[0] if run.topic == SCHEDULE_TOPIC and run.queue_ids \
-            else run.queue_id
+        # a delayed or half message's run is in one system queue: answer with its real queue
+        queue_id = run.queue_ids[0] if run.topic in (SCHEDULE_TOPIC, HALF_TOPIC) \
+            and run.queue_ids else run.queue_id
         out.append([SEND_OK, queue_id, offsets, ids, list(run.duplicates), list(run.queue_ids)])
     return out
 

@@ -36,7 +36,7 @@ from broker.errors import BadEntryError, BrokerError
 from broker.filter_sql import SqlFilter
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
-import broker.admin_handlers  # noqa: F401 - registers the admin requests (before SERVED_KINDS)
+from broker.txn_service import TXN_CANARIES, TxnService
 from broker.protocol import (
     FOUND,
     MAX_MESSAGE_BYTES,
@@ -52,7 +52,8 @@ from broker.protocol import (
 )
 from broker.registrar import Registrar
 from broker.sendpath import SendPath
-from broker.state import STATE_CANARIES, ApplyResult, BrokerState, StateConfig, tag_hash
+from broker.applied import ApplyResult, tag_hash
+from broker.state import STATE_CANARIES, BrokerState, StateConfig
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger.commitlog import FileLogStore
 from dledger.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
@@ -79,7 +80,7 @@ log = logging.getLogger("broker.server")
 SERVED_KINDS = served_kinds()
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
 CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
-BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES
+BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES | TXN_CANARIES
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,10 @@ class BrokerConfig:
     input_buffer_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT  # partial frames, all clients
     delay_levels_ms: tuple[int, ...] = parse_levels(DEFAULT_LEVELS)  # RocketMQ's 18 levels
     max_delay_ms: int = DEFAULT_MAX_DELAY_MS  # the furthest ahead a timed message may be due
+    # Transactions' check-back (RocketMQ's transactionTimeout / CheckInterval / CheckMax)
+    transaction_timeout_s: float = 6.0
+    transaction_check_interval_s: float = 60.0
+    transaction_check_max: int = 15
     canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
 
     def __post_init__(self) -> None:
@@ -111,6 +116,10 @@ class BrokerConfig:
             raise ValueError("delay levels are positive durations, at least one")
         if not 1 <= self.default_queues <= MAX_QUEUES:
             raise ValueError(f"default_queues must be 1..{MAX_QUEUES}, not {self.default_queues}")
+        if not (self.transaction_timeout_s > 0 and self.transaction_check_interval_s > 0
+                and self.transaction_check_max >= 0):
+            raise ValueError("transaction timeout and check interval are positive, the check "
+                             "count at least 0")
         if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
             raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
                              f"not {self.max_message_bytes}")
@@ -124,6 +133,10 @@ class _Connection(FramedProtocol):
 
     def framing_failed(self, err: WireError) -> None:
         log.warning("closing client connection: %s", err)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.server.txns.producers.drop(self)  # its producers can no longer be asked
 
     def payload_received(self, payload: bytes) -> None:
         try:
@@ -162,6 +175,7 @@ class BrokerServer:
         self.delays = DelayService(self)
         self.retries = RetryService(self)
         self.locks = LockService(self)
+        self.txns = TxnService(self)
 
     async def start(self) -> None:
         await self.node.start()
@@ -181,6 +195,7 @@ class BrokerServer:
         if self.config.checkpoint_interval_s > 0:
             self._checkpointer = asyncio.create_task(self._checkpoint_loop())
         self.delays.start()
+        self.txns.start()
 
     async def _checkpoint_loop(self) -> None:
         saved = self.state.applied_index
@@ -203,6 +218,7 @@ class BrokerServer:
 
     async def stop(self) -> None:
         await self.delays.stop()
+        await self.txns.stop()
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             await asyncio.gather(self._checkpointer, return_exceptions=True)
@@ -235,7 +251,8 @@ class BrokerServer:
         while len(self.results) > RESULTS_KEPT:
             self.results.popitem(last=False)
 
-    async def _commit(self, data: bytes) -> ApplyResult:
+    async def commit(self, data: bytes) -> ApplyResult:
+        """Propose an entry through this node and wait for its apply result."""
         committed = await self.node.propose(data, self.config.send_timeout_s)
         result = self.results.pop(committed.index, None)
         if result is None:  # applied before we looked and already trimmed: cannot happen in time
@@ -246,7 +263,7 @@ class BrokerServer:
 
     async def handle(self, req: Request, conn: _Connection) -> None:
         try:
-            result = await self._dispatch(req)
+            result = await self._dispatch(req, conn)
         except (DLedgerError, BrokerError) as err:
             conn.send_payload(encode_error(req.request_id, err))
         except (TypeError, ValueError, IndexError, OverflowError, KeyError, AttributeError) as err:
@@ -254,11 +271,11 @@ class BrokerServer:
         else:
             conn.send_payload(encode_result(req.request_id, result))
 
-    async def _dispatch(self, req: Request) -> Any:
+    async def _dispatch(self, req: Request, conn: _Connection) -> Any:
         a = req.args
         if req.kind == SEND:
             return await self.send(a[0], a[1], a[2])
-        return await dispatch(self, req)  # every other kind: the table in broker.handlers
+        return await dispatch(self, req, conn)  # every other kind: the table in broker.handlers
 
     def require_leader(self) -> None:
         core = self.node.core
@@ -271,7 +288,7 @@ class BrokerServer:
     async def leader_commit(self, entry: Any) -> ApplyResult:
         """Commit a control entry through this node (the leader); named error if refused."""
         self.require_leader()
-        result = await self._commit(encode(entry))
+        result = await self.commit(encode(entry))
         if result.status not in ("OK", "SEND_OK"):
             raise SendRefusedError(result.status, result.detail)
         return result
@@ -370,6 +387,7 @@ class BrokerServer:
         st["client_connections"] = self.limits.stats()
         st["timers"] = self.delays.status()
         st["retries"] = self.retries.status()
+        st["transactions"] = self.txns.status()
         return st
 
 

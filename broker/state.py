@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import struct
 
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,16 +31,21 @@ from broker.entries import (
     TimerDeliver,
     TopicDelete,
     TopicPut,
+    TxnCheck,
+    TxnEnd,
     decode_for_apply,
 )
 from broker.errors import BadEntryError, BrokerError
 from broker.orderly import LockTable
 from broker.topics import TopicConfig, validate_config
+from broker.applied import ApplyResult, tag_hash
+from broker.txn import HALF_QUEUE, HALF_TOPIC, TxnTable
+from broker.txn_apply import apply_end, apply_half
 
 
-CHECKPOINT_VERSION = 3  # 3: + timers, locks; 2: packed queues, columnar dedup; 1: lists
-READ_VERSIONS = (1, 2, CHECKPOINT_VERSION)
-STATE_CANARIES = frozenset({"timer_redeliver", "lock_unfenced"})
+CHECKPOINT_VERSION = 4  # 4: + transactions; 3: + timers, locks; 2: packed queues, columnar
+READ_VERSIONS = (1, 2, 3, CHECKPOINT_VERSION)  # dedup; 1: lists
+STATE_CANARIES = frozenset({"timer_redeliver", "lock_unfenced", "txn_half_visible"})
 
 
 @dataclass(frozen=True)
@@ -50,38 +54,9 @@ class StateConfig:
     dedup_entries_max: int = 1_000_000
     # Seeded bugs (tests only, on every replica alike): "timer_redeliver" stores a delivered
     # timer's message again when a delivery names it twice (the index's check skipped);
-    # "lock_unfenced" grants a queue lock whoever holds it.
+    # "lock_unfenced" grants a queue lock whoever holds it; "txn_half_visible" stores a half
+    # message in its real queue too, visible before its transaction commits.
     canaries: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    """What applying one entry did. ``status`` is SEND_OK, or the error every replica reached.
-    A multi-run send entry's result has one result per run in ``runs`` (each SEND_OK or the
-    run's own refusal); a send entry's result is its only run's."""
-
-    index: int
-    status: str
-    topic: str = ""
-    queue_id: int = 0
-    queue_offsets: tuple[int, ...] = ()  # per message of a send, in order
-    duplicates: tuple[bool, ...] = ()  # per message: stored earlier under the same unique key
-    queue_ids: tuple[int, ...] = ()  # per message: a duplicate reports its original queue
-    detail: str = ""
-    first_slot: int = 0  # the slot of the run's first message in its entry
-    # per duplicate: (its index in the run, the original's commitlog position and slot)
-    originals: tuple[tuple[int, int, int], ...] = ()
-    runs: tuple[ApplyResult, ...] = ()
-    granted: tuple[tuple[str, int], ...] = ()  # a lock entry's queues granted
-
-    def run_results(self) -> tuple[ApplyResult, ...]:
-        """One result per run: a multi-run entry's ``runs``, or this result for a send entry."""
-        return self.runs or (self,)
-
-
-def tag_hash(tags: str) -> int:
-    """The tag code stored in consume-queue units (a server-side filter; clients re-check)."""
-    return zlib.crc32(tags.encode()) if tags else 0
 
 
 @dataclass
@@ -95,6 +70,7 @@ class BrokerState:
     dedup: DedupTable = field(init=False)
     timers: DelayIndex = field(default_factory=DelayIndex)  # pending delayed messages
     locks: LockTable = field(default_factory=LockTable)  # orderly consumers' queue locks
+    txns: TxnTable = field(default_factory=TxnTable)  # open transactions, recent decisions
 
     def __post_init__(self) -> None:
         self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
@@ -141,6 +117,12 @@ class BrokerState:
             return ApplyResult(index, "OK", topic=entry.name)
         if isinstance(entry, TimerDeliver):
             return self._deliver(index, position, entry)
+        if isinstance(entry, TxnEnd):
+            return apply_end(self, index, position, entry)
+        if isinstance(entry, TxnCheck):
+            for txn_id, checks in entry.checks:
+                self.txns.count_check(txn_id, checks, entry.store_ts_ms)
+            return ApplyResult(index, "OK")
         if isinstance(entry, LockQueues):
             if not entry.lock:
                 self.locks.unlock(entry.group, entry.client_id, entry.queues, entry.store_ts_ms)
@@ -181,6 +163,8 @@ class BrokerState:
     def _send(self, index: int, position: int, e: StoredSend, first_slot: int = 0) -> ApplyResult:
         if e.topic == SCHEDULE_TOPIC:
             return self._schedule(index, position, e, first_slot)
+        if e.topic == HALF_TOPIC:
+            return apply_half(self, index, position, e, first_slot)
         topic = self.topics.get(e.topic)
         if topic is None:
             if not e.auto_create:
@@ -207,7 +191,7 @@ class BrokerState:
                 offsets.append(seen[2])  # the original result; nothing stored again
                 qids.append(seen[1])
                 dups.append(True)
-                originals.append(self._original(len(offsets) - 1, e.topic, seen[1], seen[2]))
+                originals.append(self.original(len(offsets) - 1, e.topic, seen[1], seen[2]))
             else:
                 offsets.append(len(units))
                 qids.append(e.queue_id)
@@ -220,12 +204,14 @@ class BrokerState:
         return ApplyResult(index, "SEND_OK", e.topic, e.queue_id, tuple(offsets), tuple(dups),
                            tuple(qids), first_slot=first_slot, originals=tuple(originals))
 
-    def _original(self, k: int, topic: str, queue_id: int, offset: int) -> tuple[int, int, int]:
+    def original(self, k: int, topic: str, queue_id: int, offset: int) -> tuple[int, int, int]:
         """Where the message a duplicate repeats is stored: its consume-queue unit names its
         entry's position and its slot (the dedup table's (topic, queue, offset) lead there on
         every replica, and after a restore from any checkpoint version). A scheduled message's
         row holds its real queue id; its unit is in the one schedule queue."""
-        unit = self.queues[(topic, SCHEDULE_QUEUE if topic == SCHEDULE_TOPIC else queue_id)][offset]
+        qid = SCHEDULE_QUEUE if topic == SCHEDULE_TOPIC else HALF_QUEUE if topic == HALF_TOPIC \
+            else queue_id
+        unit = self.queues[(topic, qid)][offset]
         return k, unit.position, unit.slot
 
     def _schedule(self, index: int, position: int, e: StoredSend, first_slot: int) -> ApplyResult:
@@ -251,7 +237,7 @@ class BrokerState:
                 offsets.append(seen[2])
                 qids.append(seen[1])
                 dups.append(True)
-                originals.append(self._original(k, SCHEDULE_TOPIC, seen[1], seen[2]))
+                originals.append(self.original(k, SCHEDULE_TOPIC, seen[1], seen[2]))
                 continue
             offset = len(units)
             units.append(position, first_slot + k, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
@@ -320,7 +306,7 @@ class BrokerState:
             sorted([t, q, units.packed()] for (t, q), units in self.queues.items()),
             sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
             self.dedup.snapshot(),
-            [self.timers.snapshot(), self.locks.snapshot()],
+            [self.timers.snapshot(), self.locks.snapshot(), self.txns.snapshot()],
         ])
 
     @classmethod
@@ -331,7 +317,7 @@ class BrokerState:
             if version not in READ_VERSIONS:
                 raise BadEntryError(f"unknown checkpoint version {version!r}")
             version, applied, topics, queues, offsets, dedup, *rest = fields
-            if len(rest) != (1 if version == CHECKPOINT_VERSION else 0):
+            if len(rest) != (1 if version >= 3 else 0):
                 raise ValueError(f"a version {version} checkpoint has {len(fields)} fields")
             state = cls(config or StateConfig(), applied)
             state.topics = {n: TopicConfig(n, r, w, p) for n, r, w, p in topics}
@@ -339,9 +325,13 @@ class BrokerState:
             state.offsets = {(g, t, q): o for g, t, q, o in offsets}
             cfg = state.config
             if rest:
-                timers, locks = rest[0]
+                timers, locks, *txns = rest[0]
+                if len(txns) != (1 if version >= 4 else 0):
+                    raise ValueError(f"a version {version} checkpoint's feature state is short")
                 state.timers = DelayIndex.restore(timers)
                 state.locks = LockTable.restore(locks)
+                if txns:
+                    state.txns = TxnTable.restore(txns[0])
             state.dedup = (DedupTable.restore(cfg.dedup_window_ms, cfg.dedup_entries_max, dedup)
                            if version != 1 else DedupTable.from_rows(
                                cfg.dedup_window_ms, cfg.dedup_entries_max,

@@ -8,6 +8,7 @@ from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
 from client.errors import (
     BadDelayError,
+    BadTransactionError,
     BadFilterError,
     ClientClosedError,
     ClientError,
@@ -26,21 +27,31 @@ from client.errors import (
     SendTimeoutError,
     StaleRouteError,
     TopicNotFoundError,
+    TransactionError,
     UnavailableError,
 )
 from client.lite import LitePullConsumer
 from client.producer import Producer
 from client.push import ConsumeStatus, PushConsumer
 from client.sync import SyncLitePullConsumer, SyncProducer, SyncPullConsumer, SyncPushConsumer
+from client.transaction import (
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+    TransactionState,
+)
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
-    "BadDelayError", "BadFilterError", "ClientClosedError", "ClientError",
-    "ClientNotStartedError", "ConsumeStatus", "ConsumerGroupActiveError", "InvalidTopicError", "LitePullConsumer", "Message",
+    "BadDelayError", "BadFilterError", "BadTransactionError", "ClientClosedError", "ClientError",
+    "ClientNotStartedError", "ConsumeStatus", "ConsumerGroupActiveError",
+    "InvalidTopicError", "LitePullConsumer", "Message",
     "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
     "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
     "OverloadedError", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
     "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer",
     "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "TopicNotFoundError",
+    "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
+    "TransactionState",
     "UnavailableError", "message_bytes", "split_batch",
 ]

@@ -73,6 +73,22 @@ def compile_filter(sql: str) -> SqlFilter:
         raise BadFilterError(str(err), err.offset) from None
 
 
+class BadTransactionError(NonRetriableError):
+    """A transactional message the broker will not take: delayed, or in a batch (RocketMQ's
+    rules), or a transaction id or producer group that is malformed."""
+
+
+class TransactionError(NonRetriableError):
+    """A transaction cannot end as asked: ``status`` says why (TXN_NOT_FOUND: no such open
+    transaction of this producer group; TXN_ALREADY_DECIDED: it ended the other way;
+    OFFSET_CONFLICT: a pipeline's consumer offsets moved since it read them, so it rolled
+    back)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class InvalidTopicError(NonRetriableError):
     """The topic name breaks the naming rules or is reserved."""
 

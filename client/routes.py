@@ -168,13 +168,18 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "QUEUE_NOT_FOUND": errors.UnavailableError,  # a stale route (queues shrank): refresh, retry
     "BAD_REQUEST": errors.NonRetriableError,
     "BAD_DELAY": errors.BadDelayError,
+    "BAD_TRANSACTION": errors.BadTransactionError,
     "GROUP_ACTIVE": errors.ConsumerGroupActiveError,
 }
+TRANSACTION_STATUSES = ("TXN_NOT_FOUND", "TXN_ALREADY_DECIDED", "OFFSET_CONFLICT", "TXN_CHANGED",
+                        "TXN_TOO_LARGE")
 
 
 def client_error(err: DLedgerError) -> errors.ClientError:
     """The client library's exception for an error of the transport layer or of a broker."""
     if isinstance(err, RemoteError):
+        if err.code in TRANSACTION_STATUSES:
+            return errors.TransactionError(str(err), err.code)
         return _CODES.get(err.code, errors.NonRetriableError)(str(err))
     if isinstance(err, BadRequestError):
         return errors.NonRetriableError(str(err))

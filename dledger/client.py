@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 from dledger.errors import (
     DiskFullError,
@@ -39,6 +39,7 @@ from dledger.protocol import (
 from dledger.runtime import Address, AppliedEntry, Committed
 from dledger.raft.types import EntryKind
 from dledger.framed import FramedProtocol
+from dledger.wire import decode_payload
 
 
 # A silent node is dialled again (after the others) once it has been silent this long: the other
@@ -67,19 +68,28 @@ class ConnectionLostError(OutcomeUnknownError):
     """The connection dropped after the request was sent: it may or may not have taken effect."""
 
 
-class _Connection(FramedProtocol):
-    """One server connection; many requests in flight, matched to responses by request id."""
+# A server-initiated frame (e.g. a broker's transaction check-back): its kind and fields.
+PushHandler = Callable[[int, list[Any]], None]
+PUSH_KINDS = range(150, 160)  # the kinds a server may send unasked (broker.protocol's)
 
-    def __init__(self) -> None:
+
+class _Connection(FramedProtocol):
+    """One server connection; many requests in flight, matched to responses by request id.
+    Frames of a ``PUSH_KINDS`` kind go to ``push_handler`` (dropped when there is none)."""
+
+    def __init__(self, push_handler: PushHandler | None = None) -> None:
         super().__init__()
         self.waiting: dict[int, asyncio.Future[Response]] = {}
         self.ids = itertools.count(1)
         self.refusal: DLedgerError | None = None  # the server refused the connection itself
+        self.push_handler = push_handler
 
     def payload_received(self, payload: bytes) -> None:
         try:
             resp = decode_response(payload)
         except WireError as err:
+            if self._pushed(payload):
+                return
             self.framing_failed(err)
             if self.transport is not None:
                 self.transport.close()
@@ -91,6 +101,18 @@ class _Connection(FramedProtocol):
         fut = self.waiting.pop(resp.request_id, None)
         if fut is not None and not fut.done():
             fut.set_result(resp)
+
+    def _pushed(self, payload: bytes) -> bool:
+        """Whether ``payload`` is a server-initiated frame (handed on): not a bad response."""
+        try:
+            kind, fields = decode_payload(payload)
+        except WireError:
+            return False
+        if kind not in PUSH_KINDS:
+            return False
+        if self.push_handler is not None:
+            self.push_handler(kind, fields)
+        return True
 
     def framing_failed(self, err: WireError) -> None:
         self._fail_all(ConnectionLostError(f"bad response from server: {err}"))
@@ -155,6 +177,13 @@ class LogClient:
         self._silent: dict[str, tuple[int, float]] = {}  # node -> (term known, since) when silent
         self._canary = stale_leader_canary
         self._canary_until: dict[str, float] = {}  # canary: node -> when it is trusted again
+        self.push_handler: PushHandler | None = None  # for connections made from now on
+
+    def set_push_handler(self, handler: PushHandler | None) -> None:
+        """Where server-initiated frames go, on the connections open and those to come."""
+        self.push_handler = handler
+        for conn in self._conns.values():
+            conn.push_handler = handler
 
     async def close(self) -> None:
         for conn in self._conns.values():
@@ -180,7 +209,8 @@ class LogClient:
         loop = asyncio.get_running_loop()
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
         try:
-            _, fresh = await asyncio.wait_for(loop.create_connection(_Connection, host, port), budget)
+            _, fresh = await asyncio.wait_for(loop.create_connection(
+                lambda: _Connection(self.push_handler), host, port), budget)
         except (OSError, TimeoutError) as err:
             raise NodeStoppedError(f"cannot connect to {node} at {host}:{port}: {err}") from err
         self._conns[node] = fresh

@@ -12,7 +12,8 @@ PURE_PACKAGES = [ROOT / "dledger" / "raft"]
 # The broker's state machine and what it is made of (its server, the shell, is not pure).
 PURE_BROKER_MODULES = ("broker.state", "broker.entries", "broker.topics", "broker.errors",
                        "broker.consumequeue", "broker.dedup", "broker.delay",
-                       "broker.orderly", "broker.retry", "broker.filter_sql")
+                       "broker.orderly", "broker.retry", "broker.filter_sql", "broker.applied",
+                       "broker.txn", "broker.txn_apply")
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).
 PURE_FIRST_PARTY = {"dledger.errors"}

@@ -104,6 +104,11 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.DLQ_RESEND: ["g", 0],
     bp.LOCK_BATCH: ["g", "c1", [["t", 0]]],
     bp.UNLOCK_BATCH: ["g", "c1", [["t", 0]]],
+    bp.TXN_HALF: ["pg", "T1", "t", 0, [[b"x", "", [], "K", [], 0]]],
+    bp.END_TRANSACTION: ["pg", "T1", "COMMIT", False, []],
+    bp.PRODUCER_HEARTBEAT: ["c1", "pg", 1000],
+    bp.OFFSET_RESET: ["g", "t", 0, False],
+    bp.CONSUMER_STATUS: ["g"],
 }
 
 
@@ -133,6 +138,21 @@ def test_fields_of_the_wrong_type_or_range_are_named(tmp_path: Path) -> None:
         await bad(client, bp.TOPIC_PUT, "x", 4, 4, 6.0, match="perm")
         await refused(client, "INVALID_TOPIC", bp.TOPIC_PUT, "x", 4, 4, 5)
         await bad(client, bp.OFFSET_COMMIT, "", "t", 0, 1, match="group")
+        await bad(client, bp.TXN_HALF, "pg", "x" * 129, "t", 0, [[b"x", "", [], "K", [], 0]],
+                  match="transaction_id")
+        await bad(client, bp.TXN_HALF, "pg", "T", "t", 0, [], match="messages")
+        await refused(client, "INVALID_TOPIC", bp.TXN_HALF, "pg", "T", "RMQ_SYS_TRANS_HALF_TOPIC",
+                      0, [[b"x", "", [], "K", [], 0]])
+        await refused(client, "BAD_TRANSACTION", bp.TXN_HALF, "pg", "T", "t", 0,
+                      [[b"x", "", [], "K", [["DELAY", "3"]], 0]])
+        await bad(client, bp.END_TRANSACTION, "pg", "T", "MAYBE", False, [], match="decision")
+        await bad(client, bp.END_TRANSACTION, "pg", "T", "COMMIT", 1, [], match="from_check")
+        await bad(client, bp.END_TRANSACTION, "pg", "T", "COMMIT", False, [["g", "t", 0, -2, 1]],
+                  match="offsets")
+        await refused(client, "TXN_NOT_FOUND", bp.END_TRANSACTION, "pg", "nope", "COMMIT",
+                      False, [])
+        await refused(client, "NO_PERMISSION", bp.PULL, "RMQ_SYS_TRANS_HALF_TOPIC", 0, 0, 1,
+                      1 << 20, 0, [])
         await bad(client, bp.OFFSET_COMMIT, "g", "t", 0, -2, match="offset")
         await bad(client, bp.OFFSET_QUERY, ["g"], "t", 0, match="group")
         await bad(client, bp.SEARCH_OFFSET, "t", 0, -1, match="timestamp_ms")
@@ -149,6 +169,9 @@ def test_fields_of_the_wrong_type_or_range_are_named(tmp_path: Path) -> None:
         await bad(client, bp.DLQ_RESEND, "", 0, match="group")
         await bad(client, bp.LOCK_BATCH, "g", "c1", "t", match="queues")
         await bad(client, bp.UNLOCK_BATCH, "g", "", [["t", 0]], match="client_id")
+        await bad(client, bp.OFFSET_RESET, "g", "t", 0, 1, match="force must be true or false")
+        await bad(client, bp.OFFSET_RESET, "g", "t", -1, False, match="timestamp_ms")
+        await bad(client, bp.CONSUMER_STATUS, "", match="group")
         # an unknown kind is answered under its request id (today: id -1, the caller timed out)
         await bad(client, 150, 1, 2, match="unknown request kind 150")
         assert await client.call(n0, bp.HEARTBEAT, "c1", "g", "clustering", {"t": "*"},

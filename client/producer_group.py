@@ -1,0 +1,127 @@
+"""A producer's membership of its producer group (RocketMQ's ``DefaultMQProducer("pg")``): it
+heartbeats every node of every broker group of the cluster, so that any of them can name the
+group's live producers, and a leader holding an open transaction of the group can ask one of
+them about it over that producer's own connection (a server-initiated CHECK_TRANSACTION frame,
+handed to ``on_check``). Owns one background task; its heartbeats are bounded by deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from broker import protocol as bp
+from client import errors
+from client.consumer import _message
+from client.routes import GroupRoute, Routes
+from client.types import MessageQueue, ReceivedMessage
+from dledger.errors import DLedgerError
+
+HEARTBEAT_INTERVAL_S = 10.0
+HEARTBEAT_TTL_MS = 35_000  # three heartbeats and some: a producer that stops is gone soon
+HEARTBEAT_TIMEOUT_S = 2.0  # one node's answer
+GROUP_MAX_CHARS = 255
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """A broker's question about an open transaction: ``message`` is its first half message
+    (``topic`` and ``queue`` its real ones), ``checks`` how many times it has been asked."""
+
+    broker_group: str
+    producer_group: str
+    transaction_id: str
+    checks: int
+    message: ReceivedMessage
+
+
+def check_group(group: str) -> str:
+    if type(group) is not str or not 0 < len(group) <= GROUP_MAX_CHARS:
+        raise ValueError(f"a producer group is a name of 1..{GROUP_MAX_CHARS} characters, "
+                         f"not {group!r}")
+    return group
+
+
+def new_client_id() -> str:
+    return f"{socket.gethostname()}@{uuid.uuid4().hex[:12]}"
+
+
+def parse_check(fields: list[Any]) -> CheckRequest | None:
+    """A CHECK_TRANSACTION frame's fields, or None if they are not one's."""
+    try:
+        broker_group, producer_group, txn_id, checks, messages = fields
+        r = messages[0]
+        props = dict((k, v) for k, v in r[5])
+        mq = MessageQueue(props.get("REAL_TOPIC", ""), str(broker_group),
+                          int(props.get("REAL_QID", "0")))
+        return CheckRequest(str(broker_group), str(producer_group), str(txn_id), int(checks),
+                            _message(mq, r))
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+
+
+class ProducerRegistration:
+    def __init__(self, routes: Routes, group: str, client_id: str,
+                 on_check: Callable[[CheckRequest], None] | None = None) -> None:
+        self.routes = routes
+        self.group = check_group(group)
+        self.client_id = client_id
+        self.on_check = on_check
+        self.groups: dict[str, GroupRoute] = {}  # the cluster's broker groups, last seen
+        self.malformed_checks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """The first heartbeat round (every node it reaches knows this producer), then one
+        every ``HEARTBEAT_INTERVAL_S`` in the background."""
+        await self.beat()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(errors.ClientError):
+            await self.beat(ttl_ms=0)  # leave: the brokers ask the others from now on
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)  # the heartbeat period
+            with contextlib.suppress(errors.ClientError):  # no NameServer now: next time
+                await self.beat()
+
+    async def beat(self, ttl_ms: int = HEARTBEAT_TTL_MS) -> set[str]:
+        """Heartbeat every node of every broker group at once; the group's producers any node
+        knows of. A node that does not answer is skipped."""
+        self.groups = {g.group: g for g in await self.routes.cluster_groups()}
+
+        async def one(g: GroupRoute, node: str) -> list[str]:
+            client = self.routes.group_client(g)
+            if self.on_check is not None:
+                client.set_push_handler(self._pushed)
+            try:
+                got = await client.call(node, bp.PRODUCER_HEARTBEAT, self.client_id, self.group,
+                                        ttl_ms, timeout_s=HEARTBEAT_TIMEOUT_S)
+            except DLedgerError:
+                return []
+            return [str(c) for c in got]
+
+        calls = [one(g, node) for g in self.groups.values() for node in g.nodes]
+        return {c for got in await asyncio.gather(*calls) for c in got}
+
+    def _pushed(self, kind: int, fields: list[Any]) -> None:
+        if kind != bp.CHECK_TRANSACTION or self.on_check is None:
+            return
+        check = parse_check(fields)
+        if check is None or check.producer_group != self.group:
+            self.malformed_checks += 1
+            return
+        self.on_check(check)
+
+
+__all__ = ["CheckRequest", "ProducerRegistration", "check_group", "new_client_id"]
