@@ -11,6 +11,7 @@ import click
 from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from broker.protocol import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
+from broker.index import IndexConfig
 from broker.server import BROKER_CANARIES, BrokerConfig, BrokerServer
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger import evloop
@@ -64,6 +65,14 @@ def main() -> None:
               show_default=True,
               help="Check-backs before an open transaction is rolled back (into "
                    "TRANS_CHECK_MAX_TIME_TOPIC).")
+@click.option("--index-slots", type=click.IntRange(1, 1 << 26), default=IndexConfig.slots,
+              show_default=True, help="Hash slots per key-index file (4 bytes each, in memory "
+                                      "for the file being written). Give every node the same.")
+@click.option("--index-entries-per-file", type=click.IntRange(1, 1 << 28),
+              default=IndexConfig.entries_per_file, show_default=True,
+              help="Keys per key-index file (28 bytes each) before the next file begins.")
+@click.option("--index-files-max", type=click.IntRange(min=0), default=IndexConfig.files_max,
+              show_default=True, help="Key-index files kept (the oldest deleted; 0: no bound).")
 @click.option("--broker-canary", "broker_canaries", multiple=True,
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")
@@ -71,7 +80,8 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
           admin_listen: str, namesrv: str, register_interval_s: float,
           checkpoint_interval_s: float, advertise: str | None, delay_levels: str,
           max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
-          transaction_check_max: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
+          transaction_check_max: int, index_slots: int, index_entries_per_file: int,
+          index_files_max: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
     """Run one broker node."""
     setup_logging()
     try:
@@ -96,7 +106,8 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                           transaction_timeout_s=transaction_timeout_s,
                           transaction_check_interval_s=transaction_check_interval_s,
                           transaction_check_max=transaction_check_max,
-                          canaries=frozenset(broker_canaries))
+                          canaries=frozenset(broker_canaries),
+                          index=IndexConfig(index_slots, index_entries_per_file, index_files_max))
     evloop.run(_serve(config), server=True)
 
 

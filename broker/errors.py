@@ -40,3 +40,10 @@ class BadTransactionError(BrokerError):
     a malformed transaction id or producer group."""
 
     code = "BAD_TRANSACTION"
+
+
+class MessageNotFoundError(BrokerError):
+    """No stored message has that offset msg id here (never stored, a refused duplicate, or
+    deleted by log retention or with its topic)."""
+
+    code = "MESSAGE_NOT_FOUND"

@@ -57,6 +57,12 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - CONSUMER_STATUS ``group`` -> ``{"node", "leader", "members": [...], "queues": [[topic,
   queue_id, committed, max]...]}``: this node's view of the group's live members (client id,
   model, subscriptions) and offsets (any replica; the leader's offsets are the latest)
+- VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
+  max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
+  of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
+  queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
+  [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
+  answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -90,6 +96,9 @@ PULL_SQL = 115
 TXN_HALF = 116
 END_TRANSACTION = 117
 PRODUCER_HEARTBEAT = 118
+VIEW_MESSAGE = 120
+QUERY_BY_KEY = 121
+QUERY_BY_UNIQUE_KEY = 122
 OFFSET_RESET = 124
 CONSUMER_STATUS = 125
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests

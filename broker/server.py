@@ -17,7 +17,7 @@ import time
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from aiohttp import web
 
@@ -37,6 +37,8 @@ from broker.filter_sql import SqlFilter
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
 from broker.txn_service import TXN_CANARIES, TxnService
+from broker import query_handlers  # noqa: F401 - registers the query requests in the table
+from broker.index import IndexConfig, KeyIndex, open_index
 from broker.protocol import (
     FOUND,
     MAX_MESSAGE_BYTES,
@@ -105,6 +107,7 @@ class BrokerConfig:
     transaction_check_interval_s: float = 60.0
     transaction_check_max: int = 15
     canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
+    index: IndexConfig = IndexConfig()  # the key index's files (broker.index)
 
     def __post_init__(self) -> None:
         unknown = self.canaries - BROKER_CANARIES
@@ -158,6 +161,10 @@ class BrokerServer:
         self.state_config = StateConfig(canaries=config.canaries & STATE_CANARIES)
         self.state = load_checkpoint(config.node.data_dir,
                                      not config.node.canaries.skip_checksum, self.state_config)
+        # The key index catches up with the checkpoint from the log, then follows the apply.
+        self.index: KeyIndex = open_index(config.node.data_dir, config.index,
+                                          self.state.applied_index,
+                                          not config.node.canaries.skip_checksum)
         # The log replays only what the checkpoint does not cover.
         self.node = Node(config.node, applied_index=self.state.applied_index)
         self._checkpointer: asyncio.Task[None] | None = None
@@ -206,15 +213,20 @@ class BrokerServer:
                 saved = self.state.applied_index
                 t0 = time.perf_counter()
                 blob = self.state.snapshot()  # on the loop: a consistent view
+                store = self.node.store
+                index_job = self.index.checkpoint(store.first_index() if store else 1)
                 # A snapshot costs time in proportion to the state: space them so that they
                 # take at most 1/CHECKPOINT_DUTY of the loop, however large the state grows.
                 wait_s = max(self.config.checkpoint_interval_s,
                              (time.perf_counter() - t0) * CHECKPOINT_DUTY)
-                try:
-                    await asyncio.to_thread(save_checkpoint, self.config.node.data_dir, blob)
+                try:  # the key index first: it never lags the checkpoint
+                    await asyncio.to_thread(_save_both, index_job, self.config.node.data_dir,
+                                            blob)
                 except OSError as err:  # e.g. a full disk: the log still has it all; next time
                     log.warning("checkpoint at index %d not written: %s", saved, err)
                     saved = -1  # (so the next period tries again even with nothing new)
+                finally:
+                    self.index.checkpoint_done()
 
     async def stop(self) -> None:
         await self.delays.stop()
@@ -229,6 +241,7 @@ class BrokerServer:
         if self._server is not None:
             self._server.close()
         await self.node.stop()
+        self.index.close()
 
     # -- the state machine, fed by the log --------------------------------------------------------
 
@@ -236,9 +249,11 @@ class BrokerServer:
         # Only a leader's proposers wait for results (a proposal fails when leadership is
         # lost): a follower keeps none, which saved it ~50 MB per million messages applied.
         keep = self.node.is_leader
+        index = self.index
         for e in batch:
             data = e.data if e.kind is EntryKind.NORMAL else b""
             result = self.state.apply(e.index, e.position, data)
+            index.add(e.index, e.position, data)
             if keep:
                 self.results[e.index] = result
             if result.status == "SEND_OK":
@@ -248,6 +263,7 @@ class BrokerServer:
                     arrival = self._arrivals.pop((run.topic, run.queue_id), None)
                     if arrival is not None:
                         arrival.set()  # wake long polls on this queue
+        index.end_batch()
         while len(self.results) > RESULTS_KEPT:
             self.results.popitem(last=False)
 
@@ -388,10 +404,16 @@ class BrokerServer:
         st["timers"] = self.delays.status()
         st["retries"] = self.retries.status()
         st["transactions"] = self.txns.status()
+        st["key_index"] = self.index.status()
         return st
 
 
 CHECKPOINT_FILE = "broker.checkpoint"
+
+
+def _save_both(index_job: Callable[[], None], data_dir: str, blob: bytes) -> None:
+    index_job()
+    save_checkpoint(data_dir, blob)
 
 
 def save_checkpoint(data_dir: str, blob: bytes) -> None:

@@ -1,7 +1,8 @@
 """The ``dledger`` command (click), one module per area: ``up`` (a NameServer and broker groups
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
 ``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``), ``dlq``
-(and ``consumer retry``), ``bench``;
+(and ``consumer retry``), ``bench``,
+``message`` (``query``: show and query stored messages);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
 and ``dledger-namesrv``. ``main`` is the console script's entry point."""
@@ -16,6 +17,7 @@ from cli.consumer_admin import consumer_status, reset_offset
 from cli.dlq import consumer_retry, dlq
 from cli.messages import consume, send
 from cli.node import node
+from cli.query import message
 from cli.status import status
 from cli.topic import topic
 from cli.up import up
@@ -45,6 +47,7 @@ consumer.add_command(reset_offset)
 consumer.add_command(consumer_status)
 for command in (up, node, status, topic, send, consume, leader, consumer, dlq, bench):
     main.add_command(command)
+main.add_command(message)
 main.add_command(log_cli.main, name="log")
 
 __all__ = ["main"]

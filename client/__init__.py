@@ -2,7 +2,8 @@
 buffers its background pullers fill, its queues shared in the group or assigned) and a push
 consumer (clustering with rebalancing, or broadcasting with progress in a local file),
 async-first with blocking twins (SyncProducer, SyncPullConsumer, SyncLitePullConsumer,
-SyncPushConsumer), routes from the NameServers, one exception hierarchy."""
+SyncPushConsumer), message query by offset msg id, unique key or key (MessageQuery,
+SyncMessageQuery), routes from the NameServers, one exception hierarchy."""
 
 from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
@@ -15,6 +16,7 @@ from client.errors import (
     ClientNotStartedError,
     ConsumerGroupActiveError,
     InvalidTopicError,
+    MessageNotFoundError,
     MessageTooLargeError,
     NoLeaderYetError,
     NonRetriableError,
@@ -33,6 +35,7 @@ from client.errors import (
 from client.lite import LitePullConsumer
 from client.producer import Producer
 from client.push import ConsumeStatus, PushConsumer
+from client.query import FoundMessage, MessageQuery, SyncMessageQuery
 from client.sync import SyncLitePullConsumer, SyncProducer, SyncPullConsumer, SyncPushConsumer
 from client.transaction import (
     TransactionListener,
@@ -54,4 +57,5 @@ __all__ = [
     "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
     "TransactionState",
     "UnavailableError", "message_bytes", "split_batch",
+    "FoundMessage", "MessageNotFoundError", "MessageQuery", "SyncMessageQuery",
 ]

@@ -118,3 +118,8 @@ class ConsumerGroupActiveError(NonRetriableError):
 class SendTimeoutError(ClientError):
     """The deadline passed before the send was known to be committed: it may or may not be
     stored. (A retry with the same message reuses its unique key, so the broker stores it once.)"""
+
+
+class MessageNotFoundError(NonRetriableError):
+    """No message is stored under that offset msg id (``MessageQuery.view``): never stored, a
+    refused duplicate, or deleted since by log retention or with its topic."""

@@ -170,6 +170,7 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "BAD_DELAY": errors.BadDelayError,
     "BAD_TRANSACTION": errors.BadTransactionError,
     "GROUP_ACTIVE": errors.ConsumerGroupActiveError,
+    "MESSAGE_NOT_FOUND": errors.MessageNotFoundError,
 }
 TRANSACTION_STATUSES = ("TXN_NOT_FOUND", "TXN_ALREADY_DECIDED", "OFFSET_CONFLICT", "TXN_CHANGED",
                         "TXN_TOO_LARGE")
