@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from click.testing import CliRunner
+
+from cli import main as cli_main
 
 from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from client.lite import LitePullConsumer
@@ -291,6 +294,31 @@ def test_send_and_two_groups_consumes_are_traced_with_the_retry(ns: str) -> None
             assert "consumer group tg2: 2 attempt(s)" in life
         # the trace topic is a system topic: no record of a trace, no user may create it
         assert all(r.topic != TRACE_TOPIC for rs in by_key.values() for r in rs)
+        # the item 5: dledger message trace ID shows the send and each group's consume,
+        # found by the offset msg id or by the unique key
+        s = sent[1]
+        for message_id in (s.offset_msg_id, s.msg_id):
+            got = await asyncio.to_thread(CliRunner().invoke, cli_main,
+                                          ["message", "trace", message_id, "--namesrv", ns])
+            assert got.exit_code == 0, got.output
+            lines = got.output.splitlines()
+            assert lines[0].startswith(f"message {s.msg_id}, offset msg id {s.offset_msg_id}, "
+                                       f"topic traced, tags TagT, keys k1")
+            assert lines[1].startswith("  send ") and "SEND_OK" in lines[1]
+            assert f"traced a/{s.queue.queue_id} offset {s.queue_offset}" in lines[1]
+            text = "\n".join(lines)
+            for group, n in (("tg1", 1), ("tg2", 2), ("tg3", 1)):
+                assert f"consumer group {group}: {n} attempt(s)" in text, text
+            tg2 = lines.index("  consumer group tg2: 2 attempt(s)")
+            assert " later " in lines[tg2 + 1] and "reconsume 0" in lines[tg2 + 1]
+            assert " success " in lines[tg2 + 2] and "from %RETRY%tg2" in lines[tg2 + 2]
+        as_json = await asyncio.to_thread(CliRunner().invoke, cli_main,
+                                          ["message", "trace", s.msg_id, "--json", "--namesrv", ns])
+        assert sorted(r["group"] for r in json.loads(as_json.output) if r["kind"] == CONSUME) \
+            == ["tg1", "tg2", "tg2", "tg3"]
+        none = await asyncio.to_thread(CliRunner().invoke, cli_main,
+                                       ["message", "trace", "NOSUCHKEY", "--namesrv", ns])
+        assert none.exit_code == 1 and "tracing is off by default" in none.output
     asyncio.run(run())
 
 
