@@ -1,9 +1,10 @@
 """Message trace (issue 18's msgTrace): the record codec (round trips; garbage, mutations and
 hostile JSON refused with TraceRecordError only), the trace message's keys, the formatter of a
 message's life, the writer's bounded buffer (overflow dropped and counted, never raised) and
-its listener wrapper; then on real processes a traced producer and two traced consumer groups
-(one failing its first attempt, so the retry shows) whose records reach the trace topic, and a
-full buffer that costs the user's sends nothing."""
+its listener wrapper; then on real processes a traced producer and four traced consumer groups
+(push, push failing its first attempt so that the retry shows, lite pull, orderly) whose records
+reach the trace topic and ``dledger message trace`` shows (the issue's item 5), and a full
+buffer that costs the user's sends nothing."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from cli import main as cli_main
 
 from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from client.lite import LitePullConsumer
+from client.orderly import OrderlyPushConsumer
 from client.trace import (
     CONSUME,
     SEND,
@@ -36,7 +38,11 @@ from client.trace import (
 )
 from client.tracer import Tracer
 from client.types import MessageQueue
-from dledger.localcluster import free_ports
+from broker import protocol as bp
+from dledger.client import LogClient
+from dledger.localcluster import LocalCluster, free_ports
+from tests.test_broker_processes import BROKER
+from tests.test_broker_requests import _leads, msg, refused
 from tests.clusters import namesrv_group
 from tests.test_processes import wait_until
 
@@ -239,7 +245,7 @@ async def trace_records(ns: str) -> list[TraceRecord]:
 
 
 @pytest.mark.slow
-def test_send_and_two_groups_consumes_are_traced_with_the_retry(ns: str) -> None:
+def test_send_and_each_groups_consumes_are_traced_with_the_retry(ns: str) -> None:
     async def run() -> None:
         attempts: dict[str, int] = defaultdict(int)
 
@@ -257,11 +263,13 @@ def test_send_and_two_groups_consumes_are_traced_with_the_retry(ns: str) -> None
         c1 = PushConsumer(ns, "tg1", ok, trace=True, **FAST)
         c2 = PushConsumer(ns, "tg2", flaky, trace=True, **FAST)
         lite = LitePullConsumer(ns, "tg3", start_from="first", trace=True)
-        for c in (c1, c2, lite):
+        orderly = OrderlyPushConsumer(ns, "tg4", ok, trace=True, **FAST)
+        for c in (c1, c2, lite, orderly):
             c.subscribe("traced")
-        async with await c1.start(), await c2.start(), await lite.start():
+        async with await c1.start(), await c2.start(), await lite.start(), await orderly.start():
             polled: list[ReceivedMessage] = []
-            await wait_until(lambda: c1.consumed >= 3 and c2.consumed >= 3, 30, "both groups")
+            await wait_until(lambda: c1.consumed >= 3 and c2.consumed >= 3
+                             and orderly.consumed >= 3, 30, "the push consumers")
             async def poll() -> bool:
                 polled.extend(await lite.poll(0.2))
                 return len(polled) >= 3
@@ -272,7 +280,7 @@ def test_send_and_two_groups_consumes_are_traced_with_the_retry(ns: str) -> None
             by_key.clear()
             for r in await trace_records(ns):
                 by_key[r.unique_key].append(r)
-            return all(len(by_key[s.msg_id]) >= 5 for s in sent)
+            return all(len(by_key[s.msg_id]) >= 6 for s in sent)
         await wait_until(all_written, 20, "every record in the trace topic")
         for s in sent:
             records = sorted(by_key[s.msg_id], key=lambda r: r.time_ms)
@@ -287,6 +295,7 @@ def test_send_and_two_groups_consumes_are_traced_with_the_retry(ns: str) -> None
             assert groups["tg1"] == [("success", 0, c1.client_id)]
             assert groups["tg2"] == [("later", 0, c2.client_id), ("success", 1, c2.client_id)]
             assert groups["tg3"] == [("success", 0, lite.client_id)]
+            assert groups["tg4"] == [("success", 0, orderly.client_id)]
             retry = [r for r in records if r.group == "tg2" and r.reconsume_times == 1][0]
             assert retry.queue_topic == "%RETRY%tg2" and retry.topic == "traced"
             life = format_life(records)
@@ -307,7 +316,7 @@ def test_send_and_two_groups_consumes_are_traced_with_the_retry(ns: str) -> None
             assert lines[1].startswith("  send ") and "SEND_OK" in lines[1]
             assert f"traced a/{s.queue.queue_id} offset {s.queue_offset}" in lines[1]
             text = "\n".join(lines)
-            for group, n in (("tg1", 1), ("tg2", 2), ("tg3", 1)):
+            for group, n in (("tg1", 1), ("tg2", 2), ("tg3", 1), ("tg4", 1)):
                 assert f"consumer group {group}: {n} attempt(s)" in text, text
             tg2 = lines.index("  consumer group tg2: 2 attempt(s)")
             assert " later " in lines[tg2 + 1] and "reconsume 0" in lines[tg2 + 1]
@@ -315,7 +324,7 @@ def test_send_and_two_groups_consumes_are_traced_with_the_retry(ns: str) -> None
         as_json = await asyncio.to_thread(CliRunner().invoke, cli_main,
                                           ["message", "trace", s.msg_id, "--json", "--namesrv", ns])
         assert sorted(r["group"] for r in json.loads(as_json.output) if r["kind"] == CONSUME) \
-            == ["tg1", "tg2", "tg2", "tg3"]
+            == ["tg1", "tg2", "tg2", "tg3", "tg4"]
         none = await asyncio.to_thread(CliRunner().invoke, cli_main,
                                        ["message", "trace", "NOSUCHKEY", "--namesrv", ns])
         assert none.exit_code == 1 and "tracing is off by default" in none.output
@@ -334,3 +343,21 @@ def test_a_full_trace_buffer_costs_the_sends_nothing(ns: str) -> None:
         return p
     p = asyncio.run(run())
     assert p.tracer is not None and p.tracer.dropped == 36 and p.tracer.written == 4
+
+
+@pytest.mark.slow
+def test_the_trace_topic_is_created_by_its_first_send_even_without_auto_create(
+        tmp_path: Any) -> None:
+    async def run(cluster: LocalCluster) -> None:
+        async with LogClient(cluster.client_addresses, timeout_s=5.0) as client:
+            await wait_until(lambda: _leads(client), 30, "the node to lead")
+            await refused(client, "TOPIC_NOT_FOUND", bp.SEND, "user-topic", 0, [msg(b"x")])
+            body = encode_record(rec(SEND, 1, "SEND_OK"))
+            got = await client.call("n0", bp.SEND, TRACE_TOPIC, 0, [msg(body)])
+            assert got[0] == "SEND_OK"
+            topics = (await client.call("n0", bp.BROKER_STATUS))["topics"]
+            assert TRACE_TOPIC in topics and "user-topic" not in topics
+            await refused(client, "INVALID_TOPIC", bp.TOPIC_PUT, TRACE_TOPIC, 8, 8, 6)
+    with LocalCluster(str(tmp_path), size=1, tick_ms=50,
+                      program=(*BROKER, "--no-auto-create")) as cluster:
+        asyncio.run(run(cluster))
