@@ -487,16 +487,17 @@ def _timer_deliver(f: list[Any]) -> TimerDeliver:
     return TimerDeliver(_int(ts), tuple(out), _bool(auto_create), _int(default_queues, 1))
 
 
+def _pairs(v: Any, shape: str) -> list[list[Any]]:
+    """A list of two-item lists (``shape`` names them in the error)."""
+    if not isinstance(v, list) or any(type(p) is not list or len(p) != 2 for p in v):
+        raise ValueError(f"expected a list of {shape}")
+    return v
+
+
 def _lock_queues(f: list[Any], lock: bool = True) -> LockQueues:
     ts, group, client_id, queues, ttl_ms = f
-    if not isinstance(queues, list):
-        raise ValueError("the queues are a list of [topic, queue id]")
-    out = []
-    for q in queues:
-        if type(q) is not list or len(q) != 2:
-            raise ValueError("a queue is [topic, queue id]")
-        out.append((_str(q[0]), _int(q[1])))
-    return LockQueues(_int(ts), _str(group), _str(client_id), tuple(out), lock, _int(ttl_ms))
+    out = tuple((_str(t), _int(q)) for t, q in _pairs(queues, "[topic, queue id]"))
+    return LockQueues(_int(ts), _str(group), _str(client_id), out, lock, _int(ttl_ms))
 
 
 def _unlock_queues(f: list[Any]) -> LockQueues:
@@ -505,14 +506,10 @@ def _unlock_queues(f: list[Any]) -> LockQueues:
 
 def _offset_reset(f: list[Any]) -> OffsetReset:
     group, topic, offsets = f
-    if not isinstance(offsets, list) or not offsets:
+    out = tuple((_int(q), _int(o)) for q, o in _pairs(offsets, "[queue id, offset]"))
+    if not out:
         raise ValueError("a reset carries at least one [queue id, offset]")
-    out = []
-    for q in offsets:
-        if type(q) is not list or len(q) != 2:
-            raise ValueError("a reset queue is [queue id, offset]")
-        out.append((_int(q[0]), _int(q[1])))
-    return OffsetReset(_str(group), _str(topic), tuple(out))
+    return OffsetReset(_str(group), _str(topic), out)
 
 
 def _txn_end(f: list[Any]) -> TxnEnd:

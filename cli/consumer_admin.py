@@ -6,7 +6,6 @@ OFFSET_RESET and CONSUMER_STATUS requests (``broker.admin_handlers``)."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 from typing import Any
 
@@ -14,21 +13,11 @@ import click
 
 from broker import protocol as bp
 from broker.admin_handlers import RESET_EARLIEST_MS, RESET_LATEST_MS
-from cli.common import groups_of, namesrv_option, with_routes
+from cli.common import groups_of, iso_ms, namesrv_option, with_routes
 from client.routes import GroupRoute, Routes
 from dledger.errors import DLedgerError
 
 NODE_TIMEOUT_S = 3.0
-
-
-def iso_ms(text: str) -> int:
-    """An ISO 8601 time as milliseconds since the epoch (a naive time is local time)."""
-    try:
-        when = datetime.datetime.fromisoformat(text)
-    except ValueError as err:
-        raise click.BadParameter(f"not an ISO 8601 time: {text!r}",
-                                 param_hint="'--to-timestamp'") from err
-    return max(0, int(when.timestamp() * 1000))
 
 
 def _reset_target(to_timestamp: str | None, to_earliest: bool, to_latest: bool) -> tuple[int, str]:
@@ -42,7 +31,7 @@ def _reset_target(to_timestamp: str | None, to_earliest: bool, to_latest: bool) 
     if to_latest:
         return RESET_LATEST_MS, "the end (past the last message)"
     assert to_timestamp is not None
-    ms = iso_ms(to_timestamp)
+    ms = max(0, iso_ms(to_timestamp, "--to-timestamp"))
     return ms, f"{to_timestamp} ({ms} ms)"
 
 
