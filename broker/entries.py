@@ -516,8 +516,9 @@ def _txn_end(f: list[Any]) -> TxnEnd:
     ts, group, txn_id, decision, halves, items, offsets, check_max, from_check, auto, queues = f
     if decision not in ("COMMIT", "ROLLBACK"):
         raise ValueError(f"a transaction ends in COMMIT or ROLLBACK, not {decision!r}")
-    if not isinstance(halves, list) or not halves:
-        raise ValueError("a transaction's end names its half messages")
+    if not isinstance(halves, list) or (not halves and (decision != "COMMIT" or not offsets)):
+        raise ValueError("a transaction's end names its half messages (only a commit of "
+                         "consumer offsets alone names none)")
     if not isinstance(items, list) or not isinstance(offsets, list):
         raise ValueError("a transaction's copies and offsets are lists")
     out_items = []

@@ -116,6 +116,11 @@ class TxnTable:
         else:
             txn.halves.append(offset)
 
+    def open_empty(self, txn_id: str, producer_group: str, ts_ms: int) -> OpenTxn:
+        """A transaction with no half message (ended by the same entry: offsets only)."""
+        txn = self.open[txn_id] = OpenTxn(producer_group, [], ts_ms)
+        return txn
+
     def refusal(self, txn_id: str, producer_group: str) -> str | None:
         """Why a new half message of ``txn_id`` cannot join it (None: it can)."""
         if txn_id in self.decided:

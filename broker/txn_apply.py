@@ -66,8 +66,12 @@ def apply_half(state: BrokerState, index: int, position: int, e: StoredSend,
 def apply_end(state: BrokerState, index: int, position: int, e: TxnEnd) -> ApplyResult:
     """A transaction's end, decided by whichever end entry the log orders first: a later
     one of the same decision answers OK (a retried END), of the other TXN_ALREADY_DECIDED.
-    A commit whose consumer offsets moved since (another consumer, a zombie) rolls back."""
+    A commit whose consumer offsets moved since (another consumer, a zombie) rolls back. A
+    commit of offsets alone (no half message: a pipeline's input that made no output) is a
+    transaction opened and ended by its end entry."""
     txn = state.txns.open.get(e.txn_id)
+    if txn is None and not e.halves and e.txn_id not in state.txns.decided:
+        txn = state.txns.open_empty(e.txn_id, e.producer_group, e.store_ts_ms)  # offsets only
     if txn is None or txn.producer_group != e.producer_group:
         prior = state.txns.decided.get(e.txn_id) if txn is None else None
         if prior is None:

@@ -137,6 +137,11 @@ class TxnService:
         decided so already); a named refusal if it is unknown or decided the other way."""
         txns = self.server.state.txns
         txn = txns.open.get(txn_id)
+        config = self.server.config
+        if txn is None and decision == COMMIT and offsets and txn_id not in txns.decided:
+            return TxnEnd(int(time.time() * 1000), producer_group, txn_id, decision, (), (),
+                          tuple(offsets), False, from_check, config.auto_create_topics,
+                          config.default_queues)  # consumer offsets alone
         if txn is None or txn.producer_group != producer_group:
             prior = txns.decided.get(txn_id) if txn is None else None
             if prior == decision:
@@ -152,7 +157,6 @@ class TxnService:
                 props = dict(tuple(p) for p in m[4])
                 items.append((CHECK_MAX_TOPIC, 0, m) if check_max else
                              (props["REAL_TOPIC"], int(props["REAL_QID"]), committed_message(m)))
-        config = self.server.config
         return TxnEnd(int(time.time() * 1000), producer_group, txn_id, decision,
                       tuple(txn.halves), tuple(items), tuple(offsets), check_max, from_check,
                       config.auto_create_topics, config.default_queues)
@@ -161,7 +165,11 @@ class TxnService:
         unit = self.server.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
         store = self.server.node.store
         assert store is not None
-        return list(stored_messages(store.read_at(unit.position).data)[unit.slot])
+        try:
+            return list(stored_messages(store.read_at(unit.position).data)[unit.slot])
+        except DLedgerError as err:  # log retention took its entry (docs/operations.md)
+            raise SendRefusedError("TXN_UNREADABLE", f"half message at offset {offset} of "
+                                   f"{HALF_TOPIC} is no longer in the log: {err}") from err
 
     def heartbeat(self, client_id: str, group: str, conn: Any, ttl_s: float) -> list[str]:
         return self.producers.heartbeat(client_id, group, conn, ttl_s, time.monotonic())
@@ -216,7 +224,14 @@ class TxnService:
         txn = self.server.state.txns.open.get(txn_id)
         if txn is None:
             return
-        entry = self._end_entry(txn.producer_group, txn_id, ROLLBACK, True, [], check_max=True)
+        try:
+            entry = self._end_entry(txn.producer_group, txn_id, ROLLBACK, True, [],
+                                    check_max=True)
+        except SendRefusedError as err:
+            if err.status != "TXN_UNREADABLE":
+                raise
+            log.error("transaction %s: %s; rolled back without a copy", txn_id, err.detail)
+            entry = self._end_entry(txn.producer_group, txn_id, ROLLBACK, True, [])
         if entry is not None:
             log.warning("transaction %s of %s rolled back after %d checks", txn_id,
                         txn.producer_group, txn.checks)

@@ -1,9 +1,11 @@
 """The dledger client library: a producer, a pull consumer, a lite pull consumer (polls from
 buffers its background pullers fill, its queues shared in the group or assigned) and a push
-consumer (clustering with rebalancing, or broadcasting with progress in a local file),
-async-first with blocking twins (SyncProducer, SyncPullConsumer, SyncLitePullConsumer,
+consumer (clustering with rebalancing, or broadcasting with progress in a local file), a
+transactional producer (half messages, check-back), async-first with blocking twins
+(SyncProducer, SyncTransactionProducer, SyncPullConsumer, SyncLitePullConsumer,
 SyncPushConsumer), message query by offset msg id, unique key or key (MessageQuery,
-SyncMessageQuery), routes from the NameServers, one exception hierarchy."""
+SyncMessageQuery), message trace (``trace=True``), routes from the NameServers, one exception
+hierarchy."""
 
 from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
@@ -33,16 +35,24 @@ from client.errors import (
     UnavailableError,
 )
 from client.lite import LitePullConsumer
+from client.pipeline import Pipeline
 from client.producer import Producer
 from client.push import ConsumeStatus, PushConsumer
 from client.query import FoundMessage, MessageQuery, SyncMessageQuery
-from client.sync import SyncLitePullConsumer, SyncProducer, SyncPullConsumer, SyncPushConsumer
+from client.sync import (
+    SyncLitePullConsumer,
+    SyncProducer,
+    SyncPullConsumer,
+    SyncPushConsumer,
+    SyncTransactionProducer,
+)
 from client.transaction import (
     TransactionListener,
     TransactionProducer,
     TransactionSendResult,
     TransactionState,
 )
+from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 __all__ = [
@@ -51,10 +61,11 @@ __all__ = [
     "InvalidTopicError", "LitePullConsumer", "Message",
     "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
     "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
-    "OverloadedError", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
+    "OverloadedError", "Pipeline", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
     "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer",
-    "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "TopicNotFoundError",
-    "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
+    "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "SyncTransactionProducer",
+    "TopicNotFoundError",
+    "Transaction", "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
     "TransactionState",
     "UnavailableError", "message_bytes", "split_batch",
     "FoundMessage", "MessageNotFoundError", "MessageQuery", "SyncMessageQuery",

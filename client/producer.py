@@ -29,8 +29,9 @@ from client import errors
 from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks
 from client.lifecycle import Lifecycle
+from client.producer_group import ProducerRegistration, new_client_id
 from client.routes import Routes
-from client.tracer import Tracer, group_of, producer_client_id
+from client.tracer import Tracer
 from client.types import Message, MessageQueue, SendResult
 
 QueueSelector = Callable[[list[MessageQueue], Message, str], MessageQueue]
@@ -40,6 +41,7 @@ def hash_selector(queues: list[MessageQueue], message: Message, key: str) -> Mes
     """RocketMQ's SelectMessageQueueByHash, with a hash that is the same in every process."""
     return queues[zlib.crc32(key.encode()) % len(queues)]
 
+UNIQUE_KEY_MAX_CHARS = 255
 SEND_GROUP_MAX = 256  # concurrent sends that travel together (one request per group), at most
 SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 
@@ -51,8 +53,11 @@ class Producer:
     chaos suite (``client.routes.CANARIES``), tests only."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, trace: bool = False, canaries: Sequence[str] = ()) -> None:
+                 retries: int = 2, *, group: str | None = None, client_id: str | None = None,
+                 trace: bool = False, canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
+        self.group = group  # a producer group (RocketMQ's DefaultMQProducer("pg")): listed by
+        self.client_id = client_id or new_client_id()  # the brokers (dledger producer list)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
         self._life = Lifecycle("Producer")
@@ -62,11 +67,17 @@ class Producer:
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []
         self._flush_scheduled = False
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
-        self.tracer = Tracer(self._namesrv, producer_client_id()) if trace else None
+        self._registration = ProducerRegistration(self._routes, group, self.client_id) \
+            if group is not None else None
+        self.tracer = Tracer(self._namesrv, self.client_id) if trace else None
 
     async def start(self) -> Producer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""
-        await self._life.start(self._routes.start)
+        async def work() -> None:
+            await self._routes.start()
+            if self._registration is not None:
+                await self._registration.start()
+        await self._life.start(work)
         return self
 
     async def close(self) -> None:
@@ -78,6 +89,8 @@ class Producer:
             self._flush()
         if self._oneway or self._in_flight:
             await asyncio.gather(*self._oneway, *self._in_flight, return_exceptions=True)
+        if self._registration is not None:
+            await self._registration.stop()
         await self._routes.close()
         if self.tracer is not None:
             await self.tracer.close()  # (the sends' records are in: they have all ended)
@@ -107,7 +120,7 @@ class Producer:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
         if self.tracer is not None:
-            return await self.tracer.sent(message, fut, group_of(self))
+            return await self.tracer.sent(message, fut, self.group or "")
         return await fut
 
     def _flush(self) -> None:
@@ -156,8 +169,26 @@ class Producer:
         sent = self._delivery.to_queue(_encode([message]), queue,
                                        time.monotonic() + self.send_timeout_s)
         if self.tracer is not None:
-            return await self.tracer.sent(message, sent, group_of(self))
+            return await self.tracer.sent(message, sent, self.group or "")
         return await sent
+
+    async def send_keyed(self, message: Message, unique_key: str) -> SendResult:
+        """Store ``message`` under a unique key of the caller's (the key a send is deduplicated
+        by): a broker group stores one message per key and topic within its dedup window (10
+        minutes by default) and answers a repeat with the original's result, however many
+        times and from however many processes it is sent. The queue is chosen by the key's hash
+        (the same in every process, while the topic's queues stay the same), so a repeat goes
+        to the group that has the original. Used by cross-group pipelines
+        (``client.pipeline``)."""
+        if type(unique_key) is not str or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_CHARS:
+            raise ValueError(f"a unique key has 1..{UNIQUE_KEY_MAX_CHARS} characters")
+        queues = await self.queues(message.topic)
+        if not queues:
+            raise errors.TopicNotFoundError(f"no group takes writes to {message.topic!r}")
+        raw = _encode([message])
+        raw[0][3] = unique_key
+        return await self._delivery.to_queue(raw, hash_selector(queues, message, unique_key),
+                                             time.monotonic() + self.send_timeout_s)
 
     async def send_orderly(self, message: Message, sharding_key: str,
                            selector: QueueSelector | None = None) -> SendResult:
@@ -190,7 +221,7 @@ class Producer:
         fut: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
         self._run(Sends([topic], [_encode(messages)], batch=fut), retry=True, tasks=self._in_flight)
         if self.tracer is not None:
-            return await self.tracer.sent_batch(messages, fut, group_of(self))
+            return await self.tracer.sent_batch(messages, fut, self.group or "")
         return await fut
 
     def send_oneway(self, message: Message) -> None:

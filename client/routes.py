@@ -173,7 +173,7 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "MESSAGE_NOT_FOUND": errors.MessageNotFoundError,
 }
 TRANSACTION_STATUSES = ("TXN_NOT_FOUND", "TXN_ALREADY_DECIDED", "OFFSET_CONFLICT", "TXN_CHANGED",
-                        "TXN_TOO_LARGE")
+                        "TXN_TOO_LARGE", "TXN_UNREADABLE")
 
 
 def client_error(err: DLedgerError) -> errors.ClientError:

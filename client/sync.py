@@ -24,6 +24,7 @@ from client.errors import ClientClosedError, ClientNotStartedError
 from client.lite import LitePullConsumer
 from client.producer import Producer
 from client.push import Listener, PushConsumer
+from client.transaction import TransactionListener, TransactionProducer, TransactionSendResult
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 T = TypeVar("T")
@@ -73,9 +74,9 @@ class SyncProducer:
     """Started by its constructor (fails fast when no NameServer answers)."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, trace: bool = False) -> None:
+                 retries: int = 2, *, group: str | None = None, trace: bool = False) -> None:
         self._lt = _LoopThread("SyncProducer")
-        self._p = Producer(namesrv, send_timeout_s, retries, trace=trace)
+        self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace)
         self._limit_s = send_timeout_s * (retries + 2) + 5  # every wait has a deadline
         self._lt.start(self._p.start(), self._limit_s)
 
@@ -89,6 +90,40 @@ class SyncProducer:
         self._lt.close(self._p.close(), self._limit_s)
 
     def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncTransactionProducer:
+    """A ``TransactionProducer`` on a private loop; started by its constructor. The listener's
+    plain functions run on worker threads, as the async producer runs them."""
+
+    def __init__(self, namesrv: str | Sequence[str], group: str, listener: TransactionListener,
+                 *, send_timeout_s: float = 3.0, execute_timeout_s: float = 10.0,
+                 check_timeout_s: float = 10.0) -> None:
+        self._lt = _LoopThread("SyncTransactionProducer")
+        self._p = TransactionProducer(namesrv, group, listener, send_timeout_s=send_timeout_s,
+                                      execute_timeout_s=execute_timeout_s,
+                                      check_timeout_s=check_timeout_s)
+        self._limit_s = 3 * send_timeout_s + execute_timeout_s + 5  # every wait has a deadline
+        self._lt.start(self._p.start(), self._limit_s)
+
+    @property
+    def client_id(self) -> str:
+        return self._p.client_id
+
+    def send(self, message: Message, arg: object = None) -> TransactionSendResult:
+        return self._lt.run(self._p.send(message, arg), self._limit_s)
+
+    def producers(self) -> set[str]:
+        return self._lt.run(self._p.producers(), self._limit_s)
+
+    def close(self) -> None:
+        self._lt.close(self._p.close(), self._limit_s)
+
+    def __enter__(self) -> SyncTransactionProducer:
         return self
 
     def __exit__(self, *exc: object) -> None:

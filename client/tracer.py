@@ -19,8 +19,6 @@ import asyncio
 import collections
 import inspect
 import logging
-import os
-import socket
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Sequence
 
@@ -38,17 +36,6 @@ TRACE_BUFFER_MAX = 8192  # records waiting to be written, at most (RocketMQ's qu
 TRACE_BATCH_MAX = 256  # records written at once (the producer's SEND_GROUP_MAX)
 TRACE_FLUSH_S = 0.2  # a batch leaves this long after its first record
 TRACE_CLOSE_S = 5.0  # close() writes what is buffered within this time, then drops the rest
-
-
-def producer_client_id() -> str:
-    """A producer's client id in traces: host and process (RocketMQ's ip@pid)."""
-    return f"{socket.gethostname()}@{os.getpid()}"
-
-
-def group_of(client: object) -> str:
-    """A producer's group, once producers have one (``Producer(..., group=...)``); else ""."""
-    group = getattr(client, "group", "")
-    return group if isinstance(group, str) else ""
 
 
 class Tracer:
@@ -231,4 +218,4 @@ def _send_record(m: Message, r: SendResult | None, began: float, t0: float, stat
                        m.tags, group, client_id)
 
 
-__all__ = ["TRACE_BATCH_MAX", "TRACE_BUFFER_MAX", "Tracer", "group_of", "producer_client_id"]
+__all__ = ["TRACE_BATCH_MAX", "TRACE_BUFFER_MAX", "Tracer"]

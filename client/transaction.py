@@ -33,10 +33,12 @@ from client.lifecycle import Lifecycle
 from client.producer import _check_size, _encode
 from client.producer_group import CheckRequest, ProducerRegistration, new_client_id
 from client.routes import GroupRoute, Routes, client_error
+from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, ReceivedMessage, SendResult
 from dledger.errors import DLedgerError, OutcomeUnknownError
 
 CHECKS_IN_FLIGHT_MAX = 64  # check-backs answered at once; more are dropped (asked again later)
+OWN_PREFIX = "P:"  # the ids of begin()'s transactions (a unique key, the others' id, is hex)
 
 
 class TransactionState(enum.Enum):
@@ -85,6 +87,8 @@ class TransactionProducer:
                                                   self._on_check)
         self._turn = itertools.count()
         self._checks: set[asyncio.Task[None]] = set()
+        self._own_ids = itertools.count()
+        self._own: set[str] = set()  # begin()'s transactions open in this producer
         self.checks_answered = 0  # check-backs this producer ended (COMMIT or ROLLBACK)
         self.checks_dropped = 0  # check-backs not answered: too many at once
 
@@ -126,7 +130,7 @@ class TransactionProducer:
         mq, g = await self._choose(message.topic)
         (encoded,) = _encode([message])
         txn_id = encoded[3]  # the unique key names the transaction (RocketMQ's transactionId)
-        got = await self._call(g, self.send_timeout_s, bp.TXN_HALF, self.group, txn_id,
+        got = await self.call(g, self.send_timeout_s, bp.TXN_HALF, self.group, txn_id,
                                mq.topic, mq.queue_id, [encoded])
         half = SendResult("SEND_OK", txn_id, got[3][0], MessageQueue(mq.topic, g.group, got[1]),
                           got[2][0], bool(got[4][0]))
@@ -135,7 +139,7 @@ class TransactionProducer:
         if state is TransactionState.UNKNOWN:
             return TransactionSendResult(state, txn_id, half)
         try:
-            ended = await self._call(g, self.send_timeout_s, bp.END_TRANSACTION, self.group,
+            ended = await self.call(g, self.send_timeout_s, bp.END_TRANSACTION, self.group,
                                      txn_id, state.value, False, [])
         except errors.ClientError as err:
             return TransactionSendResult(state, txn_id, half, end_error=str(err))
@@ -149,7 +153,7 @@ class TransactionProducer:
             raise errors.TopicNotFoundError(f"no group takes writes to {topic!r}")
         return queues[next(self._turn) % len(queues)]
 
-    async def _call(self, g: GroupRoute, timeout_s: float, kind: int, *args: Any) -> Any:
+    async def call(self, g: GroupRoute, timeout_s: float, kind: int, *args: Any) -> Any:
         """A request to ``g``'s leader, retried there while the deadline lasts when its outcome
         is unknown (both TXN_HALF, by its unique key, and END are safe to repeat)."""
         deadline = time.monotonic() + timeout_s
@@ -168,6 +172,25 @@ class TransactionProducer:
                     raise mapped from err
                 await asyncio.sleep(0.05)  # no leader yet: an election is under way
 
+    # -- transactions of many messages ---------------------------------------------------------
+
+    async def begin(self, broker_group: str) -> Transaction:
+        """A transaction of many messages and consumer offsets in one broker group (Kafka's
+        ``begin_transaction``; ``client.txn_batch``). The producer answers check-backs of its
+        own transactions itself: UNKNOWN while one is open here, ROLLBACK for any other (a
+        predecessor's, which will never commit), so its listener never sees them."""
+        self._life.check()
+        g = next((g for g in await self._routes.cluster_groups() if g.group == broker_group),
+                 None)
+        if g is None:
+            raise errors.UnavailableError(f"no broker group {broker_group!r} is registered")
+        txn_id = f"{OWN_PREFIX}{self.client_id}:{next(self._own_ids)}"
+        self._own.add(txn_id)
+        return Transaction(self, g, txn_id)
+
+    def _forget(self, txn_id: str) -> None:
+        self._own.discard(txn_id)
+
     # -- check-back --------------------------------------------------------------------------------
 
     def _on_check(self, check: CheckRequest) -> None:
@@ -179,13 +202,17 @@ class TransactionProducer:
         task.add_done_callback(self._checks.discard)
 
     async def _answer(self, check: CheckRequest) -> None:
-        state = await _run(self.listener.check_local_transaction, self.check_timeout_s,
-                           check.message)
+        if check.transaction_id.startswith(OWN_PREFIX):  # one of begin()'s: not the listener's
+            state = TransactionState.UNKNOWN if check.transaction_id in self._own \
+                else TransactionState.ROLLBACK
+        else:
+            state = await _run(self.listener.check_local_transaction, self.check_timeout_s,
+                               check.message)
         g = self._registration.groups.get(check.broker_group)
         if state is TransactionState.UNKNOWN or g is None:
             return
         try:
-            await self._call(g, self.send_timeout_s, bp.END_TRANSACTION, self.group,
+            await self.call(g, self.send_timeout_s, bp.END_TRANSACTION, self.group,
                              check.transaction_id, state.value, True, [])
             self.checks_answered += 1
         except errors.ClientError:

@@ -43,3 +43,22 @@ def namesrv_group(base: Path, *broker_args: str, size: int = 3,
     finally:
         ns_proc.terminate()
         ns_proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def namesrv_groups(base: Path, *broker_args: str, names: tuple[str, ...] = ("a", "b"),
+                   size: int = 3) -> Iterator[tuple[str, dict[str, LocalCluster]]]:
+    """A NameServer and a broker group of ``size`` nodes per name, all registered with it;
+    yields the NameServer's address and the groups by name once sends are routed."""
+    ns_proc, ns = _start_namesrv(base)
+    try:
+        with contextlib.ExitStack() as stack:
+            clusters = {name: stack.enter_context(LocalCluster(
+                str(base / name), size=size, tick_ms=50, group=name,
+                program=(*BROKER, *broker_args, "--namesrv", ns, "--register-interval-s", "1")))
+                for name in names}
+            asyncio.run(routed(ns))
+            yield ns, clusters
+    finally:
+        ns_proc.terminate()
+        ns_proc.wait(timeout=10)

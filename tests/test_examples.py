@@ -1,10 +1,11 @@
 """The examples (``examples/``, the seed's Java examples in Python) run as a user runs them: each
 a subprocess with ``--namesrv``, against one NameServer and one 3-node broker group (group
-``a``, as ``dledger up`` starts them, with delay levels of 100-300 ms so that the delay and
-retry examples finish quickly), producers paired with their consumers; their output is checked:
-each order's steps in order and one queue per order, delays honoured, the splitter's batches and
-batches of at most 10 consumed, only the tags or ages selected, growing reconsume times and then
-success."""
+``a``, as ``dledger up`` starts them, with delay levels of 100-300 ms and a transaction timeout
+of 1 s so that the delay, retry and transaction examples finish quickly), producers paired with
+their consumers; their output is checked: each order's steps in order and one queue per order,
+delays honoured, the splitter's batches and batches of at most 10 consumed, only the tags or ages
+selected, growing reconsume times and then success, the transaction's TAGA and TAGC (by
+check-back) consumed and TAGB never."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ CONSUMER_TIMEOUT = ("--timeout-s", "40")
 
 @pytest.fixture(scope="module")
 def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with namesrv_group(tmp_path_factory.mktemp("examples"), "--delay-levels", LEVELS) as (ns, _):
+    with namesrv_group(tmp_path_factory.mktemp("examples"), "--delay-levels", LEVELS,
+                       "--transaction-timeout-s", "1") as (ns, _):
         yield ns
 
 
@@ -199,3 +201,14 @@ def test_the_retry_consumer_sees_growing_reconsume_times_then_success(ns: str) -
     want = [(0, "RECONSUME_LATER"), (1, "null"), (2, "exception"), (3, "CONSUME_SUCCESS")]
     assert seen == {"Hi,0": want, "Hi,1": want}, out
     assert "failed on purpose" in err  # the library logs a listener's exception
+
+
+def test_the_transaction_producer_commits_taga_rolls_back_tagb_and_checks_back_tagc(
+        ns: str) -> None:
+    out = run_ok(ns, "transaction_producer", "--topic", "TTopic", "--timeout-s", "40")
+    states = [ln.split()[0] for ln in out if "SEND_OK" in ln]
+    assert states == ["COMMIT", "ROLLBACK", "UNKNOWN"], out
+    assert "check-back: tags=TAGC -> COMMIT" in out, out
+    got = finish_ok(Example(ns, "other_consumer", "--topic", "TTopic", "--group", "cg-txn",
+                            "--count", "2", *CONSUMER_TIMEOUT))
+    assert sorted(bodies(got)) == ["Hi,0", "Hi,2"], got

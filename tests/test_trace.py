@@ -256,7 +256,7 @@ def test_send_and_each_groups_consumes_are_traced_with_the_retry(ns: str) -> Non
             attempts[batch[0].msg_id] += 1
             return ConsumeStatus.SUCCESS if attempts[batch[0].msg_id] > 1 else ConsumeStatus.LATER
 
-        async with Producer(ns, trace=True) as p:
+        async with Producer(ns, group="tpg", trace=True) as p:
             sent = [await p.send(Message("traced", b"m%d" % i, tags="TagT", keys=f"k{i}"))
                     for i in range(3)]
         assert p.tracer is not None and p.tracer.written == 3
@@ -288,6 +288,7 @@ def test_send_and_each_groups_consumes_are_traced_with_the_retry(ns: str) -> Non
             assert (send.status, send.offset_msg_id, send.topic, send.queue_offset) == \
                 ("SEND_OK", s.offset_msg_id, "traced", s.queue_offset)
             assert send.keys == (f"k{sent.index(s)}",) and send.tags == "TagT"
+            assert (send.group, send.client_id) == ("tpg", p.client_id)
             groups = defaultdict(list)
             for r in records:
                 if r.kind == CONSUME:
@@ -314,6 +315,7 @@ def test_send_and_each_groups_consumes_are_traced_with_the_retry(ns: str) -> Non
             assert lines[0].startswith(f"message {s.msg_id}, offset msg id {s.offset_msg_id}, "
                                        f"topic traced, tags TagT, keys k1")
             assert lines[1].startswith("  send ") and "SEND_OK" in lines[1]
+            assert f"by producer tpg (client {p.client_id})" in lines[1]
             assert f"traced a/{s.queue.queue_id} offset {s.queue_offset}" in lines[1]
             text = "\n".join(lines)
             for group, n in (("tg1", 1), ("tg2", 2), ("tg3", 1), ("tg4", 1)):

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from broker import protocol as bp
+from cli import main as cli_main
 from client import (
     BadTransactionError,
     Message,
@@ -86,6 +88,13 @@ def test_the_seeds_three_tags(tmp_path: Path) -> None:
             assert results[0].committed is not None and results[1].committed is None
             assert all(r.half.queue.topic == "TTopic" for r in results)
             assert await p.producers() == {p.client_id}
+
+            async def listed_by_every_node() -> bool:  # (a node that missed one heartbeat
+                listed = await asyncio.to_thread(  # has the next one)
+                    CliRunner().invoke, cli_main, ["producer", "list", "--namesrv", ns, "tpg"])
+                assert listed.exit_code == 0, listed.output
+                return sum(p.client_id in ln for ln in listed.output.splitlines()) == 3
+            await wait_until(listed_by_every_node, 30, "the producer listed by the 3 nodes")
             with pytest.raises(BadTransactionError):
                 await p.send(Message("TTopic", b"later", delay_level=2))
 
@@ -253,3 +262,31 @@ def test_an_unresolved_transaction_rolls_back_after_the_last_check(tmp_path: Pat
 
     with namesrv_group(tmp_path, *FAST_CHECKS, "--transaction-check-max", "2") as (ns, _):
         asyncio.run(scenario(ns))
+
+
+def test_open_transactions_survive_a_restart_of_every_node(tmp_path: Path) -> None:
+    """Open transactions in the checkpoint and the log's tail: every node killed and started
+    again before any check-back; the new leader checks them back and they end as answered."""
+    async def scenario(ns: str, cluster: LocalCluster) -> None:
+        listener = ByParity()
+
+        class Unknown(ByParity):
+            def execute_local_transaction(self, message: Message, arg: Any) -> TransactionState:
+                return TransactionState.UNKNOWN
+
+        async with TransactionProducer(ns, "opg", Unknown()) as p:
+            for k in range(6):
+                await p.send(Message("OTopic", f"m{k}".encode()))
+        for nid in sorted(cluster.servers):
+            cluster.kill(nid)
+        for nid in sorted(cluster.servers):
+            cluster.restart(nid)
+        async with TransactionProducer(ns, "opg", listener):
+            async def resolved() -> bool:
+                return len(await consumed(ns, "OTopic")) == 3 and len(listener.checked) == 6
+            await wait_until(resolved, 60, "the six transactions resolved after the restart")
+        assert sorted(m.body for m in await consumed(ns, "OTopic")) == [b"m0", b"m2", b"m4"]
+
+    with namesrv_group(tmp_path, "--transaction-timeout-s", "4", "--transaction-check-interval-s",
+                       "0.5", "--checkpoint-interval-s", "0.5") as (ns, cluster):
+        asyncio.run(scenario(ns, cluster))

@@ -201,3 +201,13 @@ def test_a_malformed_half_or_end_is_refused_alike_on_every_replica(g: Group) -> 
     assert r.status == "BAD_ENTRY" and len(g.state.txns) == 0
     forged = cbor2.dumps([1, 9, 1, "pg", "T", "MAYBE", [0], [], [], False, False, False, 4])
     assert g.apply(forged).status == "BAD_ENTRY"
+
+
+def test_a_commit_of_offsets_alone_is_conditional_too(g: Group) -> None:
+    only = TxnEnd(200, "pg", "P:c:1", "COMMIT", (), (), (("cg", "orders", 0, -1, 4),))
+    assert g.apply(encode(only)).status == "SEND_OK"
+    assert g.state.offsets[("cg", "orders", 0)] == 4 and len(g.state.txns) == 0
+    assert g.apply(encode(only)).status == "OK"  # the same END again: answered, nothing moves
+    stale = TxnEnd(200, "pg", "P:c:2", "COMMIT", (), (), (("cg", "orders", 0, -1, 9),))
+    assert g.apply(encode(stale)).status == "OFFSET_CONFLICT"  # a zombie's: refused
+    assert g.state.offsets[("cg", "orders", 0)] == 4

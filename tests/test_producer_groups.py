@@ -1,0 +1,75 @@
+"""Producer groups: the broker's table of live producers and their connections
+(``broker.producers``: heartbeats, expiry, a closed connection's producers gone, round robin),
+and the client's reading of a CHECK_TRANSACTION frame (``client.producer_group``), which takes
+garbage without raising."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from broker.members import MAX_MEMBERS
+from broker.producers import ProducerGroups
+from client.producer_group import check_group, parse_check
+
+
+def test_heartbeats_expire_leave_and_fall_with_their_connection() -> None:
+    table: ProducerGroups[str] = ProducerGroups()
+    assert table.heartbeat("p1", "pg", "conn1", 30, now=0) == ["p1"]
+    assert table.heartbeat("p2", "pg", "conn2", 10, now=1) == ["p1", "p2"]
+    assert table.snapshot(now=12) == {"pg": ["p1"]}  # p2's ttl ran out
+    table.heartbeat("p3", "pg", "conn1", 30, now=12)
+    table.drop("conn1")  # p1 and p3 heartbeat on that connection: both gone
+    assert table.snapshot(now=13) == {}
+    table.heartbeat("p4", "pg", "conn4", 30, now=14)
+    assert table.heartbeat("p4", "pg", "conn4", 0, now=15) == []  # ttl 0: it leaves
+
+
+def test_a_check_goes_to_each_live_member_in_turn() -> None:
+    table: ProducerGroups[str] = ProducerGroups()
+    for k in range(3):
+        table.heartbeat(f"p{k}", "pg", f"c{k}", 30, now=0)
+    picked = [p.client_id for p in (table.pick("pg", now=1) for _ in range(6)) if p]
+    assert sorted(picked) == ["p0", "p0", "p1", "p1", "p2", "p2"]
+    assert table.pick("other", now=1) is None
+    assert table.pick("pg", now=100) is None  # all expired
+
+
+def test_a_group_holds_a_bounded_number_of_members() -> None:
+    table: ProducerGroups[int] = ProducerGroups()
+    for k in range(MAX_MEMBERS + 5):
+        table.heartbeat(f"p{k}", "pg", k, 30, now=0)
+    assert len(table.snapshot(now=1)["pg"]) == MAX_MEMBERS
+
+
+def check_fields(**over: Any) -> list[Any]:
+    msg = [7, b"body", "TAGC", [], "KEY", [["REAL_TOPIC", "TTopic"], ["REAL_QID", "2"],
+                                          ["TRAN_MSG", "true"]], 5, 6, "a-0000000000000001-0"]
+    fields = {"broker_group": "a", "producer_group": "tpg", "txn": "KEY", "checks": 1,
+              "messages": [msg], **over}
+    return list(fields.values())
+
+
+def test_a_check_frame_names_the_real_topic_and_queue() -> None:
+    check = parse_check(check_fields())
+    assert check is not None
+    assert (check.broker_group, check.producer_group, check.transaction_id, check.checks) == \
+        ("a", "tpg", "KEY", 1)
+    m = check.message
+    assert (m.queue.topic, m.queue.group, m.queue.queue_id, m.body, m.tags, m.msg_id) == \
+        ("TTopic", "a", 2, b"body", "TAGC", "KEY")
+
+
+@pytest.mark.parametrize("fields", [
+    [], ["a"], check_fields(messages=[]), check_fields(messages="x"),
+    check_fields(messages=[[1, 2]]), check_fields(checks="x"), [None] * 5, "garbage",
+])
+def test_a_malformed_check_frame_is_ignored_not_raised(fields: Any) -> None:
+    assert parse_check(fields) is None
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 256, 3, None])
+def test_a_producer_group_is_a_short_name(bad: Any) -> None:
+    with pytest.raises(ValueError):
+        check_group(bad)
