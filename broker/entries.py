@@ -323,54 +323,49 @@ def stored_messages(payload: bytes) -> list[Any]:
     return msgs
 
 
-# What each message-storing entry kind stores, for the key index (``broker.index``): from the
-# entry's fields after [VERSION, KIND], its store time and, by slot, (topic, queue id, message in
-# entry form). A new kind that stores messages adds one line to STORED_BY_KIND.
-StoredTopics = tuple[int, list[tuple[str, int, list[Any]]]]
+# What each entry that stores messages stores, for the key index (``broker.index``) and message
+# query: its store time and its runs of messages, (topic, queue id, [message in entry form...]),
+# slots counting on across the runs. An entry type that stores messages (as ``decode_for_apply``
+# gives it) adds one line to STORED_BY_TYPE.
+StoredRun = tuple[str, int, list[Any]]
+StoredTopics = tuple[int, list[StoredRun]]
 
 
-def _stored_send_fields(f: list[Any]) -> StoredTopics:
-    return f[2], [(f[0], f[1], m) for m in f[3]]
+def _stored_of_send(e: Any) -> StoredTopics:
+    return e.store_ts_ms, [(e.topic, e.queue_id, e.messages)]
 
 
-def _stored_runs_fields(f: list[Any]) -> StoredTopics:
-    return f[0], [(run[0], run[1], m) for run in f[1] for m in run[2]]
+def _stored_of_runs(e: Any) -> StoredTopics:
+    return e.store_ts_ms, [(r.topic, r.queue_id, r.messages) for r in e.runs]
 
 
-def _stored_timer_fields(f: list[Any]) -> StoredTopics:
-    return f[0], [(item[2], item[3], item[4]) for item in f[3]]
+def _stored_of_timers(e: Any) -> StoredTopics:
+    return e.store_ts_ms, [(topic, qid, [m]) for _, _, topic, qid, m in e.items]
 
 
-STORED_BY_KIND: dict[int, Callable[[list[Any]], StoredTopics]] = {
-    KIND_SEND: _stored_send_fields,
-    KIND_SEND_RUNS: _stored_runs_fields,
-    KIND_TIMER_DELIVER: _stored_timer_fields,
+STORED_BY_TYPE: dict[type, Callable[[Any], StoredTopics]] = {
+    StoredSend: _stored_of_send,
+    StoredRuns: _stored_of_runs,
+    TimerDeliver: _stored_of_timers,
 }
 
 
-def stored_kind(payload: bytes) -> int | None:
-    """The entry kind read from the payload's first bytes without decoding it (CBOR: a short
-    array, VERSION, then a small kind), or None if it is not written that way."""
-    if len(payload) > 2 and 0x82 <= payload[0] <= 0x97 and payload[1] == VERSION \
-            and payload[2] < 24:
-        return payload[2]
+def stored_topics_and_messages(entry: object) -> StoredTopics | None:
+    """(store time, [(topic, queue id, [message...])...]) of an entry as ``decode_for_apply``
+    gives it: a send's or run's topic and queue, a delivered timer's real topic and queue; None
+    for an entry that stores no message. A message listed may still have been refused at apply
+    (a duplicate, a timer delivered already): the consume queues say which were stored."""
+    fn = STORED_BY_TYPE.get(type(entry))
+    return fn(entry) if fn is not None else None
+
+
+def message_at(stored: StoredTopics, slot: int) -> StoredRun | None:
+    """(topic, queue id, message) at ``slot`` of what an entry stores, or None past its end."""
+    for topic, qid, messages in stored[1]:
+        if slot < len(messages):
+            return topic, qid, messages[slot]
+        slot -= len(messages)
     return None
-
-
-def stored_topics_and_messages(payload: bytes) -> StoredTopics:
-    """(store time, [(topic, queue id, message)...] by slot) of an applied entry that stores
-    messages: a send's or run's topic and queue, a delivered timer's real topic and queue. An
-    entry of another kind stores none: (0, []). For entries the state machine applied (their
-    messages were checked then); a message this lists may still have been refused at apply (a
-    duplicate, a timer delivered already): the consume queues say which were stored."""
-    kind, rest = _fields(payload)
-    table = STORED_BY_KIND.get(kind) if type(kind) is int else None
-    if table is None:
-        return 0, []
-    try:
-        return table(rest)
-    except (TypeError, ValueError, IndexError) as err:
-        raise BadEntryError(f"malformed entry of kind {kind}: {err}") from err
 
 
 def message_of(m: list[Any]) -> Message:

@@ -21,6 +21,7 @@ they name. Memory: the active file's slot table (4 bytes a slot) and one mapping
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import zlib
@@ -29,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 from broker.delay import SCHEDULE_TOPIC
 from broker.topics import TRACE_TOPIC
-from broker.entries import STORED_BY_KIND, stored_kind, stored_topics_and_messages
+from broker.entries import decode_for_apply, stored_topics_and_messages
 from broker.errors import BadEntryError
 from broker.index_file import IndexFile, IndexFileError
 
@@ -56,8 +57,11 @@ def key_hash(topic: str, key: str) -> int:
     return zlib.crc32(f"{topic}#{key}".encode("utf-8", "surrogatepass"))
 
 
+_UNIQUE_START = zlib.crc32(UNIQUE_SEED)
+
+
 def unique_hash(unique_key: str) -> int:
-    return zlib.crc32(unique_key.encode("utf-8", "surrogatepass"), zlib.crc32(UNIQUE_SEED))
+    return zlib.crc32(unique_key.encode("utf-8", "surrogatepass"), _UNIQUE_START)
 
 
 def indexed_topic(topic: str) -> bool:
@@ -66,19 +70,38 @@ def indexed_topic(topic: str) -> bool:
     return topic == TRACE_TOPIC or (topic != SCHEDULE_TOPIC and not topic.startswith("RMQ_SYS_"))
 
 
-def entry_hashes(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
-    """(store time, [(key hash, slot)...]) of what one applied entry stores."""
-    ts, stored = stored_topics_and_messages(payload)
-    out: list[tuple[int, int]] = []
-    for slot, (topic, _, m) in enumerate(stored):
-        if type(topic) is not str or not indexed_topic(topic):
+def entry_hashes(entry: object) -> tuple[int, list[int]]:
+    """(store time, [key hash, slot, key hash, slot...]) of what one decoded entry stores (flat:
+    the replicas' apply path builds no tuple per key)."""
+    stored = stored_topics_and_messages(entry)
+    if stored is None:
+        return 0, []
+    out: list[int] = []
+    crc, seed = zlib.crc32, _UNIQUE_START
+    slot = 0
+    for topic, _, messages in stored[1]:
+        if not indexed_topic(topic):
+            slot += len(messages)
             continue
-        keys, unique_key = m[2], m[3]
-        for k in keys:
-            out.append((key_hash(topic, k), slot))
-        if unique_key:
-            out.append((unique_hash(unique_key), slot))
-    return ts, out
+        for m in messages:
+            keys, unique_key = m[2], m[3]
+            if keys:
+                for k in keys:
+                    out += (key_hash(topic, k), slot)
+            if unique_key:
+                out += (crc(unique_key.encode("utf-8", "surrogatepass"), seed), slot)
+            slot += 1
+    return stored[0], out
+
+
+def decoded(payload: bytes) -> object:
+    """A log entry's payload as the state machine decoded it at apply (None: it stored nothing)."""
+    if not payload:
+        return None
+    try:
+        return decode_for_apply(payload)
+    except BadEntryError:
+        return None
 
 
 class KeyIndex:
@@ -89,6 +112,8 @@ class KeyIndex:
         self._dir_dirty = False
         self._busy = False  # a checkpoint job is running: no file may be closed meanwhile
         self.rebuilt_files = 0
+        self.failed: str | None = None  # a write failed (a full disk): indexing stopped
+        self._dir_fd: int | None = None
         self.checkpointed_index = 0  # the applied index of the last checkpoint written
         self._written: list[int] = []  # set by a job that finished (in its thread)
 
@@ -98,6 +123,12 @@ class KeyIndex:
         deleted (to be rebuilt from the log), and an active file to write into."""
         index = cls(os.path.join(data_dir, INDEX_DIR), config or IndexConfig())
         os.makedirs(index.dir, exist_ok=True)
+        index._dir_fd = fd = os.open(index.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            raise IndexFileError(f"{index.dir}: in use by another broker") from err
         names = sorted(n for n in os.listdir(index.dir) if n.endswith(SUFFIX))
         for k, name in enumerate(names):
             path = os.path.join(index.dir, name)
@@ -145,36 +176,51 @@ class KeyIndex:
 
     # -- the apply path ----------------------------------------------------------------------
 
-    def add(self, index: int, position: int, payload: bytes) -> None:
-        """Index one applied entry (one already indexed, after a restart, is skipped)."""
+    def add(self, index: int, position: int, entry: object) -> None:
+        """Index one applied entry, decoded (``BrokerState.last_entry``; ``decoded``); one
+        already indexed (after a restart) is skipped."""
         active = self.files[-1]
-        if index <= active.applied_index:
+        if index <= active.applied_index or self.failed is not None:
             return
         active.applied_index = index
-        if not payload or stored_kind(payload) not in STORED_BY_KIND:
-            return  # (a payload not written the usual way is decoded below, to be sure)
-        try:
-            ts, hashes = entry_hashes(payload)
-        except BadEntryError:
-            return  # a malformed entry stored nothing
+        if entry is None:
+            return
+        ts, hashes = entry_hashes(entry)
         if not hashes:
             return
-        if len(hashes) > active.capacity:
-            hashes = hashes[: active.capacity]  # the same cut on every replica; logged once
+        if len(hashes) > 2 * active.capacity:
+            hashes = hashes[: 2 * active.capacity]  # the same cut on every replica
             log.warning("key index: entry %d has more keys than a file holds; %d indexed",
                         index, active.capacity)
-        if len(hashes) > active.room():
-            active.applied_index = index - 1
-            active.checkpoint(seal=True)
-            self._unsynced.append(active)
-            active = self._new_file(index)
-            active.applied_index = index
-            self._enforce_count()
+        if len(hashes) > 2 * active.room():
+            try:
+                active = self._rotate(active, index)
+            except OSError as err:
+                self._fail(err)
+                return
         active.add(hashes, position, ts)
+
+    def _rotate(self, active: IndexFile, index: int) -> IndexFile:
+        active.applied_index = index - 1
+        active.checkpoint(seal=True)
+        self._unsynced.append(active)
+        active = self._new_file(index)
+        active.applied_index = index
+        self._enforce_count()
+        return active
+
+    def _fail(self, err: OSError) -> None:
+        """Stop indexing (the node carries on): a restart rebuilds what is missing from the log."""
+        self.failed = f"{type(err).__name__}: {err}"
+        log.error("key index: a write failed, indexing stops until a restart: %s", err)
 
     def end_batch(self) -> None:
         """After each applied batch: its index entries written, in one write."""
-        self.files[-1].write_pending()
+        if self.failed is None:
+            try:
+                self.files[-1].write_pending()
+            except OSError as err:
+                self._fail(err)
 
     # -- durability ----------------------------------------------------------------------------
 
@@ -182,7 +228,11 @@ class KeyIndex:
         """Capture the index as it stands (call it on the loop, at the applied index the
         broker's checkpoint snapshot has) and return the job that makes it durable; run the job
         (in a thread) and let it finish before writing the broker's checkpoint, then call
-        ``checkpoint_done``. Deletes files log retention has emptied, and those past the count."""
+        ``checkpoint_done``. Deletes files log retention has emptied, and those past the count.
+        After a failed write it writes nothing: the files keep what they last made durable."""
+        if self.failed is not None:
+            self._busy = True
+            return lambda: None
         self._retain(log_first_index)
         self._enforce_count()
         jobs = [*(lambda fd=f.fd: os.fsync(fd) for f in self._unsynced),
@@ -234,8 +284,14 @@ class KeyIndex:
 
     def close(self) -> None:
         for f in self.files:
-            f.close()
+            try:
+                f.close()
+            except OSError as err:  # its last entries unwritten: rebuilt at the next start
+                log.warning("key index: closing %s: %s", f.path, err)
         self.files = []
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -254,7 +310,7 @@ class KeyIndex:
     def status(self) -> dict[str, Any]:
         return {"files": len(self.files), "applied_index": self.applied_index,
                 "entries": sum(f.count for f in self.files), "rebuilt_files": self.rebuilt_files,
-                "checkpointed_index": self.checkpointed_index}
+                "checkpointed_index": self.checkpointed_index, "failed": self.failed}
 
 
 def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = True) -> int:
@@ -274,7 +330,7 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
         while lo <= hi:
             for e in store.entries(lo, hi + 1, 4 << 20):
                 index.add(e.index, store.position_of(e.index),
-                          e.data if e.kind is EntryKind.NORMAL else b"")
+                          decoded(e.data) if e.kind is EntryKind.NORMAL else None)
                 lo = e.index + 1
                 read += 1
             index.end_batch()

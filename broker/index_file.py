@@ -133,14 +133,16 @@ class IndexFile:
     def room(self) -> int:
         return self.capacity - self.count
 
-    def add(self, hashes: list[tuple[int, int]], position: int, store_ts_ms: int) -> None:
-        """Append one log entry's keys: (key hash, slot) each. The caller checked ``room``."""
-        assert not self.sealed and len(hashes) <= self.room()
-        heads, slots, pending, n = self._heads, self.slots, self._pending, self.count
-        for h, slot in hashes:
+    def add(self, hashes: list[int], position: int, store_ts_ms: int) -> None:
+        """Append one log entry's keys: ``[key hash, slot, key hash, slot...]``. The caller
+        checked ``room``."""
+        assert not self.sealed and len(hashes) <= 2 * self.room()
+        heads, slots, pending, n, pack = self._heads, self.slots, self._pending, self.count, ENTRY.pack
+        for k in range(0, len(hashes), 2):
+            h = hashes[k]
             s = h % slots
             n += 1
-            pending += ENTRY.pack(h, slot, position, store_ts_ms, heads[s])
+            pending += pack(h, hashes[k + 1], position, store_ts_ms, heads[s])
             heads[s] = n
         self.count = n
         if store_ts_ms < self.begin_ts_ms:

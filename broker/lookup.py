@@ -16,7 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable
 
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC
-from broker.entries import stored_topics_and_messages
+from broker.entries import StoredTopics, decode_for_apply, message_at, stored_topics_and_messages
 from broker.errors import BadEntryError, MessageNotFoundError
 from broker.index import key_hash, unique_hash
 from broker.protocol import offset_msg_id
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 QUERY_MESSAGES_MAX = 1024  # messages one query answers at most
 _MSG_ID = re.compile(r"(.+)-([0-9A-F]{16})-([0-9]{1,6})")
-Stored = tuple[int, list[tuple[str, int, list[Any]]]]
 
 
 def parse_offset_msg_id(text: str) -> tuple[str, int, int]:
@@ -44,17 +43,21 @@ class Lookup:
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
-        self._entries: dict[int, Stored | None] = {}
+        self._entries: dict[int, StoredTopics | None] = {}
 
-    def _stored(self, position: int) -> Stored | None:
+    def _at(self, position: int, slot: int) -> tuple[int, str, int, list[Any]] | None:
+        """(store time, topic, queue id, message) of the log's message at (position, slot)."""
         if position not in self._entries:
             store = self.server.node.store
             try:
                 assert store is not None
-                self._entries[position] = stored_topics_and_messages(store.read_at(position).data)
+                self._entries[position] = stored_topics_and_messages(
+                    decode_for_apply(store.read_at(position).data))
             except (DLedgerError, IndexError, BadEntryError):  # retained away, or no entry there
                 self._entries[position] = None
-        return self._entries[position]
+        stored = self._entries[position]
+        found = message_at(stored, slot) if stored is not None else None
+        return None if found is None or stored is None else (stored[0], *found)
 
     def view(self, offset_id: str) -> list[Any]:
         group, position, slot = parse_offset_msg_id(offset_id)
@@ -86,11 +89,8 @@ class Lookup:
             if (position, slot) in seen:
                 continue
             seen.add((position, slot))
-            stored = self._stored(position)
-            if stored is None or slot >= len(stored[1]):
-                continue
-            topic, _, m = stored[1][slot]
-            if wanted(topic, m):
+            at = self._at(position, slot)
+            if at is not None and wanted(at[1], at[3]):
                 row = self.row(position, slot)
                 if row is not None:
                     out.append(row)
@@ -100,11 +100,10 @@ class Lookup:
         """The message stored at (position, slot) as the wire has it, or None if no consume
         queue holds it: ``[offset_msg_id, group, topic, queue_id, queue_offset, body, tags,
         keys, unique_key, [[name, value]...], born_ts_ms, store_ts_ms, [consumer group...]]``."""
-        stored = self._stored(position)
-        if stored is None or slot >= len(stored[1]):
+        at = self._at(position, slot)
+        if at is None:
             return None
-        store_ts, messages = stored
-        topic, qid, m = messages[slot]
+        store_ts, topic, qid, m = at
         where = self.queue_of(topic, qid, position, slot)
         if where is None:
             return None

@@ -37,7 +37,6 @@ from broker.filter_sql import SqlFilter
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
 from broker.txn_service import TXN_CANARIES, TxnService
-from broker import query_handlers  # noqa: F401 - registers the query requests in the table
 from broker.index import IndexConfig, KeyIndex, open_index
 from broker.protocol import (
     FOUND,
@@ -253,7 +252,7 @@ class BrokerServer:
         for e in batch:
             data = e.data if e.kind is EntryKind.NORMAL else b""
             result = self.state.apply(e.index, e.position, data)
-            index.add(e.index, e.position, data)
+            index.add(e.index, e.position, self.state.last_entry)
             if keep:
                 self.results[e.index] = result
             if result.status == "SEND_OK":

@@ -71,6 +71,9 @@ class BrokerState:
     timers: DelayIndex = field(default_factory=DelayIndex)  # pending delayed messages
     locks: LockTable = field(default_factory=LockTable)  # orderly consumers' queue locks
     txns: TxnTable = field(default_factory=TxnTable)  # open transactions, recent decisions
+    # The entry ``apply`` last decoded (None: a no-op or a malformed one), for derived data
+    # such as the key index (``broker.index``) that would otherwise decode it again.
+    last_entry: object = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
@@ -83,10 +86,11 @@ class BrokerState:
         if index <= self.applied_index:
             raise ValueError(f"entry {index} applied twice (applied index {self.applied_index})")
         self.applied_index = index
+        self.last_entry = None
         if not data:
             return ApplyResult(index, "NOOP")
         try:
-            entry = decode_for_apply(data)
+            entry = self.last_entry = decode_for_apply(data)
         except BadEntryError as err:
             return ApplyResult(index, "BAD_ENTRY", detail=str(err))
         try:

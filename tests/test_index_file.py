@@ -10,13 +10,17 @@ from pathlib import Path
 import pytest
 
 from broker.entries import KIND_TOPIC_PUT, VERSION, encode_runs, encode_send
-from broker.index import IndexConfig, KeyIndex, catch_up, key_hash, unique_hash
+from broker.index import IndexConfig, KeyIndex, catch_up, decoded, key_hash, unique_hash
 from broker.index_file import SUPER_AT, IndexFile, IndexFileError
 
 import cbor2
 
 
-def _send(topic: str, ts: int, *msgs: tuple[list[str], str]) -> bytes:
+def _send(topic: str, ts: int, *msgs: tuple[list[str], str]) -> object:
+    return decoded(_payload(topic, ts, *msgs))
+
+
+def _payload(topic: str, ts: int, *msgs: tuple[list[str], str]) -> bytes:
     return encode_send(topic, 0, ts, [[b"b", "", list(keys), uk, [], 0] for keys, uk in msgs],
                        True, 4)
 
@@ -27,8 +31,8 @@ def _hits(index: KeyIndex, h: int, begin: int = 0, end: int = 2**63 - 1) -> list
 
 def test_one_slot_holds_every_key_as_a_chain_newest_first(tmp_path: Path) -> None:
     f = IndexFile.create(str(tmp_path / "f.idx"), 1, slots=1, capacity=100)
-    f.add([(7, 0), (8, 1)], 100, 1000)  # two hashes, one slot: a collision
-    f.add([(7, 2)], 200, 2000)
+    f.add([7, 0, 8, 1], 100, 1000)  # two hashes, one slot: a collision
+    f.add([7, 2], 200, 2000)
     f.write_pending()
     assert list(f.chain(7, 0, 10**9, 100)) == [(200, 2, 2000), (100, 0, 1000)]
     assert list(f.chain(8, 0, 10**9, 100)) == [(100, 1, 1000)]
@@ -41,10 +45,10 @@ def test_one_slot_holds_every_key_as_a_chain_newest_first(tmp_path: Path) -> Non
 def test_a_checkpoint_survives_reopen_and_later_writes_do_not(tmp_path: Path) -> None:
     path = str(tmp_path / "f.idx")
     f = IndexFile.create(path, 5, slots=16, capacity=100)
-    f.add([(1, 0)], 10, 1)
+    f.add([1, 0], 10, 1)
     f.applied_index = 5
     f.checkpoint()()
-    f.add([(1, 0)], 20, 2)  # after the checkpoint: not durable as far as the file says
+    f.add([1, 0], 20, 2)  # after the checkpoint: not durable as far as the file says
     f.applied_index = 6
     f.write_pending()
     f.close()
@@ -57,10 +61,10 @@ def test_a_checkpoint_survives_reopen_and_later_writes_do_not(tmp_path: Path) ->
 def test_a_torn_newer_superblock_falls_back_to_the_older_one(tmp_path: Path) -> None:
     path = str(tmp_path / "f.idx")
     f = IndexFile.create(path, 1, slots=16, capacity=100)
-    f.add([(1, 0)], 10, 1)
+    f.add([1, 0], 10, 1)
     f.applied_index = 1
     f.checkpoint()()  # generation 1
-    f.add([(2, 0)], 20, 2)
+    f.add([2, 0], 20, 2)
     f.applied_index = 2
     f.checkpoint()()  # generation 2
     f.close()
@@ -80,7 +84,7 @@ def test_a_torn_newer_superblock_falls_back_to_the_older_one(tmp_path: Path) -> 
 def test_a_damaged_entry_fails_the_checksum(tmp_path: Path) -> None:
     path = str(tmp_path / "f.idx")
     f = IndexFile.create(path, 1, slots=16, capacity=100)
-    f.add([(1, 0)], 10, 1)
+    f.add([1, 0], 10, 1)
     f.checkpoint()()
     at = f._entries_at
     f.close()
@@ -115,18 +119,18 @@ def test_files_rotate_by_count_named_by_log_index_and_keep_a_bound(tmp_path: Pat
 def test_keys_index_topic_and_key_unique_keys_alone_and_time_ranges(tmp_path: Path) -> None:
     index = KeyIndex.open(str(tmp_path), IndexConfig(slots=64, entries_per_file=100))
     index.add(1, 0, _send("A", 1000, (["k"], "u1"), (["k", "j"], "")))
-    index.add(2, 50, encode_runs(2000, [["B", 1, [[b"x", "", ["k"], "u2", [], 0]]],
-                                        ["SCHEDULE_TOPIC_XXXX", 0,
-                                         [[b"x", "", ["k"], "u3", [], 0]]]]))
-    index.add(3, 90, cbor2.dumps([VERSION, KIND_TOPIC_PUT, "C", 4, 4, 6, False]))
+    index.add(2, 50, decoded(encode_runs(2000, [
+        ["SCHEDULE_TOPIC_XXXX", 0, [[b"x", "", ["k"], "u3", [], 0]], True, 4],
+        ["B", 1, [[b"x", "", ["k"], "u2", [], 0]], True, 4]])))
+    index.add(3, 90, decoded(cbor2.dumps([VERSION, KIND_TOPIC_PUT, "C", 4, 4, 6, False])))
     index.end_batch()
     assert _hits(index, key_hash("A", "k")) == [(0, 1), (0, 0)]
     assert _hits(index, key_hash("A", "j")) == [(0, 1)]
-    assert _hits(index, key_hash("B", "k")) == [(50, 0)]
-    assert _hits(index, unique_hash("u2")) == [(50, 0)]
+    assert _hits(index, key_hash("B", "k")) == [(50, 1)]  # slots count across the runs
+    assert _hits(index, unique_hash("u2")) == [(50, 1)]
     assert _hits(index, unique_hash("u3")) == []  # a schedule-topic copy: not indexed
     assert _hits(index, key_hash("A", "k"), 1500) == []
-    assert _hits(index, key_hash("B", "k"), 1500, 2500) == [(50, 0)]
+    assert _hits(index, key_hash("B", "k"), 1500, 2500) == [(50, 1)]
     assert index.applied_index == 3
     index.close()
 
@@ -137,7 +141,8 @@ def test_a_damaged_file_is_deleted_with_later_ones_and_rebuilt_from_the_log(tmp_
 
     log_dir = tmp_path / "log"
     store = FileLogStore.open(str(log_dir))
-    store.append([Entry(i, 1, EntryKind.NORMAL, _send("T", i, ([f"k{i}"], ""))) for i in range(1, 11)])
+    store.append([Entry(i, 1, EntryKind.NORMAL, _payload("T", i, ([f"k{i}"], "")))
+                  for i in range(1, 11)])
     store.sync()
     positions = {i: store.position_of(i) for i in range(1, 11)}
     store.close()
