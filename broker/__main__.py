@@ -57,14 +57,6 @@ def main() -> None:
                    "(ms s m h d), level 1 first. Give every node of a group the same.")
 @click.option("--max-delay-ms", type=click.IntRange(min=1), default=DEFAULT_MAX_DELAY_MS,
               show_default=True, help="The furthest ahead a timed message may be due.")
-@click.option("--index-slots", type=click.IntRange(1, 1 << 26), default=IndexConfig.slots,
-              show_default=True, help="Hash slots per key-index file (4 bytes each, in memory "
-                                      "for the file being written). Give every node the same.")
-@click.option("--index-entries-per-file", type=click.IntRange(1, 1 << 28),
-              default=IndexConfig.entries_per_file, show_default=True,
-              help="Keys per key-index file (28 bytes each) before the next file begins.")
-@click.option("--index-files-max", type=click.IntRange(min=0), default=IndexConfig.files_max,
-              show_default=True, help="Key-index files kept (the oldest deleted; 0: no bound).")
 @click.option("--transaction-timeout-s", type=click.FloatRange(min=0.001), default=6.0,
               show_default=True, help="An open transaction is checked back after this long.")
 @click.option("--transaction-check-interval-s", type=click.FloatRange(min=0.001), default=60.0,
@@ -73,6 +65,14 @@ def main() -> None:
               show_default=True,
               help="Check-backs before an open transaction is rolled back (into "
                    "TRANS_CHECK_MAX_TIME_TOPIC).")
+@click.option("--index-slots", type=click.IntRange(1, 1 << 26), default=IndexConfig.slots,
+              show_default=True, help="Hash slots per key-index file (4 bytes each, in memory "
+                                      "for the file being written). Give every node the same.")
+@click.option("--index-entries-per-file", type=click.IntRange(1, 1 << 28),
+              default=IndexConfig.entries_per_file, show_default=True,
+              help="Keys per key-index file (28 bytes each) before the next file begins.")
+@click.option("--index-files-max", type=click.IntRange(min=0), default=IndexConfig.files_max,
+              show_default=True, help="Key-index files kept (the oldest deleted; 0: no bound).")
 @click.option("--broker-canary", "broker_canaries", multiple=True,
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")

@@ -26,6 +26,7 @@ KIND_LOCK_QUEUES = 7
 KIND_UNLOCK_QUEUES = 8
 KIND_TXN_END = 9
 KIND_TXN_CHECK = 10
+KIND_OFFSET_RESET = 11
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +156,18 @@ class TxnCheck:
     checks: tuple[tuple[str, int], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    """An admin's reset of a consumer group's offsets on several queues of one topic at once
+    (``dledger consumer reset-offset``): all of them or none, in one entry."""
+
+    group: str
+    topic: str
+    offsets: tuple[tuple[int, int], ...]  # (queue id, the next offset to consume)
+
+
 BrokerEntry = Union[SendEntry, SendRunsEntry, TopicPut, TopicDelete, OffsetCommit, TimerDeliver,
-                    LockQueues, TxnEnd, TxnCheck]
+                    LockQueues, TxnEnd, TxnCheck, OffsetReset]
 
 
 # -- encode ---------------------------------------------------------------------------------------
@@ -191,6 +202,8 @@ def encode(entry: BrokerEntry) -> bytes:
                   entry.auto_create, entry.default_queues]
     elif isinstance(entry, TxnCheck):
         fields = [KIND_TXN_CHECK, entry.store_ts_ms, [list(c) for c in entry.checks]]
+    elif isinstance(entry, OffsetReset):
+        fields = [KIND_OFFSET_RESET, entry.group, entry.topic, [list(q) for q in entry.offsets]]
     else:
         raise TypeError(f"not a broker entry: {entry!r}")
     return cbor2.dumps([VERSION, *fields])
@@ -476,20 +489,29 @@ def _timer_deliver(f: list[Any]) -> TimerDeliver:
     return TimerDeliver(_int(ts), tuple(out), _bool(auto_create), _int(default_queues, 1))
 
 
+def _pairs(v: Any, shape: str) -> list[list[Any]]:
+    """A list of two-item lists (``shape`` names them in the error)."""
+    if not isinstance(v, list) or any(type(p) is not list or len(p) != 2 for p in v):
+        raise ValueError(f"expected a list of {shape}")
+    return v
+
+
 def _lock_queues(f: list[Any], lock: bool = True) -> LockQueues:
     ts, group, client_id, queues, ttl_ms = f
-    if not isinstance(queues, list):
-        raise ValueError("the queues are a list of [topic, queue id]")
-    out = []
-    for q in queues:
-        if type(q) is not list or len(q) != 2:
-            raise ValueError("a queue is [topic, queue id]")
-        out.append((_str(q[0]), _int(q[1])))
-    return LockQueues(_int(ts), _str(group), _str(client_id), tuple(out), lock, _int(ttl_ms))
+    out = tuple((_str(t), _int(q)) for t, q in _pairs(queues, "[topic, queue id]"))
+    return LockQueues(_int(ts), _str(group), _str(client_id), out, lock, _int(ttl_ms))
 
 
 def _unlock_queues(f: list[Any]) -> LockQueues:
     return _lock_queues(f, lock=False)
+
+
+def _offset_reset(f: list[Any]) -> OffsetReset:
+    group, topic, offsets = f
+    out = tuple((_int(q), _int(o)) for q, o in _pairs(offsets, "[queue id, offset]"))
+    if not out:
+        raise ValueError("a reset carries at least one [queue id, offset]")
+    return OffsetReset(_str(group), _str(topic), out)
 
 
 def _txn_end(f: list[Any]) -> TxnEnd:
@@ -535,7 +557,8 @@ _DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
     KIND_SEND: _send, KIND_TOPIC_PUT: _topic_put, KIND_TOPIC_DELETE: _topic_delete,
     KIND_OFFSET_COMMIT: _offset_commit, KIND_SEND_RUNS: _send_runs,
     KIND_TIMER_DELIVER: _timer_deliver, KIND_LOCK_QUEUES: _lock_queues,
-    KIND_UNLOCK_QUEUES: _unlock_queues, KIND_TXN_END: _txn_end, KIND_TXN_CHECK: _txn_check}
+    KIND_UNLOCK_QUEUES: _unlock_queues, KIND_TXN_END: _txn_end, KIND_TXN_CHECK: _txn_check,
+    KIND_OFFSET_RESET: _offset_reset}
 
-__all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "SendEntry", "SendRun", "SendRunsEntry",
+__all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "OffsetReset", "SendEntry", "SendRun", "SendRunsEntry",
            "TimerDeliver", "TopicDelete", "TopicPut", "TxnCheck", "TxnEnd", "decode", "encode"]

@@ -35,15 +35,15 @@ class BadDelayError(BrokerError):
     code = "BAD_DELAY"
 
 
-class MessageNotFoundError(BrokerError):
-    """No stored message has that offset msg id here (never stored, a refused duplicate, or
-    deleted by log retention or with its topic)."""
-
-    code = "MESSAGE_NOT_FOUND"
-
-
 class BadTransactionError(BrokerError):
     """A transactional message the broker cannot take: delayed (RocketMQ's rule), or sent with
     a malformed transaction id or producer group."""
 
     code = "BAD_TRANSACTION"
+
+
+class MessageNotFoundError(BrokerError):
+    """No stored message has that offset msg id here (never stored, a refused duplicate, or
+    deleted by log retention or with its topic)."""
+
+    code = "MESSAGE_NOT_FOUND"

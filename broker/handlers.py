@@ -330,4 +330,5 @@ async def unlock_batch(server: BrokerServer, group: str, client_id: str,
 # Feature modules' request kinds join the table here, so that importing the table imports them
 # all (each module imports this one's checks: it comes last).
 from broker import txn_handlers as _txn_handlers  # noqa: E402,F401
-from broker import query_handlers as _query_handlers  # noqa: E402,F401 - kinds 120-122
+from broker import query_handlers  # noqa: E402,F401 - message query (kinds 120-122)
+from broker import admin_handlers  # noqa: E402,F401 - consumer-group admin (124-125)

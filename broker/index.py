@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from broker.delay import SCHEDULE_TOPIC
+from broker.topics import TRACE_TOPIC
 from broker.entries import decode_for_apply, stored_topics_and_messages
 from broker.errors import BadEntryError
 from broker.index_file import IndexFile, IndexFileError
@@ -64,7 +65,9 @@ def unique_hash(unique_key: str) -> int:
 
 
 def indexed_topic(topic: str) -> bool:
-    return topic != SCHEDULE_TOPIC and not topic.startswith("RMQ_SYS_")
+    # The trace topic is indexed: a message's trace records are found by its keys there
+    # (``dledger message trace``); the other RMQ_SYS_ topics (transactions' halves) are not.
+    return topic == TRACE_TOPIC or (topic != SCHEDULE_TOPIC and not topic.startswith("RMQ_SYS_"))
 
 
 def entry_hashes(entry: object) -> tuple[int, list[int]]:

@@ -43,5 +43,11 @@ class GroupMembers:
             self._groups.pop(group, None)
         return sorted(members)
 
+    def members(self, group: str, now: float) -> list[Member]:
+        """The group's live members with their model and subscriptions, by client id."""
+        live = self.live(group, now)
+        members = self._groups.get(group, {})
+        return [members[c] for c in live]
+
     def snapshot(self, now: float) -> dict[str, list[str]]:
         return {g: self.live(g, now) for g in sorted(self._groups)}

@@ -38,12 +38,6 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   ``%DLQ%<group>`` back into ``%RETRY%<group>`` with its reconsume count reset (leader)
 - LOCK_BATCH ``group, client_id, [[topic, queue_id]...]`` -> the queues granted (locked or
   renewed for 60 s; ``broker.orderly``); UNLOCK_BATCH the same -> true (leader)
-- VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
-  max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
-  of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
-  queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
-  [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
-  answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
 - TXN_HALF ``producer_group, transaction_id, topic, queue_id, [message...]`` -> SEND's answer
   (queue offsets in the half queue): half messages of that transaction, invisible until it
   commits (``broker.txn``; leader). A delayed one is BAD_TRANSACTION.
@@ -56,6 +50,19 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   this node (sorted client ids); ``ttl_ms`` 0 leaves. The connection it came on is where this
   node sends that producer CHECK_TRANSACTION frames ``[group, producer_group,
   transaction_id, checks, [message...]]`` (a message as PULL's, its offset the half queue's)
+- OFFSET_RESET ``group, topic, timestamp_ms, force`` -> ``[[queue_id, old, new]...]``: every read
+  queue's offset of ``group`` set to the first one stored at or after the time (0: the first
+  retained, INT_MAX: the max offset), in one entry (leader; ``broker.admin_handlers``).
+  Refused (GROUP_ACTIVE) while live members of the group subscribe to the topic, unless ``force``
+- CONSUMER_STATUS ``group`` -> ``{"node", "leader", "members": [...], "queues": [[topic,
+  queue_id, committed, max]...]}``: this node's view of the group's live members (client id,
+  model, subscriptions) and offsets (any replica; the leader's offsets are the latest)
+- VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
+  max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
+  of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
+  queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
+  [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
+  answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -92,6 +99,8 @@ PRODUCER_HEARTBEAT = 118
 VIEW_MESSAGE = 120
 QUERY_BY_KEY = 121
 QUERY_BY_UNIQUE_KEY = 122
+OFFSET_RESET = 124
+CONSUMER_STATUS = 125
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

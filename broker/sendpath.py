@@ -20,7 +20,7 @@ from broker.errors import BadDelayError, BadEntryError, BrokerError
 from broker.protocol import SEND, SendRefusedError
 from broker.sendgroup import Run, RunKey, SendGroups
 from broker.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
-from broker.topics import validate_topic_name
+from broker.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
 from dledger.errors import DLedgerError
 from dledger.protocol import Request, encode_error, encode_result
 from dledger.runtime import Committed
@@ -144,12 +144,13 @@ class SendPath:
         if type(queue_id) is not int:
             raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
         config = self.server.config
-        messages, size, with_props = wire_messages(validate_topic_name(topic), raw,
-                                                   config.max_message_bytes, batch)
+        messages, size, with_props = wire_messages(
+            validate_topic_name(topic, reserved=SEND_RESERVED_TOPICS), raw,
+            config.max_message_bytes, batch)
         if queue_id < 0:
             raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
         cfg = self.server.state.topics.get(topic)
-        if cfg is None and not config.auto_create_topics:
+        if cfg is None and not config.auto_create_topics and topic != TRACE_TOPIC:
             raise SendRefusedError("TOPIC_NOT_FOUND", topic)
         if cfg is not None and not cfg.writable:
             raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
@@ -161,11 +162,14 @@ class SendPath:
         ts_ms = int(time.time() * 1000)
         config = self.server.config
         auto, queues = config.auto_create_topics, config.default_queues
+        # (the trace topic is created by its first send whatever the broker's auto-create says)
         if len(runs) == 1:  # one queue: the entry older replicas also read
             (topic, queue_id), messages = runs[0]
-            data = encode_send(topic, queue_id, ts_ms, messages, auto, queues)
+            data = encode_send(topic, queue_id, ts_ms, messages, auto or topic == TRACE_TOPIC,
+                               queues)
         else:
-            data = encode_runs(ts_ms, [[t, q, msgs, auto, queues] for (t, q), msgs in runs])
+            data = encode_runs(ts_ms, [[t, q, msgs, auto or t == TRACE_TOPIC, queues]
+                                       for (t, q), msgs in runs])
         return self.server.node.submit(check_entry_size(data))
 
     def _answer(self, committed: Committed) -> list[list[Any]]:

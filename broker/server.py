@@ -36,8 +36,8 @@ from broker.errors import BadEntryError, BrokerError
 from broker.filter_sql import SqlFilter
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
-from broker.index import IndexConfig, KeyIndex, open_index
 from broker.txn_service import TXN_CANARIES, TxnService
+from broker.index import IndexConfig, KeyIndex, open_index
 from broker.protocol import (
     FOUND,
     MAX_MESSAGE_BYTES,
@@ -402,8 +402,8 @@ class BrokerServer:
         st["client_connections"] = self.limits.stats()
         st["timers"] = self.delays.status()
         st["retries"] = self.retries.status()
-        st["key_index"] = self.index.status()
         st["transactions"] = self.txns.status()
+        st["key_index"] = self.index.status()
         return st
 
 

@@ -25,6 +25,7 @@ from broker.entries import (
     BrokerEntry,
     LockQueues,
     OffsetCommit,
+    OffsetReset,
     StoredRuns,
     StoredSend,
     TimerDeliver,
@@ -69,10 +70,10 @@ class BrokerState:
     dedup: DedupTable = field(init=False)
     timers: DelayIndex = field(default_factory=DelayIndex)  # pending delayed messages
     locks: LockTable = field(default_factory=LockTable)  # orderly consumers' queue locks
+    txns: TxnTable = field(default_factory=TxnTable)  # open transactions, recent decisions
     # The entry ``apply`` last decoded (None: a no-op or a malformed one), for derived data
     # such as the key index (``broker.index``) that would otherwise decode it again.
     last_entry: object = field(default=None, compare=False, repr=False)
-    txns: TxnTable = field(default_factory=TxnTable)  # open transactions, recent decisions
 
     def __post_init__(self) -> None:
         self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
@@ -134,9 +135,20 @@ class BrokerState:
                                       entry.store_ts_ms, entry.ttl_ms,
                                       fenced="lock_unfenced" not in self.config.canaries)
             return ApplyResult(index, "OK", granted=tuple(granted))
+        if isinstance(entry, OffsetReset):
+            return self._reset(index, entry)
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
         return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
+
+    def _reset(self, index: int, e: OffsetReset) -> ApplyResult:
+        """An admin's offset reset: every queue's offset set, or none (its topic is gone)."""
+        cfg = self.topics.get(e.topic)
+        if cfg is None:
+            return ApplyResult(index, "TOPIC_NOT_FOUND", topic=e.topic)
+        for queue_id, offset in e.offsets:
+            self.offsets[(e.group, e.topic, queue_id)] = offset
+        return ApplyResult(index, "OK", topic=e.topic)
 
     def _send_runs(self, index: int, position: int, e: StoredRuns) -> ApplyResult:
         """Each run on its own, in order: a refused run (its topic missing, read-only, its queue

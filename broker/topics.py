@@ -23,6 +23,11 @@ SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
                            "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "RMQ_SYS_TRACE_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
                            "OFFSET_MOVED_EVENT"})
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # message trace records (``client.trace``)
+# The reserved names a send may not use: the trace topic takes the tracing clients' sends (and
+# is created by the first of them), as RocketMQ's trace topic does; it stays reserved for
+# topic admin (no request creates or deletes it).
+SEND_RESERVED_TOPICS = SYSTEM_TOPICS - {TRACE_TOPIC}
 # The names the state machine refuses when it applies an entry. Entries already in a log were
 # accepted under this set, and replaying them must reach the same state (a topic they created
 # must not vanish on upgrade), so this set never grows: names reserved later are refused at the

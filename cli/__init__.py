@@ -1,8 +1,9 @@
 """The ``dledger`` command (click), one module per area: ``up`` (a NameServer and broker groups
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
-``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``), ``producer``,
-``dlq`` (and ``consumer retry``), ``bench``, ``message`` (``query``: show and query stored
-messages);
+``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``; its
+``reset-offset`` and ``status`` in ``consumer_admin``), ``producer``, ``dlq`` (and ``consumer
+retry``), ``bench``, ``message`` (``query``: show and query stored messages; ``message trace``
+in ``trace``);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
 and ``dledger-namesrv``. ``main`` is the console script's entry point."""
@@ -13,11 +14,13 @@ import click
 
 from cli.admin import consumer, leader
 from cli.bench import bench
+from cli.consumer_admin import consumer_status, reset_offset
 from cli.dlq import consumer_retry, dlq
 from cli.messages import consume, send
 from cli.node import node
 from cli.producer import producer
 from cli.query import message
+from cli.trace import message_trace
 from cli.status import status
 from cli.topic import topic
 from cli.up import up
@@ -43,8 +46,11 @@ def chaos(ctx: click.Context) -> None:
 
 
 consumer.add_command(consumer_retry)
+consumer.add_command(reset_offset)
+consumer.add_command(consumer_status)
 for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench):
     main.add_command(command)
+message.add_command(message_trace)
 main.add_command(message)
 main.add_command(log_cli.main, name="log")
 

@@ -6,6 +6,7 @@ one line (no traceback, no repr, no code said twice), and the broker groups a co
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
 
 import aiohttp
@@ -57,6 +58,16 @@ async def namesrv_get(namesrv: Sequence[str], path: str,
             except (aiohttp.ClientError, TimeoutError, ValueError) as err:
                 failures.append(f"{addr} ({http_error_text(err)})")
     raise click.ClickException(f"no NameServer answered: {', '.join(failures)}")
+
+
+def iso_ms(text: str, option: str) -> int:
+    """An ISO 8601 time given to ``option`` as milliseconds since the epoch (a naive time is
+    local time, as fromisoformat reads it); a usage error naming the option if it is not one."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError as err:
+        raise click.BadParameter(f"not an ISO 8601 time: {text!r}", param_hint=f"'{option}'") from err
+    return int(when.timestamp() * 1000)
 
 
 def describe(err: DLedgerError | ClientError) -> str:

@@ -9,14 +9,13 @@ consumer's timeout plus its suspend time."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import signal
 from typing import Any, Coroutine
 
 import click
 
 from broker import protocol as bp
-from cli.common import namesrv_option, run
+from cli.common import iso_ms, namesrv_option, run
 from client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage, RetriableError
 from client.errors import BadFilterError, compile_filter
 
@@ -50,7 +49,7 @@ def send(namesrv: tuple[str, ...], tags: str, keys: tuple[str, ...], props: tupl
     properties = tuple(_prop(p) for p in props)
     if sum(x is not None for x in (delay_level, deliver_at, delay_ms)) > 1:
         raise click.UsageError("give one of --delay-level, --deliver-at, --delay-ms")
-    deliver_at_ms = _iso_ms(deliver_at) if deliver_at is not None else None
+    deliver_at_ms = iso_ms(deliver_at, "--deliver-at") if deliver_at is not None else None
 
     async def main() -> None:
         async with Producer(list(namesrv), send_timeout_s=timeout_s) as producer:
@@ -62,15 +61,6 @@ def send(namesrv: tuple[str, ...], tags: str, keys: tuple[str, ...], props: tupl
                 click.echo(f"{r.status} {r.queue.group}/{r.queue.queue_id} offset {r.queue_offset} "
                            f"msg_id {r.msg_id} offset_msg_id {r.offset_msg_id}")
     run(main())
-
-
-def _iso_ms(text: str) -> int:
-    try:
-        when = datetime.datetime.fromisoformat(text)
-    except ValueError as err:
-        raise click.BadParameter(f"not an ISO 8601 time: {text!r}",
-                                 param_hint="'--deliver-at'") from err
-    return int(when.timestamp() * 1000)  # a naive time is local time, as fromisoformat reads it
 
 
 def _prop(text: str) -> tuple[str, str]:

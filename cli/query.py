@@ -15,7 +15,7 @@ from typing import Sequence
 
 import click
 
-from cli.common import namesrv_option, run
+from cli.common import iso_ms, namesrv_option, run
 from client import FoundMessage, MessageQuery
 
 BODY_SHOWN_BYTES = 4096  # of a longer body, the first this many bytes (and its size)
@@ -66,8 +66,8 @@ def query(namesrv: tuple[str, ...], topic: str | None, key: str | None,
         raise click.UsageError("--key needs --topic")
     if unique_key is not None and (begin or end):
         raise click.UsageError("--begin and --end go with --key")
-    begin_ms = _iso_ms(begin, "--begin") if begin else 0
-    end_ms = _iso_ms(end, "--end") if end else None
+    begin_ms = iso_ms(begin, "--begin") if begin else 0
+    end_ms = iso_ms(end, "--end") if end else None
 
     async def main() -> list[FoundMessage]:
         async with MessageQuery(list(namesrv), timeout_s) as q:
@@ -115,10 +115,3 @@ def _time(ms: int) -> str:
     when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
     return when.isoformat(timespec="milliseconds")
 
-
-def _iso_ms(text: str, option: str) -> int:
-    try:
-        when = datetime.datetime.fromisoformat(text)
-    except ValueError as err:
-        raise click.BadParameter(f"not an ISO 8601 time: {text!r}", param_hint=f"'{option}'") from err
-    return int(when.timestamp() * 1000)  # a naive time is local time, as fromisoformat reads it

@@ -4,7 +4,8 @@ consumer (clustering with rebalancing, or broadcasting with progress in a local 
 transactional producer (half messages, check-back), async-first with blocking twins
 (SyncProducer, SyncTransactionProducer, SyncPullConsumer, SyncLitePullConsumer,
 SyncPushConsumer), message query by offset msg id, unique key or key (MessageQuery,
-SyncMessageQuery), routes from the NameServers, one exception hierarchy."""
+SyncMessageQuery), message trace (``trace=True``), routes from the NameServers, one exception
+hierarchy."""
 
 from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
@@ -15,6 +16,7 @@ from client.errors import (
     ClientClosedError,
     ClientError,
     ClientNotStartedError,
+    ConsumerGroupActiveError,
     InvalidTopicError,
     MessageNotFoundError,
     MessageTooLargeError,
@@ -55,7 +57,8 @@ from client.types import Message, MessageQueue, PullResult, ReceivedMessage, Sen
 
 __all__ = [
     "BadDelayError", "BadFilterError", "BadTransactionError", "ClientClosedError", "ClientError",
-    "ClientNotStartedError", "ConsumeStatus", "InvalidTopicError", "LitePullConsumer", "Message",
+    "ClientNotStartedError", "ConsumeStatus", "ConsumerGroupActiveError",
+    "InvalidTopicError", "LitePullConsumer", "Message",
     "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
     "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
     "OverloadedError", "Pipeline", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",

@@ -110,6 +110,11 @@ class OffsetStoreLockedError(OffsetStoreError):
     client id and directory. Give each broadcasting consumer its own ``client_id``."""
 
 
+class ConsumerGroupActiveError(NonRetriableError):
+    """A consumer group's offsets were not reset: live members consume the topic and would
+    overwrite the reset with their own progress (stop them first, or force it)."""
+
+
 class SendTimeoutError(ClientError):
     """The deadline passed before the send was known to be committed: it may or may not be
     stored. (A retry with the same message reuses its unique key, so the broker stores it once.)"""

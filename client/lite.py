@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Sequence
 
@@ -48,6 +49,7 @@ from client.errors import compile_filter
 from client.lifecycle import CLOSED, NEW, Lifecycle
 from client.lite_buffer import QueueBuffers
 from client.rebalance import STRATEGIES
+from client.tracer import Tracer
 from client.types import MessageQueue, PullResult, ReceivedMessage
 
 log = logging.getLogger("client.lite")
@@ -65,7 +67,7 @@ class LitePullConsumer:
                  start_timestamp_ms: int | None = None, client_id: str | None = None,
                  heartbeat_s: float = 5.0, rebalance_s: float = 20.0,
                  strategy: str = "averagely", suspend_ms: int = 1000, buffer_max: int = 1000,
-                 timeout_s: float = 3.0) -> None:
+                 timeout_s: float = 3.0, trace: bool = False) -> None:
         checks.text("group", group)
         checks.number("pull_batch_max", pull_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
         checks.number("poll_batch_max", poll_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
@@ -103,6 +105,9 @@ class LitePullConsumer:
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._retired: set[asyncio.Task[None]] = set()  # cancelled by a seek, finishing
+        # trace: a record of each message polled (a success, cost 0) to the trace topic
+        self.tracer = Tracer([namesrv] if isinstance(namesrv, str) else namesrv,
+                             self.client_id) if trace else None
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -193,6 +198,8 @@ class LitePullConsumer:
         if self._subs:
             await membership.heartbeat(self._pull, self.client_id, self.group, self._subs, 0)
         await self._pull.close()
+        if self.tracer is not None:
+            await self.tracer.close()
 
     async def __aenter__(self) -> LitePullConsumer:
         return await self.start()
@@ -225,6 +232,9 @@ class LitePullConsumer:
             self._arrived.clear()
             got = self._buffers.take(n)
             if got:
+                if self.tracer is not None:
+                    self.tracer.consumed(got, self.group, time.time(), time.perf_counter(),
+                                         "success")
                 for mq in {m.queue for m in got}:
                     if mq in self._room:
                         self._room[mq].set()  # its puller may go on

@@ -31,6 +31,7 @@ from client.delivery import Attempt, Delivery, Sends, chunks
 from client.lifecycle import Lifecycle
 from client.producer_group import ProducerRegistration, new_client_id
 from client.routes import Routes
+from client.tracer import Tracer
 from client.types import Message, MessageQueue, SendResult
 
 QueueSelector = Callable[[list[MessageQueue], Message, str], MessageQueue]
@@ -46,11 +47,14 @@ SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 
 
 class Producer:
-    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
+    """``trace``: write a trace record of each send (``send``, ``send_to``, ``send_orderly``,
+    ``send_batch``; not ``send_oneway``) to the trace topic, in the background
+    (``client.tracer``; ``tracer`` then holds its counts). ``canaries``: seeded bugs for the
+    chaos suite (``client.routes.CANARIES``), tests only."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
                  retries: int = 2, *, group: str | None = None, client_id: str | None = None,
-                 canaries: Sequence[str] = ()) -> None:
+                 trace: bool = False, canaries: Sequence[str] = ()) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group  # a producer group (RocketMQ's DefaultMQProducer("pg")): listed by
         self.client_id = client_id or new_client_id()  # the brokers (dledger producer list)
@@ -65,6 +69,7 @@ class Producer:
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
         self._registration = ProducerRegistration(self._routes, group, self.client_id) \
             if group is not None else None
+        self.tracer = Tracer(self._namesrv, self.client_id) if trace else None
 
     async def start(self) -> Producer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""
@@ -87,6 +92,8 @@ class Producer:
         if self._registration is not None:
             await self._registration.stop()
         await self._routes.close()
+        if self.tracer is not None:
+            await self.tracer.close()  # (the sends' records are in: they have all ended)
 
     async def __aenter__(self) -> Producer:
         return await self.start()
@@ -112,6 +119,8 @@ class Producer:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
+        if self.tracer is not None:
+            return await self.tracer.sent(message, fut, self.group or "")
         return await fut
 
     def _flush(self) -> None:
@@ -157,8 +166,11 @@ class Producer:
         _check_size(message)
         if message.topic != queue.topic:
             raise ValueError(f"the message's topic {message.topic!r} is not {queue.topic!r}'s")
-        return await self._delivery.to_queue(_encode([message]), queue,
-                                             time.monotonic() + self.send_timeout_s)
+        sent = self._delivery.to_queue(_encode([message]), queue,
+                                       time.monotonic() + self.send_timeout_s)
+        if self.tracer is not None:
+            return await self.tracer.sent(message, sent, self.group or "")
+        return await sent
 
     async def send_keyed(self, message: Message, unique_key: str) -> SendResult:
         """Store ``message`` under a unique key of the caller's (the key a send is deduplicated
@@ -208,6 +220,8 @@ class Producer:
                                               f"{bp.MAX_MESSAGE_BYTES_CEILING}")
         fut: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
         self._run(Sends([topic], [_encode(messages)], batch=fut), retry=True, tasks=self._in_flight)
+        if self.tracer is not None:
+            return await self.tracer.sent_batch(messages, fut, self.group or "")
         return await fut
 
     def send_oneway(self, message: Message) -> None:

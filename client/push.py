@@ -57,6 +57,7 @@ from client.membership import check_start, heartbeat, start_offset, tag_expressi
 from client.lifecycle import Lifecycle
 from client.offset_store import LocalOffsetStore
 from client.rebalance import STRATEGIES
+from client.tracer import Tracer
 from client.types import MessageQueue, PullResult, ReceivedMessage
 from broker.retry import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
 
@@ -99,7 +100,7 @@ class PushConsumer:
                  start_timestamp_ms: int | None = None,
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
-                 consume_timeout_s: float = 900.0) -> None:
+                 consume_timeout_s: float = 900.0, trace: bool = False) -> None:
         if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
             raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
         check_start(start_from, start_timestamp_ms)
@@ -126,6 +127,11 @@ class PushConsumer:
             client_id = f"{socket.gethostname()}@DEFAULT" if model == "broadcasting" else \
                 uuid.uuid4().hex[:12]
         self.client_id = client_id
+        # trace: a record of each consume attempt to the trace topic (``client.tracer``)
+        self.tracer = Tracer([namesrv] if isinstance(namesrv, str) else namesrv, client_id) \
+            if trace else None
+        if self.tracer is not None:
+            self.listener = self.tracer.listener(listener, group)
         self._namesrv = namesrv
         self._pull = PullConsumer(namesrv, group)
         self._life = Lifecycle(f"PushConsumer of group {group!r}")
@@ -214,6 +220,8 @@ class PushConsumer:
             self._store.close()
         await self._heartbeat(leave=True)
         await self._pull.close()
+        if self.tracer is not None:
+            await self.tracer.close()
 
     async def __aenter__(self) -> PushConsumer:
         return await self.start()

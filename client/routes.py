@@ -168,8 +168,9 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "QUEUE_NOT_FOUND": errors.UnavailableError,  # a stale route (queues shrank): refresh, retry
     "BAD_REQUEST": errors.NonRetriableError,
     "BAD_DELAY": errors.BadDelayError,
-    "MESSAGE_NOT_FOUND": errors.MessageNotFoundError,
     "BAD_TRANSACTION": errors.BadTransactionError,
+    "GROUP_ACTIVE": errors.ConsumerGroupActiveError,
+    "MESSAGE_NOT_FOUND": errors.MessageNotFoundError,
 }
 TRANSACTION_STATUSES = ("TXN_NOT_FOUND", "TXN_ALREADY_DECIDED", "OFFSET_CONFLICT", "TXN_CHANGED",
                         "TXN_TOO_LARGE", "TXN_UNREADABLE")

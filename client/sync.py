@@ -74,9 +74,9 @@ class SyncProducer:
     """Started by its constructor (fails fast when no NameServer answers)."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, group: str | None = None) -> None:
+                 retries: int = 2, *, group: str | None = None, trace: bool = False) -> None:
         self._lt = _LoopThread("SyncProducer")
-        self._p = Producer(namesrv, send_timeout_s, retries, group=group)
+        self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace)
         self._limit_s = send_timeout_s * (retries + 2) + 5  # every wait has a deadline
         self._lt.start(self._p.start(), self._limit_s)
 
@@ -186,6 +186,7 @@ class PushOptions(TypedDict, total=False):
     offset_store_dir: str | os.PathLike[str] | None
     max_reconsume_times: int
     consume_timeout_s: float
+    trace: bool
 
 
 class _Startable(Protocol):
@@ -283,6 +284,7 @@ class LiteOptions(TypedDict, total=False):
     suspend_ms: int
     buffer_max: int
     timeout_s: float
+    trace: bool
 
 
 class SyncLitePullConsumer(_StartedLater[LitePullConsumer]):

@@ -104,12 +104,14 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.DLQ_RESEND: ["g", 0],
     bp.LOCK_BATCH: ["g", "c1", [["t", 0]]],
     bp.UNLOCK_BATCH: ["g", "c1", [["t", 0]]],
-    bp.VIEW_MESSAGE: ["a-0000000000000000-0"],
-    bp.QUERY_BY_KEY: ["t", "k", 0, 1, 8],
-    bp.QUERY_BY_UNIQUE_KEY: ["u", "", 8],
     bp.TXN_HALF: ["pg", "T1", "t", 0, [[b"x", "", [], "K", [], 0]]],
     bp.END_TRANSACTION: ["pg", "T1", "COMMIT", False, []],
     bp.PRODUCER_HEARTBEAT: ["c1", "pg", 1000],
+    bp.OFFSET_RESET: ["g", "t", 0, False],
+    bp.CONSUMER_STATUS: ["g"],
+    bp.VIEW_MESSAGE: ["a-0000000000000000-0"],
+    bp.QUERY_BY_KEY: ["t", "k", 0, 1, 8],
+    bp.QUERY_BY_UNIQUE_KEY: ["u", "", 8],
 }
 
 
@@ -170,6 +172,9 @@ def test_fields_of_the_wrong_type_or_range_are_named(tmp_path: Path) -> None:
         await bad(client, bp.DLQ_RESEND, "", 0, match="group")
         await bad(client, bp.LOCK_BATCH, "g", "c1", "t", match="queues")
         await bad(client, bp.UNLOCK_BATCH, "g", "", [["t", 0]], match="client_id")
+        await bad(client, bp.OFFSET_RESET, "g", "t", 0, 1, match="force must be true or false")
+        await bad(client, bp.OFFSET_RESET, "g", "t", -1, False, match="timestamp_ms")
+        await bad(client, bp.CONSUMER_STATUS, "", match="group")
         # an unknown kind is answered under its request id (today: id -1, the caller timed out)
         await bad(client, 150, 1, 2, match="unknown request kind 150")
         assert await client.call(n0, bp.HEARTBEAT, "c1", "g", "clustering", {"t": "*"},
@@ -183,14 +188,20 @@ RESERVED = ["RMQ_SYS_TRACE_TOPIC", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TO
             "OFFSET_MOVED_EVENT", "BenchmarkTest", "TBW102", "%RETRY%g", "%DLQ%g", "rmq_sys_x"]
 
 
-def test_reserved_system_topic_names_cannot_be_created_deleted_or_sent_to(
+def test_reserved_system_topic_names_cannot_be_created_deleted_or_sent_to_but_trace(
         tmp_path: Path) -> None:
     async def scenario(client: LogClient, n0: str) -> None:
         for name in RESERVED:
             await refused(client, "INVALID_TOPIC", bp.TOPIC_PUT, name, 4, 4, 6)
             await refused(client, "INVALID_TOPIC", bp.TOPIC_DELETE, name)
-            await refused(client, "INVALID_TOPIC", bp.SEND, name, 0, [msg(b"x")])
+            if name != "RMQ_SYS_TRACE_TOPIC":
+                await refused(client, "INVALID_TOPIC", bp.SEND, name, 0, [msg(b"x")])
         assert not set(RESERVED) & set((await client.call(n0, bp.BROKER_STATUS))["topics"])
+        # but the trace topic takes the tracing clients' sends, and its first one creates it
+        assert (await client.call(n0, bp.SEND, "RMQ_SYS_TRACE_TOPIC", 0, [msg(b"x")]))[0] \
+            == "SEND_OK"
+        assert "RMQ_SYS_TRACE_TOPIC" in (await client.call(n0, bp.BROKER_STATUS))["topics"]
+        await refused(client, "INVALID_TOPIC", bp.TOPIC_DELETE, "RMQ_SYS_TRACE_TOPIC")
         # reading a system topic is not refused (consumers pull their retry topics)
         assert (await client.call(n0, bp.PULL, "%RETRY%g", 0, 0, 1, 1, 0, []))[0] == bp.NO_NEW_MSG
 
