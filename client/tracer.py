@@ -101,6 +101,13 @@ class Tracer:
             self.record(_send_record(m, r, began, t0, r.status, group, self.client_id))
         return results
 
+    def sent_in_transaction(self, message: Message, result: SendResult, began: float,
+                            t0: float, state: str, group: str) -> None:
+        """A transactional send's record: its status ``TXN_<state>`` (COMMIT, ROLLBACK,
+        UNKNOWN), where it was committed (or its half message, if it was not)."""
+        self.record(_send_record(message, result, began, t0, f"TXN_{state}", group,
+                                 self.client_id))
+
     def listener(self, listener: Listener, group: str) -> Listener:
         """``listener`` wrapped: each call's outcome and cost recorded for every message of
         its batch (an async listener's once it answers, raises or is cancelled by the consume

@@ -33,6 +33,7 @@ from client.lifecycle import Lifecycle
 from client.producer import _check_size, _encode
 from client.producer_group import CheckRequest, ProducerRegistration, new_client_id
 from client.routes import GroupRoute, Routes, client_error
+from client.tracer import Tracer
 from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, ReceivedMessage, SendResult
 from dledger.errors import DLedgerError, OutcomeUnknownError
@@ -73,7 +74,8 @@ class TransactionSendResult:
 class TransactionProducer:
     def __init__(self, namesrv: str | Sequence[str], group: str, listener: TransactionListener,
                  *, send_timeout_s: float = 3.0, execute_timeout_s: float = 10.0,
-                 check_timeout_s: float = 10.0, client_id: str | None = None) -> None:
+                 check_timeout_s: float = 10.0, client_id: str | None = None,
+                 trace: bool = False) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group
         self.listener = listener
@@ -83,6 +85,7 @@ class TransactionProducer:
         self.client_id = client_id or new_client_id()
         self._life = Lifecycle("TransactionProducer")
         self._routes = Routes(self._namesrv)
+        self.tracer = Tracer(self._namesrv, self.client_id) if trace else None  # client.tracer
         self._registration = ProducerRegistration(self._routes, group, self.client_id,
                                                   self._on_check)
         self._turn = itertools.count()
@@ -103,6 +106,8 @@ class TransactionProducer:
         if not self._life.close():
             return
         await self._registration.stop()
+        if self.tracer is not None:
+            await self.tracer.close()
         for task in list(self._checks):
             task.cancel()
         await asyncio.gather(*self._checks, return_exceptions=True)
@@ -122,7 +127,17 @@ class TransactionProducer:
     # -- send ----------------------------------------------------------------------------------
 
     async def send(self, message: Message, arg: Any = None) -> TransactionSendResult:
-        """A transactional send (RocketMQ's ``sendMessageInTransaction``); see the module."""
+        """A transactional send (RocketMQ's ``sendMessageInTransaction``); see the module.
+        With ``trace``, its record (status ``TXN_COMMIT``, ``TXN_ROLLBACK`` or ``TXN_UNKNOWN``)
+        names the committed message, or the half message if none was committed."""
+        began, t0 = time.time(), time.perf_counter()
+        result = await self._send(message, arg)
+        if self.tracer is not None:
+            self.tracer.sent_in_transaction(message, result.committed or result.half, began, t0,
+                                            result.state.value, self.group)
+        return result
+
+    async def _send(self, message: Message, arg: Any) -> TransactionSendResult:
         self._life.check()
         _check_size(message)
         if message.delayed:

@@ -79,7 +79,7 @@ async def consumed(ns: str, topic: str) -> list[ReceivedMessage]:
 def test_the_seeds_three_tags(tmp_path: Path) -> None:
     async def scenario(ns: str) -> None:
         listener = SeedListener()
-        async with TransactionProducer(ns, "tpg", listener) as p:
+        async with TransactionProducer(ns, "tpg", listener, trace=True) as p:
             results = [await p.send(Message("TTopic", f"Hi,{i}".encode(), tags=tag))
                        for i, tag in enumerate(["TAGA", "TAGB", "TAGC"])]
             assert [r.state for r in results] == [TransactionState.COMMIT,
@@ -109,6 +109,13 @@ def test_the_seeds_three_tags(tmp_path: Path) -> None:
             assert first.offset_msg_id == results[0].committed.offset_msg_id
             assert first.msg_id == results[0].transaction_id
             assert dict(first.properties).get("TRAN_MSG") == "true"
+        traced = results[0].committed.offset_msg_id  # (written by the producer's close)
+
+        async def send_traced() -> bool:
+            out = await asyncio.to_thread(CliRunner().invoke, cli_main,
+                                          ["message", "trace", "--namesrv", ns, traced])
+            return out.exit_code == 0 and "TXN_COMMIT" in out.output and "tpg" in out.output
+        await wait_until(send_traced, 30, "the transactional send's trace record")
 
     with namesrv_group(tmp_path, *FAST_CHECKS) as (ns, _):
         asyncio.run(scenario(ns))
