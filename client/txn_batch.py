@@ -16,7 +16,6 @@ its producer group, answers ROLLBACK.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import TYPE_CHECKING, Any
 
 from broker import protocol as bp
@@ -39,13 +38,13 @@ class Transaction:
         self._runs: dict[tuple[str, int], list[list[Any]]] = {}
         self._offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._count = 0
-        self._turn = itertools.count()
         self._halves_sent = False
         self.done = False
 
     async def send(self, message: Message, queue_id: int | None = None) -> MessageQueue:
         """Buffer ``message`` for a queue of its topic in this transaction's broker group (round
-        robin over its writable queues there, unless ``queue_id`` names one); the queue."""
+        robin over its writable queues there, across the producer's transactions, unless
+        ``queue_id`` names one); the queue."""
         self._check_open()
         _check_size(message)
         if message.delayed:
@@ -59,7 +58,7 @@ class Transaction:
             raise errors.TopicNotFoundError(f"broker group {self.group.group} takes no writes to "
                                             f"{message.topic!r}: a transaction lives in one group")
         queues = here[0].write_queues
-        qid = next(self._turn) % queues if queue_id is None else queue_id
+        qid = next(self.producer._turn) % queues if queue_id is None else queue_id
         if not 0 <= qid < queues:
             raise ValueError(f"queue {qid} of {message.topic} (it has {queues} in "
                              f"{self.group.group})")

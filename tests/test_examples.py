@@ -212,3 +212,15 @@ def test_the_transaction_producer_commits_taga_rolls_back_tagb_and_checks_back_t
     got = finish_ok(Example(ns, "other_consumer", "--topic", "TTopic", "--group", "cg-txn",
                             "--count", "2", *CONSUMER_TIMEOUT))
     assert sorted(bodies(got)) == ["Hi,0", "Hi,2"], got
+
+
+def test_the_pipeline_writes_one_output_per_input(ns: str) -> None:
+    create_topic(ns, "PipeIn")
+    sent = CliRunner().invoke(cli.main, ["send", "--namesrv", ns, "PipeIn", "a", "b", "c"])
+    assert sent.exit_code == 0, sent.output
+    out = run_ok(ns, "exactly_once_pipeline", "--count", "3", "--timeout-s", "40")
+    assert out[-1].startswith("committed 3 inputs") and out[-1].endswith("lag 0"), out
+    got = CliRunner().invoke(cli.main, ["consume", "--namesrv", ns, "PipeOut"])
+    assert got.exit_code == 0, got.output
+    assert sorted(ln.rsplit(" ", 1)[-1] for ln in got.output.splitlines() if "msg_id=" in ln) \
+        == ["b'A'", "b'B'", "b'C'"], got.output
