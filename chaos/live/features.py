@@ -10,7 +10,7 @@ dead-lettered and no timer is pending, closes the consumers, reads the delayed t
 dead-letter queue from the leader, and keeps the verdicts (``result``, ``violations``; each line
 starts ``delay:``, ``orderly:``, ``retry:`` or ``txn:``; the transactional feature waits and
 judges on its own, at the same time). The load is small beside the main workload's
-100 msg/s: about 3 delayed, 5 ordered and 3 retried sends a second.
+100 msg/s: about 3 delayed, 5 ordered, 3 retried sends and 3 transactions a second.
 
 The brokers get short delay levels (``DELAY_LEVELS``: a retry waits level 3 + its reconsume
 times, 1-2 s here), a short transaction timeout and check interval
