@@ -75,7 +75,8 @@ def _run(tmp_path: Path, scenario: str, canary: str | None = None, duration_s: f
                    f"({t.get('resolved_for_another')} for another producer), "
                    f"{t.get('producer_kills')} producer kills ({t.get('killed_mid_send')} mid-send), "
                    f"redeliveries {t.get('redeliveries')}; none open "
-                   f"{t.get('resolved_in_s')} s after the stop (bound {t.get('bound_s')} s)")
+                   f"{t.get('resolved_in_s')} s after the stop (bound {t.get('bound_s')} s), "
+                   f"slowest check-back decision {t.get('slowest_check_s')} s after its half")
     if capsys is None:
         print("\n".join(ran))
     else:

@@ -225,6 +225,12 @@ class TxnFeature:
         halves = {e.send_id for e in events if e.kind == "half"}
         ended = {e.send_id for e in events if e.kind in ("sent", "fail")}
         checked = {e.send_id: e.producer for e in events if e.kind == "decide" and e.by == "check"}
+        halved_t = {e.send_id: e.t for e in events if e.kind == "half"}
+        decided_t: dict[str, float] = {}
+        for e in events:
+            if e.kind == "decide" and e.by == "check" and e.send_id in halved_t:
+                decided_t[e.send_id] = min(e.t, decided_t.get(e.send_id, e.t))
+        slowest = max((t - halved_t[i] for i, t in decided_t.items()), default=None)
         # producer processes killed inside a send (a send begun, not returned)
         mid = len({sender[i] for i in set(plan) - ended if sender[i].startswith("tp")})
         return {
@@ -237,6 +243,8 @@ class TxnFeature:
             "deliveries": len(self.deliveries), "redeliveries": redeliveries(self.deliveries),
             "open_left": open_left, "resolved_in_s": resolved_in, "bound_s": BOUND_S,
             "check_max_rollbacks": check_max, "violations": len(self.problems),
+            # the longest a check-back took to decide a transaction, from its half (faults in)
+            "slowest_check_s": None if slowest is None else round(slowest, 1),
         }
 
     def _write(self, events: list[TxnEvent], stored: list[TxnStored]) -> None:
