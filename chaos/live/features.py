@@ -1,7 +1,8 @@
 """The messaging features beside a live chaos scenario: delayed messages, ordered consumption,
-retry and dead letters, transactional messages (``chaos.live.txn_feature``), each driven through the real client library while the scenario's faults
+retry and dead letters, each driven through the real client library while the scenario's faults
 run (``chaos.live.feature_clients``), then waited for, read back and judged by its checker
-(``chaos.live.delay_checker``, ``orderly_checker``, ``retry_checker``).
+(``chaos.live.delay_checker``, ``orderly_checker``, ``retry_checker``); and transactional
+messages, a feature of its own composed here (``chaos.live.txn_feature``).
 
 The runner calls ``start`` once the first leader is there, sets the producers' stop event after
 the final heal, then calls ``finish``: it waits (bounded by ``FINISH_WAIT_S``) until every
@@ -14,8 +15,8 @@ judges on its own, at the same time). The load is small beside the main workload
 
 The brokers get short delay levels (``DELAY_LEVELS``: a retry waits level 3 + its reconsume
 times, 1-2 s here), a short transaction timeout and check interval
-(``txn_feature.BROKER_ARGS``) and, for a feature canary, ``--broker-canary``. The clients' log lines go to
-``clients.log`` in the run's directory (``log_to``).
+(``txn_feature.BROKER_ARGS``) and, for a feature canary, ``--broker-canary``. The clients' log
+lines go to ``clients.log`` in the run's directory (``log_to``).
 """
 
 from __future__ import annotations
