@@ -8,9 +8,9 @@ run (default 30); about 50-80 s of wall time per run. The full matrix is ``dledg
 --all --canaries`` (docs/chaos/report.md).
 
 S1, S6 and S8 also run the messaging features (delayed, ordered, retried and transactional
-messages: ``chaos.live.features``) and their checkers; their six broker canaries run in a short form
-(``FEATURE_CANARY_DURATION_S`` of faults, about 30-40 s each: each is caught within its first
-fault, or with none at all), the full matrix at the full duration.
+messages: ``chaos.live.features``) and their checkers; their six broker canaries run in a short
+form (``FEATURE_CANARY_DURATION_S`` of faults, about 30-45 s each: each is caught within its
+first fault, or with none at all), the full matrix at the full duration.
 """
 
 from __future__ import annotations
