@@ -1,8 +1,9 @@
 """The transactional-message checker (``chaos.live.txn_checker``) on hand-made histories: a clean
 one with redeliveries and a producer killed mid-transaction passes; a rolled-back message
-consumed, a half message consumed before its commit, a commit stored twice or lost, a message a
-group never got, a stray one and open transactions are each named. Also the producers' plan
-rule (``chaos.live.txn_producer.check_answer``) and their records surviving a torn line."""
+consumed, a half message consumed before its commit, a commit stored twice, under another
+transaction id or lost, a message a group never got, a stray one and open transactions are each
+named. Also the producers' plan rule (``chaos.live.txn_producer.check_answer``) and their records
+surviving a torn line."""
 
 from __future__ import annotations
 
@@ -94,11 +95,14 @@ def test_a_half_message_consumed_before_its_commit_is_named() -> None:
     assert "no COMMIT was decided (2 early deliveries)" in problems[0]
 
 
-def test_a_commit_stored_twice_or_lost_is_named() -> None:
+def test_a_commit_stored_twice_under_another_id_or_lost_is_named() -> None:
     events, deliveries, stored = clean()
     twice = stored + [TxnStored("p-2", "1@9", "xp-2")]
     more = [TxnDelivery(g, "p-2", "1@9", 30.0 + 2) for g in GROUPS]
     assert kinds(check_transactions(events, deliveries + more, twice, GROUPS, DONE)) == ["twice"]
+    renamed = [TxnStored(s.send_id, s.copy, "other" if s.send_id == "p-0" else s.txn_id)
+               for s in stored]
+    assert kinds(check_transactions(events, deliveries, renamed, GROUPS, DONE)) == ["id"]
     lost = [s for s in stored if s.send_id != "p-4"]
     gone = [d for d in deliveries if d.send_id != "p-4"]
     problems = check_transactions(events, gone, lost, GROUPS, DONE)

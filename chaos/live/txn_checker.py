@@ -17,6 +17,8 @@ The rules checked, per send (by its id, which the body carries; a line starts wi
 - early: a delivery before the first COMMIT decision recorded for its send (a half message
   visible before its commit), or of a send no one decided to commit;
 - twice: a send stored more than once in the topic (one queue offset per transaction);
+- id: a stored copy whose ``__transactionId__`` is not the one its half message was
+  acknowledged with;
 - lost: a committing plan whose half message was acknowledged (or whose COMMIT was) not in the
   topic by the end;
 - unconsumed: a stored message some consumer group was never delivered (redeliveries of the
@@ -87,6 +89,7 @@ class Resolution:
 class _Send:
     plan: str = ""
     halved: bool = False
+    txn_id: str = ""
     end_commit: bool = False
     first_commit_t: float | None = None
 
@@ -98,7 +101,7 @@ def _sends(events: Iterable[TxnEvent]) -> dict[str, _Send]:
         if e.kind == "invoke":
             s.plan = e.plan
         elif e.kind == "half":
-            s.halved = True
+            s.halved, s.txn_id = True, e.txn_id
         elif e.kind == "end" and e.state == COMMIT:
             s.end_commit = True
         elif e.kind == "decide" and e.state == COMMIT:
@@ -117,8 +120,10 @@ def check_transactions(events: Iterable[TxnEvent], deliveries: Iterable[TxnDeliv
     """Violations, one line per rule and send (``unresolved`` once)."""
     sends = _sends(events)
     copies: dict[str, set[str]] = defaultdict(set)
+    ids: dict[str, set[str]] = defaultdict(set)  # send id -> its stored copies' transaction ids
     for st in stored:
         copies[st.send_id].add(st.copy)
+        ids[st.send_id].add(st.txn_id)
     got: dict[str, list[TxnDelivery]] = defaultdict(list)
     for d in deliveries:
         got[d.send_id].append(d)
@@ -130,6 +135,9 @@ def check_transactions(events: Iterable[TxnEvent], deliveries: Iterable[TxnDeliv
                             f"consumed, but no producer sent it")
             continue
         problems += _visible(send_id, s, sorted(copies[send_id]), got[send_id])
+        if s.txn_id and ids.get(send_id, {s.txn_id}) != {s.txn_id}:
+            problems.append(f"id: {send_id} stored with transaction id(s) "
+                            f"{sorted(ids[send_id])}, its half was acknowledged as {s.txn_id}")
     for send_id, s in sorted(sends.items()):
         if s.plan in COMMITTING and (s.halved or s.end_commit) and not copies.get(send_id):
             problems.append(f"lost: {send_id} ({s.plan}, half acknowledged"
