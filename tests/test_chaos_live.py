@@ -7,10 +7,10 @@ replica and checks the history offline. Budget: DLEDGER_CHAOS_DURATION_S seconds
 run (default 30); about 50-80 s of wall time per run. The full matrix is ``dledger chaos run
 --all --canaries`` (docs/chaos/report.md).
 
-S1, S6 and S8 also run the messaging features (delayed, ordered, retried messages:
-``chaos.live.features``) and their checkers; their four broker canaries run in a short form
-(``FEATURE_CANARY_DURATION_S`` of faults, about 30-40 s each: each is caught within its first
-fault, or with none at all), the full matrix at the full duration.
+S1, S6 and S8 also run the messaging features (delayed, ordered, retried and transactional
+messages: ``chaos.live.features``) and their checkers; their six broker canaries run in a short
+form (``FEATURE_CANARY_DURATION_S`` of faults, about 30-45 s each: each is caught within its
+first fault, or with none at all), the full matrix at the full duration.
 """
 
 from __future__ import annotations
@@ -43,8 +43,11 @@ CANARY_DETECTORS = {
     "timer_redeliver": ("delay: twice",),
     "lock_unfenced": ("orderly: overlap",),
     "retry_count_lost": ("retry: count", "retry: attempts"),
+    "txn_half_visible": ("txn: early", "txn: rolled back", "txn: twice"),
+    "txn_forget": ("txn: unresolved", "txn: lost"),
 }
-FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_count_lost")
+FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_count_lost",
+                    "txn_half_visible", "txn_forget")
 
 
 def _run(tmp_path: Path, scenario: str, canary: str | None = None, duration_s: float = DURATION_S,
@@ -65,6 +68,15 @@ def _run(tmp_path: Path, scenario: str, canary: str | None = None, duration_s: f
                    f"rejoins; retried {r['acked']} acked / {r['consumed']} consumed / "
                    f"{r['dead_letters']} dead letters ({r['deliveries']} deliveries); work ended "
                    f"{feats['finished_in_s']} s after the stop")
+        t = feats.get("txn") or {}
+        ran.append(f"  transactions: {t.get('sent')} sent / {t.get('halves')} halves / "
+                   f"{t.get('committed')} committed / {t.get('rolled_back')} rolled back, "
+                   f"{t.get('resolved_by_check')} resolved by check-back "
+                   f"({t.get('resolved_for_another')} for another producer), "
+                   f"{t.get('producer_kills')} producer kills ({t.get('killed_mid_send')} mid-send), "
+                   f"redeliveries {t.get('redeliveries')}; none open "
+                   f"{t.get('resolved_in_s')} s after the stop (bound {t.get('bound_s')} s), "
+                   f"slowest check-back decision {t.get('slowest_check_s')} s after its half")
     if capsys is None:
         print("\n".join(ran))
     else:
@@ -90,6 +102,10 @@ def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path,
         assert feats["delay"]["delivered"] > 20 and feats["orderly"]["processed"] > 20
         assert feats["orderly"]["rejoins"] >= 1, "no orderly queue changed hands"
         assert feats["retry"]["consumed"] > 10 and feats["retry"]["dead_letters"] > 2
+        txn = feats["txn"]
+        assert txn["committed"] > 20 and txn["rolled_back"] > 10
+        assert txn["resolved_by_check"] > 10 and txn["resolved_for_another"] > 0
+        assert txn["producer_kills"] >= 2, "the producer process was not killed"
 
 
 @pytest.mark.parametrize("canary", sorted(set(CANARIES) - {"stale_leader"}))  # its own test below

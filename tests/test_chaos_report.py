@@ -153,6 +153,24 @@ def test_missing_checker_keys_render_as_a_dash() -> None:
     assert "No canary runs." in md
 
 
+def test_the_transactional_table_shows_its_counts_and_an_unresolved_run() -> None:
+    txn = {"sent": 106, "halves": 104, "committed": 63, "rolled_back": 41,
+           "resolved_by_check": 60, "resolved_for_another": 46, "producer_kills": 5,
+           "killed_mid_send": 2, "redeliveries": {"a": 0, "b": 3}, "check_max_rollbacks": 0,
+           "resolved_in_s": 5.1, "bound_s": 17.0, "violations": 0}
+    runs = [{"scenario": "S1", "seed": 1, "verdict": "PASS", "features": {"txn": txn}},
+            {"scenario": "S6", "seed": 1, "verdict": "FAIL", "canary": "txn_forget",
+             "features": {"txn": {**txn, "resolved_in_s": None, "violations": 7}}},
+            {"scenario": "S8", "seed": 1, "verdict": "PASS", "features": {}}]
+    md = report.render_markdown(runs, {})
+    table = md.split("### Transactional messages")[1].split("## Canary matrix")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| S")]
+    assert len(rows) == 2  # a run without the transactional feature has no row
+    assert "| 106 / 104 | 63 / 41 | 60 (46) | 5 (2) | 0 / 3 | 0 | 5.1 s (17 s) | 0 | PASS |" \
+        in rows[0]
+    assert "**never** (17 s) | 7 |" in rows[1]
+
+
 def test_write_report_writes_markdown_json_and_one_png_per_run(
         written: Path, runs: list[dict[str, Any]]) -> None:
     out = written.parent

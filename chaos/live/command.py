@@ -70,8 +70,9 @@ def chaos() -> None:
               help="Data, logs and histories (default: <out>/work).")
 @click.option("--keep-data", is_flag=True, help="Keep the brokers' data of passing runs too.")
 @click.option("--features/--no-features", default=None,
-              help="Run the messaging features (delayed, ordered, retried messages) and their "
-                   f"checkers beside the workload [default: in {', '.join(FEATURE_SCENARIOS)}; "
+              help="Run the messaging features (delayed, ordered, retried, transactional "
+                   "messages) and their checkers beside the workload"
+                   f" [default: in {', '.join(FEATURE_SCENARIOS)}; "
                    "a feature canary needs them].")
 def run(scenarios: tuple[str, ...], all_: bool, ci: bool, canaries: tuple[str, ...],
         all_canaries: bool, seed: int, duration_s: float, out_dir: str, work_dir: str | None,

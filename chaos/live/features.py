@@ -1,19 +1,22 @@
 """The messaging features beside a live chaos scenario: delayed messages, ordered consumption,
 retry and dead letters, each driven through the real client library while the scenario's faults
 run (``chaos.live.feature_clients``), then waited for, read back and judged by its checker
-(``chaos.live.delay_checker``, ``orderly_checker``, ``retry_checker``).
+(``chaos.live.delay_checker``, ``orderly_checker``, ``retry_checker``); and transactional
+messages, a feature of its own composed here (``chaos.live.txn_feature``).
 
 The runner calls ``start`` once the first leader is there, sets the producers' stop event after
 the final heal, then calls ``finish``: it waits (bounded by ``FINISH_WAIT_S``) until every
 acknowledged ordered message was processed, every retried message was consumed or
 dead-lettered and no timer is pending, closes the consumers, reads the delayed topic and the
 dead-letter queue from the leader, and keeps the verdicts (``result``, ``violations``; each line
-starts ``delay:``, ``orderly:`` or ``retry:``). The load is small beside the main workload's
-100 msg/s: about 3 delayed, 5 ordered and 3 retried sends a second.
+starts ``delay:``, ``orderly:``, ``retry:`` or ``txn:``; the transactional feature waits and
+judges on its own, at the same time). The load is small beside the main workload's
+100 msg/s: about 3 delayed, 5 ordered, 3 retried sends and 3 transactions a second.
 
 The brokers get short delay levels (``DELAY_LEVELS``: a retry waits level 3 + its reconsume
-times, 1-2 s here) and, for a feature canary, ``--broker-canary``. The clients' log lines go to
-``clients.log`` in the run's directory (``log_to``).
+times, 1-2 s here), a short transaction timeout and check interval
+(``txn_feature.BROKER_ARGS``) and, for a feature canary, ``--broker-canary``. The clients' log
+lines go to ``clients.log`` in the run's directory (``log_to``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from chaos.live.feature_clients import (
 from chaos.live.nemesis import find_leader
 from chaos.live.orderly_checker import check_orderly
 from chaos.live.retry_checker import ALWAYS, DeadLetter, check_retries
+from chaos.live.txn_feature import BROKER_ARGS as TXN_BROKER_ARGS
+from chaos.live.txn_feature import TXN_TOPIC, TxnFeature
 from client.consumer import PullConsumer
 from client.orderly import OrderlyPushConsumer
 from client.producer import Producer
@@ -57,7 +62,7 @@ from dledger.client import LogClient
 # The seeded broker bugs the features' checkers must catch (given to the brokers as
 # --broker-canary; chaos.live.nemesis.CANARIES names each one's scenario).
 BROKER_CANARIES = frozenset({"delay_early", "timer_redeliver", "lock_unfenced",
-                             "retry_count_lost"})
+                             "retry_count_lost", "txn_half_visible", "txn_forget"})
 # A retry waits level 3 + its reconsume times: 1 s, 1.5 s, 2 s, so that a retried message's
 # copies span a few seconds and some of them cross each leader change.
 DELAY_LEVELS = "100ms 200ms 1s 1500ms 2s 2500ms " + " ".join(["3s"] * 12)
@@ -84,15 +89,17 @@ def log_to(path: str) -> Iterator[None]:
 
 
 def broker_args(canary: str | None) -> tuple[str, ...]:
-    args: tuple[str, ...] = ("--delay-levels", DELAY_LEVELS)
+    args: tuple[str, ...] = ("--delay-levels", DELAY_LEVELS, *TXN_BROKER_ARGS)
     return args + ("--broker-canary", canary) if canary in BROKER_CANARIES else args
 
 
 class Features:
     def __init__(self, namesrv: str, control: LogClient, nodes: list[str], rng: random.Random,
-                 stop: asyncio.Event) -> None:
+                 stop: asyncio.Event, work_dir: str = ".") -> None:
         self.namesrv, self.control, self.nodes, self.rng, self.stop = \
             namesrv, control, nodes, rng, stop
+        self.work_dir = work_dir
+        self.txn: TxnFeature | None = None
         self.log = FeatureLog()
         self._producer: Producer | None = None
         self._members: dict[str, OrderlyPushConsumer] = {}
@@ -102,10 +109,10 @@ class Features:
         self.violations: list[str] = []
 
     async def start(self) -> None:
-        for topic in (DELAY_TOPIC, ORDER_TOPIC, RETRY_TOPIC):
+        for topic in (DELAY_TOPIC, ORDER_TOPIC, RETRY_TOPIC, TXN_TOPIC):
             await self.control.call_leader(bp.TOPIC_PUT, topic, FEATURE_QUEUES, FEATURE_QUEUES, 6,
                                            timeout_s=10.0)
-        await self._routed(DELAY_TOPIC, ORDER_TOPIC, RETRY_TOPIC)
+        await self._routed(DELAY_TOPIC, ORDER_TOPIC, RETRY_TOPIC, TXN_TOPIC)
         self._producer = await Producer(self.namesrv, send_timeout_s=3.0).start()
         for member in ("oa", "ob"):
             self._members[member] = orderly_member(self.namesrv, member, self.log,
@@ -118,6 +125,9 @@ class Features:
             send_orders(self._producer, self.log, self.stop, rng),
             send_retried(self._producer, self.log, self.stop),
             churn(self.namesrv, self._members, self.log, self.stop, rng))]
+        self.txn = TxnFeature(self.namesrv, self.work_dir, random.Random(self.rng.random()),
+                              self.stop, self._rows, self._leader_status, FEATURE_QUEUES)
+        await self.txn.start()
 
     async def _routed(self, *topics: str) -> None:
         """Wait until the NameServer routes each topic (the leader registers a new topic at
@@ -137,6 +147,7 @@ class Features:
     async def finish(self, path: str | None = None) -> None:
         """After ``stop``: wait for the features' work to end, close the clients, read back,
         judge. A wait that runs out leaves its messages to the checkers (lost, unresolved)."""
+        txn = asyncio.create_task(self.txn.finish()) if self.txn is not None else None
         crashed = [r for r in await asyncio.gather(*self._tasks, return_exceptions=True)
                    if isinstance(r, BaseException)]
         took = await self._wait_done()
@@ -158,7 +169,14 @@ class Features:
         self.result["orderly"]["violations"] = len(orderly)
         self.result["retry"]["violations"] = len(retry)
         self.violations += [f"harness: a feature client failed: {err!r}" for err in crashed]
-        for name, lines in (("delay", delay), ("orderly", orderly), ("retry", retry)):
+        judged = [("delay", delay), ("orderly", orderly), ("retry", retry)]
+        if txn is not None and self.txn is not None:
+            (err,) = await asyncio.gather(txn, return_exceptions=True)
+            if isinstance(err, BaseException):
+                self.txn.problems.append(f"harness: the transactional feature failed: {err!r}")
+            self.result["txn"] = dict(self.txn.result)
+            judged.append(("txn", self.txn.problems))
+        for name, lines in judged:
             self.violations += [f"{name}: {line}" for line in lines[:LINES_MAX]]
             if len(lines) > LINES_MAX:
                 self.violations.append(f"{name}: ... and {len(lines) - LINES_MAX} more")
@@ -189,6 +207,8 @@ class Features:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.txn is not None:
+            await self.txn.close()
         await self._close_clients()
 
     async def _close_clients(self) -> None:
@@ -231,14 +251,18 @@ class Features:
 
     async def _pending(self) -> int:
         """Timers pending in the leader's state (-1: no leader answered)."""
+        st = await self._leader_status()
+        return -1 if st is None else int(st["timers"]["pending"])
+
+    async def _leader_status(self) -> dict[str, Any] | None:
         leader = await find_leader(self.control, self.nodes)
         if leader is None:
-            return -1
+            return None
         try:
-            st = await self.control.call(leader, bp.BROKER_STATUS, timeout_s=2.0)
+            st: dict[str, Any] = await self.control.call(leader, bp.BROKER_STATUS, timeout_s=2.0)
         except SEND_ERRORS:
-            return -1
-        return int(st["timers"]["pending"])
+            return None
+        return st
 
     # -- read-back (from the leader, which serves what it committed) ------------------------------
 

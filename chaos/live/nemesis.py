@@ -413,4 +413,10 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     # the reconsume count kept in the leader's memory: after a leader kill a message's retry
     # copies carry a count that went back and it is retried too often ("count", "attempts")
     "retry_count_lost": ("S6", {}),
+    # transactions (chaos.live.txn_feature): a half message stored in its real queue at once,
+    # consumed before its COMMIT and even when rolled back ("txn: early", "txn: rolled back")
+    "txn_half_visible": ("S1", {}),
+    # a new leader forgets the transactions open when it took over: never checked back, the
+    # UNKNOWN ones stay open and their commits are lost ("txn: unresolved", "txn: lost")
+    "txn_forget": ("S6", {}),
 }

@@ -62,6 +62,18 @@ FEATURES_HOW_TO_READ = (
     "count 3 and its ids kept; none lost). Redeliveries of one copy (at least once) are allowed."
 )
 
+TXN_HOW_TO_READ = (
+    "The transactional workload: three producers of one producer group (one of them a process "
+    "killed with SIGKILL and started again every 4-8 s) send transactional messages whose body "
+    "carries the plan of their local transaction: COMMIT, ROLLBACK, raise (UNKNOWN) then "
+    "COMMIT on check-back, UNKNOWN then ROLLBACK, UNKNOWN for a few check-backs then COMMIT; two "
+    "push consumer groups consume them. Its checker (*txn*): no rolled-back message stored or "
+    "consumed, none consumed before its COMMIT was decided, each committed one stored once and "
+    "consumed by both groups (redeliveries of the stored copy allowed), none lost, and no "
+    "transaction left open at the leader within the bound after the stop (transaction "
+    "timeout + (max checks + 1) × check interval, and slack)."
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # Markdown
@@ -232,6 +244,30 @@ def _features_table(runs: Sequence[Run]) -> list[str]:
     return _table(header, rows)
 
 
+def _txn_table(runs: Sequence[Run]) -> list[str]:
+    header = ["scenario", "seed", "canary", "sent / halves acked", "in the topic / rolled back",
+              "resolved by check-back (for another producer)", "producer kills (mid-send)",
+              "redeliveries", "check-max rollbacks", "none open after stop (bound)",
+              "violations", "verdict"]
+    rows = []
+    for run in runs:
+        t = _mapping(_mapping(run.get("features")).get("txn"))
+        redelivered = _mapping(t.get("redeliveries"))
+        resolved = t.get("resolved_in_s")
+        rows.append([
+            _num(run.get("scenario")), _num(run.get("seed")), _num(run.get("canary")),
+            _pair(t.get("sent"), t.get("halves")), _pair(t.get("committed"), t.get("rolled_back")),
+            f"{_num(t.get('resolved_by_check'))} ({_num(t.get('resolved_for_another'))})",
+            f"{_num(t.get('producer_kills'))} ({_num(t.get('killed_mid_send'))})",
+            _pair(*redelivered.values()) if redelivered else DASH,
+            _num(t.get("check_max_rollbacks")),
+            f"{_secs(resolved, 1) if resolved is not None else '**never**'} "
+            f"({_secs(t.get('bound_s'), 0)})",
+            _num(t.get("violations")), _verdict_text(run),
+        ])
+    return _table(header, rows)
+
+
 def _canary_table(runs: Sequence[Run]) -> list[str]:
     header = ["seeded bug", "detector (first violation)", "scenario / seed", "time to detect",
               "caught"]
@@ -306,6 +342,9 @@ def render_markdown(runs: Sequence[Run], meta: Mapping[str, Any]) -> str:
     if featured:
         out += ["## Messaging features", "", FEATURES_HOW_TO_READ, "", *_features_table(featured),
                 ""]
+    with_txn = [r for r in featured if isinstance(_mapping(r.get("features")).get("txn"), Mapping)]
+    if with_txn:
+        out += ["### Transactional messages", "", TXN_HOW_TO_READ, "", *_txn_table(with_txn), ""]
     canaries = [r for r in runs if _is_canary(r)]
     out += ["## Canary matrix", ""]
     out += [*_canary_table(canaries), ""] if canaries else ["No canary runs.", ""]

@@ -195,7 +195,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                 for q in range(QUEUES) for kind in ("t", "r")]
             if sc.features:
                 feats = Features(cluster.namesrv, control, nodes, random.Random(rng.random()),
-                                 stop_producers)
+                                 stop_producers, work_dir=base)
                 try:
                     await feats.start()
                 except SEND_ERRORS as err:
