@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 from broker.delay import SCHEDULE_TOPIC
 from broker.topics import TRACE_TOPIC
-from broker.entries import decode_for_apply, stored_topics_and_messages
+from broker.entries import StoredSend, decode_for_apply, stored_topics_and_messages
 from broker.errors import BadEntryError
 from broker.index_file import IndexFile, IndexFileError
 
@@ -73,25 +73,36 @@ def indexed_topic(topic: str) -> bool:
 def entry_hashes(entry: object) -> tuple[int, list[int]]:
     """(store time, [key hash, slot, key hash, slot...]) of what one decoded entry stores (flat:
     the replicas' apply path builds no tuple per key)."""
+    if type(entry) is StoredSend:  # the hot path: a send of one run
+        topic = entry.topic
+        return entry.store_ts_ms, _run_hashes(topic, entry.messages, 0, []) \
+            if indexed_topic(topic) else []
     stored = stored_topics_and_messages(entry)
     if stored is None:
         return 0, []
     out: list[int] = []
-    crc, seed = zlib.crc32, _UNIQUE_START
     slot = 0
     for topic, _, messages in stored[1]:
-        if not indexed_topic(topic):
-            slot += len(messages)
-            continue
-        for m in messages:
-            keys, unique_key = m[2], m[3]
-            if keys:
-                for k in keys:
-                    out += (key_hash(topic, k), slot)
-            if unique_key:
-                out += (crc(unique_key.encode("utf-8", "surrogatepass"), seed), slot)
-            slot += 1
+        if indexed_topic(topic):
+            _run_hashes(topic, messages, slot, out)
+        slot += len(messages)
     return stored[0], out
+
+
+def _run_hashes(topic: str, messages: list[Any], slot: int, out: list[int]) -> list[int]:
+    """Append the hashes of one run's messages (its first at ``slot``) to ``out``."""
+    crc, seed, add = zlib.crc32, _UNIQUE_START, out.append
+    for m in messages:
+        keys, unique_key = m[2], m[3]
+        if keys:
+            for k in keys:
+                add(key_hash(topic, k))
+                add(slot)
+        if unique_key:
+            add(crc(unique_key.encode("utf-8", "surrogatepass"), seed))
+            add(slot)
+        slot += 1
+    return out
 
 
 def decoded(payload: bytes) -> object:
