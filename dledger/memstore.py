@@ -141,6 +141,17 @@ class MemoryLogStore:
         self._durable = self._durable[drop:] if len(self._durable) >= drop else []
         return self.first_index()
 
+    def reset_to(self, index: int, term: int) -> None:
+        """Install a snapshot of ``index`` (of ``term``): every entry is dropped, the log
+        continues at index + 1; durable at once (as the file store's install)."""
+        if self.base_index <= index < self.last_index():
+            self.base_position = self.positions[index - self.base_index]
+        elif index == self.last_index():
+            self.base_position = self.end_position()
+        self.base_index, self.base_term = index, term
+        self.entries_list, self.positions = [], []
+        self._durable, self._unsynced = [], []
+
     def close(self) -> None:
         return None
 

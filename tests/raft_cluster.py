@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 from dledger.memstore import MemoryHardStateStore, MemoryLogStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
-from dledger.raft.types import Entry, EntryKind, HardState, Message, Role
+from dledger.raft.types import Entry, EntryKind, HardState, Message, Role, SnapshotMeta
 
 
 @dataclass
@@ -25,6 +25,7 @@ class TestNode:
     hard_state: MemoryHardStateStore = field(default_factory=MemoryHardStateStore)
     applied: list[Entry] = field(default_factory=list)
     seed: int = 0
+    installed: list[SnapshotMeta] = field(default_factory=list)  # snapshots installed, in order
     core: RaftCore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -42,6 +43,9 @@ class TestNode:
                 return
             rd = self.core.ready()
             outbox.extend(rd.early_messages)
+            if rd.snapshot is not None:  # (the snapshot's data is elided: only its log's end)
+                self.store.reset_to(rd.snapshot.index, rd.snapshot.term)
+                self.installed.append(rd.snapshot)
             if rd.hard_state is not None:
                 self.hard_state.save(rd.hard_state)
             if rd.entries:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dledger.raft.types import Entry, Ready, Role
+from dledger.raft.types import Entry, Ready, Role, SnapshotMeta
 
 if TYPE_CHECKING:
     from chaos.sim.world import SimNode
@@ -66,6 +66,21 @@ class Observer:
         if known != (e.term, e.data):
             raise Violation("StateMachineSafety", f"{node.id} applied a different entry at "
                                                   f"{e.index}: term {e.term} vs {known[0]}")
+
+    def on_install(self, node: SimNode, meta: SnapshotMeta, chain: list[int]) -> None:
+        """A snapshot holds committed state only, the one every node committed; installing it
+        never takes a node's state machine back."""
+        top = len(self.committed_chain) - 1
+        if meta.index > top or len(chain) != meta.index:
+            raise Violation("SnapshotSafety", f"{node.id} installs a snapshot at {meta.index} "
+                                              f"past the committed {top}")
+        if meta.index and chain[-1] != self.committed_chain[meta.index]:
+            raise Violation("SnapshotSafety", f"{node.id} installs a snapshot at {meta.index} "
+                                              f"whose state is not the committed one")
+        if meta.index < node.applied_index:
+            raise Violation("StateMachineSafety", f"{node.id} installs a snapshot at "
+                                                  f"{meta.index}, below its applied index "
+                                                  f"{node.applied_index}")
 
     def on_restart(self, node: SimNode) -> None:
         before = self.max_term_of.get(node.id, 0)

@@ -25,6 +25,8 @@ CANARIES = {
     "count_self_before_durable": Canaries(count_self_before_durable=True),
     "commit_without_quorum": Canaries(commit_without_quorum=True),
     "ignore_failed_fsync": Canaries(ignore_failed_fsync=True),
+    "snapshot_below_commit": Canaries(snapshot_below_commit=True),
+    "snapshot_skips_state": Canaries(snapshot_skips_state=True),
 }
 
 MAIN_TICKS = 400

@@ -18,11 +18,12 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from chaos.sim.observer import Observer, Violation
+from chaos.sim.snapshots import SnapshotSettings, SnapshotShell
 from dledger.errors import ProposalError
 from dledger.memstore import MemoryHardStateStore, MemoryLogStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
-from dledger.raft.types import Entry, EntryKind, Message, Ready, Role
+from dledger.raft.types import Entry, EntryKind, InstallSnapshot, Message, Ready, Role, SnapshotMeta
 
 PARTITION_SHAPES = ("isolate_leader", "isolate_one", "majority_minority", "bridge", "one_link",
                     "one_way", "ring")
@@ -104,14 +105,21 @@ class SimNode:
         self.disk_full = False  # a write failed: not taking part until it rebuilds (restart)
         self._chain: list[int] = []  # _chain[k]: prefix hash up to store entry k (index k+1)
         self.background_syncs: list[tuple[int, int, int, int]] = []  # (due tick, index, term, gen)
+        # The state machine's latest durable snapshot (its checkpoint) and the chain it holds;
+        # snapshots received and not yet installed (in memory: lost in a crash).
+        self.snapshot: SnapshotMeta | None = None
+        self.snapshot_chain: list[int] = []
+        self.staged: dict[tuple[int, int], list[int]] = {}
         self.start()
 
     def start(self) -> None:
         self.background_syncs = []
+        self.staged = {}
+        # The state machine restarts from its snapshot, which covers what retention deleted.
+        self.applied_index = self.snapshot.index if self.snapshot is not None else 0
         self.core = RaftCore(self.config, self.store, self.hard_state.load(),
-                             random.Random(self.world.rng.random()), applied_index=0)
-        # The state machine restarts from its checkpoint, which covers what retention deleted.
-        self.applied_index = self.store.first_index() - 1
+                             random.Random(self.world.rng.random()),
+                             applied_index=self.applied_index, snapshot=self.snapshot)
         self._rebuild_chain()
 
     # -- prefix hashes of the visible log (for the observer's Log Matching checks) -------------
@@ -145,6 +153,8 @@ class SimNode:
                 self.world.send(m)
             if self.world.crash_now(self):
                 return  # power lost after the early sends, before anything of this Ready persisted
+            if rd.snapshot is not None:
+                self.install(rd.snapshot)
             if rd.hard_state is not None:
                 if self.world.write_fails(self, "hard state"):
                     return
@@ -175,6 +185,20 @@ class SimNode:
                                               last.index, last.term, self.core.write_generation))
         raise Violation("Liveness", f"{self.id}: the Ready loop did not settle")
 
+    def install(self, meta: SnapshotMeta) -> None:
+        """Install a staged snapshot, atomically and durably (as the runtime's rename of a
+        staged directory): the log becomes empty after it, the state machine is the snapshot's."""
+        chain = self.staged.pop((meta.index, meta.term))
+        self.world.observer.on_install(self, meta, chain)
+        self.store.reset_to(meta.index, meta.term)
+        self._chain = list(chain)
+        self.snapshot, self.snapshot_chain = meta, list(chain)
+        self.background_syncs = []  # (what they covered is gone)
+        if not self.config.canaries.snapshot_skips_state:
+            self.applied_index = meta.index
+        self.world.count("snapshot_installed")
+        self.world.event(f"{self.id} installs snapshot {meta.index} (term {meta.term})")
+
     def finish_background_syncs(self) -> None:
         """The background fsyncs that are due complete now (a crash before loses their data)."""
         due = [b for b in self.background_syncs if b[0] <= self.world.now]
@@ -189,6 +213,7 @@ class SimNode:
 
     def crash(self, rng: random.Random) -> None:
         self.up = False
+        self.staged = {}
         self.store.power_loss(rng)  # lose what was not fsynced, maybe tearing the last write
 
     def restart(self) -> None:
@@ -209,7 +234,7 @@ class SimNode:
         self.store.sync()
         self.core = RaftCore(self.config, self.store, self.hard_state.load(),
                              random.Random(self.world.rng.random()),
-                             applied_index=self.applied_index)
+                             applied_index=self.applied_index, snapshot=self.snapshot)
         self._rebuild_chain()
 
 
@@ -255,6 +280,7 @@ class World:
         self.leader_guess: str | None = None
         self.known_leaders: set[tuple[str, int]] = set()
         self.doomed: dict[str, int] = {}  # node -> tick at which it will be killed
+        self.snapshots = SnapshotShell(self, SnapshotSettings.draw(random.Random(f"snap-{seed}")))
         self.nodes = [SimNode(self, nid, RaftConfig(
             node_id=nid, voters=tuple(self.ids), canaries=canaries,
             max_append_entries=self.faults.max_append_entries,
@@ -268,6 +294,9 @@ class World:
     # -- network ---------------------------------------------------------------------------------
 
     def send(self, m: Message) -> None:
+        if isinstance(m, InstallSnapshot):
+            self.snapshots.start(m)  # its data streams for a while (chaos.sim.snapshots)
+            return
         f = self.faults
         if not self.healing and self.rng.random() < f.drop_rate:
             return
@@ -286,10 +315,10 @@ class World:
             dst = self.by_id[m.dst]
             if not dst.up or (m.src, m.dst) in self.cut:
                 continue
-            self._event(f"deliver {type(m).__name__} {m.src}->{m.dst} t{m.term}")
+            self.event(f"deliver {type(m).__name__} {m.src}->{m.dst} t{m.term}")
             dst.core.step(m)
             dst.drain()
-            self._observe()
+            self.observe()
 
     # -- clients -----------------------------------------------------------------------------------
 
@@ -310,9 +339,9 @@ class World:
                 continue
             self.leader_guess = target
             self.pending[(target, term, index)] = Proposal(value, target, term, index)
-            self._event(f"propose {value.decode()} at {target} -> ({term}, {index})")
+            self.event(f"propose {value.decode()} at {target} -> ({term}, {index})")
             node.drain()
-            self._observe()
+            self.observe()
 
     def on_applied(self, node: SimNode, e: Entry) -> None:
         p = self.pending.pop((node.id, e.term, e.index), None)
@@ -326,13 +355,13 @@ class World:
         if self.now >= self.partition_until and self.cut:
             self.cut = set()
             self.healthy_until = self.now + self.rng.randint(*f.partition_ticks)
-            self._event("heal partition")
+            self.event("heal partition")
         elif not self.cut and self.now >= self.healthy_until and f.partition_shapes:
             shape = self.rng.choice(f.partition_shapes)
             self.cut = self._partition(shape)
             self.partition_until = self.now + self.rng.randint(*f.partition_ticks)
-            self._count(f"partition:{shape}")
-            self._event(f"partition {shape} cut={sorted(self.cut)}")
+            self.count(f"partition:{shape}")
+            self.event(f"partition {shape} cut={sorted(self.cut)}")
         self._admin_step()
         if self.rng.random() < f.crash_rate:
             up = [n for n in self.nodes if n.up]
@@ -350,12 +379,12 @@ class World:
         for n in self.nodes:
             if not n.up and self.now >= n.down_until:
                 n.restart()
-                self._count("restart")
-                self._event(f"restart {n.id} at term {n.core.term}")
-                self._observe()
+                self.count("restart")
+                self.event(f"restart {n.id} at term {n.core.term}")
+                self.observe()
 
     def _admin_step(self) -> None:
-        """Operator actions: leadership transfers and retention."""
+        """Operator actions: leadership transfers, snapshots and retention."""
         f = self.faults
         for n in self.nodes:
             if not n.up:
@@ -363,18 +392,13 @@ class World:
             if n.core.role is Role.LEADER and self.rng.random() < f.transfer_rate:
                 to = self.rng.choice([x for x in self.ids if x != n.id])
                 n.core.transfer_leadership(to)
-                self._count("transfer")
-                self._event(f"transfer leadership {n.id} -> {to}")
+                self.count("transfer")
+                self.event(f"transfer leadership {n.id} -> {to}")
                 n.drain()
-                self._observe()
+                self.observe()
+            self.snapshots.maybe_take(n)
             if self.rng.random() < f.retain_rate:
-                before = n.store.first_index()
-                # As the file store, which deletes only sealed (fsynced) segments, never
-                # retention of data that is not durable yet.
-                target = min(n.core.safe_retain_index(), n.store.durable_last_index() + 1)
-                after = n.store.retain_from(target)
-                if after > before:
-                    self._count("retain")
+                self.snapshots.retain(n)
 
     def defer_sync(self, node: SimNode, rd: Ready) -> bool:
         """Whether this leader Ready's fsync runs in the background (as the runtime does)."""
@@ -396,8 +420,8 @@ class World:
         node.up, node.disk_full = False, True
         node.down_until = self.now + self.disk_rng.randint(*self.faults.down_ticks)
         self._drop_pending_of(node.id)
-        self._count("disk_full")
-        self._event(f"disk full at {what} on {node.id} (durable last {node.store.last_index()})")
+        self.count("disk_full")
+        self.event(f"disk full at {what} on {node.id} (durable last {node.store.last_index()})")
         return True
 
     def fsync_ignored(self, node: SimNode) -> bool:
@@ -407,16 +431,16 @@ class World:
             return False
         if self.disk_rng.random() >= self.faults.write_fail_rate:
             return False
-        self._count("disk_full_ignored")
-        self._event(f"fsync failed for want of space on {node.id}; carrying on (canary)")
+        self.count("disk_full_ignored")
+        self.event(f"fsync failed for want of space on {node.id}; carrying on (canary)")
         return True
 
     def _crash(self, victim: SimNode, kind: str) -> None:
         victim.crash(self.rng)
         victim.down_until = self.now + self.rng.randint(*self.faults.down_ticks)
         self._drop_pending_of(victim.id)
-        self._count(kind)
-        self._event(f"{kind} {victim.id} (durable last {victim.store.last_index()})")
+        self.count(kind)
+        self.event(f"{kind} {victim.id} (durable last {victim.store.last_index()})")
 
     def _partition(self, shape: str) -> set[tuple[str, str]]:
         ids = self.ids[:]
@@ -458,7 +482,8 @@ class World:
         for n in self.nodes:
             if n.up and n.background_syncs:
                 n.finish_background_syncs()
-                self._observe()
+                self.observe()
+        self.snapshots.step()
         for n, rate in zip(self.nodes, self.faults.tick_rates):
             if not n.up:
                 continue
@@ -468,12 +493,12 @@ class World:
                 n.core.tick()
                 n.drain()
                 self.events += 1
-                self._observe()
+                self.observe()
             if n.core.role is Role.LEADER:
                 self.leader_guess = n.id
         self._deliver_due()
 
-    def _observe(self) -> None:
+    def observe(self) -> None:
         self.observer.after_event(self.nodes)
         f = self.faults
         if self.healing or not (f.new_leader_crash_rate or f.new_leader_isolate_rate):
@@ -491,14 +516,14 @@ class World:
         if not self.cut:
             self.partition_until = self.now + self.rng.randint(*self.faults.partition_ticks)
         self.cut |= {(nid, o) for o in self.ids if o != nid} | {(o, nid) for o in self.ids if o != nid}
-        self._count("partition:isolate_new_leader")
-        self._event(f"isolate new leader {nid}")
+        self.count("partition:isolate_new_leader")
+        self.event(f"isolate new leader {nid}")
 
-    def _event(self, text: str) -> None:
+    def event(self, text: str) -> None:
         self.events += 1
         self.trail.append(f"[{self.now}] {text}")
 
-    def _count(self, kind: str) -> None:
+    def count(self, kind: str) -> None:
         self.fault_counts[kind] = self.fault_counts.get(kind, 0) + 1
 
     # -- heal phase ---------------------------------------------------------------------------------
@@ -511,4 +536,4 @@ class World:
         for n in self.nodes:
             if not n.up:
                 n.restart()
-        self._event("heal: faults stopped, all nodes up")
+        self.event("heal: faults stopped, all nodes up")

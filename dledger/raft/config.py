@@ -27,12 +27,18 @@ class Canaries:
     # naive "stay up on a full disk"); the simulator's full-disk faults must catch it.
     # Simulator only (SIM_ONLY_CANARIES): a node process does not offer it.
     ignore_failed_fsync: bool = False
+    # a follower restores a snapshot even at or below its commit index (committed state moves
+    # back: the entries after the snapshot are applied a second time)
+    snapshot_below_commit: bool = False
+    # the shell installs a snapshot's log but not its state: the state machine goes on applying
+    # the entries after the snapshot over a state that skipped those before. Simulator only.
+    snapshot_skips_state: bool = False
 
     def any(self) -> bool:
         return any(getattr(self, name) for name in self.__dataclass_fields__)
 
 
-SIM_ONLY_CANARIES = frozenset({"ignore_failed_fsync"})
+SIM_ONLY_CANARIES = frozenset({"ignore_failed_fsync", "snapshot_skips_state"})
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from dledger.raft.leader import LeaderRole
 from dledger.raft.log import RaftLog
 from dledger.raft.progress import Progress
 from dledger.raft.quorum import VoteResult, vote_result
+from dledger.raft.snapshots import SnapshotRole
 from dledger.raft.types import (
     ENTRY_OVERHEAD_BYTES,
     AppendRequest,
@@ -31,10 +32,12 @@ from dledger.raft.types import (
     HardState,
     Heartbeat,
     HeartbeatResponse,
+    InstallSnapshot,
     LogReader,
     Message,
     Ready,
     Role,
+    SnapshotMeta,
     Status,
     TimeoutNow,
     VoteRequest,
@@ -47,11 +50,15 @@ if TYPE_CHECKING:  # the core only uses the Random instance it is given, never t
 
 _LEADER_EARLY = (AppendRequest, Heartbeat)
 _CANARY_EARLY = (AppendRequest, Heartbeat, AppendResponse)
+_FROM_LEADER = (AppendRequest, Heartbeat, InstallSnapshot)
 
 
-class RaftCore(LeaderRole):
+class RaftCore(SnapshotRole, LeaderRole):
     def __init__(self, config: RaftConfig, log_reader: LogReader, hard_state: HardState,
-                 rng: random.Random, applied_index: int = 0) -> None:
+                 rng: random.Random, applied_index: int = 0,
+                 snapshot: SnapshotMeta | None = None) -> None:
+        """``applied_index``: how far the state machine is (its checkpoint); ``snapshot``: the
+        latest snapshot of it the shell holds (which it can send, and retention may cut to)."""
         self.config = config
         self.id = config.node_id
         self.rng = rng
@@ -85,6 +92,7 @@ class RaftCore(LeaderRole):
         self._inputs = 0
         self._appends_flushed_at = -1
         self.lazy_peers: frozenset[str] = frozenset()  # as leader with quorum_first: see leader.py
+        self.snapshot = snapshot
         self._reset_election_timer()
 
     # ======================================================================================
@@ -97,6 +105,8 @@ class RaftCore(LeaderRole):
         self.election_elapsed += 1
         if self.role is Role.LEADER:
             self._tick_leader()
+        elif self.log.pending_snapshot is not None:
+            self.election_elapsed = 0  # its log is about to be replaced: it does not campaign
         elif self.election_elapsed >= self.randomized_election_ticks:
             self.election_elapsed = 0
             self._start_election()
@@ -124,7 +134,7 @@ class RaftCore(LeaderRole):
     def campaign(self) -> None:
         """Start an election now (as if the election timeout fired)."""
         self._inputs += 1
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER and self.log.pending_snapshot is None:
             self._start_election()
 
     def step(self, m: Message) -> None:
@@ -151,6 +161,7 @@ class RaftCore(LeaderRole):
             or self.log.unstable
             or self._hard_state_changed()
             or self.log.commit_index > self.log.handed_out_index
+            or (self.log.pending_snapshot is not None and not self.log.snapshot_handed_out)
         )
 
     def ready(self) -> Ready:
@@ -159,6 +170,7 @@ class RaftCore(LeaderRole):
         if self._hard_state_changed():
             self._pending_hard_state = HardState(self.term, self.voted_for)
             hs = self._hard_state_for_shell()
+        snapshot = self._snapshot_for_shell()
         entries = tuple(self.log.unstable)
         committed = tuple(self.log.next_committed(self.config.max_apply_bytes))
         if committed:
@@ -172,7 +184,8 @@ class RaftCore(LeaderRole):
             (early if hs is None and isinstance(m, early_kinds) else late).append(m)
         self._msgs = []
         return Ready(hs, entries, tuple(early), tuple(late), committed,
-                     must_sync=hs is not None or bool(entries))
+                     must_sync=hs is not None or bool(entries) or snapshot is not None,
+                     snapshot=snapshot)
 
     def advance(self, rd: Ready, durable: bool = True) -> None:
         """The shell did what ``rd`` asked. ``durable=False`` (allowed only when
@@ -182,6 +195,8 @@ class RaftCore(LeaderRole):
         if rd.hard_state is not None and self._pending_hard_state is not None:
             self._persisted_hard_state = self._pending_hard_state
             self._pending_hard_state = None
+        if rd.snapshot is not None:
+            self._snapshot_advanced(rd.snapshot)
         if rd.entries:
             first, last = rd.entries[0].index, rd.entries[-1].index
             if first <= self._written_index:  # the written suffix was replaced
@@ -199,7 +214,7 @@ class RaftCore(LeaderRole):
     def can_defer_sync(self, rd: Ready) -> bool:
         """True if nothing in rd waits for the fsync of its entries: a leader's own appends
         (its copy is counted only once durable) with no hard-state change to persist."""
-        return (self.role is Role.LEADER and rd.hard_state is None
+        return (self.role is Role.LEADER and rd.hard_state is None and rd.snapshot is None
                 and not self.config.canaries.ack_before_fsync
                 and all(isinstance(m, _LEADER_EARLY) for m in rd.messages))
 
@@ -233,7 +248,7 @@ class RaftCore(LeaderRole):
             last_index=self.log.last_index(), commit_index=self.log.commit_index,
             applied_index=self.log.applied_index, persisted_index=self._self_match_index(),
             retain_index=self.safe_retain_index(), transferee=self.transferee,
-            followers=followers,
+            followers=followers, snapshot_index=self.snapshot.index if self.snapshot else 0,
         )
 
     def safe_retain_index(self) -> int:
@@ -339,14 +354,12 @@ class RaftCore(LeaderRole):
                 return True  # answering a pre-vote never changes our term
         if isinstance(m, VoteResponse) and m.pre_vote and m.granted:
             return True  # granted pre-votes carry the term we are about to campaign in
-        leader = m.src if isinstance(m, (AppendRequest, Heartbeat, TimeoutNow)) else None
-        if isinstance(m, TimeoutNow):
-            leader = None
+        leader = m.src if isinstance(m, _FROM_LEADER) else None
         self._become_follower(m.term, leader)
         return True
 
     def _on_lower_term(self, m: Message) -> None:
-        if isinstance(m, (AppendRequest, Heartbeat)):
+        if isinstance(m, _FROM_LEADER):
             # Tell a stale leader about the newer term so it steps down.
             self._send(HeartbeatResponse(self.term, self.id, m.src))
         elif isinstance(m, VoteRequest) and m.pre_vote:
@@ -459,4 +472,5 @@ _HANDLERS: dict[type, Callable[[RaftCore, Any], None]] = {
     Heartbeat: RaftCore._on_heartbeat,
     HeartbeatResponse: RaftCore._on_heartbeat_response,
     TimeoutNow: RaftCore._on_timeout_now,
+    InstallSnapshot: RaftCore._on_install_snapshot,
 }

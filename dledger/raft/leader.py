@@ -53,6 +53,12 @@ class LeaderRole:
     def _become_follower(self, term: int, leader_id: str | None) -> None:
         raise NotImplementedError
 
+    def _send_snapshot(self, peer: str, pr: Progress) -> bool:
+        raise NotImplementedError  # (dledger.raft.snapshots)
+
+    def _snapshot_answered(self, pr: Progress) -> None:
+        raise NotImplementedError  # (dledger.raft.snapshots)
+
     def transfer_leadership(self, to: str) -> None:
         self._inputs += 1
         if self.role is not Role.LEADER:
@@ -93,7 +99,9 @@ class LeaderRole:
             return
         was_probe = pr.state is ProgressState.PROBE
         updated = pr.maybe_update(m.index)
-        if was_probe and (updated or pr.match_index == m.index):
+        if pr.state is ProgressState.SNAPSHOT:
+            self._snapshot_answered(pr)
+        elif was_probe and (updated or pr.match_index == m.index):
             pr.become_replicate()
         if updated:
             self._maybe_commit()
@@ -243,8 +251,8 @@ class LeaderRole:
     def _send_append(self, peer: str, pr: Progress, last: int,
                      batches: dict[int, tuple[Entry, ...]]) -> bool:
         prev = pr.next_index - 1
-        if prev < self.log.first_index() - 1:
-            return False  # the follower needs entries retention deleted; nothing to send
+        if prev < self.log.first_index() - 1:  # the follower needs entries retention deleted
+            return self._send_snapshot(peer, pr)
         entries = batches.get(pr.next_index)
         if entries is None:
             hi = min(last + 1, pr.next_index + self.config.max_append_entries)

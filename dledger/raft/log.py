@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dledger.raft.types import Entry, LogReader, entries_bytes
+from dledger.raft.types import Entry, LogReader, SnapshotMeta, entries_bytes
 
 
 class RaftLog:
@@ -33,15 +33,23 @@ class RaftLog:
         self.applied_index = max(applied_index, floor)
         self.commit_index = self.applied_index
         self.handed_out_index = self.applied_index  # committed entries given to the shell
+        # A snapshot restored but not yet installed by the shell: until then the stable log is
+        # not read (it is about to be replaced) and the log begins right after the snapshot.
+        self.pending_snapshot: SnapshotMeta | None = None
+        self.snapshot_handed_out = False
 
     # -- indexes -------------------------------------------------------------------------
 
     def first_index(self) -> int:
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot.index + 1
         return self.stable.first_index()
 
     def last_index(self) -> int:
         if self.unstable:
             return self.unstable_offset + len(self.unstable) - 1
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot.index
         return self.stable.last_index()
 
     def last_term(self) -> int:
@@ -49,6 +57,8 @@ class RaftLog:
 
     def persisted_index(self) -> int:
         """Last index that is durable (written by the shell) and still part of this log."""
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot.index if self.snapshot_handed_out else 0
         return min(self.stable.last_index(), self.unstable_offset - 1)
 
     # -- terms ---------------------------------------------------------------------------
@@ -60,6 +70,11 @@ class RaftLog:
             if k >= len(self.unstable):
                 raise IndexError(f"index {index} past last index {self.last_index()}")
             return self.unstable[k].term
+        snap = self.pending_snapshot
+        if snap is not None:
+            if index == snap.index:
+                return snap.term
+            raise IndexError(f"index {index} is not held past the snapshot at {snap.index}")
         if index > self.stable.last_index():
             raise IndexError(f"index {index} past last index {self.last_index()}")
         return self.stable.term_at(index)
@@ -183,6 +198,27 @@ class RaftLog:
     def applied_to(self, index: int) -> None:
         if index > self.applied_index:
             self.applied_index = index
+
+    # -- snapshots ------------------------------------------------------------------------
+
+    def restore(self, meta: SnapshotMeta) -> None:
+        """Replace the whole log with a snapshot of ``meta.index``: every entry up to there is
+        committed and applied (by the snapshot), nothing after it is held. The shell installs the
+        snapshot when it is handed out in a Ready; ``snapshot_installed`` follows its advance."""
+        self.pending_snapshot = meta
+        self.snapshot_handed_out = False
+        self.unstable = []
+        self.unstable_offset = meta.index + 1
+        self._cache = []
+        self._cache_head = 0
+        self.cache_bytes = 0
+        self.commit_index = self.applied_index = self.handed_out_index = meta.index
+
+    def snapshot_installed(self) -> None:
+        """The shell installed the pending snapshot: its log store now begins after it (or at
+        older entries the snapshot brought along, all committed), and is read again."""
+        self.pending_snapshot = None
+        self.snapshot_handed_out = False
 
 
 def _take(entries: Sequence[Entry], out: list[Entry], size: int,

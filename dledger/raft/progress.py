@@ -13,11 +13,12 @@ from collections import deque
 class ProgressState(enum.Enum):
     PROBE = "probe"  # one append at a time until the follower's log position is found
     REPLICATE = "replicate"  # optimistic streaming, up to max_inflight appends outstanding
+    SNAPSHOT = "snapshot"  # its next entry was retained away: a snapshot is on its way, no appends
 
 
 class Progress:
     __slots__ = ("match_index", "next_index", "state", "probe_sent", "inflight", "max_inflight",
-                 "recent_active", "last_contact_tick", "needs_send")
+                 "recent_active", "last_contact_tick", "needs_send", "pending_snapshot")
 
     def __init__(self, next_index: int, max_inflight: int) -> None:
         self.match_index = 0
@@ -29,10 +30,13 @@ class Progress:
         self.recent_active = False
         self.last_contact_tick = -1
         self.needs_send = True  # send an append even if it carries no entries (a probe)
+        self.pending_snapshot = 0  # in the snapshot state: the index of the snapshot being sent
 
     def is_paused(self) -> bool:
         if self.state is ProgressState.PROBE:
             return self.probe_sent
+        if self.state is ProgressState.SNAPSHOT:
+            return True
         return len(self.inflight) >= self.max_inflight
 
     def become_probe(self) -> None:
@@ -40,6 +44,26 @@ class Progress:
         self.next_index = self.match_index + 1
         self.probe_sent = False
         self.inflight.clear()
+
+    def become_snapshot(self, snapshot_index: int) -> None:
+        """A snapshot of ``snapshot_index`` is being sent: no appends until it is in (a response
+        at or past it) or the shell reports the transfer failed."""
+        self.state = ProgressState.SNAPSHOT
+        self.pending_snapshot = snapshot_index
+        self.probe_sent = False
+        self.needs_send = False
+        self.inflight.clear()
+
+    def snapshot_done(self, ok: bool) -> None:
+        """The shell's word on the transfer: probe from past the snapshot if it went through,
+        else from the match index (which asks for a snapshot again). Either way the next probe
+        waits for a heartbeat's answer, so a failing transfer is retried once a heartbeat."""
+        pending = self.pending_snapshot
+        self.become_probe()
+        if ok:
+            self.next_index = max(self.next_index, pending + 1)
+        self.pending_snapshot = 0
+        self.probe_sent = True
 
     def become_replicate(self) -> None:
         self.state = ProgressState.REPLICATE
@@ -70,6 +94,8 @@ class Progress:
 
     def maybe_decrease_to(self, rejected_index: int, probe_hint_index: int) -> bool:
         """A rejection of the append whose prev_log_index was rejected_index. False if stale."""
+        if self.state is ProgressState.SNAPSHOT:
+            return False  # (an answer to an append sent before the snapshot)
         if self.state is ProgressState.REPLICATE:
             if rejected_index <= self.match_index:
                 return False

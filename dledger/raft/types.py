@@ -146,6 +146,30 @@ class HeartbeatResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    """What a snapshot covers: every entry up to ``index`` (of ``term``), applied, with the group's
+    voters as of that index. The snapshot's data (the state machine's files, and whatever else
+    the shell sends with them) is the shell's business; the core sees only this."""
+
+    index: int
+    term: int
+    voters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InstallSnapshot:
+    """Leader -> follower whose next entry retention deleted (Raft section 7). On the leader's
+    side the shell streams the snapshot's data instead of sending this as it is; the follower's
+    shell steps its core with it once the whole snapshot is in (staged, checksummed). The answer
+    is an ``AppendResponse`` for ``meta.index``."""
+
+    term: int
+    src: str
+    dst: str
+    meta: SnapshotMeta
+
+
+@dataclass(frozen=True, slots=True)
 class TimeoutNow:
     """Leadership transfer: the target campaigns at once, skipping pre-vote."""
 
@@ -155,7 +179,8 @@ class TimeoutNow:
 
 
 Message = Union[
-    VoteRequest, VoteResponse, AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse, TimeoutNow
+    VoteRequest, VoteResponse, AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse,
+    TimeoutNow, InstallSnapshot,
 ]
 
 
@@ -168,9 +193,10 @@ class Ready:
 
     1. send ``early_messages`` (leader appends and heartbeats: safe before local persistence,
        because the leader counts its own copy only after ``advance``);
-    2. persist ``hard_state`` (if not None) and ``entries`` (if ``entries[0].index`` is not past
-       the stored last index, truncate the stored suffix from there first); fsync when
-       ``must_sync`` in sync flush mode;
+    2. install ``snapshot`` (if not None: the staged snapshot of that index replaces the state
+       machine and the whole log, durably), then persist ``hard_state`` (if not None) and
+       ``entries`` (if ``entries[0].index`` is not past the stored last index, truncate the
+       stored suffix from there first); fsync when ``must_sync`` in sync flush mode;
     3. send ``messages``;
     4. apply ``committed`` in order;
     5. call ``advance(ready)``.
@@ -182,6 +208,7 @@ class Ready:
     messages: tuple[Message, ...]
     committed: tuple[Entry, ...]
     must_sync: bool
+    snapshot: SnapshotMeta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +216,7 @@ class FollowerStatus:
     node_id: str
     match_index: int
     next_index: int
-    state: str  # "probe" or "replicate"
+    state: str  # "probe", "replicate" or "snapshot" (a snapshot is being sent to it)
     last_contact_ticks: int  # ticks since the last message from this follower (-1: never)
     in_flight: int
 
@@ -209,6 +236,7 @@ class Status:
     retain_index: int
     transferee: str | None
     followers: tuple[FollowerStatus, ...] = field(default_factory=tuple)
+    snapshot_index: int = 0  # the latest snapshot this node can send (0: none)
 
 
 # --- seams --------------------------------------------------------------------------------
