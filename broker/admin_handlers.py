@@ -16,12 +16,13 @@ heartbeats, so it is not seen here: stop it first.
 from __future__ import annotations
 
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from broker.entries import INT_MAX, OffsetReset
 from broker.errors import BrokerError
 from broker.handlers import _brief, handles, integer, readable_topic, text
-from broker.protocol import CONSUMER_STATUS, OFFSET_RESET, SendRefusedError
+from broker.protocol import CONSUMER_STATUS, OFFSET_RESET, STATE_DIGEST, SendRefusedError
 from dledger.errors import DLedgerError
 
 if TYPE_CHECKING:
@@ -100,3 +101,11 @@ async def consumer_status(server: BrokerServer, group: str) -> dict[str, Any]:
                          "expires_in_ms": max(0, int((m.expires_at - now) * 1000))}
                         for m in members],
             "queues": queues}
+
+
+@handles(STATE_DIGEST)
+async def state_digest(server: BrokerServer) -> list[int]:
+    """This node's state machine as a CRC32 (of its checkpoint's bytes), to compare replicas."""
+    store = server.node.store
+    first, last = (store.first_index(), store.last_index()) if store is not None else (0, 0)
+    return [server.state.applied_index, zlib.crc32(server.state.snapshot()), first, last]

@@ -324,16 +324,18 @@ class KeyIndex:
                 "checkpointed_index": self.checkpointed_index, "failed": self.failed}
 
 
-def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = True) -> int:
+def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = True,
+             opened: Any = None) -> int:
     """Index the log's entries after ``index.applied_index`` up to ``upto`` (the state machine's
     checkpoint: the node replays only what follows it). Entries log retention deleted are
-    skipped. Returns how many entries were read."""
+    skipped. ``opened``: the node's log store, open (else the directory is opened here).
+    Returns how many entries were read."""
     from dledger.commitlog import FileLogStore  # (the broker's pure modules import no storage)
     from dledger.raft.types import EntryKind
 
-    if index.applied_index >= upto or not os.path.isdir(log_dir):
+    if index.applied_index >= upto or (opened is None and not os.path.isdir(log_dir)):
         return 0
-    store = FileLogStore.open(log_dir, verify_checksums=verify_checksums)
+    store = opened or FileLogStore.open(log_dir, verify_checksums=verify_checksums)
     read = 0
     try:
         lo = max(index.applied_index + 1, store.first_index())
@@ -346,15 +348,18 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
                 read += 1
             index.end_batch()
     finally:
-        store.close()
+        if opened is None:
+            store.close()
     return read
 
 
-def open_index(data_dir: str, config: IndexConfig, upto: int, verify_checksums: bool = True) -> KeyIndex:
-    """The node's key index, caught up from its log to ``upto`` (the state's checkpoint)."""
+def open_index(data_dir: str, config: IndexConfig, upto: int, verify_checksums: bool = True,
+               store: Any = None) -> KeyIndex:
+    """The node's key index, caught up from its log to ``upto`` (the state's checkpoint);
+    ``store``: the node's log store, if it is open."""
     index = KeyIndex.open(data_dir, config)
     try:
-        read = catch_up(index, os.path.join(data_dir, "log"), upto, verify_checksums)
+        read = catch_up(index, os.path.join(data_dir, "log"), upto, verify_checksums, store)
     except BaseException:
         index.close()
         raise

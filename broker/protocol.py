@@ -57,6 +57,10 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - CONSUMER_STATUS ``group`` -> ``{"node", "leader", "members": [...], "queues": [[topic,
   queue_id, committed, max]...]}``: this node's view of the group's live members (client id,
   model, subscriptions) and offsets (any replica; the leader's offsets are the latest)
+- STATE_DIGEST -> ``[applied_index, crc32, log_first_index, log_last_index]``: a CRC32 of this
+  node's whole state machine (topics, consume queues, offsets, dedup table, timers, locks,
+  transactions) as its checkpoint would write it, so that replicas at the same applied index
+  can be compared (any replica; ``broker.admin_handlers``)
 - VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
   max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
   of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
@@ -101,6 +105,7 @@ QUERY_BY_KEY = 121
 QUERY_BY_UNIQUE_KEY = 122
 OFFSET_RESET = 124
 CONSUMER_STATUS = 125
+STATE_DIGEST = 126
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

@@ -72,7 +72,8 @@ from dledger.protocol import (
     encode_error,
     encode_result,
 )
-from dledger.raft.types import EntryKind
+from dledger.raft.types import EntryKind, SnapshotMeta
+from dledger.snapshot_files import finish_install
 from dledger.runtime import Address, AppliedEntry, Node, NodeConfig
 from dledger.server import status_dict
 
@@ -158,14 +159,20 @@ class BrokerServer:
         self.config = config
         self.group = config.node.group
         self.state_config = StateConfig(canaries=config.canaries & STATE_CANARIES)
+        # A snapshot install a crash cut short is finished before anything is read.
+        finish_install(config.node.data_dir, "log", SNAPSHOT_DERIVED)
         self.state = load_checkpoint(config.node.data_dir,
                                      not config.node.canaries.skip_checksum, self.state_config)
+        self.checkpointed_index = self.state.applied_index  # what the checkpoint file holds
+        self._checkpoint_writing = False
+        self._checkpoint_lock = asyncio.Lock()  # a checkpoint write, or a snapshot install
         # The key index catches up with the checkpoint from the log, then follows the apply.
         self.index: KeyIndex = open_index(config.node.data_dir, config.index,
                                           self.state.applied_index,
                                           not config.node.canaries.skip_checksum)
         # The log replays only what the checkpoint does not cover.
         self.node = Node(config.node, applied_index=self.state.applied_index)
+        self.node.set_snapshot_provider(self)
         self._checkpointer: asyncio.Task[None] | None = None
         self.results: OrderedDict[int, ApplyResult] = OrderedDict()
         self.members = GroupMembers()
@@ -204,28 +211,37 @@ class BrokerServer:
         self.txns.start()
 
     async def _checkpoint_loop(self) -> None:
-        saved = self.state.applied_index
         wait_s = self.config.checkpoint_interval_s
         while True:
             await asyncio.sleep(wait_s)  # the checkpoint period
-            if self.state.applied_index > saved:
-                saved = self.state.applied_index
-                t0 = time.perf_counter()
-                blob = self.state.snapshot()  # on the loop: a consistent view
-                store = self.node.store
-                index_job = self.index.checkpoint(store.first_index() if store else 1)
+            if self.state.applied_index > self.checkpointed_index:
+                async with self._checkpoint_lock:  # (a snapshot install waits for it)
+                    spent_s = await self._checkpoint()
                 # A snapshot costs time in proportion to the state: space them so that they
                 # take at most 1/CHECKPOINT_DUTY of the loop, however large the state grows.
-                wait_s = max(self.config.checkpoint_interval_s,
-                             (time.perf_counter() - t0) * CHECKPOINT_DUTY)
-                try:  # the key index first: it never lags the checkpoint
-                    await asyncio.to_thread(_save_both, index_job, self.config.node.data_dir,
-                                            blob)
-                except OSError as err:  # e.g. a full disk: the log still has it all; next time
-                    log.warning("checkpoint at index %d not written: %s", saved, err)
-                    saved = -1  # (so the next period tries again even with nothing new)
-                finally:
-                    self.index.checkpoint_done()
+                wait_s = max(self.config.checkpoint_interval_s, spent_s * CHECKPOINT_DUTY)
+
+    async def _checkpoint(self) -> float:
+        """Write the checkpoint (and the key index) at the applied index; returns how long the
+        snapshot of the state took on the loop."""
+        saved = self.state.applied_index
+        t0 = time.perf_counter()
+        blob = self.state.snapshot()  # on the loop: a consistent view
+        store = self.node.store
+        index_job = self.index.checkpoint(store.first_index() if store else 1)
+        spent_s = time.perf_counter() - t0
+        self._checkpoint_writing = True
+        try:  # the key index first: it never lags the checkpoint
+            await asyncio.to_thread(_save_both, index_job, self.config.node.data_dir, blob)
+        except OSError as err:  # e.g. a full disk: the log still has it all; next time
+            log.warning("checkpoint at index %d not written: %s", saved, err)
+        else:
+            self.checkpointed_index = saved
+            self.node.snapshot_taken(saved)  # the log may be retained up to it
+        finally:
+            self._checkpoint_writing = False
+            self.index.checkpoint_done()
+        return spent_s
 
     async def stop(self) -> None:
         await self.delays.stop()
@@ -241,6 +257,44 @@ class BrokerServer:
             self._server.close()
         await self.node.stop()
         self.index.close()
+
+    # -- snapshots (dledger.snapshot_node's SnapshotProvider) ---------------------------------------
+
+    def snapshot_source(self) -> tuple[int, list[tuple[str, int]]] | None:
+        """The checkpoint file, opened now, and the applied index it holds (None while one is
+        being written: the file may be replaced any moment; the transfer is retried)."""
+        if self._checkpoint_writing or self.checkpointed_index == 0:
+            return None
+        fd = os.open(os.path.join(self.config.node.data_dir, CHECKPOINT_FILE), os.O_RDONLY)
+        return self.checkpointed_index, [(CHECKPOINT_FILE, fd)]
+
+    def snapshot_derived(self) -> tuple[str, ...]:
+        return SNAPSHOT_DERIVED
+
+    async def snapshot_installing(self) -> None:
+        """A snapshot is about to replace the checkpoint: no checkpoint write may run until it
+        is installed (an older state written after it would undo it)."""
+        await self._checkpoint_lock.acquire()
+
+    def snapshot_installed(self, meta: SnapshotMeta) -> None:
+        """A snapshot replaced the checkpoint and the log: load the one, re-index the other."""
+        try:
+            self._reload(meta)
+        finally:
+            self._checkpoint_lock.release()
+
+    def _reload(self, meta: SnapshotMeta) -> None:
+        data_dir = self.config.node.data_dir
+        verify = not self.config.node.canaries.skip_checksum
+        state = load_checkpoint(data_dir, verify, self.state_config, self.node.store)
+        if state.applied_index != meta.index:
+            raise BadEntryError(f"the installed checkpoint is at {state.applied_index}, "
+                                f"not at the snapshot's {meta.index}")
+        self.state = state
+        self.checkpointed_index = meta.index
+        self.results.clear()
+        self.index.close()
+        self.index = open_index(data_dir, self.config.index, meta.index, verify, self.node.store)
 
     # -- the state machine, fed by the log --------------------------------------------------------
 
@@ -404,10 +458,12 @@ class BrokerServer:
         st["retries"] = self.retries.status()
         st["transactions"] = self.txns.status()
         st["key_index"] = self.index.status()
+        st["snapshot"] = {**self.node.snapshot_status(), "checkpoint_index": self.checkpointed_index}
         return st
 
 
 CHECKPOINT_FILE = "broker.checkpoint"
+SNAPSHOT_DERIVED = ("index",)  # rebuilt from the log when a snapshot is installed (key index)
 
 
 def _save_both(index_job: Callable[[], None], data_dir: str, blob: bytes) -> None:
@@ -422,7 +478,8 @@ def save_checkpoint(data_dir: str, blob: bytes) -> None:
 
 
 def load_checkpoint(data_dir: str, verify_checksums: bool = True,
-                    config: StateConfig | None = None) -> BrokerState:
+                    config: StateConfig | None = None,
+                    store: FileLogStore | None = None) -> BrokerState:
     """The last checkpoint, or an empty state (the log is then replayed from the start). A
     checkpoint that is damaged, or ahead of what the log holds (a power loss took entries the
     leader had applied before its own fsync), is set aside rather than trusted."""
@@ -441,10 +498,12 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True,
         log.warning("ignoring checkpoint %s: %s", path, err)
         return BrokerState(config or StateConfig())
     log_dir = os.path.join(data_dir, "log")
-    if os.path.isdir(log_dir):
-        store = FileLogStore.open(log_dir, verify_checksums=verify_checksums)
+    if store is not None:  # (the node's, open)
         last = store.last_index()
-        store.close()
+    elif os.path.isdir(log_dir):
+        opened = FileLogStore.open(log_dir, verify_checksums=verify_checksums)
+        last = opened.last_index()
+        opened.close()
     else:
         last = 0
     if state.applied_index > last:

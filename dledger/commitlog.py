@@ -118,6 +118,25 @@ class FileLogStore(LogWrites, LogRecovery, PowerLossFaults):
             raise
         return store
 
+    def snapshot_files(self, upto: int) -> tuple[bytes, list[tuple[str, str, int]]]:
+        """What a snapshot at index ``upto`` brings of this log: the meta record of where the
+        log starts, and (file name, path, bytes) of each data file's part up to the end of entry
+        ``upto``. Those bytes are committed and never change; the caller opens the files at
+        once (retention may delete them later, an open file stays readable)."""
+        self._check_usable()
+        if not self._base_index <= upto <= self.last_index():
+            raise IndexError(f"index {upto} not held ({self.first_index()}..{self.last_index()})")
+        meta = encode_meta(self._base_index, self._base_term, self._base_position)
+        k = upto - self._base_index
+        end = self._positions[k] if k < len(self._positions) else self._end_position
+        out = []
+        for seg in self._segments:
+            if seg.first_index > upto:
+                break
+            out.append((os.path.basename(seg.data_path), seg.data_path,
+                        min(seg.data_bytes, end - seg.base_position)))
+        return meta, out
+
     def retain_from(self, index: int) -> int:
         """Delete whole segments whose entries are all below ``index`` (never the last segment);
         returns the new first_index()."""

@@ -56,8 +56,10 @@ class DiskFullRecovery(Proposals):
         self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
                                        segment_bytes_max=cfg.segment_bytes_max,
                                        verify_checksums=not cfg.canaries.skip_checksum)
+        self._snapshot_meta = self._snapshot_meta or self._initial_snapshot(applied_index)
         self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
-                             random.Random(self._rng.random()), applied_index=applied_index)
+                             random.Random(self._rng.random()), applied_index=applied_index,
+                             snapshot=self._snapshot_meta)
 
     def _open_flusher(self, store: FileLogStore) -> Flusher:
         cfg = self.config

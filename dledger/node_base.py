@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from dledger.commitlog import FileLogStore
 from dledger.errors import DiskFullError, NodeStoppedError
@@ -20,9 +20,13 @@ from dledger.flush import Flusher
 from dledger.hardstate import FileHardStateStore
 from dledger.node_config import Address, ApplyListener, Committed, NodeConfig
 from dledger.raft.core import RaftCore
-from dledger.raft.types import Message, Ready
+from dledger.raft.types import InstallSnapshot, Message, Ready, SnapshotMeta
 from dledger.trace import NodeTrace
 from dledger.transport import PeerTransport
+
+if TYPE_CHECKING:  # (the snapshot modules build on this one)
+    from dledger.snapshot_node import SnapshotProvider
+    from dledger.snapshot_recv import SnapshotReceiver
 
 __all__ = ["NodeBase"]
 
@@ -66,6 +70,16 @@ class NodeBase:
         self._leader_term: int | None = None  # term in which we lead, if we do
         self.failure: BaseException | None = None
         self._disk_full: DiskFullError | None = None  # the failed write, while riding it out
+        # Snapshots (dledger.snapshot_node): the application's, the latest the core knows,
+        # transfers out (one task per follower) and in, and counters.
+        self._snapshot_provider: SnapshotProvider | None = None
+        self._snapshot_meta: SnapshotMeta | None = None
+        self._snapshot_sends: dict[str, asyncio.Task[None]] = {}
+        self._receiver: SnapshotReceiver | None = None
+        self.snapshots_sent = 0
+        self.snapshot_send_failures = 0
+        self.snapshot_resumed_bytes = 0  # not sent again: the follower held them
+        self.snapshots_installed = 0
 
     # -- provided by the other parts (declared so that each part reads on its own) -----------
 
@@ -83,6 +97,26 @@ class NodeBase:
 
     def _note_ack(self) -> None:
         """A follower answered an append of entries (``busy_poll``)."""
+        raise NotImplementedError
+
+    def _in_loop(self, op: Callable[[], None]) -> asyncio.Future[None]:
+        """Run op on the core from the loop, between Readies (``runtime``)."""
+        raise NotImplementedError
+
+    def _open_flusher(self, store: FileLogStore) -> Flusher:
+        """A flusher for the store (``disk_full``)."""
+        raise NotImplementedError
+
+    def _initial_snapshot(self, applied_index: int) -> SnapshotMeta | None:
+        """The snapshot a (re)built core starts with (``snapshot_node``)."""
+        raise NotImplementedError
+
+    async def _install_snapshot(self, meta: SnapshotMeta) -> None:
+        """Install the snapshot a Ready hands out (``snapshot_node``)."""
+        raise NotImplementedError
+
+    def _start_snapshot_send(self, m: InstallSnapshot) -> None:
+        """Stream a snapshot for the core's InstallSnapshot (``snapshot_node``)."""
         raise NotImplementedError
 
     # -- accessors -------------------------------------------------------------------------------

@@ -105,6 +105,16 @@ _OPTIONS = [
     click.option("--retention-entries", type=click.IntRange(min=1), default=None,
                  help="Delete old log segments, keeping at least this many entries (and all "
                       "that a member still needs). Default: keep everything."),
+    click.option("--retention-lag-entries", type=click.IntRange(min=0), default=1_000_000,
+                 show_default=True,
+                 help="With snapshots (a broker): retention keeps what a lagging member needs "
+                      "only while it is within this many entries of the log's end; a member "
+                      "further behind is sent a snapshot instead."),
+    click.option("--segment-bytes", type=click.IntRange(min=4096), default=64 << 20,
+                 show_default=True, help="Size of a commitlog segment file."),
+    click.option("--snapshot-timeout-s", type=click.FloatRange(min=0.1), default=10.0,
+                 show_default=True,
+                 help="Each wait of a snapshot transfer (connecting, a chunk, an answer)."),
     click.option("--busy-poll-us", type=click.IntRange(0, MAX_BUSY_POLL_US),
                  default=DEFAULT_BUSY_POLL_US, show_default=True,
                  help="A node expecting a message (a leader awaiting acknowledgements, a "
@@ -126,6 +136,8 @@ _OPTIONS = [
                  help="Bytes of partly received frames all client connections may hold "
                       "together; past it the connections holding the most are closed."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
+    click.option("--test-crash-in-install", type=click.Choice(["staged", "commit"]), default=None,
+                 hidden=True, help="Exit at this step of the first snapshot install (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
     click.option("--canary", multiple=True, type=click.Choice(sorted(set(Canaries.__dataclass_fields__) - SIM_ONLY_CANARIES)),
@@ -133,7 +145,9 @@ _OPTIONS = [
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
-                     "retention_entries", "busy_poll_us", "quorum_first", "aio_fsync", "test_faults",
+                     "retention_entries", "retention_lag_entries", "segment_bytes",
+                     "snapshot_timeout_s", "busy_poll_us", "quorum_first", "aio_fsync", "test_faults",
+                     "test_crash_in_install",
                      "trace_path", "canary")
 
 
@@ -157,8 +171,11 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             dial=dials, flush_mode=o["flush_mode"], async_flush_interval_s=o["async_flush_ms"] / 1000,
             tick_interval_s=o["tick_ms"] / 1000, election_ticks=o["election_ticks"],
             preferred_leader=o["preferred_leader"], retention_entries=o["retention_entries"],
+            retention_lag_entries=o["retention_lag_entries"], segment_bytes_max=o["segment_bytes"],
+            snapshot_timeout_s=o["snapshot_timeout_s"],
             busy_poll_us=o["busy_poll_us"], quorum_first=o["quorum_first"],
             aio_fsync=o["aio_fsync"], test_faults=o["test_faults"],
+            test_crash_in_install=o["test_crash_in_install"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:
         raise click.UsageError(str(err)) from err

@@ -42,6 +42,11 @@ class NodeConfig:
     propose_batch_max: int = 512
     segment_bytes_max: int = 64 << 20
     retention_entries: int | None = None  # keep at least this many entries; None: keep all
+    # With snapshots (an application that gives the node a SnapshotProvider): retention keeps
+    # what a lagging member still needs only while it is within this many entries of the log's
+    # end; a member further behind is sent a snapshot instead.
+    retention_lag_entries: int = 1_000_000
+    snapshot_timeout_s: float = 10.0  # each wait of a snapshot transfer (connect, chunk, answer)
     # A node that expects a message soon polls its sockets instead of sleeping, for up to this
     # long after its last turn: a leader with proposals awaiting commit, a follower that just
     # acknowledged entries (the next append usually follows). A message is then read as it
@@ -55,6 +60,9 @@ class NodeConfig:
     aio_fsync: bool = True
     canaries: Canaries = field(default_factory=Canaries)
     test_faults: bool = False  # allow power_loss() and canaries (tests only)
+    # Tests only: the process exits at this step of its first snapshot install ("staged": the
+    # snapshot staged, not installed; "commit": the install committed, not finished).
+    test_crash_in_install: str | None = None
     trace_path: str | None = None  # append an event trace (JSON lines) here: tests, chaos runs
     # A node whose disk is full waits without taking part (dledger.disk_full), looking at the
     # free space this often, and rebuilds from disk once there is this much.
@@ -66,8 +74,12 @@ class NodeConfig:
             raise ValueError(f"node {self.node_id!r} is not in peers {sorted(self.peers)}")
         if self.flush_mode not in ("sync", "async"):
             raise ValueError(f"flush mode must be 'sync' or 'async', not {self.flush_mode!r}")
-        if self.canaries.any() and not self.test_faults:
-            raise ValueError("canaries need test_faults=True")
+        if (self.canaries.any() or self.test_crash_in_install) and not self.test_faults:
+            raise ValueError("canaries and test crashes need test_faults=True")
+        if self.test_crash_in_install not in (None, "staged", "commit"):
+            raise ValueError(f"unknown install crash point {self.test_crash_in_install!r}")
+        if self.retention_lag_entries < 0 or self.snapshot_timeout_s <= 0:
+            raise ValueError("retention_lag_entries must be >= 0 and snapshot_timeout_s > 0")
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
             raise ValueError(f"busy_poll_us must be within 0..{MAX_BUSY_POLL_US}, "
                              f"not {self.busy_poll_us}")
@@ -112,6 +124,7 @@ class NodeStatus:
     storage_last_index: int
     disk_full: bool = False  # a write failed for want of space: not taking part (dledger.disk_full)
     disk_full_error: str | None = None
+    snapshot: dict[str, int | list[str]] = field(default_factory=dict)  # dledger.snapshot_node
 
 
 ApplyListener = Callable[[Sequence[AppliedEntry]], None]

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from dledger.busy_poll import BusyPolling
 from dledger.node_config import AppliedEntry, Committed
-from dledger.raft.types import Entry, Ready, Role
+from dledger.raft.types import Entry, InstallSnapshot, Ready, Role
 
 __all__ = ["AWAIT", "DEFER", "INLINE", "NO_SYNC", "ReadyPipeline", "SPIN"]
 
@@ -57,6 +57,8 @@ class ReadyPipeline(BusyPolling):
     async def _handle_ready(self, rd: Ready) -> bool:
         """Do what rd asks, in the loop task; returns True if its fsync was left to the
         background."""
+        if rd.snapshot is not None:  # first: the Ready's entries follow the snapshot
+            await self._install_snapshot(rd.snapshot)
         plan = self._sync_plan(rd)
         if self._truncates(rd):
             await self._flusher().quiesce()  # a truncation closes fds a background fsync uses
@@ -93,7 +95,10 @@ class ReadyPipeline(BusyPolling):
         transport = self.transport
         assert transport is not None
         for m in rd.messages:
-            transport.send(m)
+            if type(m) is InstallSnapshot:
+                self._start_snapshot_send(m)  # streamed (dledger.snapshot_node), not sent as is
+            else:
+                transport.send(m)
         if self.config.busy_poll_us and rd.entries and rd.messages and self._core().role is Role.FOLLOWER:
             self._note_ack()  # (its answer left with rd.messages)
         if rd.committed:
@@ -140,6 +145,13 @@ class ReadyPipeline(BusyPolling):
             return
         store, core = self._store(), self._core()
         target = min(core.safe_retain_index(), store.last_index() - keep)
+        if self._snapshot_provider is not None:
+            # With snapshots: never past the latest one (a restart starts from it), and a member
+            # lagging by more than retention_lag_entries is sent a snapshot, not waited for.
+            snap = core.snapshot.index if core.snapshot is not None else 0
+            own = min(core.log.applied_index, core.durable_index, snap) + 1
+            lag_floor = store.last_index() - self.config.retention_lag_entries
+            target = min(own, store.last_index() - keep, max(core.safe_retain_index(), lag_floor))
         if target > store.first_index():
             await self._flusher().quiesce()  # retention closes files a background fsync may use
             if self._disk_full is not None:

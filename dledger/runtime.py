@@ -50,6 +50,8 @@ from dledger.node_config import (
 )
 from dledger.raft.types import Message, Role
 from dledger.ready_pipeline import AWAIT, ReadyPipeline
+from dledger.snapshot_files import finish_install
+from dledger.snapshot_node import SnapshotShell
 from dledger.trace import NodeTrace
 from dledger.transport import PeerTransport
 
@@ -59,7 +61,7 @@ RETAIN_INTERVAL_S = 1.0
 TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 
 
-class Node(ReadyPipeline, DiskFullRecovery):
+class Node(SnapshotShell, ReadyPipeline, DiskFullRecovery):
     """One member of a replicated log group."""
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -68,6 +70,8 @@ class Node(ReadyPipeline, DiskFullRecovery):
         """Open storage, recover, start the transport and the loop; returns the peer address."""
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
+        provider = self._snapshot_provider
+        finish_install(cfg.data_dir, "log", provider.snapshot_derived() if provider else ())
         self._hard_state = FileHardStateStore(os.path.join(cfg.data_dir, "hardstate"))
         self._open_core(self._applied_floor)
         if cfg.trace_path is not None:
@@ -75,7 +79,8 @@ class Node(ReadyPipeline, DiskFullRecovery):
         dial = {p: cfg.dial.get(p, addr) for p, addr in cfg.peers.items() if p != cfg.node_id}
         self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
                                        dial, self._on_message, rng=random.Random(self._rng.random()),
-                                       on_batch_end=self._kick)
+                                       on_batch_end=self._kick,
+                                       on_stream=self._on_snapshot_stream if provider else None)
         self.peer_address = await self.transport.start()  # (nothing turns before the task runs)
         self.flusher = self._open_flusher(self._store())
         self._wake = asyncio.Event()
@@ -90,6 +95,7 @@ class Node(ReadyPipeline, DiskFullRecovery):
             self._wake.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
+        await self._stop_snapshots()
         if self.flusher is not None:
             await self.flusher.close()
         if self.transport is not None:
@@ -154,7 +160,8 @@ class Node(ReadyPipeline, DiskFullRecovery):
             inbox_dropped=self._inbox_dropped,
             transport=self.transport.stats() if self.transport else {},
             storage_first_index=store.first_index(), storage_last_index=store.last_index(),
-            disk_full=full is not None, disk_full_error=None if full is None else str(full))
+            disk_full=full is not None, disk_full_error=None if full is None else str(full),
+            snapshot=self.snapshot_status())
 
     @property
     def is_leader(self) -> bool:
@@ -351,7 +358,7 @@ class Node(ReadyPipeline, DiskFullRecovery):
                     break
                 rd = core.ready()
                 plan = self._sync_plan(rd)
-                if plan == AWAIT or (flusher.busy and self._truncates(rd)):
+                if plan == AWAIT or rd.snapshot is not None or (flusher.busy and self._truncates(rd)):
                     self._handoff = rd
                     break
                 self._advance(rd, self._do_ready(rd, plan))

@@ -27,12 +27,14 @@ import socket
 from typing import Any, Callable, cast
 
 from dledger.errors import WireError
+from dledger.peer_stream import PeerStream
 from dledger.raft.types import Message
 from dledger.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAME_HEADER_BYTES,
     FrameDecoder,
     Hello,
+    SnapshotHello,
     decode_message,
     encode_frame,
     encode_message,
@@ -119,6 +121,7 @@ class _InboundProtocol(asyncio.Protocol):
         self._owner = owner
         self._decoder = FrameDecoder(owner._max_frame_bytes)
         self._peer: str | None = None  # set by a valid Hello
+        self._stream: PeerStream | None = None  # set by a SnapshotHello: payloads go there
         self._stats = owner._stats_of(UNATTRIBUTED)
         self._transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -153,6 +156,9 @@ class _InboundProtocol(asyncio.Protocol):
         for payload in payloads:
             if self._transport is None or self._transport.is_closing():
                 break  # closed by on_message (e.g. the node stopped): deliver nothing more
+            if self._stream is not None:
+                self._stream.feed(payload)
+                continue
             try:
                 msg = decode_message(payload)
             except WireError as exc:
@@ -160,7 +166,8 @@ class _InboundProtocol(asyncio.Protocol):
                 break
             if self._peer is None:
                 self._on_hello(msg)
-            elif isinstance(msg, Hello) or msg.src != self._peer or msg.dst != self._owner.node_id:
+            elif isinstance(msg, (Hello, SnapshotHello)) or msg.src != self._peer \
+                    or msg.dst != self._owner.node_id:
                 self._refuse(f"misrouted or out-of-place message {type(msg).__name__}")
             else:
                 self._stats.received += 1
@@ -169,13 +176,19 @@ class _InboundProtocol(asyncio.Protocol):
         return delivered
 
     def _on_hello(self, msg: Any) -> None:
-        if type(msg) is not Hello:
+        stream = type(msg) is SnapshotHello
+        if type(msg) is not Hello and not stream:
             self._refuse(f"expected Hello first, got {type(msg).__name__}")
         elif msg.group != self._owner.group:
             self._refuse(f"Hello from {msg.node_id!r} of group {msg.group!r}")
+        elif stream and (self._owner._on_stream is None or self._transport is None):
+            self._refuse(f"{msg.node_id!r} offers a snapshot stream; this node takes none")
         else:
             self._peer = msg.node_id
             self._stats = self._owner._stats_of(msg.node_id)
+            if stream and self._transport is not None and self._owner._on_stream is not None:
+                self._stream = PeerStream(self._transport, msg.node_id)
+                self._owner._on_stream(self._stream)
 
     def _refuse(self, why: str) -> None:
         self._stats.errors += 1
@@ -194,6 +207,8 @@ class _InboundProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._owner._inbound.discard(self)
         self._transport = None
+        if self._stream is not None:
+            self._stream.connection_lost()
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -211,6 +226,7 @@ class PeerTransport:
         *,
         rng: random.Random,
         on_batch_end: Callable[[], None] | None = None,
+        on_stream: Callable[[PeerStream], None] | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         send_buffer_bytes_max: int = 8 * 1024 * 1024,
         pending_frames_max: int = 1024,
@@ -228,6 +244,8 @@ class PeerTransport:
         # Called after the messages of one read were all handed to on_message (so that the
         # owner can handle them as one batch).
         self._on_batch_end = on_batch_end
+        # Called with each inbound connection that opened with SnapshotHello (None: refused).
+        self._on_stream = on_stream
         self._max_frame_bytes = max_frame_bytes
         self._inbound: set[_InboundProtocol] = set()
         self._listen = listen

@@ -54,6 +54,7 @@ __all__ = [
     "KIND_HEARTBEAT",
     "KIND_HEARTBEAT_RESPONSE",
     "KIND_HELLO",
+    "KIND_SNAPSHOT_HELLO",
     "KIND_TIMEOUT_NOW",
     "KIND_VOTE_REQUEST",
     "KIND_VOTE_RESPONSE",
@@ -63,6 +64,7 @@ __all__ = [
     "FrameDecoder",
     "Hello",
     "PeerMessage",
+    "SnapshotHello",
     "decode_message",
     "decode_payload",
     "encode_frame",
@@ -85,6 +87,7 @@ KIND_HEARTBEAT = 5
 KIND_HEARTBEAT_RESPONSE = 6
 KIND_TIMEOUT_NOW = 7
 KIND_HELLO = 8
+KIND_SNAPSHOT_HELLO = 9  # first frame of a snapshot stream (dledger.snapshot_wire): not Raft
 RAFT_KIND_MAX = 15
 FIRST_APP_KIND = 64  # other protocols sharing the envelope number their kinds from here
 
@@ -97,7 +100,16 @@ class Hello:
     node_id: str
 
 
-PeerMessage = Union[Message, Hello]
+@dataclass(frozen=True, slots=True)
+class SnapshotHello:
+    """First frame of a connection that streams a snapshot (``dledger.snapshot_send``) rather
+    than carrying Raft messages: the acceptor hands the connection to its snapshot receiver."""
+
+    group: str
+    node_id: str
+
+
+PeerMessage = Union[Message, Hello, SnapshotHello]
 
 _HEADER = struct.Struct(">I")
 _pack_header = _HEADER.pack
@@ -271,6 +283,7 @@ _SCHEMAS: dict[int, _Schema] = {
         _schema(KIND_HEARTBEAT_RESPONSE, HeartbeatResponse, _HEAD),
         _schema(KIND_TIMEOUT_NOW, TimeoutNow, _HEAD),
         _schema(KIND_HELLO, Hello, (("group", str), ("node_id", str))),
+        _schema(KIND_SNAPSHOT_HELLO, SnapshotHello, (("group", str), ("node_id", str))),
     )
 }
 _ENTRIES_POS = 7  # array position of AppendRequest.entries
@@ -310,6 +323,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     HeartbeatResponse: lambda m: [VERSION, KIND_HEARTBEAT_RESPONSE, m.term, m.src, m.dst],
     TimeoutNow: lambda m: [VERSION, KIND_TIMEOUT_NOW, m.term, m.src, m.dst],
     Hello: lambda m: [VERSION, KIND_HELLO, m.group, m.node_id],
+    SnapshotHello: lambda m: [VERSION, KIND_SNAPSHOT_HELLO, m.group, m.node_id],
 }
 
 

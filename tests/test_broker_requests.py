@@ -109,6 +109,7 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.PRODUCER_HEARTBEAT: ["c1", "pg", 1000],
     bp.OFFSET_RESET: ["g", "t", 0, False],
     bp.CONSUMER_STATUS: ["g"],
+    bp.STATE_DIGEST: [],
     bp.VIEW_MESSAGE: ["a-0000000000000000-0"],
     bp.QUERY_BY_KEY: ["t", "k", 0, 1, 8],
     bp.QUERY_BY_UNIQUE_KEY: ["u", "", 8],

@@ -23,7 +23,7 @@ def test_retention_moves_a_queues_min_offset(tmp_path: Path) -> None:
     node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 0)},
                       data_dir=str(tmp_path), segment_bytes_max=4096, retention_entries=20,
                       tick_interval_s=0.02)
-    server = BrokerServer(BrokerConfig(node, admin_listen=None, checkpoint_interval_s=0))
+    server = BrokerServer(BrokerConfig(node, admin_listen=None, checkpoint_interval_s=0.2))
 
     async def run() -> None:
         await server.start()

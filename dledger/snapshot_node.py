@@ -1,0 +1,245 @@
+"""Snapshots in a node (``SnapshotShell``, a part of ``dledger.runtime.Node``): the shell around the
+core's snapshot messages (Raft section 7, ``dledger.raft.snapshots``).
+
+A node has snapshots once its application gives it a ``SnapshotProvider`` (the broker does): the
+application tells the node whenever it has made its state durable at an applied index
+(``snapshot_taken``), and the node's snapshot is then that state plus the log up to there. So a
+follower that receives one holds the same log (every retained message) and state as the leader.
+This module owns: telling the core of snapshots; streaming one to a follower when the core sends
+``InstallSnapshot`` (``dledger.snapshot_send``; one transfer per follower at a time, the outcome
+reported to the core); taking transfers in (``dledger.snapshot_recv``) and stepping the core
+when one is staged; and installing a snapshot when a Ready hands it out: the install is
+committed by one rename, the log store closed, replaced and reopened, the application told to
+reload (``dledger.snapshot_files``; a crash at any point is finished at the next start).
+It must not interpret the application's files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Protocol, Sequence
+
+from dledger.commitlog import FileLogStore
+from dledger.errors import DLedgerError, StorageError
+from dledger.node_base import NodeBase
+from dledger.peer_stream import PeerStream
+from dledger.raft.types import InstallSnapshot, SnapshotMeta
+from dledger.snapshot_files import commit_install, finish_install
+from dledger.snapshot_recv import SnapshotReceiver
+from dledger.snapshot_send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
+
+__all__ = ["SnapshotProvider", "SnapshotShell"]
+
+log = logging.getLogger("dledger.snapshot")
+
+
+class SnapshotProvider(Protocol):
+    """What an application gives a node for snapshots (the broker's ``BrokerServer``)."""
+
+    def snapshot_source(self) -> tuple[int, list[tuple[str, int]]] | None:
+        """The applied index of its latest durable state and that state's files, as (name in
+        the data directory, a file descriptor opened now, which the node closes); None if it
+        has none yet. Called on the event loop."""
+        ...
+
+    def snapshot_derived(self) -> Sequence[str]:
+        """Names in the data directory it rebuilds from its state and the log (deleted when a
+        snapshot is installed)."""
+        ...
+
+    async def snapshot_installing(self) -> None:
+        """A snapshot is about to replace its files: finish (and hold off) writing them."""
+        ...
+
+    def snapshot_installed(self, meta: SnapshotMeta) -> None:
+        """A snapshot was installed: its files replaced the application's and the log now
+        starts where the snapshot's does; reload from them. Called on the event loop, always
+        after ``snapshot_installing``."""
+        ...
+
+
+class SnapshotShell(NodeBase):
+    """Snapshot transfers and installs (a part of ``dledger.runtime.Node``)."""
+
+    def set_snapshot_provider(self, provider: SnapshotProvider) -> None:
+        """Before ``start``: the application's snapshots (without one the node has none)."""
+        self._snapshot_provider = provider
+
+    def snapshot_taken(self, index: int) -> None:
+        """The application made its state durable at applied index ``index``: the core may
+        send it as a snapshot, and retention may delete the entries it covers."""
+        def op() -> None:
+            core, store = self._core(), self._store()
+            if index < store.first_index() - 1 or index > store.last_index():
+                return  # (not this log's: an install replaced it meanwhile)
+            meta = SnapshotMeta(index, store.term_at(index), core.config.voters)
+            core.snapshot_taken(meta)
+            self._snapshot_meta = core.snapshot
+        with contextlib.suppress(DLedgerError):  # stopped or frozen: the next one will do
+            self._in_loop(op)
+
+    def _initial_snapshot(self, applied_index: int) -> SnapshotMeta | None:
+        """The snapshot a (re)built core starts with: the application's state it starts from."""
+        if self._snapshot_provider is None or applied_index == 0:
+            return None
+        store = self._store()
+        if not store.first_index() - 1 <= applied_index <= store.last_index():
+            return None
+        return SnapshotMeta(applied_index, store.term_at(applied_index),
+                            self.config.raft_config().voters)
+
+    def _snapshot_receiver(self) -> SnapshotReceiver:
+        if self._receiver is None:
+            self._receiver = SnapshotReceiver(
+                self.config.data_dir, self.config.node_id, lambda: self._core().term,
+                self._snapshot_arrived, self.config.snapshot_timeout_s)
+        return self._receiver
+
+    def _on_snapshot_stream(self, stream: PeerStream) -> None:
+        if self._stopping or self._snapshot_provider is None:
+            stream.close()
+            return
+        self._snapshot_receiver().accept(stream)
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def _start_snapshot_send(self, m: InstallSnapshot) -> None:
+        """The core sends ``m``: stream the latest snapshot to its follower (once at a time)."""
+        if m.dst in self._snapshot_sends or self._stopping:
+            return
+        self._snapshot_sends[m.dst] = asyncio.get_running_loop().create_task(
+            self._send_snapshot(m), name=f"dledger-snapshot-send-{self.config.node_id}->{m.dst}")
+
+    async def _send_snapshot(self, m: InstallSnapshot) -> None:
+        ok, source = False, None
+        try:
+            source = self._snapshot_source()
+            addr = self.config.dial.get(m.dst, self.config.peers.get(m.dst))
+            if addr is None:
+                raise SnapshotSendError(f"no address for {m.dst}")
+            sent, skipped = await send_snapshot(
+                addr, self.config.group, self.config.node_id, m.term, m.dst, source,
+                timeout_s=self.config.snapshot_timeout_s)
+            ok = True
+            self.snapshots_sent += 1
+            self.snapshot_resumed_bytes += skipped
+            log.warning("%s: snapshot %d (term %d) sent to %s: %d bytes (%d it held already)",
+                        self.config.node_id, source.meta.index, source.meta.term, m.dst, sent,
+                        skipped)
+        except (DLedgerError, OSError, TimeoutError, IndexError) as err:
+            self.snapshot_send_failures += 1
+            log.warning("%s: snapshot to %s failed: %s", self.config.node_id, m.dst,
+                        err or type(err).__name__)
+        finally:
+            if source is not None:
+                source.close()
+            self._snapshot_sends.pop(m.dst, None)
+            with contextlib.suppress(DLedgerError):
+                self._in_loop(lambda: self._core().report_snapshot(m.dst, ok))
+
+    def _snapshot_source(self) -> SnapshotSource:
+        """The latest snapshot, its files opened now (on the loop: no retention in between)."""
+        provider = self._snapshot_provider
+        got = provider.snapshot_source() if provider is not None else None
+        if got is None:
+            raise SnapshotSendError("the application has no durable state to send yet")
+        index, app_files = got
+        store = self._store()
+        source = SnapshotSource(SnapshotMeta(index, store.term_at(index),
+                                             self._core().config.voters))
+        try:
+            for name, fd in app_files:
+                source.files.append(SourceFile(f"app/{name}", os.fstat(fd).st_size, fd=fd))
+            meta_record, segments = store.snapshot_files(index)
+            source.files.append(SourceFile("log/meta", len(meta_record), content=meta_record))
+            for name, path, size in segments:
+                source.files.append(SourceFile(f"log/{name}", size, fd=os.open(path, os.O_RDONLY)))
+        except BaseException:
+            source.close()
+            raise
+        return source
+
+    # -- receiving and installing ----------------------------------------------------------------
+
+    def _snapshot_arrived(self, m: InstallSnapshot) -> None:
+        """A whole snapshot is staged: the core decides whether to restore it."""
+        receiver = self._snapshot_receiver()
+
+        def op() -> None:
+            core = self._core()
+            core.step(m)
+            if core.log.pending_snapshot is None:
+                receiver.settled()  # not needed after all (already past it)
+        try:
+            self._in_loop(op)
+        except DLedgerError:
+            receiver.settled()
+
+    async def _install_snapshot(self, meta: SnapshotMeta) -> None:
+        """Install the staged snapshot the core restored (in the loop task, between a Ready
+        and its advance): replace the log and the application's files, reopen, reload."""
+        cfg = self.config
+        provider = self._snapshot_provider
+        if provider is not None:
+            await provider.snapshot_installing()
+        if self.flusher is not None:
+            await self.flusher.close()  # (nothing may fsync a store being replaced)
+            self.flusher = None
+        self._store().close()
+        try:
+            self._maybe_crash("staged")
+            commit_install(cfg.data_dir, meta)
+            self._maybe_crash("commit")
+            finish_install(cfg.data_dir, "log", provider.snapshot_derived() if provider else ())
+            store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
+                                      segment_bytes_max=cfg.segment_bytes_max,
+                                      verify_checksums=not cfg.canaries.skip_checksum)
+        except OSError as err:
+            raise StorageError(f"installing snapshot {meta.index}: {err}") from err
+        if store.last_index() < meta.index or store.term_at(meta.index) != meta.term:
+            raise StorageError(f"the installed log ends at {store.last_index()}, not at the "
+                               f"snapshot's {meta.index} (term {meta.term})")
+        self.store = store
+        self._core().log.stable = store
+        self.flusher = self._open_flusher(store)
+        self._snapshot_meta = meta
+        self.snapshots_installed += 1
+        log.warning("%s: installed snapshot %d (term %d); log %d..%d", cfg.node_id, meta.index,
+                    meta.term, store.first_index(), store.last_index())
+        if provider is not None:
+            provider.snapshot_installed(meta)
+        if self._receiver is not None:
+            self._receiver.settled()
+
+    def _maybe_crash(self, step: str) -> None:
+        """Tests only (``test_crash_in_install``): exit at this step of the first install."""
+        if self.config.test_crash_in_install != step:
+            return
+        marker = os.path.join(self.config.data_dir, "test-crashed-in-install")
+        if not os.path.exists(marker):
+            with open(marker, "w") as f:
+                f.write(step)
+            log.error("%s: exiting at the install step %r (test_crash_in_install)",
+                      self.config.node_id, step)
+            os._exit(70)
+
+    async def _stop_snapshots(self) -> None:
+        tasks = list(self._snapshot_sends.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._receiver is not None:
+            await self._receiver.stop()
+
+    def snapshot_status(self) -> dict[str, int | list[str]]:
+        r = self._receiver
+        return {"index": self._snapshot_meta.index if self._snapshot_meta else 0,
+                "sending_to": sorted(self._snapshot_sends), "sent": self.snapshots_sent,
+                "send_failures": self.snapshot_send_failures,
+                "resumed_bytes": self.snapshot_resumed_bytes,
+                "received": r.received if r else 0, "refused": r.refused if r else 0,
+                "installed": self.snapshots_installed}
+
