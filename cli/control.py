@@ -44,7 +44,8 @@ def write_json_atomic(path: str, obj: Any) -> None:
 
 def process_argv(pid: int) -> list[str] | None:
     """The command line of live process ``pid``; None if there is none (or only a zombie, a
-    dead child its parent has not reaped yet). Linux's /proc is the only source."""
+    dead child its parent has not reaped yet, or a process exiting: its command line is gone
+    before it turns zombie). Linux's /proc is the only source."""
     if not os.path.isdir("/proc/self"):
         raise ControlError("dledger node needs /proc (Linux) to check the recorded PIDs")
     try:
@@ -56,8 +57,8 @@ def process_argv(pid: int) -> list[str] | None:
         return None
     except PermissionError:
         return []  # alive, someone else's: not a process of ours
-    if state in ("Z", "X"):
-        return None
+    if state in ("Z", "X") or not raw:
+        return None  # (an empty command line: a process on its way out, or a kernel thread)
     return [a.decode(errors="surrogateescape") for a in raw.split(b"\0")[:-1]]
 
 

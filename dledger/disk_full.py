@@ -56,10 +56,15 @@ class DiskFullRecovery(Proposals):
         self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
                                        segment_bytes_max=cfg.segment_bytes_max,
                                        verify_checksums=not cfg.canaries.skip_checksum)
-        self._snapshot_meta = self._snapshot_meta or self._initial_snapshot(applied_index)
+        meta = self._snapshot_meta
+        base = (meta.index, meta.membership) if meta is not None else self._saved_membership()
         self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
                              random.Random(self._rng.random()), applied_index=applied_index,
-                             snapshot=self._snapshot_meta)
+                             membership_at=base)
+        meta = meta or self._initial_snapshot(applied_index)
+        if meta is not None:
+            self.core.snapshot_taken(meta)
+            self._snapshot_meta = meta
 
     def _open_flusher(self, store: FileLogStore) -> Flusher:
         cfg = self.config

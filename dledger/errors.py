@@ -51,6 +51,11 @@ class NodeStoppedError(ProposalError):
     """The node is stopped or stopping."""
 
 
+class MembershipChangeError(ProposalError):
+    """A membership change the group's rules refuse now (one change at a time, one voter at a
+    time, a new voter must first catch up as a learner, ...); the message says which."""
+
+
 # --- storage -------------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from dledger.flush import Flusher
 from dledger.hardstate import FileHardStateStore
 from dledger.node_config import Address, ApplyListener, Committed, NodeConfig
 from dledger.raft.core import RaftCore
-from dledger.raft.types import InstallSnapshot, Message, Ready, SnapshotMeta
+from dledger.raft.types import InstallSnapshot, Membership, Message, Ready, SnapshotMeta
 from dledger.trace import NodeTrace
 from dledger.transport import PeerTransport
 
@@ -109,6 +109,10 @@ class NodeBase:
 
     def _initial_snapshot(self, applied_index: int) -> SnapshotMeta | None:
         """The snapshot a (re)built core starts with (``snapshot_node``)."""
+        raise NotImplementedError
+
+    def _saved_membership(self) -> tuple[int, Membership] | None:
+        """The membership saved with the latest snapshot (``snapshot_node``)."""
         raise NotImplementedError
 
     async def _install_snapshot(self, meta: SnapshotMeta) -> None:

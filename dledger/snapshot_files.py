@@ -29,7 +29,7 @@ import cbor2
 
 from dledger.errors import StorageError
 from dledger.hardstate import fsync_directory, write_file_atomically
-from dledger.raft.types import SnapshotMeta
+from dledger.raft.types import Membership, SnapshotMeta
 from dledger.snapshot_wire import Offer, valid_file_name
 
 __all__ = ["INSTALL_DIR", "STAGING_DIR", "Staging", "commit_install", "finish_install"]
@@ -87,7 +87,7 @@ class Staging:
                 if rel not in offered:
                     os.unlink(path)
         write_file_atomically(os.path.join(self.dir, _OFFER), cbor2.dumps(
-            [offer.meta.index, offer.meta.term, list(offer.meta.voters),
+            [offer.meta.index, offer.meta.term, offer.meta.membership.encode(),
              [list(f) for f in offer.files]]))
         self.files = []
         for name, size in offer.files:
@@ -152,17 +152,17 @@ class Staging:
                 fsync_directory(os.path.join(root, d))
         meta = self.offer.meta
         write_file_atomically(os.path.join(self.dir, _COMPLETE),
-                              cbor2.dumps([meta.index, meta.term, list(meta.voters)]))
+                              cbor2.dumps([meta.index, meta.term, meta.membership.encode()]))
 
 
 def staged_meta(data_dir: str) -> SnapshotMeta | None:
     """The snapshot a complete staging directory holds, or None."""
     try:
         with open(os.path.join(data_dir, STAGING_DIR, _COMPLETE), "rb") as f:
-            index, term, voters = cbor2.loads(f.read())
+            index, term, membership = cbor2.loads(f.read())
+        return SnapshotMeta(index, term, Membership.decode(membership))
     except (OSError, ValueError, TypeError, cbor2.CBORDecodeError):
         return None
-    return SnapshotMeta(index, term, tuple(voters))
 
 
 def commit_install(data_dir: str, meta: SnapshotMeta) -> None:

@@ -22,11 +22,14 @@ import logging
 import os
 from typing import Protocol, Sequence
 
+import cbor2
+
 from dledger.commitlog import FileLogStore
 from dledger.errors import DLedgerError, StorageError
+from dledger.hardstate import write_file_atomically
 from dledger.node_base import NodeBase
 from dledger.peer_stream import PeerStream
-from dledger.raft.types import InstallSnapshot, SnapshotMeta
+from dledger.raft.types import InstallSnapshot, Membership, SnapshotMeta
 from dledger.snapshot_files import commit_install, finish_install
 from dledger.snapshot_recv import SnapshotReceiver
 from dledger.snapshot_send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
@@ -34,6 +37,8 @@ from dledger.snapshot_send import SnapshotSendError, SnapshotSource, SourceFile,
 __all__ = ["SnapshotProvider", "SnapshotShell"]
 
 log = logging.getLogger("dledger.snapshot")
+
+MEMBERSHIP_FILE = "membership"  # the membership as of the latest snapshot (CBOR [index, bytes])
 
 
 class SnapshotProvider(Protocol):
@@ -75,7 +80,8 @@ class SnapshotShell(NodeBase):
             core, store = self._core(), self._store()
             if index < store.first_index() - 1 or index > store.last_index():
                 return  # (not this log's: an install replaced it meanwhile)
-            meta = SnapshotMeta(index, store.term_at(index), core.config.voters)
+            meta = SnapshotMeta(index, store.term_at(index), core.membership_at(index))
+            self._save_membership(meta)  # (first: retention may cut the log to it next)
             core.snapshot_taken(meta)
             self._snapshot_meta = core.snapshot
         with contextlib.suppress(DLedgerError):  # stopped or frozen: the next one will do
@@ -89,7 +95,26 @@ class SnapshotShell(NodeBase):
         if not store.first_index() - 1 <= applied_index <= store.last_index():
             return None
         return SnapshotMeta(applied_index, store.term_at(applied_index),
-                            self.config.raft_config().voters)
+                            self._core().membership_at(applied_index))
+
+    def _saved_membership(self) -> tuple[int, Membership] | None:
+        """The membership saved with the latest snapshot (None: none saved, or unreadable)."""
+        if self._snapshot_provider is None:
+            return None
+        try:
+            with open(os.path.join(self.config.data_dir, MEMBERSHIP_FILE), "rb") as f:
+                index, data = cbor2.loads(f.read())
+            return int(index), Membership.decode(data)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, cbor2.CBORDecodeError) as err:
+            log.warning("%s: ignoring %s: %s", self.config.node_id, MEMBERSHIP_FILE, err)
+            return None
+
+    def _save_membership(self, meta: SnapshotMeta) -> None:
+        """Save a snapshot's membership: a restart reads the log's changes after it."""
+        write_file_atomically(os.path.join(self.config.data_dir, MEMBERSHIP_FILE),
+                              cbor2.dumps([meta.index, meta.membership.encode()]))
 
     def _snapshot_receiver(self) -> SnapshotReceiver:
         if self._receiver is None:
@@ -149,7 +174,7 @@ class SnapshotShell(NodeBase):
         index, app_files = got
         store = self._store()
         source = SnapshotSource(SnapshotMeta(index, store.term_at(index),
-                                             self._core().config.voters))
+                                             self._core().membership_at(index)))
         try:
             for name, fd in app_files:
                 source.files.append(SourceFile(f"app/{name}", os.fstat(fd).st_size, fd=fd))
@@ -205,6 +230,7 @@ class SnapshotShell(NodeBase):
         self.store = store
         self._core().log.stable = store
         self.flusher = self._open_flusher(store)
+        self._save_membership(meta)
         self._snapshot_meta = meta
         self.snapshots_installed += 1
         log.warning("%s: installed snapshot %d (term %d); log %d..%d", cfg.node_id, meta.index,

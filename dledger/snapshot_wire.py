@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from dledger.errors import WireError
-from dledger.raft.types import SnapshotMeta
+from dledger.raft.types import Membership, SnapshotMeta
 from dledger.wire import decode_payload, encode_frame, encode_payload
 
 __all__ = ["Chunk", "Done", "FILES_MAX", "Have", "Offer", "Refuse", "SnapshotFrame", "Staged",
@@ -91,7 +91,7 @@ SnapshotFrame = Union[Offer, Have, Chunk, Done, Staged, Refuse]
 
 _ENCODERS: dict[type, Callable[[Any], tuple[int, list[Any]]]] = {
     Offer: lambda f: (KIND_OFFER, [f.term, f.src, f.dst, f.meta.index, f.meta.term,
-                                   list(f.meta.voters), [list(x) for x in f.files]]),
+                                   f.meta.membership.encode(), [list(x) for x in f.files]]),
     Have: lambda f: (KIND_HAVE, [[list(x) for x in f.held]]),
     Chunk: lambda f: (KIND_CHUNK, [f.file_no, f.offset, f.data, f.crc32]),
     Done: lambda f: (KIND_DONE, [list(f.digests)]),
@@ -147,7 +147,7 @@ def _pairs(value: Any, what: str) -> list[tuple[Any, Any]]:
 
 
 def _offer(fields: list[Any]) -> Offer:
-    term, src, dst, index, meta_term, voters, files = _arity(fields, 7, "Offer")
+    term, src, dst, index, meta_term, membership, files = _arity(fields, 7, "Offer")
     names: set[str] = set()
     out = []
     for name, size in _pairs(files, "Offer.files"):
@@ -155,8 +155,13 @@ def _offer(fields: list[Any]) -> Offer:
             raise WireError(f"Offer.files: bad or repeated file name {name!r:.80}")
         names.add(name)
         out.append((name, _u64(size, "Offer.files size", FILE_BYTES_MAX)))
-    voter_ids = tuple(_text(v, "Offer.voters") for v in _list(voters, "Offer.voters", 64))
-    meta = SnapshotMeta(_u64(index, "Offer.index"), _u64(meta_term, "Offer.meta_term"), voter_ids)
+    if type(membership) is not bytes:
+        raise WireError("Offer.membership must be bytes")
+    try:
+        members = Membership.decode(membership)
+    except ValueError as err:
+        raise WireError(f"Offer.membership: {err}") from err
+    meta = SnapshotMeta(_u64(index, "Offer.index"), _u64(meta_term, "Offer.meta_term"), members)
     return Offer(_u64(term, "Offer.term"), _text(src, "Offer.src"), _text(dst, "Offer.dst"),
                  meta, tuple(out))
 

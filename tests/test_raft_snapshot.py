@@ -10,10 +10,10 @@ import pytest
 
 from dledger.raft.config import Canaries
 from dledger.raft.progress import ProgressState
-from dledger.raft.types import AppendResponse, InstallSnapshot, Role, SnapshotMeta
+from dledger.raft.types import AppendResponse, InstallSnapshot, Membership, Role, SnapshotMeta
 from tests.raft_cluster import Cluster
 
-VOTERS = ("n1", "n2", "n3")
+VOTERS = Membership(("n1", "n2", "n3"))
 
 
 def _tick_holding_snapshots(c: Cluster, times: int, held: list[InstallSnapshot]) -> None:

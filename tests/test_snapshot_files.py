@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from dledger.commitlog import FileLogStore
 from dledger.errors import StorageError, WireError
 from dledger.peer_stream import PeerStream
-from dledger.raft.types import Entry, EntryKind, InstallSnapshot, SnapshotMeta
+from dledger.raft.types import Entry, EntryKind, InstallSnapshot, Membership, SnapshotMeta
 from dledger.snapshot_files import (INSTALL_DIR, STAGING_DIR, Staging, commit_install,
                                     finish_install, staged_meta)
 from dledger.snapshot_recv import SnapshotReceiver
@@ -31,7 +31,8 @@ from dledger.snapshot_wire import (Chunk, Done, Have, Offer, Refuse, Staged,
                                    decode_snapshot_frame, encode_snapshot_frame, valid_file_name)
 from dledger.wire import FrameDecoder, SnapshotHello, decode_message
 
-META = SnapshotMeta(42, 3, ("n0", "n1", "n2"))
+META = SnapshotMeta(42, 3, Membership(("n0", "n1", "n2")))
+MEMBERS = META.membership.encode()
 
 
 def _payload(frame: Any) -> bytes:
@@ -66,8 +67,9 @@ def test_a_file_name_outside_log_or_app_is_refused(name: str) -> None:
 
 
 @pytest.mark.parametrize("fields, match", [
-    ([16, 1, "n0", "n1", 1, 1, [], [["log/x", 1], ["log/x", 2]]], "repeated"),
-    ([16, -1, "n0", "n1", 1, 1, [], []], "Offer.term"),
+    ([16, 1, "n0", "n1", 1, 1, MEMBERS, [["log/x", 1], ["log/x", 2]]], "repeated"),
+    ([16, -1, "n0", "n1", 1, 1, MEMBERS, []], "Offer.term"),
+    ([16, 1, "n0", "n1", 1, 1, b"junk", []], "Offer.membership"),
     ([18, 0, 0, b"", 0], "non-empty"),
     ([18, 0, 0, b"x", 1 << 33], "crc32"),
     ([17, [[1, 2, 3]]], "pairs"),

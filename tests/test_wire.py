@@ -191,7 +191,7 @@ def append_with(flat_entries: list[object]) -> bytes:
         ([1, False, 0, b""], "entry 0 must be"),
         ([-1, 1, 0, b""], "entry 0: index -1"),
         ([1, 1, 0, b"", 2, -3, 0, b""], "entry 1: index 2 or term -3"),
-        ([1, 1, 2, b""], "unknown entry kind 2"),
+        ([1, 1, 3, b""], "unknown entry kind 3"),
         ([1, 1, -1, b""], "unknown entry kind -1"),
         ([2**64, 1, 0, b""], "out of range"),
         ([[1, 1, 0, b""]], "multiple of 4"),  # the nested layout is not ours

@@ -30,9 +30,19 @@ class Violation(AssertionError):
         self.detail = detail
 
 
+def majority_of(voters: tuple[str, ...]) -> int:
+    return len(voters) // 2 + 1
+
+
 class Observer:
-    def __init__(self, node_count: int) -> None:
-        self.majority = node_count // 2 + 1
+    """With membership changes, "a majority" is one of the voters of the membership under which
+    an entry was committed: the leader's that first counted it committed (a leader uses the
+    latest membership in its log, committed or not). With single-server changes that majority
+    meets every majority of the membership before it and of the one after, so no later leader
+    can lack the entry."""
+
+    def __init__(self) -> None:
+        self.committed_voters: list[tuple[str, ...]] = [()]  # [i]: voters that committed i
         self.leader_of_term: dict[int, str] = {}
         self.leader_last: dict[tuple[str, int], tuple[int, int]] = {}  # (node, term) -> (index, term)
         self.chain_of: dict[tuple[int, int], int] = {}  # (index, term) -> prefix hash
@@ -55,8 +65,12 @@ class Observer:
                                                f"with a different prefix than another node")
 
     def on_ready(self, node: SimNode, rd: Ready) -> None:
-        """Checked before the shell persists anything: a crash could happen right now."""
-        self._check_committed_is_durable(node, node.core.log.commit_index)
+        """Checked before the shell persists anything: a crash could happen right now. A leader's
+        commit index is recorded here (its appends carry it out before a crash could stop it)."""
+        if node.core.role is Role.LEADER:
+            self._check_committed_prefix(node, node.core.log.commit_index)
+        else:
+            self._check_committed_is_durable(node, node.core.log.commit_index)
 
     def on_apply(self, node: SimNode, e: Entry, expected_index: int) -> None:
         if e.index != expected_index:
@@ -99,13 +113,15 @@ class Observer:
     def _check_top_committed_durable(self, nodes: list[SimNode]) -> None:
         """The newest committed entry stays on a majority of disks, whatever crashes since."""
         top = len(self.committed_chain) - 1
-        if top == 0:
+        voters = self.committed_voters[top]
+        if top == 0 or not voters:
             return
-        held = sum(1 for n in nodes if n.chain_at(top) == self.committed_chain[top]
+        held = sum(1 for n in nodes if n.id in voters
+                   and n.chain_at(top) == self.committed_chain[top]
                    and durably_holds(n, top, n.store.durable_term_at(top)))
-        if held < self.majority:
+        if held < majority_of(voters):
             raise Violation("CommittedIsDurable", f"committed entry {top} is durable on "
-                                                  f"{held} node(s) only")
+                                                  f"{held} of the voters {voters} only")
 
     # -- invariants ---------------------------------------------------------------------------
 
@@ -168,8 +184,12 @@ class Observer:
             return
         if top > 0 and node.chain_at(top) != self.committed_chain[top]:
             raise Violation("CommittedPrefixStable", f"{node.id} diverges below commit {top}")
+        # (the first to count an index committed is its leader: followers learn it from one)
+        voters = node.core.voters if node.core.role is Role.LEADER \
+            else node.core.membership_at(commit).voters
         for i in range(top + 1, commit + 1):
             self.committed_chain.append(node.chain_at(i))
+            self.committed_voters.append(voters)
         self._check_committed_is_durable(node, commit)
 
     def _check_committed_is_durable(self, node: SimNode, commit: int) -> None:
@@ -177,8 +197,18 @@ class Observer:
         majority of disks (checked at every Ready too, where a crash could strike next)."""
         if commit == 0 or commit < node.core.log.first_index():
             return
+        if commit < len(self.committed_voters):
+            voters = self.committed_voters[commit]
+        elif node.core.role is Role.LEADER:
+            voters = node.core.voters  # (about to be recorded: it is the first to count it)
+        else:
+            voters = node.core.membership_at(commit).voters
+        if not voters:
+            return
         term = node.core.log.term_at(commit)
-        holders = sum(1 for n in node.world.nodes if durably_holds(n, commit, term))
-        if holders < self.majority:
+        holders = sum(1 for n in node.world.nodes
+                      if n.id in voters and durably_holds(n, commit, term))
+        if holders < majority_of(voters):
             raise Violation("CommittedIsDurable", f"{node.id} counts entry {commit} (term {term}) "
-                                                  f"as committed; it is durable on {holders} node(s)")
+                                                  f"as committed; it is durable on {holders} of "
+                                                  f"the voters {voters}")

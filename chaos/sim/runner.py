@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from chaos.sim.observer import Violation
-from chaos.sim.world import FaultSettings, Proposal, World
+from chaos.sim.world import FaultSettings, Proposal, SimNode, World
 from dledger.raft.config import Canaries
 from dledger.raft.types import Role
 
@@ -27,6 +27,8 @@ CANARIES = {
     "ignore_failed_fsync": Canaries(ignore_failed_fsync=True),
     "snapshot_below_commit": Canaries(snapshot_below_commit=True),
     "snapshot_skips_state": Canaries(snapshot_skips_state=True),
+    "membership_two_at_once": Canaries(membership_two_at_once=True),
+    "membership_count_removed": Canaries(membership_count_removed=True),
 }
 
 MAIN_TICKS = 400
@@ -107,10 +109,20 @@ def _converged(world: World, acked: dict[bytes, Proposal]) -> bool:
     leaders = [n for n in world.nodes if n.core.role is Role.LEADER]
     if len(leaders) != 1:
         return False
+    leader = leaders[0].core
     top = max((p.index for p in acked.values()), default=0)
-    target = max(top, leaders[0].core.log.commit_index)
+    target = max(top, leader.log.commit_index)
+    if leader.config_index > leader.log.commit_index:
+        return False  # (a membership change still to commit)
     return all(n.core.log.commit_index >= target and n.applied_index >= target
-               for n in world.nodes)
+               for n in members_of(world))
+
+
+def members_of(world: World) -> list[SimNode]:
+    """The nodes of the leader's membership (those outside it need not converge)."""
+    leaders = [n for n in world.nodes if n.core.role is Role.LEADER]
+    members = leaders[0].core.membership.members if leaders else tuple(world.ids)
+    return [n for n in world.nodes if n.id in members]
 
 
 def _check_acked_everywhere(world: World, acked: dict[bytes, Proposal]) -> None:
@@ -120,7 +132,7 @@ def _check_acked_everywhere(world: World, acked: dict[bytes, Proposal]) -> None:
         if world.observer.applied_at.get(p.index) != (p.term, p.value):
             raise Violation("AckedIsCommitted", f"acknowledged {p.value!r} is not the entry "
                                                 f"applied at {p.index}")
-        for n in world.nodes:
+        for n in members_of(world):
             if p.index < n.store.first_index():  # retained away: check the prefix hash instead
                 if p.index >= len(chain) or n.chain_at(p.index) != chain[p.index]:
                     raise Violation("AckedIsCommitted", f"{n.id} retained a different {p.index}")

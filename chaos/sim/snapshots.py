@@ -71,7 +71,7 @@ class SnapshotShell:
         have = node.snapshot.index if node.snapshot is not None else 0
         if index <= have or index > node.store.durable_last_index():
             return
-        meta = SnapshotMeta(index, node.store.term_at(index), node.config.voters)
+        meta = SnapshotMeta(index, node.store.term_at(index), node.core.membership_at(index))
         node.snapshot, node.snapshot_chain = meta, node._chain[:index]
         node.core.snapshot_taken(meta)
         self.world.count("snapshot_taken")

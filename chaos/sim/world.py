@@ -17,6 +17,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from chaos.sim.membership import MembershipSettings, MembershipShell
 from chaos.sim.observer import Observer, Violation
 from chaos.sim.snapshots import SnapshotSettings, SnapshotShell
 from dledger.errors import ProposalError
@@ -262,8 +263,11 @@ class World:
         self.faults = faults or dataclasses.replace(
             FaultSettings.draw(self.rng, node_count),
             write_fail_rate=self.disk_rng.choice((0.0, 0.0, 0.002, 0.01)))
-        self.ids = [f"n{i + 1}" for i in range(node_count)]
-        self.observer = Observer(node_count)
+        members = MembershipSettings.draw(random.Random(f"members-settings-{seed}"))
+        self.members = MembershipShell(self, members, seed)
+        initial = [f"n{i + 1}" for i in range(node_count)]
+        self.ids = initial + [f"n{node_count + k + 1}" for k in range(members.spares)]
+        self.observer = Observer()
         self.now = 0
         self.events = 0
         self.fault_counts: dict[str, int] = {}
@@ -282,7 +286,7 @@ class World:
         self.doomed: dict[str, int] = {}  # node -> tick at which it will be killed
         self.snapshots = SnapshotShell(self, SnapshotSettings.draw(random.Random(f"snap-{seed}")))
         self.nodes = [SimNode(self, nid, RaftConfig(
-            node_id=nid, voters=tuple(self.ids), canaries=canaries,
+            node_id=nid, voters=tuple(initial), join=nid not in initial, canaries=canaries,
             max_append_entries=self.faults.max_append_entries,
             max_inflight=self.faults.max_inflight,
             max_cache_bytes=self.faults.cache_bytes_max,
@@ -389,8 +393,11 @@ class World:
         for n in self.nodes:
             if not n.up:
                 continue
-            if n.core.role is Role.LEADER and self.rng.random() < f.transfer_rate:
-                to = self.rng.choice([x for x in self.ids if x != n.id])
+            if n.core.role is Role.LEADER:
+                self.members.maybe_change(n)
+            voters = [x for x in n.core.voters if x != n.id]
+            if n.core.role is Role.LEADER and voters and self.rng.random() < f.transfer_rate:
+                to = self.rng.choice(voters)
                 n.core.transfer_leadership(to)
                 self.count("transfer")
                 self.event(f"transfer leadership {n.id} -> {to}")

@@ -30,6 +30,11 @@ class Canaries:
     # a follower restores a snapshot even at or below its commit index (committed state moves
     # back: the entries after the snapshot are applied a second time)
     snapshot_below_commit: bool = False
+    # a leader appends a new membership while the previous one is not committed yet (two
+    # changes at once: the old and the newest configurations' majorities need not overlap)
+    membership_two_at_once: bool = False
+    # a candidate also counts (and asks for) the votes of the initial voters it has removed since
+    membership_count_removed: bool = False
     # the shell installs a snapshot's log but not its state: the state machine goes on applying
     # the entries after the snapshot over a state that skipped those before. Simulator only.
     snapshot_skips_state: bool = False
@@ -44,7 +49,9 @@ SIM_ONLY_CANARIES = frozenset({"ignore_failed_fsync", "snapshot_skips_state"})
 @dataclass(frozen=True)
 class RaftConfig:
     node_id: str
-    voters: tuple[str, ...]  # every member of the group, this node included
+    # The initial voters (this node included, unless it joins): the membership in force until
+    # the log or a snapshot says otherwise (dledger.raft.membership).
+    voters: tuple[str, ...]
     election_ticks: int = 10  # election timeout is drawn from [election_ticks, 2 * election_ticks)
     heartbeat_ticks: int = 1
     check_quorum: bool = True
@@ -68,9 +75,12 @@ class RaftConfig:
     quorum_first: bool = False
     lazy_batch_entries: int = 1024
     canaries: Canaries = field(default_factory=Canaries)
+    # A node joining a running group: no membership until the leader's log or snapshot brings
+    # one (it neither campaigns nor votes before).
+    join: bool = False
 
     def __post_init__(self) -> None:
-        if self.node_id not in self.voters:
+        if self.node_id not in self.voters and not self.join:
             raise ValueError(f"node {self.node_id!r} is not among the voters {self.voters}")
         if len(set(self.voters)) != len(self.voters):
             raise ValueError(f"duplicate voters in {self.voters}")
@@ -83,10 +93,3 @@ class RaftConfig:
         if self.lazy_batch_entries < 1:
             raise ValueError("lazy_batch_entries must be >= 1")
 
-    @property
-    def peers(self) -> tuple[str, ...]:
-        return tuple(v for v in self.voters if v != self.node_id)
-
-    @property
-    def quorum(self) -> int:
-        return len(self.voters) // 2 + 1

@@ -19,6 +19,7 @@ from dledger.errors import LeadershipTransferInProgressError, NotLeaderError, Ov
 from dledger.raft.config import RaftConfig
 from dledger.raft.leader import LeaderRole
 from dledger.raft.log import RaftLog
+from dledger.raft.membership import MembershipRole
 from dledger.raft.progress import Progress
 from dledger.raft.quorum import VoteResult, vote_result
 from dledger.raft.snapshots import SnapshotRole
@@ -34,6 +35,7 @@ from dledger.raft.types import (
     HeartbeatResponse,
     InstallSnapshot,
     LogReader,
+    Membership,
     Message,
     Ready,
     Role,
@@ -53,12 +55,20 @@ _CANARY_EARLY = (AppendRequest, Heartbeat, AppendResponse)
 _FROM_LEADER = (AppendRequest, Heartbeat, InstallSnapshot)
 
 
-class RaftCore(SnapshotRole, LeaderRole):
+class RaftCore(SnapshotRole, MembershipRole, LeaderRole):
     def __init__(self, config: RaftConfig, log_reader: LogReader, hard_state: HardState,
                  rng: random.Random, applied_index: int = 0,
-                 snapshot: SnapshotMeta | None = None) -> None:
+                 snapshot: SnapshotMeta | None = None,
+                 membership_at: tuple[int, Membership] | None = None,
+                 recovering: bool = False) -> None:
         """``applied_index``: how far the state machine is (its checkpoint); ``snapshot``: the
-        latest snapshot of it the shell holds (which it can send, and retention may cut to)."""
+        latest snapshot of it the shell holds (which it can send, and retention may cut to);
+        ``membership_at``: the membership as of an index the log holds or follows (the shell
+        saved it; default: the snapshot's, else the configured voters as of the log's start).
+        ``recovering``: this node lost its disk (it started with no term and vote): what it
+        acknowledged and voted before is forgotten, so it votes only for a candidate with an
+        empty log (a group's first election) until it holds an entry of the term of a leader
+        it follows (then its log has everything committed before that leader's term)."""
         self.config = config
         self.id = config.node_id
         self.rng = rng
@@ -93,6 +103,10 @@ class RaftCore(SnapshotRole, LeaderRole):
         self._appends_flushed_at = -1
         self.lazy_peers: frozenset[str] = frozenset()  # as leader with quorum_first: see leader.py
         self.snapshot = snapshot
+        self.recovering = recovering
+        if membership_at is None and snapshot is not None:
+            membership_at = (snapshot.index, snapshot.membership)
+        self._init_membership(membership_at)
         self._reset_election_timer()
 
     # ======================================================================================
@@ -105,8 +119,11 @@ class RaftCore(SnapshotRole, LeaderRole):
         self.election_elapsed += 1
         if self.role is Role.LEADER:
             self._tick_leader()
-        elif self.log.pending_snapshot is not None:
-            self.election_elapsed = 0  # its log is about to be replaced: it does not campaign
+        elif self.log.pending_snapshot is not None or not self.may_campaign():
+            # Its log is about to be replaced, or it is no voter: it does not campaign. (Its
+            # election_elapsed still grows: it is how long since it heard from a leader, and
+            # past an election timeout it answers others' (pre-)votes.)
+            pass
         elif self.election_elapsed >= self.randomized_election_ticks:
             self.election_elapsed = 0
             self._start_election()
@@ -134,12 +151,13 @@ class RaftCore(SnapshotRole, LeaderRole):
     def campaign(self) -> None:
         """Start an election now (as if the election timeout fired)."""
         self._inputs += 1
-        if self.role is not Role.LEADER and self.log.pending_snapshot is None:
+        if (self.role is not Role.LEADER and self.log.pending_snapshot is None
+                and self.may_campaign()):
             self._start_election()
 
     def step(self, m: Message) -> None:
         self._inputs += 1
-        if m.dst != self.id or m.src not in self.config.voters:
+        if m.dst != self.id or not self._from_member(m):
             return
         if m.term > self.term:
             if not self._accept_higher_term(m):
@@ -149,6 +167,16 @@ class RaftCore(SnapshotRole, LeaderRole):
             return
         handler = _HANDLERS[type(m)]
         handler(self, m)
+
+    def _from_member(self, m: Message) -> bool:
+        """A leader's messages and votes are taken from anyone (Raft dissertation 4.1: a node
+        behind on membership changes must still follow a leader, and vote for a candidate, that
+        it does not know as a member yet; the term rules, pre-vote and the leader lease keep a
+        removed node from disrupting; a candidate counts only its voters' votes). Answers to a
+        leader come from its members."""
+        if isinstance(m, (VoteRequest, VoteResponse, *_FROM_LEADER)):
+            return True
+        return m.src in self.membership.members
 
     # ======================================================================================
     # output
@@ -249,6 +277,9 @@ class RaftCore(SnapshotRole, LeaderRole):
             applied_index=self.log.applied_index, persisted_index=self._self_match_index(),
             retain_index=self.safe_retain_index(), transferee=self.transferee,
             followers=followers, snapshot_index=self.snapshot.index if self.snapshot else 0,
+            voters=self.membership.voters, learners=self.membership.learners,
+            config_index=self.config_index,
+            config_pending=self.config_index > self.log.commit_index,
         )
 
     def safe_retain_index(self) -> int:
@@ -302,12 +333,13 @@ class RaftCore(SnapshotRole, LeaderRole):
         self.transferee = None
         self._reset_election_timer()
         nxt = self.log.last_index() + 1
-        self.progress = {p: Progress(nxt, self.config.max_inflight) for p in self.config.peers}
+        self.progress = {p: Progress(nxt, self.config.max_inflight) for p in self.peers}
         self.lazy_peers = frozenset()  # every follower gets every entry until the first pick
         self._clear_uncommitted()
         # Raft 8: a no-op of the new term lets the leader learn (and commit) what is committed.
         self.term_start_index = nxt
         self._append_as_leader([Entry(nxt, self.term, EntryKind.NOOP, b"")])
+        self.recovering = False  # (elected with an empty log: a group's first leader)
 
     def _start_election(self, transfer: bool = False) -> None:
         if self.config.pre_vote and not transfer:
@@ -324,11 +356,11 @@ class RaftCore(SnapshotRole, LeaderRole):
         term = self.term + 1 if pre_vote else self.term
         last_index = self.log.last_index()
         last_term = self.log.last_term()
-        for peer in self.config.peers:
+        for peer in self.vote_peers():
             self._send(VoteRequest(term, self.id, peer, last_index, last_term, pre_vote, transfer))
 
     def _tally(self) -> VoteResult:
-        return vote_result(self.config.voters, self.votes)
+        return vote_result(self.tally_voters(), self.votes)
 
     def _on_election_won(self, pre_vote: bool) -> None:
         if pre_vote:
@@ -375,6 +407,8 @@ class RaftCore(SnapshotRole, LeaderRole):
             or (self.voted_for is None and self.leader_id is None)
             or (m.pre_vote and m.term > self.term)
         )
+        if self.recovering and m.last_log_index > 0:
+            can_vote = False  # (see recovering in __init__)
         if can_vote and self.log.is_up_to_date(m.last_log_index, m.last_log_term):
             self._send(VoteResponse(m.term, self.id, m.src, granted=True, pre_vote=m.pre_vote))
             if not m.pre_vote:
@@ -399,7 +433,7 @@ class RaftCore(SnapshotRole, LeaderRole):
             self._become_follower(self.term, None)
 
     def _on_timeout_now(self, m: TimeoutNow) -> None:
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER and self.may_campaign():
             self._start_election(transfer=True)
 
     # ======================================================================================
@@ -435,8 +469,14 @@ class RaftCore(SnapshotRole, LeaderRole):
             # whose entries all match never truncates what we already have.
             assert conflict > log.commit_index or self.config.canaries.truncate_on_append, \
                 f"{self.id}: conflict at {conflict} <= commit {log.commit_index}"
-            log.append(m.entries[conflict - m.entries[0].index:])
+            new = m.entries[conflict - m.entries[0].index:]
+            self._note_cut(conflict)
+            log.append(new)
+            if self._note_configs(new):
+                self._membership_changed()
         log.commit_to(min(m.leader_commit, last_new))
+        if self.recovering and log.last_term() == self.term:
+            self.recovering = False  # it holds its leader's term: caught up with what it forgot
         self._send(AppendResponse(self.term, self.id, m.src, True, last_new))
 
     def _on_heartbeat(self, m: Heartbeat) -> None:

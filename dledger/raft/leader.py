@@ -7,7 +7,7 @@ leader. A mixin of ``RaftCore`` (core.py), split out only to keep modules small;
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from dledger.errors import NotLeaderError
 from dledger.raft.config import RaftConfig
@@ -53,18 +53,25 @@ class LeaderRole:
     def _become_follower(self, term: int, leader_id: str | None) -> None:
         raise NotImplementedError
 
-    def _send_snapshot(self, peer: str, pr: Progress) -> bool:
-        raise NotImplementedError  # (dledger.raft.snapshots)
+    if TYPE_CHECKING:  # (provided by dledger.raft.snapshots and dledger.raft.membership)
+        def _send_snapshot(self, peer: str, pr: Progress) -> bool: ...
 
-    def _snapshot_answered(self, pr: Progress) -> None:
-        raise NotImplementedError  # (dledger.raft.snapshots)
+        def _snapshot_answered(self, pr: Progress) -> None: ...
+
+        @property
+        def voters(self) -> tuple[str, ...]: ...
+
+        @property
+        def quorum(self) -> int: ...
+
+        def _membership_committed(self) -> None: ...
 
     def transfer_leadership(self, to: str) -> None:
         self._inputs += 1
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id, self.term)
-        if to not in self.config.voters:
-            raise ValueError(f"{to!r} is not a member of the group")
+        if to not in self.voters:
+            raise ValueError(f"{to!r} is not a voter of the group")
         if to == self.id or self.transferee == to:
             return
         self.transferee = to
@@ -159,9 +166,11 @@ class LeaderRole:
         before on a tie, so the pick stays put); the rest are lazy. With too few such followers,
         none is lazy. Every lazy follower with entries to get is sent them now (the heartbeat
         batch), so none lags by more than a tick."""
-        need = self.config.quorum - 1
+        voters = self.voters
+        need = self.quorum - (1 if self.id in voters else 0)
         fresh = [p for p, pr in self.progress.items()
-                 if pr.state is ProgressState.REPLICATE and pr.last_contact_tick >= self.tick_count - 1]
+                 if p in voters and pr.state is ProgressState.REPLICATE
+                 and pr.last_contact_tick >= self.tick_count - 1]
         if len(fresh) < need:
             self.lazy_peers = frozenset()
         else:
@@ -177,14 +186,18 @@ class LeaderRole:
                 pr.needs_send = True
 
     def _quorum_active(self) -> bool:
-        active = 1 + sum(1 for pr in self.progress.values() if pr.recent_active)
-        return active >= self.config.quorum
+        voters = self.voters
+        active = (self.id in voters) + sum(1 for p, pr in self.progress.items()
+                                           if pr.recent_active and p in voters)
+        return active >= self.quorum
 
     def _maybe_hand_to_preferred(self) -> None:
         preferred = self.config.preferred_leader
         if preferred is None or preferred == self.id or self.transferee is not None:
             return
-        pr = self.progress[preferred]
+        pr = self.progress.get(preferred)
+        if pr is None or preferred not in self.voters:
+            return
         # Only a caught-up preferred node gets leadership: a transfer blocks proposals, and a
         # lagging one would block them again at every election timeout.
         if pr.recent_active and pr.match_index == self.log.last_index():
@@ -209,7 +222,10 @@ class LeaderRole:
         self.uncommitted_bytes += size
 
     def _maybe_commit(self) -> None:
-        matches = [self._self_match_index()] + [pr.match_index for pr in self.progress.values()]
+        voters = self.voters
+        matches = [pr.match_index for p, pr in self.progress.items() if p in voters]
+        if self.id in voters:  # (a leader removing itself counts only the others)
+            matches.append(self._self_match_index())
         index = committed_index(matches)
         if self.config.canaries.commit_without_quorum:
             index = max(index, self._self_match_index())
@@ -222,6 +238,7 @@ class LeaderRole:
         self.log.commit_to(index)
         while self._uncommitted and self._uncommitted[0][0] <= index:
             self.uncommitted_bytes -= self._uncommitted.popleft()[1]
+        self._membership_committed()
 
     def _self_match_index(self) -> int:
         """How far our own log counts towards a quorum: only what is written and durable."""

@@ -97,8 +97,16 @@ class Progress:
         if self.state is ProgressState.SNAPSHOT:
             return False  # (an answer to an append sent before the snapshot)
         if self.state is ProgressState.REPLICATE:
-            if rejected_index <= self.match_index:
+            if rejected_index < self.match_index:
                 return False
+            if rejected_index == self.match_index:
+                if probe_hint_index >= self.match_index:
+                    return False
+                # The follower no longer holds what it acknowledged (its disk was replaced, or
+                # an async-flush follower lost its page cache): believe it, or every append from
+                # here on is refused and it is never repaired. (A stale refusal that lands here
+                # only costs a resend: match_index is a lower bound, commits never go back.)
+                self.match_index = probe_hint_index
             self.next_index = self.match_index + 1
             return True
         if self.next_index - 1 != rejected_index:

@@ -15,6 +15,8 @@ campaign (its log is about to be replaced).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dledger.raft.config import RaftConfig
 from dledger.raft.log import RaftLog
 from dledger.raft.progress import Progress, ProgressState
@@ -40,6 +42,9 @@ class SnapshotRole:
 
     def _follow(self, leader_id: str) -> None:
         raise NotImplementedError
+
+    if TYPE_CHECKING:
+        def _note_restored(self, meta: SnapshotMeta) -> None: ...  # (dledger.raft.membership)
 
     # -- the shell's inputs ----------------------------------------------------------------
 
@@ -101,6 +106,7 @@ class SnapshotRole:
             return
         log.restore(meta)
         self.snapshot = meta
+        self._note_restored(meta)
         self._send(AppendResponse(self.term, self.id, m.src, True, meta.index))
 
     def _snapshot_for_shell(self) -> SnapshotMeta | None:

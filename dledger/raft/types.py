@@ -13,6 +13,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol, Sequence, Union
 
+import cbor2
+
 
 class Role(enum.Enum):
     FOLLOWER = "follower"
@@ -24,6 +26,45 @@ class Role(enum.Enum):
 class EntryKind(enum.IntEnum):
     NORMAL = 0  # application data (broker messages and control entries)
     NOOP = 1  # appended by every new leader so it can commit its term (Raft 5.4.2, 8)
+    CONFIG = 2  # a new membership (Membership.encode): in force once appended (dissertation 4.1)
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """Who is in a group: voters (elections and commits count them) and learners (they get
+    the log, and count for nothing until promoted), with each member's peer address for the
+    shell (``host:port``; the core does not read them)."""
+
+    voters: tuple[str, ...]
+    learners: tuple[str, ...] = ()
+    addresses: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self.voters + self.learners
+
+    def address_of(self, node_id: str) -> str | None:
+        return dict(self.addresses).get(node_id)
+
+    def encode(self) -> bytes:
+        return cbor2.dumps([1, list(self.voters), list(self.learners),
+                            [list(a) for a in self.addresses]])
+
+    @staticmethod
+    def decode(data: bytes) -> Membership:
+        """ValueError if ``data`` is not a membership this version writes."""
+        try:
+            version, voters, learners, addresses = cbor2.loads(data)
+        except (cbor2.CBORDecodeError, ValueError, TypeError) as err:
+            raise ValueError(f"not a membership: {err}") from err
+        ids = [*voters, *learners]
+        if (version != 1 or not all(type(v) is str and v for v in ids)
+                or len(set(ids)) != len(ids)
+                or not all(type(a) is list and len(a) == 2 and all(type(x) is str for x in a)
+                           for a in addresses)):
+            raise ValueError("malformed membership")
+        return Membership(tuple(voters), tuple(learners),
+                          tuple((a, b) for a, b in addresses))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +189,12 @@ class HeartbeatResponse:
 @dataclass(frozen=True, slots=True)
 class SnapshotMeta:
     """What a snapshot covers: every entry up to ``index`` (of ``term``), applied, with the group's
-    voters as of that index. The snapshot's data (the state machine's files, and whatever else
-    the shell sends with them) is the shell's business; the core sees only this."""
+    membership as of that index. The snapshot's data (the state machine's files, and whatever
+    else the shell sends with them) is the shell's business; the core sees only this."""
 
     index: int
     term: int
-    voters: tuple[str, ...] = ()
+    membership: Membership = Membership(())
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +278,10 @@ class Status:
     transferee: str | None
     followers: tuple[FollowerStatus, ...] = field(default_factory=tuple)
     snapshot_index: int = 0  # the latest snapshot this node can send (0: none)
+    voters: tuple[str, ...] = ()
+    learners: tuple[str, ...] = ()
+    config_index: int = 0  # the log index of the membership in force (0: the initial one)
+    config_pending: bool = False  # that membership is not committed yet (a change in progress)
 
 
 # --- seams --------------------------------------------------------------------------------
