@@ -288,9 +288,11 @@ async def broker_status(server: BrokerServer) -> dict[str, Any]:
 
 @handles(TRANSFER_LEADERSHIP, node_id=text())
 async def transfer_leadership(server: BrokerServer, node_id: str) -> bool:
-    if node_id not in server.config.node.peers:
-        raise BadRequestError(f"transfer_leadership: {node_id!r} is not a member of group "
-                              f"{server.group} ({', '.join(sorted(server.config.node.peers))})")
+    voters = server.node.membership_status()["voters"]
+    assert isinstance(voters, list)
+    if node_id not in voters:
+        raise BadRequestError(f"transfer_leadership: {node_id!r} is not a voter of group "
+                              f"{server.group} ({', '.join(voters)})")
     server.require_leader()
     await server.node.transfer_leadership(node_id)
     return True
@@ -331,4 +333,5 @@ async def unlock_batch(server: BrokerServer, group: str, client_id: str,
 # all (each module imports this one's checks: it comes last).
 from broker import txn_handlers as _txn_handlers  # noqa: E402,F401
 from broker import query_handlers  # noqa: E402,F401 - message query (kinds 120-122)
-from broker import admin_handlers  # noqa: E402,F401 - consumer-group admin (124-125)
+from broker import admin_handlers  # noqa: E402,F401 - consumer-group admin (124-126)
+from broker import member_handlers  # noqa: E402,F401 - the group's membership (127-129)

@@ -61,6 +61,12 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   node's whole state machine (topics, consume queues, offsets, dedup table, timers, locks,
   transactions) as its checkpoint would write it, so that replicas at the same applied index
   can be compared (any replica; ``broker.admin_handlers``)
+- MEMBER_ADD ``node_id, peer_address, timeout_ms`` / MEMBER_PROMOTE ``node_id, timeout_ms`` /
+  MEMBER_REMOVE ``node_id, timeout_ms`` -> ``{"voters", "learners", "config_index",
+  "change_in_progress", "recovering"}`` once the change is committed: a node joins as a learner,
+  a caught-up learner becomes a voter (PROMOTE waits for it to catch up), a member leaves
+  (leader; ``broker.member_handlers``). A change the group's rules refuse is
+  MembershipChangeError, by name
 - VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
   max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
   of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
@@ -106,6 +112,9 @@ QUERY_BY_UNIQUE_KEY = 122
 OFFSET_RESET = 124
 CONSUMER_STATUS = 125
 STATE_DIGEST = 126
+MEMBER_ADD = 127
+MEMBER_PROMOTE = 128
+MEMBER_REMOVE = 129
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

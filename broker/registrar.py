@@ -121,6 +121,7 @@ class Registrar:
                 "client_address": _fmt(s.config.advertise_client or s.client_address),
                 "admin_address": _fmt(s.admin_address),
                 "role": role, "term": raft.term, "instance": self.instance,
+                "members": sorted(raft.voters + raft.learners),
                 "topics": {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                     "perm": t.perm} for t in s.state.topics.values()}}
 

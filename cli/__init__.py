@@ -16,6 +16,7 @@ from cli.admin import consumer, leader
 from cli.bench import bench
 from cli.consumer_admin import consumer_status, reset_offset
 from cli.dlq import consumer_retry, dlq
+from cli.group import group
 from cli.messages import consume, send
 from cli.node import node
 from cli.producer import producer
@@ -48,7 +49,8 @@ def chaos(ctx: click.Context) -> None:
 consumer.add_command(consumer_retry)
 consumer.add_command(reset_offset)
 consumer.add_command(consumer_status)
-for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench):
+for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench,
+                group):
     main.add_command(command)
 message.add_command(message_trace)
 main.add_command(message)

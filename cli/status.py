@@ -20,11 +20,12 @@ NODE_TIMEOUT_S = 2.0
 
 # health -> exit code; the worst group's code is the command's
 HEALTH_EXIT = {"ok": 0, "degraded": 3, "no leader": 2, "no quorum": 2}
-HEALTH_HELP = """Health of a group: "ok" (a leader, every member answers; exit 0), "degraded"
-(a leader and a majority answer, some member does not; exit 3), "no leader" (a majority
+HEALTH_HELP = """Health of a group: "ok" (a leader, every voter answers; exit 0), "degraded"
+(a leader and a majority answer, some voter does not; exit 3), "no leader" (a majority
 answers but none leads, e.g. during an election; exit 2), "no quorum" (fewer than a majority of
-the members answer; exit 2). The members are the nodes registered at the NameServer and those
-the leader replicates to. No registered group, or no NameServer answering: exit 1."""
+the voters answer; exit 2). The voters and learners are the leader's membership (learners get
+the log and count for nothing); without a leader, the nodes registered at the NameServer and
+those the nodes name. No registered group, or no NameServer answering: exit 1."""
 
 
 @click.command(epilog=HEALTH_HELP)
@@ -82,16 +83,31 @@ async def _group_status(session: aiohttp.ClientSession, g: dict[str, Any]) -> di
     leader = leaders[-1] if leaders else None
     registered = {n["node"] for n in nodes}
     # The group's members as its nodes know them (a stopped node unregisters itself, so the
-    # NameServer's list alone would make 1 of 3 look like a quorum of 1).
+    # NameServer's list alone would make 1 of 3 look like a quorum of 1); the leader's
+    # membership, when there is one, says who votes and who is a learner.
+    membership = (leader or {}).get("membership") or {}
+    voters = set(membership.get("voters", ()))
+    learners = set(membership.get("learners", ()))
     members = set(leader["followers"]) if leader else set()
+    if membership:
+        members = voters | learners
+        nodes = [n for n in nodes if n["node"] in members]  # (a removed node still running)
+    else:
+        for n in nodes:
+            members.update(n.get("members", ()))
+        voters = members
     for n in nodes:
-        members.update(n.get("members", ()))
+        if n["node"] in learners and n["role"] == "follower":
+            n["role"] = "learner"
     for nid in sorted(members - registered):
         nodes.append({"node": nid, "role": "unreachable", "error": "not registered"})
-    health = group_health(len(nodes), sum(n["role"] != "unreachable" for n in nodes),
+    voting = [n for n in nodes if n["node"] in voters]
+    health = group_health(len(voting), sum(n["role"] != "unreachable" for n in voting),
                           leader is not None)
     return {"group": g["group"], "leader": leader["node"] if leader else None,
             "term": leader["term"] if leader else g["term"], "health": health,
+            "voters": sorted(voters), "learners": sorted(learners),
+            "change_in_progress": bool(membership.get("change_in_progress")),
             "nodes": sorted(nodes, key=lambda n: n["node"])}
 
 
@@ -113,6 +129,7 @@ async def _node_status(session: aiohttp.ClientSession, n: dict[str, Any]) -> dic
     raft = st["raft"]
     return {"node": n["node_id"], "role": raft["role"], "term": raft["term"],
             "members": [m for m in st.get("members", ()) if isinstance(m, str)],
+            "membership": st.get("membership") if isinstance(st.get("membership"), dict) else {},
             "last_index": raft["last_index"], "commit_index": raft["commit_index"],
             "applied_index": st["applied_index"],
             "followers": {f["node_id"]: {"lag": raft["last_index"] - f["match_index"],
@@ -132,5 +149,8 @@ def status_table(rows: list[dict[str, Any]]) -> str:
                             for k, v in n["followers"].items())
             lines.append(f"{g['group']:<6} {n['node']:<5} {n['role']:<12} {n['term']:>5} "
                          f"{n['last_index']:>8} {n['commit_index']:>8} {n['applied_index']:>8}  {fol}")
-        lines.append(f"{g['group']:<6} health: {g['health']}")
+        change = "; a membership change in progress" if g.get("change_in_progress") else ""
+        learners = f"; learners {', '.join(g['learners'])}" if g.get("learners") else ""
+        lines.append(f"{g['group']:<6} health: {g['health']} (voters {', '.join(g['voters'])}"
+                     f"{learners}{change})")
     return "\n".join(lines)

@@ -60,7 +60,7 @@ class DiskFullRecovery(Proposals):
         base = (meta.index, meta.membership) if meta is not None else self._saved_membership()
         self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
                              random.Random(self._rng.random()), applied_index=applied_index,
-                             membership_at=base)
+                             membership_at=base, recovering=self._recovering_marker)
         meta = meta or self._initial_snapshot(applied_index)
         if meta is not None:
             self.core.snapshot_taken(meta)

@@ -118,6 +118,9 @@ class LocalCluster:
     trace: bool = False  # each node appends an event trace to <base_dir>/<group>-<id>.trace
     program: tuple[str, ...] = ("-m", "dledger.server")  # e.g. ("-m", "broker", "start")
     node_args: dict[str, tuple[str, ...]] = field(default_factory=dict)  # per node, e.g. --dial
+    # The group is the first ``initial`` nodes (None: all): ``start`` starts them; the others
+    # are spares, started by ``start_node`` with --join, to be added to the running group.
+    initial: int | None = None
     servers: dict[str, ServerProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -136,14 +139,21 @@ class LocalCluster:
     def client_addresses(self) -> dict[str, Address]:
         return {nid: s.client_address for nid, s in self.servers.items()}
 
-    def peers_arg(self) -> str:
-        return ",".join(f"{nid}={h}:{p}" for nid, s in self.servers.items()
-                        for h, p in [s.peer_address])
+    def members(self) -> list[str]:
+        """The nodes the group starts with."""
+        ids = list(self.servers)
+        return ids if self.initial is None else ids[: self.initial]
+
+    def peers_arg(self, nid: str | None = None) -> str:
+        """The group's first members (and ``nid``, a spare, itself)."""
+        ids = self.members() + ([nid] if nid is not None and nid not in self.members() else [])
+        return ",".join(f"{n}={h}:{p}" for n in ids for h, p in [self.servers[n].peer_address])
 
     def command(self, nid: str) -> list[str]:
         s = self.servers[nid]
+        spare = nid not in self.members()
         return [sys.executable, *self.program, "--group", self.group, "--id", nid,
-                "--peers", self.peers_arg(),
+                "--peers", self.peers_arg(nid), *(["--join"] if spare else []),
                 "--client-listen", f"{s.client_address[0]}:{s.client_address[1]}",
                 "--data-dir", s.data_dir, "--flush-mode", self.flush_mode,
                 "--tick-ms", str(self.tick_ms), "--election-ticks", str(self.election_ticks),
@@ -157,11 +167,15 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         os.makedirs(self.base_dir, exist_ok=True)
-        for nid in self.servers:
+        for nid in self.members():
             self._spawn(nid)
-        for nid in self.servers:
+        for nid in self.members():
             self._await_ready(nid)
         return self
+
+    def start_node(self, nid: str) -> None:
+        """Start a node that is not running (a spare joins the running group)."""
+        self.restart(nid)
 
     def restart(self, nid: str) -> None:
         if self.servers[nid].running:

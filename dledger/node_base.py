@@ -80,6 +80,10 @@ class NodeBase:
         self.snapshot_send_failures = 0
         self.snapshot_resumed_bytes = 0  # not sent again: the follower held them
         self.snapshots_installed = 0
+        # Membership (dledger.membership_node): the membership the peer links were set up for,
+        # and whether the recovering marker is on disk.
+        self._linked_membership: Membership | None = None
+        self._recovering_marker = False
 
     # -- provided by the other parts (declared so that each part reads on its own) -----------
 
@@ -97,6 +101,10 @@ class NodeBase:
 
     def _note_ack(self) -> None:
         """A follower answered an append of entries (``busy_poll``)."""
+        raise NotImplementedError
+
+    async def _await(self, fut: asyncio.Future[Committed], timeout_s: float) -> Committed:
+        """Wait for a proposal's future with a deadline (``proposals``)."""
         raise NotImplementedError
 
     def _in_loop(self, op: Callable[[], None]) -> asyncio.Future[None]:

@@ -135,6 +135,10 @@ _OPTIONS = [
                  default=INPUT_BUFFER_BYTES_MAX_DEFAULT, show_default=True,
                  help="Bytes of partly received frames all client connections may hold "
                       "together; past it the connections holding the most are closed."),
+    click.option("--join", is_flag=True,
+                 help="Join a running group (a new member, or one whose disk was replaced): "
+                      "take the membership from the leader; add the node with `dledger group "
+                      "add-node` (--peers need only name this node and one member)."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--test-crash-in-install", type=click.Choice(["staged", "commit"]), default=None,
                  hidden=True, help="Exit at this step of the first snapshot install (tests only)."),
@@ -146,7 +150,7 @@ _OPTIONS = [
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
                      "retention_entries", "retention_lag_entries", "segment_bytes",
-                     "snapshot_timeout_s", "busy_poll_us", "quorum_first", "aio_fsync", "test_faults",
+                     "snapshot_timeout_s", "busy_poll_us", "quorum_first", "aio_fsync", "join", "test_faults",
                      "test_crash_in_install",
                      "trace_path", "canary")
 
@@ -174,7 +178,7 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             retention_lag_entries=o["retention_lag_entries"], segment_bytes_max=o["segment_bytes"],
             snapshot_timeout_s=o["snapshot_timeout_s"],
             busy_poll_us=o["busy_poll_us"], quorum_first=o["quorum_first"],
-            aio_fsync=o["aio_fsync"], test_faults=o["test_faults"],
+            aio_fsync=o["aio_fsync"], join=o["join"], test_faults=o["test_faults"],
             test_crash_in_install=o["test_crash_in_install"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:

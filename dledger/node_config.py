@@ -59,6 +59,10 @@ class NodeConfig:
     # (dledger.aiofsync), rather than on a thread: no thread hand-off per group commit.
     aio_fsync: bool = True
     canaries: Canaries = field(default_factory=Canaries)
+    # A node joining a running group (a new member, or one whose disk was replaced): it has no
+    # membership until the leader's log or snapshot brings one, so it neither campaigns nor
+    # votes before (dledger.raft.membership).
+    join: bool = False
     test_faults: bool = False  # allow power_loss() and canaries (tests only)
     # Tests only: the process exits at this step of its first snapshot install ("staged": the
     # snapshot staged, not installed; "commit": the install committed, not finished).
@@ -90,7 +94,7 @@ class NodeConfig:
                           preferred_leader=self.preferred_leader, canaries=self.canaries,
                           quorum_first=self.quorum_first,
                           check_quorum=not self.canaries.no_pre_vote_check_quorum,
-                          pre_vote=not self.canaries.no_pre_vote_check_quorum)
+                          pre_vote=not self.canaries.no_pre_vote_check_quorum, join=self.join)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +129,7 @@ class NodeStatus:
     disk_full: bool = False  # a write failed for want of space: not taking part (dledger.disk_full)
     disk_full_error: str | None = None
     snapshot: dict[str, int | list[str]] = field(default_factory=dict)  # dledger.snapshot_node
+    membership: dict[str, object] = field(default_factory=dict)  # dledger.membership_node
 
 
 ApplyListener = Callable[[Sequence[AppliedEntry]], None]

@@ -15,6 +15,7 @@ from dledger.errors import (
     DLedgerError,
     LeadershipLostError,
     LeadershipTransferInProgressError,
+    MembershipChangeError,
     NodeStoppedError,
     NotLeaderError,
     OutcomeUnknownError,
@@ -69,6 +70,7 @@ _CODES: dict[type[DLedgerError], str] = {
     OutcomeUnknownError: "OUTCOME_UNKNOWN",
     NodeStoppedError: "STOPPED",
     DiskFullError: "DISK_FULL",
+    MembershipChangeError: "MEMBERSHIP_CHANGE_REFUSED",
     BadRequestError: "BAD_REQUEST",
     WireError: "BAD_REQUEST",
 }

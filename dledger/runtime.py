@@ -51,6 +51,7 @@ from dledger.node_config import (
 from dledger.raft.types import Message, Role
 from dledger.ready_pipeline import AWAIT, ReadyPipeline
 from dledger.snapshot_files import finish_install
+from dledger.membership_node import MembershipShell
 from dledger.snapshot_node import SnapshotShell
 from dledger.trace import NodeTrace
 from dledger.transport import PeerTransport
@@ -61,7 +62,7 @@ RETAIN_INTERVAL_S = 1.0
 TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 
 
-class Node(SnapshotShell, ReadyPipeline, DiskFullRecovery):
+class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
     """One member of a replicated log group."""
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -72,7 +73,9 @@ class Node(SnapshotShell, ReadyPipeline, DiskFullRecovery):
         os.makedirs(cfg.data_dir, exist_ok=True)
         provider = self._snapshot_provider
         finish_install(cfg.data_dir, "log", provider.snapshot_derived() if provider else ())
-        self._hard_state = FileHardStateStore(os.path.join(cfg.data_dir, "hardstate"))
+        hard_state_path = os.path.join(cfg.data_dir, "hardstate")
+        self._recovering_at_start(hard_state_path)
+        self._hard_state = FileHardStateStore(hard_state_path)
         self._open_core(self._applied_floor)
         if cfg.trace_path is not None:
             self.trace = NodeTrace(cfg.trace_path, cfg.node_id)
@@ -161,7 +164,7 @@ class Node(SnapshotShell, ReadyPipeline, DiskFullRecovery):
             transport=self.transport.stats() if self.transport else {},
             storage_first_index=store.first_index(), storage_last_index=store.last_index(),
             disk_full=full is not None, disk_full_error=None if full is None else str(full),
-            snapshot=self.snapshot_status())
+            snapshot=self.snapshot_status(), membership=self.membership_status())
 
     @property
     def is_leader(self) -> bool:
@@ -344,6 +347,7 @@ class Node(SnapshotShell, ReadyPipeline, DiskFullRecovery):
             rd = core.ready()
             self._advance(rd, await self._handle_ready(rd))
         self._check_leadership()
+        self._follow_membership()
 
     def _turn_now(self) -> None:
         """One turn of the loop, run in the callback that brought new work while the loop task
@@ -363,6 +367,7 @@ class Node(SnapshotShell, ReadyPipeline, DiskFullRecovery):
                     break
                 self._advance(rd, self._do_ready(rd, plan))
             self._check_leadership()
+            self._follow_membership()
         except DiskFullError as err:  # the node stays up, riding it out (dledger.disk_full)
             self._enter_disk_full(err)
         except Exception as err:  # recorded, logged and stops the node, as in the loop task

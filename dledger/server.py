@@ -209,7 +209,8 @@ def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
     # table shows it), and disk_full_error says which write failed.
     raft["role"] = "disk_full" if st.disk_full else st.raft.role.value
     return {"group": st.group, "flush_mode": st.flush_mode, "raft": raft,
-            "members": sorted(node.config.peers),
+            "members": sorted(st.raft.voters + st.raft.learners),
+            "membership": st.membership,
             "disk_full": st.disk_full, "disk_full_error": st.disk_full_error,
             "peer_address": list(st.peer_address or ()), "client_address": list(client_address or ()),
             "pending_proposals": st.pending_proposals, "inbox_dropped": st.inbox_dropped,

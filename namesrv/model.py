@@ -30,6 +30,7 @@ PERMS = frozenset({PERM_WRITE, PERM_READ, PERM_RW})
 TERM_MAX = 2**63 - 1  # terms are persisted as signed 64-bit integers
 TOPICS_PER_REGISTRATION_MAX = 10_000
 ID_MAX_CHARS = 64
+MEMBERS_MAX = 64  # node ids in a registration's member list
 ADDRESS_MAX_CHARS = 300
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")  # group names and node ids
 
@@ -62,6 +63,10 @@ class Registration:
     # with (views do not show it): only an unregister naming it removes the node ("" for a
     # caller that sends none: then node id and term must match).
     instance: str = ""
+    # The group's members as this node knows them (its Raft membership: voters and learners);
+    # empty from a broker that does not say. The leader's list decides which registered nodes
+    # the routes show (a removed node that still runs is not routed to).
+    members: tuple[str, ...] = ()
 
     @property
     def claims_leadership(self) -> bool:
@@ -120,7 +125,7 @@ def parse_registration(body: object) -> Registration:
     term = _parse_term(obj)
     topics = _parse_topics(obj.get("topics", {}))
     return Registration(group, node_id, client_address, admin_address, role, term, topics,
-                        _parse_instance(obj))
+                        _parse_instance(obj), _parse_members(obj))
 
 
 def parse_unregistration(body: object) -> Unregistration:
@@ -135,6 +140,15 @@ def _parse_term(obj: Mapping[str, Any]) -> int:
     if not _is_int(term) or not 0 <= term <= TERM_MAX:
         raise BadRequestError(f"term must be an integer 0..{TERM_MAX}, not {term!r}")
     return int(term)
+
+
+def _parse_members(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    if "members" not in obj:
+        return ()
+    value = obj["members"]
+    if not isinstance(value, list) or len(value) > MEMBERS_MAX:
+        raise BadRequestError(f"members must be a list of at most {MEMBERS_MAX} node ids")
+    return tuple(sorted(_parse_id({"member": m}, "member") for m in value))
 
 
 def _parse_instance(obj: Mapping[str, Any]) -> str:

@@ -328,8 +328,14 @@ def _effective_topics(group: _GroupState) -> Mapping[str, TopicRoute]:
 
 
 def _node_views(group: _GroupState, now_s: float) -> tuple[NodeView, ...]:
+    """The group's registered nodes, but those its leader's membership no longer names (a
+    removed node that still runs and registers is not routed to)."""
     views = []
+    leader = group.nodes.get(group.leader) if group.leader is not None else None
+    members = leader.registration.members if leader is not None else ()
     for node_id in sorted(group.nodes):
+        if members and node_id not in members:
+            continue
         rec = group.nodes[node_id]
         reg = rec.registration
         views.append(NodeView(node_id, reg.client_address, reg.admin_address, reg.role, reg.term,

@@ -110,6 +110,9 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.OFFSET_RESET: ["g", "t", 0, False],
     bp.CONSUMER_STATUS: ["g"],
     bp.STATE_DIGEST: [],
+    bp.MEMBER_ADD: ["n9", "127.0.0.1:1", 1000],
+    bp.MEMBER_PROMOTE: ["n9", 1000],
+    bp.MEMBER_REMOVE: ["n9", 1000],
     bp.VIEW_MESSAGE: ["a-0000000000000000-0"],
     bp.QUERY_BY_KEY: ["t", "k", 0, 1, 8],
     bp.QUERY_BY_UNIQUE_KEY: ["u", "", 8],
@@ -166,7 +169,7 @@ def test_fields_of_the_wrong_type_or_range_are_named(tmp_path: Path) -> None:
         await bad(client, bp.HEARTBEAT, "c1", "g", "clustering", {"t": 5}, 1000,
                   match="subscriptions")
         await bad(client, bp.HEARTBEAT, "c1", "g", "clustering", {}, -1, match="ttl_ms")
-        await bad(client, bp.TRANSFER_LEADERSHIP, "nobody", match="not a member")
+        await bad(client, bp.TRANSFER_LEADERSHIP, "nobody", match="not a voter")
         await bad(client, bp.SEND_BACK, "g", "t", 0, -1, 0, 16, match="offset")
         await bad(client, bp.SEND_BACK, "g", "t", 0, 0, "3", 16, match="delay_level")
         await bad(client, bp.SEND_BACK, "g", "t", 0, 0, 0, -1, match="max_reconsume_times")

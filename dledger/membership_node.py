@@ -1,0 +1,160 @@
+"""Membership changes in a node (``MembershipShell``, a part of ``dledger.runtime.Node``): the
+shell around ``dledger.raft.membership``.
+
+Owns the operations an operator asks of a group's leader (add a learner, promote it once it has
+caught up, remove a member; each waits until its change is committed), the peer links following
+the membership in force (new members dialed at the address their membership entry records, or
+``--dial``/``--peers``; removed ones no longer), and the ``recovering`` marker of a node that
+started on an empty disk (``recovering`` in ``dledger.raft.core``): written when the node finds no
+term and vote, removed once its core has caught up, so that a restart in between still knows.
+Membership changes need snapshots (an application's ``SnapshotProvider``): the membership is
+saved with each snapshot, and a restart reads the changes the log holds after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Callable
+
+from dledger.errors import MembershipChangeError, ProposalTimeoutError
+from dledger.node_base import NodeBase
+from dledger.node_config import Address, Committed
+from dledger.raft.progress import ProgressState
+from dledger.raft.types import Membership
+
+__all__ = ["MembershipShell", "RECOVERING_FILE", "parse_address"]
+
+log = logging.getLogger("dledger.membership")
+
+RECOVERING_FILE = "recovering"  # present while a node that started on an empty disk catches up
+CATCH_UP_POLL_S = 0.05
+
+
+def parse_address(text: str) -> Address:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not a host:port address: {text!r}")
+    return host, int(port)
+
+
+class MembershipShell(NodeBase):
+    """Membership changes and the peer links (a part of ``dledger.runtime.Node``)."""
+
+    # -- operations (on the leader) ----------------------------------------------------------------
+
+    async def add_learner(self, node_id: str, address: str, timeout_s: float = 10.0) -> Committed:
+        """Add ``node_id`` (peer address ``host:port``) as a learner: it gets the log, and counts
+        for nothing until promoted."""
+        parse_address(address)
+
+        def change(m: Membership) -> Membership:
+            if node_id in m.members:
+                raise MembershipChangeError(f"{node_id} is a member already")
+            return Membership(m.voters, tuple(sorted((*m.learners, node_id))),
+                              self._addresses(m, {node_id: address}))
+        return await self._change(change, timeout_s)
+
+    async def promote(self, node_id: str, timeout_s: float = 30.0) -> Committed:
+        """Make learner ``node_id`` a voter, once it has caught up (waiting for that, within
+        ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while not self._caught_up(node_id):
+            if time.monotonic() > deadline:
+                raise ProposalTimeoutError(f"learner {node_id} did not catch up within "
+                                           f"{timeout_s} s")
+            await asyncio.sleep(CATCH_UP_POLL_S)  # polling the leader's view, with a deadline
+
+        def change(m: Membership) -> Membership:
+            if node_id not in m.learners:
+                raise MembershipChangeError(f"{node_id} is not a learner")
+            return Membership(tuple(sorted((*m.voters, node_id))),
+                              tuple(x for x in m.learners if x != node_id),
+                              self._addresses(m))
+        return await self._change(change, max(1.0, deadline - time.monotonic()))
+
+    async def remove_member(self, node_id: str, timeout_s: float = 10.0) -> Committed:
+        """Remove voter or learner ``node_id`` (this node too: it leads until the change
+        commits, then steps down)."""
+        def change(m: Membership) -> Membership:
+            if node_id not in m.members:
+                raise MembershipChangeError(f"{node_id} is not a member")
+            return Membership(tuple(x for x in m.voters if x != node_id),
+                              tuple(x for x in m.learners if x != node_id),
+                              tuple(a for a in self._addresses(m) if a[0] != node_id))
+        return await self._change(change, timeout_s)
+
+    def _caught_up(self, node_id: str) -> bool:
+        core = self._core()
+        pr = core.progress.get(node_id)
+        return (pr is not None and pr.state is ProgressState.REPLICATE
+                and core.log.commit_index - pr.match_index <= core.config.lazy_batch_entries)
+
+    async def _change(self, change: Callable[[Membership], Membership],
+                      timeout_s: float) -> Committed:
+        if self._snapshot_provider is None:
+            raise MembershipChangeError("membership changes need snapshots (a broker's node)")
+        fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
+
+        def op() -> None:
+            core = self._core()
+            term, index = core.propose_membership(change(core.membership))
+            self._pending[(term, index)] = fut
+            self._leader_term = core.term
+        await self._in_loop(op)
+        return await self._await(fut, timeout_s)
+
+    def _addresses(self, m: Membership, extra: dict[str, str] | None = None
+                   ) -> tuple[tuple[str, str], ...]:
+        """Every member's peer address as far as this node knows, for the next membership."""
+        known = {nid: f"{h}:{p}" for nid, (h, p) in self.config.peers.items()}
+        known.update(dict(m.addresses))
+        known.update(extra or {})
+        members = set(m.members) | set(extra or {})
+        return tuple(sorted((nid, a) for nid, a in known.items() if nid in members))
+
+    # -- the peer links follow the membership --------------------------------------------------
+
+    def _follow_membership(self) -> None:
+        """After each turn: dial the members of the membership in force (once it changed)."""
+        core, transport = self.core, self.transport
+        if core is None or transport is None or core.membership is self._linked_membership:
+            return
+        self._linked_membership = m = core.membership
+        for nid in m.members:
+            if nid == self.config.node_id:
+                continue
+            addr = self.config.dial.get(nid)
+            text = m.address_of(nid)
+            if addr is None and text is not None:
+                try:
+                    addr = parse_address(text)
+                except ValueError:
+                    log.warning("%s: member %s has a bad address %r", self.config.node_id, nid,
+                                text)
+            addr = addr or self.config.peers.get(nid)
+            if addr is not None:
+                transport.set_dial(nid, addr)
+        if self._recovering_marker and not core.recovering:
+            self._recovering_marker = False
+            try:
+                os.unlink(os.path.join(self.config.data_dir, RECOVERING_FILE))
+            except FileNotFoundError:
+                pass
+
+    def _recovering_at_start(self, hard_state_path: str) -> bool:
+        """Whether this node starts on an empty disk, or had not caught up since it did."""
+        marker = os.path.join(self.config.data_dir, RECOVERING_FILE)
+        if not os.path.exists(hard_state_path) and not os.path.exists(marker):
+            with open(marker, "w") as f:
+                f.write("this node started on an empty disk: it votes once caught up\n")
+        self._recovering_marker = os.path.exists(marker)
+        return self._recovering_marker
+
+    def membership_status(self) -> dict[str, object]:
+        core = self._core()
+        voters, learners, index, pending = core.membership_status()
+        return {"voters": list(voters), "learners": list(learners), "config_index": index,
+                "change_in_progress": pending, "recovering": core.recovering}
