@@ -137,6 +137,12 @@ class FileLogStore(LogWrites, LogRecovery, PowerLossFaults):
                         min(seg.data_bytes, end - seg.base_position)))
         return meta, out
 
+    def segment_files(self) -> list[tuple[int, str]]:
+        """(first index, data file path) of each segment, oldest first (for retention's
+        rules, which look at the files' last write times)."""
+        self._check_usable()
+        return [(seg.first_index, seg.data_path) for seg in self._segments]
+
     def retain_from(self, index: int) -> int:
         """Delete whole segments whose entries are all below ``index`` (never the last segment);
         returns the new first_index()."""

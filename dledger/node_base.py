@@ -83,6 +83,7 @@ class NodeBase:
         # Membership (dledger.membership_node): the membership the peer links were set up for,
         # and whether the recovering marker is on disk.
         self._linked_membership: Membership | None = None
+        self._retention = config.retention_policy()
         self._recovering_marker = False
 
     # -- provided by the other parts (declared so that each part reads on its own) -----------

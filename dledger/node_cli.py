@@ -110,6 +110,21 @@ _OPTIONS = [
                  help="With snapshots (a broker): retention keeps what a lagging member needs "
                       "only while it is within this many entries of the log's end; a member "
                       "further behind is sent a snapshot instead."),
+    click.option("--file-reserved-hours", type=click.FloatRange(min=0), default=72.0,
+                 show_default=True,
+                 help="With snapshots (a broker): a log segment last written longer ago than "
+                      "this is deleted at the --delete-when hours, or at once when the disk is "
+                      "fuller than --disk-max-used-ratio (RocketMQ's fileReservedTime)."),
+    click.option("--delete-when", default="04", show_default=True, metavar="HH[;HH...]",
+                 help="Local hours at which expired log segments are deleted (RocketMQ's "
+                      "deleteWhen)."),
+    click.option("--disk-max-used-ratio", type=click.FloatRange(0, 1), default=0.75,
+                 show_default=True,
+                 help="Past this share of the disk used, expired segments go at any hour."),
+    click.option("--disk-clean-forcibly-ratio", type=click.FloatRange(0, 1), default=0.85,
+                 show_default=True,
+                 help="Past this share of the disk used, the oldest segment goes even if it "
+                      "has not expired (never past the latest checkpoint)."),
     click.option("--segment-bytes", type=click.IntRange(min=4096), default=64 << 20,
                  show_default=True, help="Size of a commitlog segment file."),
     click.option("--snapshot-timeout-s", type=click.FloatRange(min=0.1), default=10.0,
@@ -150,6 +165,8 @@ _OPTIONS = [
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",
                      "async_flush_ms", "tick_ms", "election_ticks", "preferred_leader",
                      "retention_entries", "retention_lag_entries", "segment_bytes",
+                     "file_reserved_hours", "delete_when", "disk_max_used_ratio",
+                     "disk_clean_forcibly_ratio",
                      "snapshot_timeout_s", "busy_poll_us", "quorum_first", "aio_fsync", "join", "test_faults",
                      "test_crash_in_install",
                      "trace_path", "canary")
@@ -176,6 +193,9 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             tick_interval_s=o["tick_ms"] / 1000, election_ticks=o["election_ticks"],
             preferred_leader=o["preferred_leader"], retention_entries=o["retention_entries"],
             retention_lag_entries=o["retention_lag_entries"], segment_bytes_max=o["segment_bytes"],
+            file_reserved_hours=o["file_reserved_hours"], delete_hours=parse_hours(o["delete_when"]),
+            disk_max_used_ratio=o["disk_max_used_ratio"],
+            disk_forcibly_ratio=o["disk_clean_forcibly_ratio"],
             snapshot_timeout_s=o["snapshot_timeout_s"],
             busy_poll_us=o["busy_poll_us"], quorum_first=o["quorum_first"],
             aio_fsync=o["aio_fsync"], join=o["join"], test_faults=o["test_faults"],
@@ -183,6 +203,17 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
     except ValueError as err:
         raise click.UsageError(str(err)) from err
+
+
+def parse_hours(text: str) -> tuple[int, ...]:
+    """RocketMQ's deleteWhen: hours of the day separated by ';' ("04", "04;16")."""
+    hours = []
+    for part in text.split(";"):
+        part = part.strip()
+        if not part.isdigit() or not 0 <= int(part) <= 23:
+            raise ValueError(f"--delete-when takes hours 00..23 separated by ';', not {text!r}")
+        hours.append(int(part))
+    return tuple(hours)
 
 
 def client_limits(opts: dict[str, Any]) -> ConnectionLimits:

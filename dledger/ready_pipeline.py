@@ -10,11 +10,14 @@ retention. It must not take inputs nor decide when a turn runs: ``dledger.runtim
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Sequence
 
 from dledger.busy_poll import BusyPolling
 from dledger.node_config import AppliedEntry, Committed
 from dledger.raft.types import Entry, InstallSnapshot, Ready, Role
+from dledger.retention import SegmentAge, policy_target, retain_target
 
 __all__ = ["AWAIT", "DEFER", "INLINE", "NO_SYNC", "ReadyPipeline", "SPIN"]
 
@@ -139,19 +142,39 @@ class ReadyPipeline(BusyPolling):
                     still.append((index, waiter))
             self._apply_waiters = still
 
+    def _policy_target(self) -> int:
+        """What RocketMQ's rules would retain from, from the segments' files and the disk."""
+        store, policy = self._store(), self._retention
+        segments = []
+        for first, path in store.segment_files():
+            try:
+                segments.append(SegmentAge(first, os.stat(path).st_mtime))
+            except FileNotFoundError:
+                return 1  # (retention is under way elsewhere: look again next round)
+        try:
+            st = os.statvfs(self.config.data_dir)
+            used = 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+        except OSError:
+            used = 0.0
+        now = time.time()
+        return policy_target(policy, segments, store.last_index(), now,
+                             time.localtime(now).tm_hour, used)
+
     async def _maybe_retain(self) -> None:
-        keep = self.config.retention_entries
-        if keep is None:
-            return
-        store, core = self._store(), self._core()
-        target = min(core.safe_retain_index(), store.last_index() - keep)
-        if self._snapshot_provider is not None:
-            # With snapshots: never past the latest one (a restart starts from it), and a member
-            # lagging by more than retention_lag_entries is sent a snapshot, not waited for.
-            snap = core.snapshot.index if core.snapshot is not None else 0
-            own = min(core.log.applied_index, core.durable_index, snap) + 1
-            lag_floor = store.last_index() - self.config.retention_lag_entries
-            target = min(own, store.last_index() - keep, max(core.safe_retain_index(), lag_floor))
+        store, core, policy = self._store(), self._core(), self._retention
+        if self._snapshot_provider is None:
+            # Without snapshots only the entry count applies, and never what a member needs.
+            if policy.keep_entries is None:
+                return
+            target = min(core.safe_retain_index(), store.last_index() - policy.keep_entries)
+        else:
+            if not policy.deletes_anything:
+                return
+            target = retain_target(
+                self._policy_target(), applied_index=core.log.applied_index,
+                snapshot_index=core.snapshot.index if core.snapshot is not None else 0,
+                durable_index=core.durable_index, members_need_index=core.safe_retain_index(),
+                last_index=store.last_index(), lag_entries=self.config.retention_lag_entries)
         if target > store.first_index():
             await self._flusher().quiesce()  # retention closes files a background fsync may use
             if self._disk_full is not None:
