@@ -4,9 +4,9 @@ shell around ``dledger.raft.membership``.
 Owns the operations an operator asks of a group's leader (add a learner, promote it once it has
 caught up, remove a member; each waits until its change is committed), the peer links following
 the membership in force (new members dialed at the address their membership entry records, or
-``--dial``/``--peers``; removed ones no longer), and the ``recovering`` marker of a node that
-started on an empty disk (``recovering`` in ``dledger.raft.core``): written when the node finds no
-term and vote, removed once its core has caught up, so that a restart in between still knows.
+``--dial``/``--peers``), and the ``recovering`` marker of a node that joins on an empty disk
+(``recovering`` in ``dledger.raft.core``): written when a ``--join`` node finds no term and vote,
+removed once its core has caught up, so that a restart in between still knows.
 Membership changes need snapshots (an application's ``SnapshotProvider``): the membership is
 saved with each snapshot, and a restart reads the changes the log holds after it.
 """
@@ -145,9 +145,12 @@ class MembershipShell(NodeBase):
                 pass
 
     def _recovering_at_start(self, hard_state_path: str) -> bool:
-        """Whether this node starts on an empty disk, or had not caught up since it did."""
+        """Whether this node joins on an empty disk (``--join``: a new member, or one whose disk
+        was replaced), or had not caught up since it did. (A node of a new group also starts
+        with no term and vote, but it has acknowledged nothing it could have forgotten.)"""
         marker = os.path.join(self.config.data_dir, RECOVERING_FILE)
-        if not os.path.exists(hard_state_path) and not os.path.exists(marker):
+        if self.config.join and not os.path.exists(hard_state_path) \
+                and not os.path.exists(marker):
             with open(marker, "w") as f:
                 f.write("this node started on an empty disk: it votes once caught up\n")
         self._recovering_marker = os.path.exists(marker)

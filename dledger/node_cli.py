@@ -182,11 +182,9 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
     """A NodeConfig from the node options (other keys of ``opts`` are left alone)."""
     o = {k: opts[k] for k in NODE_OPTION_NAMES}
     members = parse_peers(o["peers"])
+    # (a --dial entry may name a node not in --peers: one that joins the group later)
     dials = parse_peers(o["dial"]) if o["dial"] else {}
-    unknown = sorted(set(dials) - set(members))
     try:
-        if unknown:
-            raise ValueError(f"--dial names {unknown}, which are not in --peers")
         return NodeConfig(
             group=o["group"], node_id=o["node_id"], peers=members, data_dir=o["data_dir"],
             dial=dials, flush_mode=o["flush_mode"], async_flush_interval_s=o["async_flush_ms"] / 1000,

@@ -12,8 +12,8 @@ import pytest
 
 from dledger.errors import MembershipChangeError
 from dledger.raft.config import RaftConfig
-from dledger.raft.types import (AppendRequest, Entry, EntryKind, Membership, Role, VoteRequest,
-                                VoteResponse)
+from dledger.raft.types import (AppendRequest, Entry, EntryKind, Heartbeat, HeartbeatResponse,
+                                Membership, Role, VoteRequest, VoteResponse)
 from tests import raft_cluster
 from tests.raft_cluster import Cluster
 
@@ -201,3 +201,88 @@ def test_a_node_that_lost_its_disk_votes_only_once_caught_up() -> None:
     leader = c.leaders()[0]
     c.propose(leader, b"y")
     assert not wiped.recovering and wiped.log.last_term() == c.core(leader).term
+
+
+# -- a node that lost its disk (found in review: each of these failed before its fix) -----------
+
+
+def _wipe(c: Cluster, nid: str) -> None:
+    """The node restarts on an empty disk, recovering (as a node finding no term and vote)."""
+    import random as _random
+
+    from dledger.memstore import MemoryHardStateStore, MemoryLogStore
+    node = c.nodes[nid]
+    node.store, node.hard_state, node.applied = MemoryLogStore(), MemoryHardStateStore(), []
+    node.core = type(node.core)(node.config, node.store, node.hard_state.load(),
+                                _random.Random(7), recovering=True)
+
+
+def test_a_wiped_node_votes_again_only_once_it_holds_what_its_leader_committed() -> None:
+    c = Cluster(3, max_append_entries=2)
+    c.elect("n1")
+    for k in range(3):
+        c.propose("n1", b"a%d" % k)
+    c.cut |= {("n1", "n2"), ("n2", "n1")}  # n2 falls behind; n1 commits with n3
+    for k in range(6):
+        c.propose("n1", b"b%d" % k)
+    committed = c.core("n1").log.commit_index
+    _wipe(c, "n3")
+    c.core("n1").propose(b"c")
+    for _ in range(200):  # one message at a time: n3 is repaired two entries per append
+        c.drain_all()
+        if not c.network:
+            break
+        m = c.network.pop(0)
+        if (m.src, m.dst) not in c.cut:
+            c.nodes[m.dst].core.step(m)
+        if c.core("n3").log.last_index() >= 2:
+            break
+    assert c.core("n3").recovering  # it holds entries of its leader's term, not its commits
+    c.network.clear()
+    c.isolate("n1")
+    for _ in range(60):
+        c.tick(1, nodes=["n2", "n3"])
+    n2 = c.core("n2")
+    assert not (n2.role is Role.LEADER and n2.log.last_index() < committed)
+
+
+def test_a_heartbeat_does_not_commit_what_no_append_of_its_leader_showed() -> None:
+    c = Cluster(3)
+    c.elect("n1")
+    c.propose("n1", b"a")
+    c.isolate("n1")
+    c.core("n1").propose(b"stale-1")
+    c.core("n1").propose(b"stale-2")
+    c.deliver()
+    for _ in range(60):
+        c.tick(1, nodes=["n2", "n3"])
+        if c.core("n2").role is Role.LEADER or c.core("n3").role is Role.LEADER:
+            break
+    leader = "n2" if c.core("n2").role is Role.LEADER else "n3"
+    other = "n3" if leader == "n2" else "n2"
+    for k in range(3):
+        c.propose(leader, b"new%d" % k)
+    new = c.core(leader)
+    _wipe(c, other)
+    stale = c.core("n1")  # the old leader's probe alone reaches the wiped node
+    c.core(other).step(AppendRequest(1, "n1", other, 0, 0, tuple(stale.log.slice(1, 5, 1 << 20)), 2))
+    c.drain_all()
+    c.network.clear()
+    wiped = c.core(other)
+    wiped.step(Heartbeat(new.term, leader, other,
+                         min(new.log.commit_index, new.progress[other].match_index)))
+    c.drain_all()
+    assert not any(e.data.startswith(b"stale") for e in c.nodes[other].applied)
+    assert any(isinstance(m, HeartbeatResponse) and m.unverified for m in c.network)
+
+
+def test_an_idle_leader_repairs_a_follower_that_lost_its_disk() -> None:
+    c = Cluster(3)
+    c.elect("n1")
+    for k in range(5):
+        c.propose("n1", b"x%d" % k)
+    _wipe(c, "n3")
+    c.tick(20)  # no proposal: heartbeats alone must bring the repair
+    leader, wiped = c.core("n1"), c.core("n3")
+    assert wiped.log.last_index() == leader.log.last_index()
+    assert wiped.log.commit_index == leader.log.commit_index and not wiped.recovering

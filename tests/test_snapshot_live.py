@@ -154,6 +154,8 @@ async def _wipe_and_restart_a_follower(p: Producer, client: LogClient, cluster: 
         return min(firsts) > before + 1
     await wait_until(retained_past_it, 60, "the others to retain what the follower lacks")
     shutil.rmtree(cluster.servers[follower].data_dir)
+    # (the procedure for a lost disk: --join, so that it votes only once caught up again)
+    cluster.node_args[follower] = (*cluster.node_args.get(follower, ()), "--join")
     before_restart(follower)
     cluster.restart(follower)
     return follower, sent
@@ -197,7 +199,8 @@ def test_a_crash_during_install_restarts_and_installs(tmp_path: Path, step: str)
             async with LogClient(cluster.client_addresses, timeout_s=5) as client, \
                     Producer(ns) as p:
                 def crash_at_install(follower: str) -> None:
-                    cluster.node_args[follower] = ("--test-crash-in-install", step)
+                    cluster.node_args[follower] = (*cluster.node_args.get(follower, ()),
+                                                   "--test-crash-in-install", step)
                 follower, _ = await _wipe_and_restart_a_follower(p, client, cluster,
                                                                  crash_at_install)
                 proc = cluster.servers[follower].proc

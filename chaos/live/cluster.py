@@ -86,7 +86,9 @@ class ChaosCluster:
     seed: int = 0
     group: str = "g"
     broker_args: tuple[str, ...] = ()  # more broker options (delay levels, broker canaries)
+    spares: int = 0  # nodes beyond the group's first members, started with --join when added
     brokers: LocalCluster = field(init=False)
+    members: set[str] = field(default_factory=set)  # the group as the schedule changed it
     proxies: dict[Link, Address] = field(default_factory=dict)  # link -> proxy listen address
     namesrv_port: int = 0
     _toxi_proc: subprocess.Popen[bytes] | None = None
@@ -112,6 +114,10 @@ class ChaosCluster:
         """Each node's own client port, bypassing the proxies (for the final drain)."""
         return self.brokers.client_addresses
 
+    def active_ids(self) -> list[str]:
+        """The group's members (the first nodes, as the schedule changed them)."""
+        return [n for n in self.node_ids if n in self.members]
+
     def peer_links(self) -> list[Link]:
         return [(a, b) for a in self.node_ids for b in self.node_ids if a != b]
 
@@ -124,7 +130,8 @@ class ChaosCluster:
             self.namesrv_port = free_ports(1)[0]
             self.start_namesrv()
             self.brokers = LocalCluster(
-                os.path.join(self.base_dir, "brokers"), size=self.size, group=self.group,
+                os.path.join(self.base_dir, "brokers"), size=self.size + self.spares,
+                initial=self.size if self.spares else None, group=self.group,
                 flush_mode=self.flush_mode, tick_ms=self.tick_ms,
                 election_ticks=self.election_ticks, trace=True, start_timeout_s=30.0,
                 program=("-m", "broker", "start"),
@@ -134,6 +141,7 @@ class ChaosCluster:
                             *(a for c in self.canaries for a in ("--canary", c)),
                             *self.broker_args))
             self._create_proxies()
+            self.members = set(self.brokers.members())
             self.brokers.start()
         except BaseException:
             self.stop()

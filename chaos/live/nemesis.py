@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 from broker import protocol as bp
 from chaos.live.cluster import ChaosCluster
 from chaos.live.silence import FAULT as SILENCE_FAULT
+from chaos.live.membership import s17_membership
 from chaos.live.silence import SilenceBound
 from chaos.live.workload import History
 from dledger.client import LogClient
@@ -92,6 +93,7 @@ async def find_leader(control: LogClient, nodes: list[str]) -> str | None:
         if raft["role"] == "leader" and (best is None or raft["term"] > best[0]):
             best = (int(raft["term"]), nid)
     return best[1] if best else None
+
 
 
 Schedule = Callable[[Ctl], Awaitable[None]]
@@ -366,6 +368,7 @@ class Scenario:
     churn_bound: bool = False  # leader changes are bounded (Pre-Vote + CheckQuorum's promise)
     silence: SilenceBound | None = None  # availability under a silent leader is bounded
     features: bool = False  # the messaging features run beside (chaos.live.features)
+    spares: int = 0  # nodes outside the group at the start (S17 adds and removes nodes)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -389,6 +392,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     # one producer sending one message at a time: the ack rate measures the client's failover
     Scenario("S16", "One-way silence of the leader", s16_leader_silence, producers=1, pause_s=0.0,
              silence=SilenceBound()),
+    Scenario("S17", "Membership changes under kills and isolation", s17_membership, spares=2),
 ]}
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")
@@ -419,4 +423,6 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     # a new leader forgets the transactions open when it took over: never checked back, the
     # UNKNOWN ones stay open and their commits are lost ("txn: unresolved", "txn: lost")
     "txn_forget": ("S6", {}),
+    # a restarted node forgets the membership changes its log holds (chaos.live.membership)
+    "membership_forget_on_restart": ("S17", {}),
 }

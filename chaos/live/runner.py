@@ -103,7 +103,7 @@ async def _final_heal(ctl: Ctl, problems: list[str]) -> None:
     """Undo every fault. A node found dead here died on its own (every schedule restarts the
     nodes it stops): that is reported, with the end of its log."""
     c = ctl.cluster
-    for n in c.node_ids:
+    for n in c.active_ids():  # (a node removed from the group was stopped on purpose)
         proc = c.brokers.servers[n].proc
         if proc is not None and proc.poll() is not None:
             tail = c.brokers.log_tail(n, 3).strip().splitlines()
@@ -116,7 +116,7 @@ async def _final_heal(ctl: Ctl, problems: list[str]) -> None:
     await ctl.do(c.unslow)
     if not c.namesrv_running:
         await ctl.do(c.start_namesrv)
-    for n in c.node_ids:
+    for n in c.active_ids():
         if not c.running(n):
             await ctl.restart(n)
 
@@ -160,7 +160,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     client_canaries = (cfg.canary,) if cfg.canary in CLIENT_CANARIES else ()
     cluster = ChaosCluster(base, size=sc.nodes, flush_mode=sc.flush_mode, tick_ms=cfg.tick_ms,
                            election_ticks=cfg.election_ticks, canaries=core_canaries,
-                           async_flush_ms=sc.async_flush_ms, seed=cfg.seed,
+                           async_flush_ms=sc.async_flush_ms, seed=cfg.seed, spares=sc.spares,
                            broker_args=broker_args(cfg.canary) if sc.features else ())
     wall0 = time.monotonic()
     t0 = time.time()
@@ -207,6 +207,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             say(f"[{label}] {time.time() - t0:6.1f} s  heal everything")
             await _final_heal(ctl, problems)
             history.add(proc="nemesis", type="info", f="heal")
+            nodes = await _final_members(control, cluster, notes)
             await _after_heal(cfg, control, nodes, stop_producers, workers, notes, problems,
                               feats, os.path.join(base, "features.jsonl"))
             await asyncio.sleep(1.0)  # consumers' last long polls see the end of each queue
@@ -268,6 +269,31 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     if not cfg.keep_data and not problems and verdict == ("FAIL" if cfg.canary else "PASS"):
         shutil.rmtree(os.path.join(base, "brokers"), ignore_errors=True)
     return run
+
+
+async def _final_members(control: LogClient, cluster: ChaosCluster, notes: list[str]) -> list[str]:
+    """The nodes to wait for and drain: the group's members (a scenario that changed them: the
+    leader's membership, once a leader answers; the nodes it removed are stopped)."""
+    if not cluster.spares:
+        return cluster.node_ids
+    try:
+        await _wait(lambda: find_leader(control, cluster.active_ids()), LEADER_WAIT_S,
+                    "a leader after the heal")
+        leader = await find_leader(control, cluster.active_ids())
+        st = await control.call(leader, bp.BROKER_STATUS, timeout_s=2.0) if leader else None
+    except (HarnessError, DLedgerError):
+        st = None
+    if st is None:
+        return cluster.active_ids()
+    m = st["membership"]
+    members = sorted(set(m["voters"]) | set(m["learners"]))
+    notes.append(f"the group ended with voters {', '.join(m['voters'])}"
+                 + (f" and learners {', '.join(m['learners'])}" if m["learners"] else ""))
+    for n in members:  # (a member the schedule did not know of: started, to be drained)
+        if not cluster.running(n):
+            await asyncio.to_thread(cluster.restart, n)
+    cluster.members = set(members)
+    return members
 
 
 async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],

@@ -29,6 +29,7 @@ CANARIES = {
     "snapshot_skips_state": Canaries(snapshot_skips_state=True),
     "membership_two_at_once": Canaries(membership_two_at_once=True),
     "membership_count_removed": Canaries(membership_count_removed=True),
+    "membership_forget_on_restart": Canaries(membership_forget_on_restart=True),
 }
 
 MAIN_TICKS = 400

@@ -35,6 +35,9 @@ class Canaries:
     membership_two_at_once: bool = False
     # a candidate also counts (and asks for) the votes of the initial voters it has removed since
     membership_count_removed: bool = False
+    # a restarted node forgets the membership changes its log and snapshot hold: it starts with
+    # the configured voters (the --peers of its command line)
+    membership_forget_on_restart: bool = False
     # the shell installs a snapshot's log but not its state: the state machine goes on applying
     # the entries after the snapshot over a state that skipped those before. Simulator only.
     snapshot_skips_state: bool = False

@@ -104,6 +104,10 @@ class RaftCore(SnapshotRole, MembershipRole, LeaderRole):
         self.lazy_peers: frozenset[str] = frozenset()  # as leader with quorum_first: see leader.py
         self.snapshot = snapshot
         self.recovering = recovering
+        # The last index an append of this term's leader proved our log matches its own: a
+        # heartbeat commits no further (a match the leader recorded before we lost entries, or
+        # entries another leader wrote since, must not be committed on its word).
+        self.verified_index = 0
         if membership_at is None and snapshot is not None:
             membership_at = (snapshot.index, snapshot.membership)
         self._init_membership(membership_at)
@@ -304,6 +308,7 @@ class RaftCore(SnapshotRole, MembershipRole, LeaderRole):
         if term != self.term:
             self.term = term
             self.voted_for = None
+            self.verified_index = 0
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self.transferee = None
@@ -451,6 +456,7 @@ class RaftCore(SnapshotRole, MembershipRole, LeaderRole):
         log = self.log
         if m.prev_log_index < log.commit_index:
             # Everything up to our commit index already matches; answer where we are.
+            self.verified_index = max(self.verified_index, log.commit_index)
             self._send(AppendResponse(self.term, self.id, m.src, True, log.commit_index))
             return
         if not log.match_term(m.prev_log_index, m.prev_log_term):
@@ -475,16 +481,24 @@ class RaftCore(SnapshotRole, MembershipRole, LeaderRole):
             if self._note_configs(new):
                 self._membership_changed()
         log.commit_to(min(m.leader_commit, last_new))
-        if self.recovering and log.last_term() == self.term:
-            self.recovering = False  # it holds its leader's term: caught up with what it forgot
+        self.verified_index = max(self.verified_index, last_new)
+        if self.recovering and log.commit_index >= m.leader_commit:
+            # Caught up with everything its leader has committed, which covers whatever it
+            # acknowledged before it lost its disk: its vote means something again.
+            self.recovering = False
         self._send(AppendResponse(self.term, self.id, m.src, True, last_new))
 
     def _on_heartbeat(self, m: Heartbeat) -> None:
         self._follow(m.src)
-        self.log.commit_to(min(m.commit, self.log.last_index()))
+        log = self.log
+        known = max(self.verified_index, log.commit_index)
+        log.commit_to(min(m.commit, known))
         if m.retain_index > self.retain_index:
             self.retain_index = m.retain_index
-        self._send(HeartbeatResponse(self.term, self.id, m.src))
+        # Past ``known``, the leader counts on entries no append of its own has shown us to hold
+        # (we restarted, or lost them with a disk or a page cache): we ask for an append, which
+        # proves them (and commits them) or is refused (and the leader repairs our log).
+        self._send(HeartbeatResponse(self.term, self.id, m.src, unverified=m.commit > known))
 
     # ======================================================================================
     # plumbing

@@ -122,7 +122,7 @@ class LeaderRole:
         pr.probe_sent = False
         if pr.state is ProgressState.REPLICATE and pr.is_paused():
             pr.free_first_one()  # a response was lost: let one more append out
-        if pr.match_index < self.log.last_index():
+        if pr.match_index < self.log.last_index() or m.unverified:
             pr.needs_send = True
         if self.transferee == m.src:
             self._maybe_send_timeout_now(m.src)

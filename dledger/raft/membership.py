@@ -58,12 +58,15 @@ class MembershipRole:
         """The membership as of index ``base[0]`` (a snapshot's, or the one saved with it; None:
         the configured one, as of the start of the log), then every change the log holds after
         it."""
-        if base is None:
+        forget = self.config.canaries.membership_forget_on_restart
+        if base is None or forget:
             initial = Membership(()) if self.config.join else Membership(self.config.voters)
             base = (0, initial)
         self._base_membership = base
         self._configs: list[tuple[int, Membership]] = []  # membership entries past the base
         lo, hi = max(self.log.first_index(), base[0] + 1), self.log.last_index()
+        if forget:
+            lo = hi + 1
         while lo <= hi:
             batch = self.log.stable.entries(lo, hi + 1, 4 << 20)
             self._note_configs(batch)

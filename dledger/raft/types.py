@@ -184,6 +184,9 @@ class HeartbeatResponse:
     term: int
     src: str
     dst: str
+    # The heartbeat's commit index is past what an append of this leader's term has shown the
+    # follower to hold (it restarted, or lost entries): the leader sends it an append.
+    unverified: bool = False
 
 
 @dataclass(frozen=True, slots=True)
