@@ -1,0 +1,166 @@
+"""What a backlog costs a broker (BENCH.md's growth workload, issue 19 item 5; a tool, not a
+test): ``python -m broker.bench_growth --messages 100000,1000000``.
+
+For each backlog size: a fresh NameServer and 3-node group (async flush, to fill it quickly;
+memory does not depend on the flush mode), N messages of ``--bytes`` each, every one with a
+unique key (as the producer sends them), in requests of 256 with 32 in flight, into 4 queues.
+Then, with every node caught up, it reads:
+- memory: each node's RSS and its anonymous part before and after, per retained message;
+- the checkpoint's size on disk (the state machine a restart loads);
+- restart: a follower stopped (SIGTERM) and started again: seconds until its process is ready,
+  and until it has applied everything the group committed; then every node stopped and started
+  again (a cold start of the group): seconds until a leader has applied its term's no-op;
+- pulls: messages per second pulling one queue from its oldest offset (cold: the log's first
+  pages, not read since they were written) and from near its tail (hot), 1024 a pull, from the
+  leader, the same number of messages each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any, Awaitable, Callable
+
+import click
+
+from broker import protocol as bp
+from broker.bench import broker_group
+from broker.bench_delay import IN_FLIGHT, PER_REQUEST, rss_mib
+from dledger.bench.nodeflags import NodeFlags
+from dledger.client import LogClient
+from dledger.errors import DLedgerError
+from dledger.localcluster import LocalCluster
+
+TOPIC = "growth"
+QUEUES = 4
+PULL_BATCH = 1024
+
+
+async def _fill(client: LogClient, n: int, size: int) -> float:
+    body = b"x" * size
+    sent = 0
+    t0 = time.monotonic()
+
+    async def one() -> None:
+        nonlocal sent
+        while sent < n:
+            k0, count = sent, min(PER_REQUEST, n - sent)
+            sent += count
+            msgs = [[body, "", [], f"U{k0 + i:016d}", [], 0] for i in range(count)]
+            answers = (await client.call_leader(
+                bp.SEND_RUNS, [[TOPIC, (k0 // PER_REQUEST) % QUEUES, msgs]], timeout_s=60))[1]
+            if answers[0][0] != "SEND_OK":
+                raise RuntimeError(f"send refused: {answers[0]}")
+    await asyncio.gather(*(one() for _ in range(IN_FLIGHT)))
+    return time.monotonic() - t0
+
+
+async def _status(client: LogClient, nid: str) -> dict[str, Any] | None:
+    try:
+        st: dict[str, Any] = await client.call(nid, bp.BROKER_STATUS, timeout_s=2.0)
+        return st
+    except DLedgerError:
+        return None
+
+
+async def _until(cond: Callable[[], Awaitable[Any]], timeout_s: float, what: str) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if await cond():
+            return time.monotonic() - t0
+        await asyncio.sleep(0.05)  # polling interval of a bounded wait
+    raise RuntimeError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+async def _caught_up(client: LogClient, nodes: list[str]) -> bool:
+    st = [await _status(client, n) for n in nodes]
+    if any(s is None for s in st):
+        return False
+    commits = {s["raft"]["commit_index"] for s in st if s}
+    return len(commits) == 1 and all(s["applied_index"] >= s["raft"]["commit_index"]
+                                     for s in st if s)
+
+
+async def _leader(client: LogClient, nodes: list[str]) -> str | None:
+    for n in nodes:
+        s = await _status(client, n)
+        if s and s["raft"]["role"] == "leader" and s["applied_index"] >= s["raft"]["commit_index"]:
+            return n
+    return None
+
+
+async def _pull_rate(client: LogClient, node: str, offset: int, count: int) -> float:
+    got, t0 = 0, time.perf_counter()
+    while got < count:
+        status, nxt, _, _, rows = await client.call(node, bp.PULL, TOPIC, 0, offset, PULL_BATCH,
+                                                    64 << 20, 0, ["*"])
+        if not rows:
+            break
+        got += len(rows)
+        offset = nxt
+    return got / (time.perf_counter() - t0)
+
+
+def _restart(cluster: LocalCluster, nid: str) -> float:
+    """Stop ``nid`` cleanly, start it again; seconds from the start until it says it is ready."""
+    cluster.kill(nid, signal.SIGTERM)
+    t0 = time.monotonic()
+    cluster.restart(nid)
+    return time.monotonic() - t0
+
+
+async def _measure(cluster: LocalCluster, n: int, size: int) -> None:
+    nodes = list(cluster.servers)
+    async with LogClient(cluster.client_addresses, timeout_s=30) as client:
+        await client.call_leader(bp.TOPIC_PUT, TOPIC, QUEUES, QUEUES, 6)
+        pids = {nid: cluster.servers[nid].pid for nid in nodes}
+        before = {nid: (rss_mib(pids[nid]), rss_mib(pids[nid], "RssAnon")) for nid in nodes}
+        took_s = await _fill(client, n, size)
+        await _until(lambda: _caught_up(client, nodes), 900, "every node to apply the backlog")
+        after = {nid: (rss_mib(pids[nid]), rss_mib(pids[nid], "RssAnon")) for nid in nodes}
+        click.echo(f"{n:,} messages of {size} B with unique keys, sent in {took_s:.1f} s "
+                   f"({n / took_s:,.0f} msg/s)")
+        for nid in nodes:
+            (r0, a0), (r1, a1) = before[nid], after[nid]
+            ckpt = os.path.join(cluster.servers[nid].data_dir, "broker.checkpoint")
+            size_mib = os.path.getsize(ckpt) / 2**20 if os.path.exists(ckpt) else 0.0
+            click.echo(f"  {nid}: RSS {r0:.1f} -> {r1:.1f} MiB ({(r1 - r0) * 2**20 / n:.0f} B "
+                       f"per message), anonymous {a0:.1f} -> {a1:.1f} MiB "
+                       f"({(a1 - a0) * 2**20 / n:.0f} B per message); checkpoint "
+                       f"{size_mib:.1f} MiB")
+        leader = await _leader(client, nodes) or nodes[0]
+        per_queue = n // QUEUES
+        sample = min(per_queue // 2, 100_000)
+        cold = await _pull_rate(client, leader, 0, sample)
+        hot = await _pull_rate(client, leader, per_queue - sample, sample)
+        click.echo(f"  pulls from the leader, {sample:,} messages each: oldest {cold:,.0f} msg/s, "
+                   f"tail {hot:,.0f} msg/s (cold/hot {cold / hot:.2f})")
+        follower = next(nid for nid in nodes if nid != leader)
+        ready_s = await asyncio.to_thread(_restart, cluster, follower)
+        caught_s = await _until(lambda: _caught_up(client, nodes), 600, "the follower")
+        click.echo(f"  follower {follower} restarted: ready in {ready_s:.1f} s, caught up "
+                   f"{caught_s:.1f} s later ({ready_s + caught_s:.1f} s in all)")
+        t0 = time.monotonic()
+        await asyncio.to_thread(cluster.stop)
+        await asyncio.to_thread(cluster.start)
+        started_s = time.monotonic() - t0
+        led_s = await _until(lambda: _leader(client, nodes), 600, "a leader after a cold start")
+        click.echo(f"  every node stopped and started: processes ready in {started_s:.1f} s, a "
+                   f"leader serving {led_s:.1f} s later ({started_s + led_s:.1f} s in all)")
+
+
+@click.command()
+@click.option("--messages", default="100000,1000000", show_default=True,
+              help="Backlog sizes, comma separated.")
+@click.option("--bytes", "size", type=click.IntRange(min=1), default=128, show_default=True)
+def main(messages: str, size: int) -> None:
+    for n in [int(x) for x in messages.split(",") if x]:
+        with broker_group("async", NodeFlags()) as (_, cluster):
+            cluster.start_timeout_s = 600.0  # (a cold start loads the whole checkpoint)
+            asyncio.run(_measure(cluster, n, size))
+
+
+if __name__ == "__main__":
+    main()
