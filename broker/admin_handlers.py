@@ -1,7 +1,8 @@
 """The broker's admin requests about consumer groups (issue 18's admin part): OFFSET_RESET, a
 consumer group's offsets on every read queue of a topic set to a time, in one entry; and
 CONSUMER_STATUS, one node's view of a group (its live members with their subscriptions, as
-their heartbeats told this node, and its offsets against the queues' max offsets).
+their heartbeats told this node, and its offsets against the queues' max offsets). Also
+STATE_DIGEST (issue 19): a CRC32 of this node's whole state machine, to compare replicas.
 
 Registers with ``broker.handlers`` (``handles``); owns no state: it reads the server's state
 machine and membership and proposes through the server.
