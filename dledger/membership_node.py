@@ -118,31 +118,36 @@ class MembershipShell(NodeBase):
     # -- the peer links follow the membership --------------------------------------------------
 
     def _follow_membership(self) -> None:
-        """After each turn: dial the members of the membership in force (once it changed)."""
+        """After each turn: dial the members of the membership in force (once it changed), and
+        remove the recovering marker once the core has caught up."""
         core, transport = self.core, self.transport
-        if core is None or transport is None or core.membership is self._linked_membership:
+        if core is None or transport is None:
             return
-        self._linked_membership = m = core.membership
-        for nid in m.members:
-            if nid == self.config.node_id:
-                continue
-            addr = self.config.dial.get(nid)
-            text = m.address_of(nid)
-            if addr is None and text is not None:
-                try:
-                    addr = parse_address(text)
-                except ValueError:
-                    log.warning("%s: member %s has a bad address %r", self.config.node_id, nid,
-                                text)
-            addr = addr or self.config.peers.get(nid)
-            if addr is not None:
-                transport.set_dial(nid, addr)
         if self._recovering_marker and not core.recovering:
             self._recovering_marker = False
             try:
                 os.unlink(os.path.join(self.config.data_dir, RECOVERING_FILE))
             except FileNotFoundError:
                 pass
+        if core.membership is self._linked_membership:
+            return
+        self._linked_membership = m = core.membership
+        for nid in m.members:
+            if nid != self.config.node_id:
+                addr = self._peer_address(nid, m)
+                if addr is not None:
+                    transport.set_dial(nid, addr)
+
+    def _peer_address(self, nid: str, m: Membership) -> Address | None:
+        """Where to dial ``nid``: its --dial entry, else the membership's address, else --peers."""
+        addr = self.config.dial.get(nid)
+        text = m.address_of(nid)
+        if addr is None and text is not None:
+            try:
+                addr = parse_address(text)
+            except ValueError:
+                log.warning("%s: member %s has a bad address %r", self.config.node_id, nid, text)
+        return addr or self.config.peers.get(nid)
 
     def _recovering_at_start(self, hard_state_path: str) -> bool:
         """Whether this node joins on an empty disk (``--join``: a new member, or one whose disk

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 from pathlib import Path
@@ -80,6 +81,12 @@ async def _scenario(ns: str, cluster: LocalCluster) -> None:
         await _converged(client, cluster, 60)
         st = await client.call(follower, bp.BROKER_STATUS)
         assert st["snapshot"]["installed"] == 1, st["snapshot"]
+        # started with --join on an empty disk, it has caught up: it votes again, and says so
+        await wait_until(lambda: not os.path.exists(
+            os.path.join(cluster.servers[follower].data_dir, "recovering")), 10,
+            "the recovering marker to go")
+        st = await client.call(follower, bp.BROKER_STATUS)
+        assert st["membership"]["recovering"] is False
         leader = await _wait_leader(client, cluster)
         assert (await client.call(leader, bp.BROKER_STATUS))["snapshot"]["sent"] >= 1
 
