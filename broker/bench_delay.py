@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any, Callable
 
 import click
 
@@ -42,26 +43,32 @@ def rss_mib(pid: int | None, field: str = "VmRSS") -> float:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
-async def _fill(client: LogClient, n: int, size: int, unique_keys: bool, plain: bool) -> float:
-    body = b"x" * size
+async def send_runs(client: LogClient, n: int,
+                    runs_of: Callable[[int, int], list[Any]]) -> float:
+    """Send ``n`` messages as SEND_RUNS requests of PER_REQUEST, IN_FLIGHT at a time;
+    ``runs_of(first, count)`` builds one request's runs. Returns the seconds it took."""
     sent = 0
     t0 = time.monotonic()
 
     async def one() -> None:
         nonlocal sent
         while sent < n:
-            k0 = sent
-            count = min(PER_REQUEST, n - sent)
+            k0, count = sent, min(PER_REQUEST, n - sent)
             sent += count
-            props = [] if plain else [["DELAY", "18"]]
-            msgs = [[body, "", [], f"K{k0 + i:012d}" if unique_keys else "", props, 0]
-                    for i in range(count)]
-            answers = (await client.call_leader(bp.SEND_RUNS, [["pending", 0, msgs]],
-                                                timeout_s=30))[1]
+            answers = (await client.call_leader(bp.SEND_RUNS, runs_of(k0, count),
+                                                timeout_s=60))[1]
             if answers[0][0] != "SEND_OK":
                 raise RuntimeError(f"send refused: {answers[0]}")
     await asyncio.gather(*(one() for _ in range(IN_FLIGHT)))
     return time.monotonic() - t0
+
+
+async def _fill(client: LogClient, n: int, size: int, unique_keys: bool, plain: bool) -> float:
+    body = b"x" * size
+    props = [] if plain else [["DELAY", "18"]]
+    return await send_runs(client, n, lambda k0, count: [["pending", 0, [
+        [body, "", [], f"K{k0 + i:012d}" if unique_keys else "", props, 0]
+        for i in range(count)]]])
 
 
 async def _applied_everywhere(client: LogClient, nodes: list[str], n: int,

@@ -27,7 +27,7 @@ import click
 
 from broker import protocol as bp
 from broker.bench import broker_group
-from broker.bench_delay import IN_FLIGHT, PER_REQUEST, rss_mib
+from broker.bench_delay import PER_REQUEST, rss_mib, send_runs
 from dledger.bench.nodeflags import NodeFlags
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
@@ -40,21 +40,8 @@ PULL_BATCH = 1024
 
 async def _fill(client: LogClient, n: int, size: int) -> float:
     body = b"x" * size
-    sent = 0
-    t0 = time.monotonic()
-
-    async def one() -> None:
-        nonlocal sent
-        while sent < n:
-            k0, count = sent, min(PER_REQUEST, n - sent)
-            sent += count
-            msgs = [[body, "", [], f"U{k0 + i:016d}", [], 0] for i in range(count)]
-            answers = (await client.call_leader(
-                bp.SEND_RUNS, [[TOPIC, (k0 // PER_REQUEST) % QUEUES, msgs]], timeout_s=60))[1]
-            if answers[0][0] != "SEND_OK":
-                raise RuntimeError(f"send refused: {answers[0]}")
-    await asyncio.gather(*(one() for _ in range(IN_FLIGHT)))
-    return time.monotonic() - t0
+    return await send_runs(client, n, lambda k0, count: [[TOPIC, (k0 // PER_REQUEST) % QUEUES, [
+        [body, "", [], f"U{k0 + i:016d}", [], 0] for i in range(count)]]])
 
 
 async def _status(client: LogClient, nid: str) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ import click
 
 from broker import protocol as bp
 from broker.bench import broker_group
-from broker.bench_delay import PER_REQUEST, IN_FLIGHT, rss_mib
+from broker.bench_delay import PER_REQUEST, rss_mib, send_runs
 from broker.entries import encode_runs
 from broker.index import IndexConfig, KeyIndex, key_hash
 from broker.state import BrokerState
@@ -43,23 +43,9 @@ FIELDS = ("VmRSS", "RssAnon", "RssFile")
 
 async def _fill(client: LogClient, n: int, size: int, keyed: bool) -> float:
     body = b"x" * size
-    sent = 0
-    t0 = time.monotonic()
-
-    async def one() -> None:
-        nonlocal sent
-        while sent < n:
-            k0 = sent
-            count = min(PER_REQUEST, n - sent)
-            sent += count
-            msgs = [[body, "", [f"key-{k0 + i}"] if keyed else [],
-                     f"U{k0 + i:012d}" if keyed else "", [], 0] for i in range(count)]
-            answers = (await client.call_leader(bp.SEND_RUNS, [[TOPIC, (k0 // PER_REQUEST) % 4,
-                                                                msgs]], timeout_s=60))[1]
-            if answers[0][0] != "SEND_OK":
-                raise RuntimeError(f"send refused: {answers[0]}")
-    await asyncio.gather(*(one() for _ in range(IN_FLIGHT)))
-    return time.monotonic() - t0
+    return await send_runs(client, n, lambda k0, count: [[TOPIC, (k0 // PER_REQUEST) % 4, [
+        [body, "", [f"key-{k0 + i}"] if keyed else [], f"U{k0 + i:012d}" if keyed else "", [], 0]
+        for i in range(count)]]])
 
 
 async def _applied_everywhere(client: LogClient, nodes: list[str], deadline_s: float) -> None:
