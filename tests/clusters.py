@@ -29,13 +29,15 @@ async def routed(ns: str, deadline_s: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def namesrv_group(base: Path, *broker_args: str, size: int = 3,
-                  name: str = "a") -> Iterator[tuple[str, LocalCluster]]:
+def namesrv_group(base: Path, *broker_args: str, size: int = 3, name: str = "a",
+                  initial: int | None = None) -> Iterator[tuple[str, LocalCluster]]:
     """A NameServer and a broker group ``name`` of ``size`` nodes (``broker_args`` added to each
-    broker's command line); yields the NameServer's address and the group once routed."""
+    broker's command line; with ``initial``, only the first that many form the group, the others
+    are spares: ``LocalCluster.initial``); yields the NameServer's address and the group once
+    routed."""
     ns_proc, ns = _start_namesrv(base)
     try:
-        with LocalCluster(str(base / name), size=size, tick_ms=50, group=name,
+        with LocalCluster(str(base / name), size=size, tick_ms=50, group=name, initial=initial,
                           program=(*BROKER, *broker_args, "--namesrv", ns,
                                    "--register-interval-s", "1")) as cluster:
             asyncio.run(routed(ns))

@@ -8,14 +8,12 @@ routes and `dledger status` follow the membership."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import shutil
 import signal
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from click.testing import CliRunner
@@ -26,28 +24,14 @@ from client import Message, Producer, UnavailableError
 from client.errors import ClientError
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from tests.clusters import routed
-from tests.test_broker_processes import BROKER, _start_namesrv, _wait_leader
+from tests.clusters import namesrv_group
+from tests.test_broker_processes import _wait_leader
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
 
 TOPIC = "members"
 PAUSE_MAX_S = 4.0  # an election at 50 ms ticks takes 0.5-1 s; a leadership move less
-
-
-@contextlib.contextmanager
-def group_with_spares(base: Path) -> Iterator[tuple[str, LocalCluster]]:
-    ns_proc, ns = _start_namesrv(base)
-    try:
-        with LocalCluster(str(base / "a"), size=5, initial=3, tick_ms=50, group="a",
-                          program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1",
-                                   "--checkpoint-interval-s", "1")) as cluster:
-            asyncio.run(routed(ns))
-            yield ns, cluster
-    finally:
-        ns_proc.terminate()
-        ns_proc.wait(timeout=10)
 
 
 def _dledger(ns: str, *args: str) -> str:
@@ -113,7 +97,7 @@ async def _all_bodies(cluster: LocalCluster) -> set[bytes]:
 
 
 def test_grow_to_five_shrink_to_three_and_replace_a_node_under_steady_sends(tmp_path: Path) -> None:
-    with group_with_spares(tmp_path) as (ns, cluster):
+    with namesrv_group(tmp_path, "--checkpoint-interval-s", "1", size=5, initial=3) as (ns, cluster):
         asyncio.run(_scenario(ns, cluster))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.protocol import OFFSET_OUT_OF_RANGE
+from broker.protocol import FOUND, OFFSET_OUT_OF_RANGE
 from broker.server import BrokerConfig, BrokerServer
 from dledger.retention import RetentionPolicy, SegmentAge, policy_target, retain_target
 from dledger.runtime import NodeConfig
@@ -87,7 +87,9 @@ def _raw(body: bytes) -> list[object]:
     return [[body, "", [], uuid.uuid4().hex, [], int(time.time() * 1000)]]
 
 
-def _retained_on_a_node(tmp_path: Path, **retention: object) -> None:
+def retained_on_a_node(tmp_path: Path, **retention: object) -> None:
+    """200 messages into one queue of a one-node group with small segments and the retention
+    options given: old segments go, the queue's min offset follows, the rest reads on."""
     node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 0)},
                       data_dir=str(tmp_path), segment_bytes_max=4096, tick_interval_s=0.02,
                       **retention)  # type: ignore[arg-type]
@@ -109,6 +111,10 @@ def _retained_on_a_node(tmp_path: Path, **retention: object) -> None:
             assert len(store.segment_files()) >= 1
             _, _, lo, hi, _ = await server.pull("t", 0, 0, 1, 1 << 20, 0, ["*"])
             assert 0 < lo < hi == 200
+            status, nxt, _, _, rows = await server.pull("t", 0, lo, 500, 1 << 20, 0, ["*"])
+            assert status == FOUND and nxt == 200  # what is retained reads on from the new min
+            assert [r[0] for r in rows] == list(range(lo, 200))
+            assert [r[1] for r in rows] == [b"m%03d" % i for i in range(lo, 200)]
         finally:
             await server.stop()
 
@@ -116,16 +122,16 @@ def _retained_on_a_node(tmp_path: Path, **retention: object) -> None:
 
 
 def test_segments_older_than_a_shortened_age_go_at_the_deletion_hour(tmp_path: Path) -> None:
-    _retained_on_a_node(tmp_path, file_reserved_hours=1 / 3600,
+    retained_on_a_node(tmp_path, file_reserved_hours=1 / 3600,
                         delete_hours=(time.localtime().tm_hour, (time.localtime().tm_hour + 1) % 24))
 
 
 def test_past_the_disk_ratio_expired_segments_go_at_any_hour(tmp_path: Path) -> None:
     other_hour = (time.localtime().tm_hour + 12) % 24
-    _retained_on_a_node(tmp_path, file_reserved_hours=1 / 3600, delete_hours=(other_hour,),
+    retained_on_a_node(tmp_path, file_reserved_hours=1 / 3600, delete_hours=(other_hour,),
                         disk_max_used_ratio=0.0, disk_forcibly_ratio=1.0)
 
 
 def test_past_the_forcible_ratio_segments_go_unexpired(tmp_path: Path) -> None:
-    _retained_on_a_node(tmp_path, file_reserved_hours=72.0, disk_max_used_ratio=0.0,
+    retained_on_a_node(tmp_path, file_reserved_hours=72.0, disk_max_used_ratio=0.0,
                         disk_forcibly_ratio=0.0)
