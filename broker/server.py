@@ -164,8 +164,8 @@ class BrokerServer:
         self.state = load_checkpoint(config.node.data_dir,
                                      not config.node.canaries.skip_checksum, self.state_config)
         self.checkpointed_index = self.state.applied_index  # what the checkpoint file holds
-        self._checkpoint_writing = False
-        self._checkpoint_lock = asyncio.Lock()  # a checkpoint write, or a snapshot install
+        # Held by a checkpoint write (the file may be replaced any moment) or a snapshot install.
+        self._checkpoint_lock = asyncio.Lock()
         # The key index catches up with the checkpoint from the log, then follows the apply.
         self.index: KeyIndex = open_index(config.node.data_dir, config.index,
                                           self.state.applied_index,
@@ -230,7 +230,6 @@ class BrokerServer:
         store = self.node.store
         index_job = self.index.checkpoint(store.first_index() if store else 1)
         spent_s = time.perf_counter() - t0
-        self._checkpoint_writing = True
         try:  # the key index first: it never lags the checkpoint
             await asyncio.to_thread(_save_both, index_job, self.config.node.data_dir, blob)
         except OSError as err:  # e.g. a full disk: the log still has it all; next time
@@ -239,7 +238,6 @@ class BrokerServer:
             self.checkpointed_index = saved
             self.node.snapshot_taken(saved)  # the log may be retained up to it
         finally:
-            self._checkpoint_writing = False
             self.index.checkpoint_done()
         return spent_s
 
@@ -263,7 +261,7 @@ class BrokerServer:
     def snapshot_source(self) -> tuple[int, list[tuple[str, int]]] | None:
         """The checkpoint file, opened now, and the applied index it holds (None while one is
         being written: the file may be replaced any moment; the transfer is retried)."""
-        if self._checkpoint_writing or self.checkpointed_index == 0:
+        if self._checkpoint_lock.locked() or self.checkpointed_index == 0:
             return None
         fd = os.open(os.path.join(self.config.node.data_dir, CHECKPOINT_FILE), os.O_RDONLY)
         return self.checkpointed_index, [(CHECKPOINT_FILE, fd)]
