@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the core only uses the Random instance it is given, never t
 _LEADER_EARLY = (AppendRequest, Heartbeat)
 _CANARY_EARLY = (AppendRequest, Heartbeat, AppendResponse)
 _FROM_LEADER = (AppendRequest, Heartbeat, InstallSnapshot)
+_FROM_ANYONE = (VoteRequest, VoteResponse, *_FROM_LEADER)  # (see RaftCore._from_member)
 
 
 class RaftCore(SnapshotRole, MembershipRole, LeaderRole):
@@ -178,9 +179,7 @@ class RaftCore(SnapshotRole, MembershipRole, LeaderRole):
         it does not know as a member yet; the term rules, pre-vote and the leader lease keep a
         removed node from disrupting; a candidate counts only its voters' votes). Answers to a
         leader come from its members."""
-        if isinstance(m, (VoteRequest, VoteResponse, *_FROM_LEADER)):
-            return True
-        return m.src in self.membership.members
+        return isinstance(m, _FROM_ANYONE) or m.src in self.membership.member_set
 
     # ======================================================================================
     # output

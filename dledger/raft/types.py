@@ -38,6 +38,11 @@ class Membership:
     voters: tuple[str, ...]
     learners: tuple[str, ...] = ()
     addresses: tuple[tuple[str, str], ...] = ()
+    # Voters and learners, as a set (every message a node steps is checked against it).
+    member_set: frozenset[str] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "member_set", frozenset(self.voters + self.learners))
 
     @property
     def members(self) -> tuple[str, ...]:
