@@ -5,130 +5,302 @@ from the oldest end: past the window (by the entries' store times, never a local
 the entry count bound. Part of the broker's state machine, so it is deterministic and identical on
 every replica.
 
-It is held in columns (keys, topics, and the numbers packed 20 bytes a row in one ``bytearray``)
-rather than as an object per key, because a checkpoint must copy it without stalling the loop:
-a million keys snapshot in a few list slices and one byte copy.
+Its memory is stated per key: a 24-byte row plus 8 to 16 bytes of hash table (4-byte slots, the
+table kept between a quarter and a half full; 8.4 bytes at its bound of a million keys), with no
+Python object per key. A key is held as a 96-bit BLAKE2b fingerprint, not as its text: two different
+keys are taken for one only if their fingerprints collide, which for a table at its bound of a
+million keys happens to a new key with probability below 2**-76 (1.3e-23); the original's queue
+and offset are kept, so a duplicate still answers with the original's result.
+
+- rows: a ``bytearray`` of 24-byte rows in insertion order (fingerprint; store time in ms since
+  the table's epoch, 32 bits; queue reference << 40 | queue offset), dropped from the front in
+  chunks once forgotten;
+- slots: an open-addressing table (linear probing, an ``array`` of 32-bit row numbers, 0 empty)
+  from a fingerprint to the newest row of its key; forgetting a row empties its slot by shifting
+  the probe sequence back, so no tombstones pile up and the table never needs a rebuild to stay
+  fast;
+- queues: the (topic, queue id) a reference names, in order of first use.
+
+A checkpoint copies the rows and the slots as two byte strings, and a restore takes them back
+without hashing a key again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
+from array import array
 from typing import Any
 
-ROW = struct.Struct("<IQQ")  # queue id, queue offset, store time (ms)
+FP_BYTES = 12
+ROW = struct.Struct("<12sIQ")  # fingerprint, store time - epoch (ms), queue ref << 40 | offset
 ROW_BYTES = ROW.size
-COMPACT_MIN = 4096  # forgotten rows are dropped from the columns in chunks at least this large
+OFFSET_BITS = 40
+OFFSET_MASK = (1 << OFFSET_BITS) - 1
+QUEUE_REFS_MAX = 1 << (64 - OFFSET_BITS)
+TS_SPAN = 1 << 32  # store times within a table's epoch + this
+SEQ_MASK = (1 << 31) - 1  # row numbers are kept modulo 2**31 (+1: 0 is an empty slot)
+SLOTS_MIN = 1024
+COMPACT_MIN = 4096  # forgotten rows are dropped from the front in chunks at least this large
+
+
+def fingerprint(key: str) -> bytes:
+    return hashlib.blake2b(key.encode(), digest_size=FP_BYTES).digest()
 
 
 class DedupTable:
-    __slots__ = ("window_ms", "max_entries", "_keys", "_topics", "_rows", "_base", "_head", "_index")
+    __slots__ = ("window_ms", "max_entries", "_rows", "_base", "_head", "_live", "_slots",
+                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_memo", "_found")
 
     def __init__(self, window_ms: int, max_entries: int) -> None:
+        if not 0 < window_ms < TS_SPAN // 2:
+            raise ValueError(f"dedup window must be 1 .. {TS_SPAN // 2 - 1} ms, not {window_ms}")
+        if not 0 < max_entries < 1 << 29:
+            raise ValueError(f"dedup entries bound must be 1 .. {(1 << 29) - 1}, not {max_entries}")
         self.window_ms = window_ms
         self.max_entries = max_entries
-        self._keys: list[str] = []
-        self._topics: list[str] = []
         self._rows = bytearray()
-        self._base = 0  # sequence number of _keys[0]
-        self._head = 0  # sequence number of the oldest row still remembered
-        self._index: dict[str, int] = {}  # key -> sequence number of its row
+        self._base = 0  # row number of _rows' first row
+        self._head = 0  # row number of the oldest row not yet forgotten
+        self._live = 0  # keys remembered (slots in use)
+        self._slots = array("I", bytes(4 * SLOTS_MIN))
+        self._mask = SLOTS_MIN - 1
+        self._epoch = 0  # store times are kept as ms since this
+        self._newest = 0  # the newest store time seen (kept times never go back)
+        self._queues: list[tuple[str, int]] = []
+        self._queue_refs: dict[tuple[str, int], int] = {}
+        self._memo: tuple[str, bytes] = ("", b"")  # the last key looked up, its fingerprint
+        self._found: tuple[int, int] | None = None  # and where, while the table is unchanged
 
     def __len__(self) -> int:
-        return len(self._index)
+        return self._live
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DedupTable) and self.snapshot() == other.snapshot()
 
+    # -- lookups -------------------------------------------------------------------------------
+
+    def _fp(self, key: str) -> bytes:
+        memo_key, fp = self._memo
+        if memo_key != key or not fp:
+            fp = fingerprint(key)
+            self._memo = (key, fp)
+            self._found = None
+        return fp
+
+    def _find(self, fp: bytes) -> tuple[int, int]:
+        """(slot, row offset in _rows) of ``fp``'s key, or (the empty slot ending its probe, -1)."""
+        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
+        i = int.from_bytes(fp[:4], "little") & mask
+        while True:
+            v = slots[i]
+            if v == 0:
+                return i, -1
+            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
+            if rows[o:o + FP_BYTES] == fp:
+                return i, o
+            i = (i + 1) & mask
+
     def get(self, key: str) -> tuple[str, int, int, int] | None:
-        seq = self._index.get(key)
-        if seq is None:
+        found = self._found = self._find(self._fp(key))
+        o = found[1]
+        if o < 0:
             return None
-        i = seq - self._base
-        qid, offset, ts = ROW.unpack_from(self._rows, i * ROW_BYTES)
-        return self._topics[i], qid, offset, ts
+        _, dts, word = ROW.unpack_from(self._rows, o)
+        topic, qid = self._queues[word >> OFFSET_BITS]
+        return topic, qid, word & OFFSET_MASK, self._epoch + dts
+
+    # -- changes -------------------------------------------------------------------------------
 
     def remember(self, key: str, topic: str, queue_id: int, offset: int, store_ts_ms: int) -> None:
-        self._index[key] = self._base + len(self._keys)
-        self._keys.append(key)
-        self._topics.append(topic)
-        self._rows += ROW.pack(queue_id, offset, store_ts_ms)
-        if len(self._index) > self.max_entries:
-            while len(self._index) > self.max_entries:
+        if not 0 <= offset <= OFFSET_MASK:
+            raise ValueError(f"queue offset {offset} out of the dedup table's range")
+        fp = self._fp(key)
+        ref = self._queue_ref(topic, queue_id)
+        if self._head == self._base + len(self._rows) // ROW_BYTES:  # empty: a fresh epoch
+            self._epoch = self._newest = store_ts_ms
+        ts = max(store_ts_ms, self._newest)
+        if ts - self._epoch >= TS_SPAN:
+            self._rebase(ts)
+        self._newest = ts
+        i, o = self._found or self._find(fp)  # (what ``get`` just found, if nothing changed since)
+        self._found = None
+        seq = self._base + len(self._rows) // ROW_BYTES
+        self._rows += ROW.pack(fp, ts - self._epoch, ref << OFFSET_BITS | offset)
+        self._slots[i] = (seq & SEQ_MASK) + 1  # a key stored again: its older row is dead
+        if o < 0:
+            self._live += 1
+            if self._live * 2 > len(self._slots):
+                self._grow()
+        if self._live > self.max_entries:
+            while self._live > self.max_entries:
                 self._forget_oldest()
             self._compact()
 
     def expire(self, now_ms: int) -> None:
         """Forget keys stored before ``now_ms`` minus the window."""
-        horizon = now_ms - self.window_ms
-        end = self._base + len(self._keys)
-        while self._head < end:
-            i = self._head - self._base
-            if ROW.unpack_from(self._rows, i * ROW_BYTES)[2] >= horizon:
-                break
+        horizon = now_ms - self.window_ms - self._epoch
+        end = self._base + len(self._rows) // ROW_BYTES
+        rows, base, unpack = self._rows, self._base, ROW.unpack_from
+        while self._head < end and unpack(rows, (self._head - base) * ROW_BYTES)[1] < horizon:
             self._forget_oldest()
         self._compact()
 
     def forget_topic(self, topic: str) -> None:
         """Forget every key stored for ``topic`` (the topic was deleted)."""
-        live = [r for r in self.rows() if r[1] != topic]
-        self._load(live)
+        self._rebuild(lambda t: t != topic)
 
     def _forget_oldest(self) -> None:
-        i = self._head - self._base
-        key = self._keys[i]
-        if self._index.get(key) == self._head:  # not stored again since
-            del self._index[key]
+        """Forget the oldest row, emptying its key's slot unless the key was stored again since
+        (its slot then names the newer row); the entries after the slot that probed past it
+        move back, so a probe still ends at the first empty slot."""
+        self._found = None
+        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
+        head_o = (self._head - base) * ROW_BYTES
         self._head += 1
+        fp = rows[head_o:head_o + FP_BYTES]
+        i = int.from_bytes(fp[:4], "little") & mask
+        while True:  # (``_find``, inlined: this runs for every key forgotten)
+            v = slots[i]
+            if v == 0:
+                return  # (not in the table: forgotten with its topic)
+            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
+            if rows[o:o + FP_BYTES] == fp:
+                break
+            i = (i + 1) & mask
+        if o != head_o:
+            return  # stored again since: the slot stays with the newer row
+        self._live -= 1
+        j = i
+        while True:
+            j = (j + 1) & mask
+            v = slots[j]
+            if v == 0:
+                break
+            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
+            home = int.from_bytes(rows[o:o + 4], "little") & mask
+            if (j - home) & mask >= (j - i) & mask:
+                slots[i] = v
+                i = j
+        slots[i] = 0
+
+    def _grow(self) -> None:
+        self._found = None
+        old = self._slots
+        self._slots = array("I", bytes(8 * len(old)))
+        self._mask = len(self._slots) - 1
+        self._place_all(v for v in old if v)
+
+    def _place_all(self, values: Any) -> None:
+        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
+        for v in values:
+            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
+            i = int.from_bytes(rows[o:o + 4], "little") & mask
+            while slots[i]:
+                i = (i + 1) & mask
+            slots[i] = v
 
     def _compact(self) -> None:
         dead = self._head - self._base
-        if dead >= COMPACT_MIN and dead * 2 >= len(self._keys):
-            del self._keys[:dead]
-            del self._topics[:dead]
+        if dead >= COMPACT_MIN and dead * 2 >= len(self._rows) // ROW_BYTES:
+            self._found = None
             del self._rows[:dead * ROW_BYTES]
             self._base = self._head
 
-    def rows(self) -> list[tuple[str, str, int, int, int]]:
-        """Remembered rows, oldest first: (key, topic, queue id, offset, store time)."""
-        start = self._head - self._base
+    def _queue_ref(self, topic: str, queue_id: int) -> int:
+        ref = self._queue_refs.get((topic, queue_id))
+        if ref is None:
+            if len(self._queues) >= QUEUE_REFS_MAX:
+                self._rebuild(lambda t: True)  # keep only the queues still referred to
+                if len(self._queues) >= QUEUE_REFS_MAX:
+                    raise ValueError("the dedup table refers to too many queues")
+            ref = self._queue_refs[(topic, queue_id)] = len(self._queues)
+            self._queues.append((topic, queue_id))
+        return ref
+
+    def _rebase(self, ts: int) -> None:
+        """Move the epoch up to the oldest row's time (store times span at most 2**32 ms):
+        rows older than that span are past any window and forgotten first."""
+        while (self._head < self._base + len(self._rows) // ROW_BYTES
+               and ts - self._oldest_ts() >= TS_SPAN):
+            self._forget_oldest()
+        self._rebuild(lambda t: True)  # (its first row sets the epoch)
+        if not self._live:
+            self._epoch = self._newest = ts
+
+    def _oldest_ts(self) -> int:
+        dts: int = ROW.unpack_from(self._rows, (self._head - self._base) * ROW_BYTES)[1]
+        return self._epoch + dts
+
+    def _rebuild(self, keep: Any) -> None:
+        """The table again from its live rows whose topic ``keep`` keeps, at the current epoch."""
+        live = [r for r in self._live_rows() if keep(r[1])]
+        epoch = self._epoch
+        fresh = DedupTable(self.window_ms, self.max_entries)
+        for fp, topic, qid, offset, ts in live:
+            fresh._put(fp, topic, qid, offset, ts)
+        if not live:
+            fresh._epoch = fresh._newest = epoch
+        fresh._newest = max(fresh._newest, self._newest)
+        fresh._memo, fresh._found = ("", b""), None
+        for name in self.__slots__[2:]:
+            setattr(self, name, getattr(fresh, name))
+
+    def _put(self, fp: bytes, topic: str, qid: int, offset: int, ts: int) -> None:
+        self._memo = ("\0", fp)  # (no key text: the fingerprint itself)
+        self._found = None
+        self.remember("\0", topic, qid, offset, ts)
+
+    def _live_rows(self) -> list[tuple[bytes, str, int, int, int]]:
         out = []
-        for k in range(start, len(self._keys)):
-            key = self._keys[k]
-            if self._index.get(key) == self._base + k:
-                out.append((key, self._topics[k], *ROW.unpack_from(self._rows, k * ROW_BYTES)))
+        for v in sorted(((v - 1 - self._base) & SEQ_MASK for v in self._slots if v)):
+            fp, dts, word = ROW.unpack_from(self._rows, v * ROW_BYTES)
+            topic, qid = self._queues[word >> OFFSET_BITS]
+            out.append((fp, topic, qid, word & OFFSET_MASK, self._epoch + dts))
         return out
 
-    def _load(self, rows: list[tuple[str, str, int, int, int]]) -> None:
-        self._keys, self._topics, self._rows = [], [], bytearray()
-        self._base = self._head = 0
-        self._index = {}
-        for key, topic, qid, offset, ts in rows:
-            self.remember(key, topic, qid, offset, ts)
+    def rows(self) -> list[tuple[bytes, str, int, int, int]]:
+        """Remembered rows, oldest first: (fingerprint, topic, queue id, offset, store time)."""
+        return self._live_rows()
 
     # -- checkpoint ------------------------------------------------------------------------------
 
     def snapshot(self) -> list[Any]:
-        """[keys, topics, packed rows] from the oldest remembered row: list slices and one copy.
-        A key stored again later leaves its older row in place (it no longer answers lookups),
-        so the columns, and with them the snapshot, are the same on every replica."""
-        start = self._head - self._base
-        return [self._keys[start:], self._topics[start:], bytes(self._rows[start * ROW_BYTES:])]
+        """[epoch, newest time, queues, head row number, rows from the head, slots]: two byte
+        copies. The rows and the slots follow from the same changes in the same order, so the
+        snapshot is the same on every replica."""
+        start = (self._head - self._base) * ROW_BYTES
+        return [self._epoch, self._newest, [list(q) for q in self._queues], self._head,
+                bytes(self._rows[start:]), self._slots.tobytes()]
 
     @classmethod
     def restore(cls, window_ms: int, max_entries: int, blob: Any) -> DedupTable:
-        keys, topics, rows = blob
-        if not (isinstance(keys, list) and isinstance(topics, list) and isinstance(rows, bytes)
-                and len(keys) == len(topics) and len(rows) == len(keys) * ROW_BYTES):
+        if not (isinstance(blob, list) and len(blob) == 6):
+            raise ValueError("malformed dedup table")
+        epoch, newest, queues, head, rows, slots = blob
+        if not (isinstance(epoch, int) and isinstance(newest, int) and isinstance(head, int)
+                and head >= 0 and isinstance(queues, list) and isinstance(rows, bytes)
+                and isinstance(slots, bytes) and len(rows) % ROW_BYTES == 0
+                and len(slots) >= 4 * SLOTS_MIN and len(slots) & (len(slots) - 1) == 0):
             raise ValueError("malformed dedup table")
         table = cls(window_ms, max_entries)
-        table._keys, table._topics, table._rows = keys, topics, bytearray(rows)
-        table._index = {key: seq for seq, key in enumerate(keys)}  # a later row of a key wins
+        table._epoch, table._newest, table._head, table._base = epoch, newest, head, head
+        table._queues = [(str(t), int(q)) for t, q in queues]
+        table._queue_refs = {q: i for i, q in enumerate(table._queues)}
+        table._rows = bytearray(rows)
+        table._slots = array("I", slots)
+        table._mask = len(table._slots) - 1
+        table._live = len(table._slots) - table._slots.count(0)
+        if table._live > len(rows) // ROW_BYTES:
+            raise ValueError("the dedup table's slots name rows it does not hold")
         return table
 
     @classmethod
     def from_rows(cls, window_ms: int, max_entries: int,
                   rows: list[tuple[str, str, int, int, int]]) -> DedupTable:
-        """From (key, topic, queue id, offset, store time) rows, oldest first."""
+        """From (key, topic, queue id, offset, store time) rows, oldest first (the checkpoints
+        of earlier versions kept the keys' text)."""
         table = cls(window_ms, max_entries)
-        table._load(rows)
+        for key, topic, qid, offset, ts in rows:
+            table.remember(key, topic, qid, offset, ts)
         return table

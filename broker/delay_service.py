@@ -166,12 +166,12 @@ class DelayService:
 
     def _message(self, offset: int) -> list[Any] | None:
         """The scheduled message at ``offset`` of the schedule queue, in entry form."""
-        unit = self.server.state.queues[(SCHEDULE_TOPIC, SCHEDULE_QUEUE)][offset]
         store = self.server.node.store
         assert store is not None
         try:
+            unit = self.server.state.queues[(SCHEDULE_TOPIC, SCHEDULE_QUEUE)][offset]
             return list(stored_messages(store.read_at(unit.position).data)[unit.slot])
-        except DLedgerError as err:  # retention took its entry (see docs/operations.md)
+        except (DLedgerError, IndexError) as err:  # retention took it (docs/operations.md)
             log.error("delayed message at schedule offset %d cannot be read: %s", offset, err)
             self._unreadable.add(offset)
             return None

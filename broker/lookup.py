@@ -128,7 +128,7 @@ class Lookup:
             units = state.queues.get((topic, q))
             if units is None:
                 continue
-            k = bisect.bisect_left(units, position, key=lambda u: u.position)
+            k = bisect.bisect_left(units, position, lo=units.first(), key=lambda u: u.position)
             while k < len(units):
                 u = units[k]
                 if u.position != position:

@@ -12,16 +12,22 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import os
 import time
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from aiohttp import web
 
 from broker.admin import make_app
+from broker.checkpoint import (  # noqa: F401 - (CHECKPOINT_FILE, save_checkpoint: re-exported)
+    CHECKPOINT_FILE,
+    QUEUE_CANARIES,
+    SNAPSHOT_DERIVED,
+    Checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, SCHEDULE_TOPIC, parse_levels
 from broker.delay_service import DELAY_CANARIES, DelayService
 from broker.orderly_service import LOCK_CANARIES, LockService
@@ -54,11 +60,9 @@ from broker.protocol import (
 from broker.registrar import Registrar
 from broker.sendpath import SendPath
 from broker.applied import ApplyResult, tag_hash
-from broker.state import STATE_CANARIES, BrokerState, StateConfig
+from broker.state import STATE_CANARIES, StateConfig
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
-from dledger.commitlog import FileLogStore
 from dledger.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
-from dledger.hardstate import write_file_atomically
 from dledger.framed import (
     CONNECTIONS_MAX_DEFAULT,
     INPUT_BUFFER_BYTES_MAX_DEFAULT,
@@ -72,7 +76,7 @@ from dledger.protocol import (
     encode_error,
     encode_result,
 )
-from dledger.raft.types import EntryKind, SnapshotMeta
+from dledger.raft.types import EntryKind
 from dledger.snapshot_files import finish_install
 from dledger.runtime import Address, AppliedEntry, Node, NodeConfig
 from dledger.server import status_dict
@@ -81,8 +85,8 @@ log = logging.getLogger("broker.server")
 
 SERVED_KINDS = served_kinds()
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
-CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
-BROKER_CANARIES = STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES | TXN_CANARIES
+BROKER_CANARIES = (STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES | TXN_CANARIES
+                   | QUEUE_CANARIES)
 
 
 @dataclass(frozen=True)
@@ -161,19 +165,16 @@ class BrokerServer:
         self.state_config = StateConfig(canaries=config.canaries & STATE_CANARIES)
         # A snapshot install a crash cut short is finished before anything is read.
         finish_install(config.node.data_dir, "log", SNAPSHOT_DERIVED)
-        self.state = load_checkpoint(config.node.data_dir,
-                                     not config.node.canaries.skip_checksum, self.state_config)
-        self.checkpointed_index = self.state.applied_index  # what the checkpoint file holds
-        # Held by a checkpoint write (the file may be replaced any moment) or a snapshot install.
-        self._checkpoint_lock = asyncio.Lock()
+        self.state = load_checkpoint(config.node.data_dir, not config.node.canaries.skip_checksum,
+                                     self.state_config, queue_files=True, canaries=config.canaries)
         # The key index catches up with the checkpoint from the log, then follows the apply.
         self.index: KeyIndex = open_index(config.node.data_dir, config.index,
                                           self.state.applied_index,
                                           not config.node.canaries.skip_checksum)
         # The log replays only what the checkpoint does not cover.
         self.node = Node(config.node, applied_index=self.state.applied_index)
-        self.node.set_snapshot_provider(self)
-        self._checkpointer: asyncio.Task[None] | None = None
+        self.checkpoints = Checkpoints(self, config.checkpoint_interval_s)
+        self.node.set_snapshot_provider(self.checkpoints)
         self.results: OrderedDict[int, ApplyResult] = OrderedDict()
         self.members = GroupMembers()
         self._arrivals: dict[tuple[str, int], asyncio.Event] = {}
@@ -205,48 +206,14 @@ class BrokerServer:
             self.admin_address = (host, port)
         if self.config.namesrv:
             self.registrar.start()
-        if self.config.checkpoint_interval_s > 0:
-            self._checkpointer = asyncio.create_task(self._checkpoint_loop())
+        self.checkpoints.start()
         self.delays.start()
         self.txns.start()
-
-    async def _checkpoint_loop(self) -> None:
-        wait_s = self.config.checkpoint_interval_s
-        while True:
-            await asyncio.sleep(wait_s)  # the checkpoint period
-            if self.state.applied_index > self.checkpointed_index:
-                async with self._checkpoint_lock:  # (a snapshot install waits for it)
-                    spent_s = await self._checkpoint()
-                # A snapshot costs time in proportion to the state: space them so that they
-                # take at most 1/CHECKPOINT_DUTY of the loop, however large the state grows.
-                wait_s = max(self.config.checkpoint_interval_s, spent_s * CHECKPOINT_DUTY)
-
-    async def _checkpoint(self) -> float:
-        """Write the checkpoint (and the key index) at the applied index; returns how long the
-        snapshot of the state took on the loop."""
-        saved = self.state.applied_index
-        t0 = time.perf_counter()
-        blob = self.state.snapshot()  # on the loop: a consistent view
-        store = self.node.store
-        index_job = self.index.checkpoint(store.first_index() if store else 1)
-        spent_s = time.perf_counter() - t0
-        try:  # the key index first: it never lags the checkpoint
-            await asyncio.to_thread(_save_both, index_job, self.config.node.data_dir, blob)
-        except OSError as err:  # e.g. a full disk: the log still has it all; next time
-            log.warning("checkpoint at index %d not written: %s", saved, err)
-        else:
-            self.checkpointed_index = saved
-            self.node.snapshot_taken(saved)  # the log may be retained up to it
-        finally:
-            self.index.checkpoint_done()
-        return spent_s
 
     async def stop(self) -> None:
         await self.delays.stop()
         await self.txns.stop()
-        if self._checkpointer is not None:
-            self._checkpointer.cancel()
-            await asyncio.gather(self._checkpointer, return_exceptions=True)
+        await self.checkpoints.stop()
         if self.config.namesrv:
             await self.registrar.stop()
         if self._admin is not None:
@@ -255,44 +222,7 @@ class BrokerServer:
             self._server.close()
         await self.node.stop()
         self.index.close()
-
-    # -- snapshots (dledger.snapshot_node's SnapshotProvider) ---------------------------------------
-
-    def snapshot_source(self) -> tuple[int, list[tuple[str, int]]] | None:
-        """The checkpoint file, opened now, and the applied index it holds (None while one is
-        being written: the file may be replaced any moment; the transfer is retried)."""
-        if self._checkpoint_lock.locked() or self.checkpointed_index == 0:
-            return None
-        fd = os.open(os.path.join(self.config.node.data_dir, CHECKPOINT_FILE), os.O_RDONLY)
-        return self.checkpointed_index, [(CHECKPOINT_FILE, fd)]
-
-    def snapshot_derived(self) -> tuple[str, ...]:
-        return SNAPSHOT_DERIVED
-
-    async def snapshot_installing(self) -> None:
-        """A snapshot is about to replace the checkpoint: no checkpoint write may run until it
-        is installed (an older state written after it would undo it)."""
-        await self._checkpoint_lock.acquire()
-
-    def snapshot_installed(self, meta: SnapshotMeta) -> None:
-        """A snapshot replaced the checkpoint and the log: load the one, re-index the other."""
-        try:
-            self._reload(meta)
-        finally:
-            self._checkpoint_lock.release()
-
-    def _reload(self, meta: SnapshotMeta) -> None:
-        data_dir = self.config.node.data_dir
-        verify = not self.config.node.canaries.skip_checksum
-        state = load_checkpoint(data_dir, verify, self.state_config, self.node.store)
-        if state.applied_index != meta.index:
-            raise BadEntryError(f"the installed checkpoint is at {state.applied_index}, "
-                                f"not at the snapshot's {meta.index}")
-        self.state = state
-        self.checkpointed_index = meta.index
-        self.results.clear()
-        self.index.close()
-        self.index = open_index(data_dir, self.config.index, meta.index, verify, self.node.store)
+        self.state.queue_store.close()
 
     # -- the state machine, fed by the log --------------------------------------------------------
 
@@ -315,6 +245,10 @@ class BrokerServer:
                     if arrival is not None:
                         arrival.set()  # wake long polls on this queue
         index.end_batch()
+        try:
+            self.state.queue_store.flush()  # (units in memory only until their batch is applied)
+        except OSError as err:  # e.g. a full disk: they stay in memory until a flush succeeds
+            log.warning("consume queue units not written yet: %s", err)
         while len(self.results) > RESULTS_KEPT:
             self.results.popitem(last=False)
 
@@ -411,7 +345,8 @@ class BrokerServer:
         units = self.state.queues.get((topic, queue_id))
         if units is None:
             return 0
-        return bisect.bisect_left(units, first_position, key=lambda u: u.position)
+        return bisect.bisect_left(units, first_position, lo=units.first(),
+                                  key=lambda u: u.position)
 
     async def _wait_arrival(self, topic: str, queue_id: int, timeout_s: float) -> None:
         event = self._arrivals.setdefault((topic, queue_id), asyncio.Event())
@@ -456,55 +391,6 @@ class BrokerServer:
         st["retries"] = self.retries.status()
         st["transactions"] = self.txns.status()
         st["key_index"] = self.index.status()
-        st["snapshot"] = {**self.node.snapshot_status(), "checkpoint_index": self.checkpointed_index}
+        st["snapshot"] = {**self.node.snapshot_status(),
+                          "checkpoint_index": self.checkpoints.checkpointed_index}
         return st
-
-
-CHECKPOINT_FILE = "broker.checkpoint"
-SNAPSHOT_DERIVED = ("index",)  # rebuilt from the log when a snapshot is installed (key index)
-
-
-def _save_both(index_job: Callable[[], None], data_dir: str, blob: bytes) -> None:
-    index_job()
-    save_checkpoint(data_dir, blob)
-
-
-def save_checkpoint(data_dir: str, blob: bytes) -> None:
-    """The state machine's checkpoint: CRC32 then the snapshot, written atomically."""
-    write_file_atomically(os.path.join(data_dir, CHECKPOINT_FILE),
-                          zlib.crc32(blob).to_bytes(4, "big") + blob)
-
-
-def load_checkpoint(data_dir: str, verify_checksums: bool = True,
-                    config: StateConfig | None = None,
-                    store: FileLogStore | None = None) -> BrokerState:
-    """The last checkpoint, or an empty state (the log is then replayed from the start). A
-    checkpoint that is damaged, or ahead of what the log holds (a power loss took entries the
-    leader had applied before its own fsync), is set aside rather than trusted."""
-    path = os.path.join(data_dir, CHECKPOINT_FILE)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return BrokerState(config or StateConfig())
-    blob = raw[4:]
-    try:
-        if len(raw) < 4 or zlib.crc32(blob) != int.from_bytes(raw[:4], "big"):
-            raise BadEntryError("checksum mismatch")
-        state = BrokerState.restore(blob, config)
-    except BadEntryError as err:
-        log.warning("ignoring checkpoint %s: %s", path, err)
-        return BrokerState(config or StateConfig())
-    log_dir = os.path.join(data_dir, "log")
-    if store is not None:  # (the node's, open)
-        last = store.last_index()
-    elif os.path.isdir(log_dir):
-        opened = FileLogStore.open(log_dir, verify_checksums=verify_checksums)
-        last = opened.last_index()
-        opened.close()
-    else:
-        last = 0
-    if state.applied_index > last:
-        log.warning("ignoring checkpoint at %d: the log ends at %d", state.applied_index, last)
-        return BrokerState(config or StateConfig())
-    return state

@@ -18,7 +18,7 @@ from typing import Any
 
 import cbor2
 
-from broker.consumequeue import ConsumeQueue, CQUnit
+from broker.consumequeue import UNIT, CQUnit, MemoryQueues, QueueStore, UnitQueue
 from broker.dedup import DedupTable
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC, DelayIndex, timer_of
 from broker.entries import (
@@ -43,8 +43,9 @@ from broker.txn import HALF_QUEUE, HALF_TOPIC, TxnTable
 from broker.txn_apply import apply_end, apply_half
 
 
-CHECKPOINT_VERSION = 4  # 4: + transactions; 3: + timers, locks; 2: packed queues, columnar
-READ_VERSIONS = (1, 2, 3, CHECKPOINT_VERSION)  # dedup; 1: lists
+CHECKPOINT_VERSION = 5  # 5: queues by number and record, fingerprint dedup; 4: + transactions;
+READ_VERSIONS = (1, 2, 3, 4, CHECKPOINT_VERSION)  # 3: + timers, locks; 2: packed queues,
+# columnar dedup; 1: lists
 STATE_CANARIES = frozenset({"timer_redeliver", "lock_unfenced", "txn_half_visible"})
 
 
@@ -64,7 +65,8 @@ class BrokerState:
     config: StateConfig = field(default_factory=StateConfig)
     applied_index: int = 0
     topics: dict[str, TopicConfig] = field(default_factory=dict)
-    queues: dict[tuple[str, int], ConsumeQueue] = field(default_factory=dict)
+    queues: dict[tuple[str, int], UnitQueue] = field(default_factory=dict)
+    next_queue_no: int = 0  # numbers queues in the order they are created (names their files)
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     # unique key -> (topic, queue id, queue offset, store time), oldest first
     dedup: DedupTable = field(init=False)
@@ -74,6 +76,8 @@ class BrokerState:
     # The entry ``apply`` last decoded (None: a no-op or a malformed one), for derived data
     # such as the key index (``broker.index``) that would otherwise decode it again.
     last_entry: object = field(default=None, compare=False, repr=False)
+    # Where queues keep their units: in memory (the default), or in files (a broker process).
+    queue_store: QueueStore = field(default_factory=MemoryQueues, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
@@ -113,7 +117,7 @@ class BrokerState:
             if self.topics.pop(entry.name, None) is None:
                 return ApplyResult(index, "TOPIC_NOT_FOUND", topic=entry.name)
             for key in [k for k in self.queues if k[0] == entry.name]:
-                del self.queues[key]
+                self.queue_store.drop(self.queues.pop(key))
             # A re-created topic starts afresh: no offsets or unique keys of the old one apply.
             for offset_key in [k for k in self.offsets if k[1] == entry.name]:
                 del self.offsets[offset_key]
@@ -181,9 +185,7 @@ class BrokerState:
             return ApplyResult(index, "QUEUE_NOT_FOUND", topic=e.topic, queue_id=e.queue_id,
                                first_slot=first_slot)
         self.dedup.expire(e.store_ts_ms)
-        units = self.queues.get((e.topic, e.queue_id))
-        if units is None:
-            units = self.queues[(e.topic, e.queue_id)] = ConsumeQueue()
+        units = self.queue(e.topic, e.queue_id)
         offsets: list[int] = []
         dups: list[bool] = []
         qids: list[int] = []
@@ -195,7 +197,7 @@ class BrokerState:
                 offsets.append(seen[2])  # the original result; nothing stored again
                 qids.append(seen[1])
                 dups.append(True)
-                originals.append(self.original(len(offsets) - 1, e.topic, seen[1], seen[2]))
+                originals.extend(self.original(len(offsets) - 1, e.topic, seen[1], seen[2]))
             else:
                 offsets.append(len(units))
                 qids.append(e.queue_id)
@@ -208,15 +210,28 @@ class BrokerState:
         return ApplyResult(index, "SEND_OK", e.topic, e.queue_id, tuple(offsets), tuple(dups),
                            tuple(qids), first_slot=first_slot, originals=tuple(originals))
 
-    def original(self, k: int, topic: str, queue_id: int, offset: int) -> tuple[int, int, int]:
+    def queue(self, topic: str, queue_id: int) -> UnitQueue:
+        """The queue, created (and numbered) if it is new."""
+        units = self.queues.get((topic, queue_id))
+        if units is None:
+            units = self.queues[(topic, queue_id)] = self.queue_store.create(self.next_queue_no)
+            self.next_queue_no += 1
+        return units
+
+    def original(self, k: int, topic: str, queue_id: int,
+                 offset: int) -> list[tuple[int, int, int]]:
         """Where the message a duplicate repeats is stored: its consume-queue unit names its
         entry's position and its slot (the dedup table's (topic, queue, offset) lead there on
         every replica, and after a restore from any checkpoint version). A scheduled message's
-        row holds its real queue id; its unit is in the one schedule queue."""
+        row holds its real queue id; its unit is in the one schedule queue. Empty if retention
+        has deleted the unit (the answer then names the retry's own slot)."""
         qid = SCHEDULE_QUEUE if topic == SCHEDULE_TOPIC else HALF_QUEUE if topic == HALF_TOPIC \
             else queue_id
-        unit = self.queues[(topic, qid)][offset]
-        return k, unit.position, unit.slot
+        try:
+            unit = self.queues[(topic, qid)][offset]
+        except (KeyError, IndexError):
+            return []
+        return [(k, unit.position, unit.slot)]
 
     def _schedule(self, index: int, position: int, e: StoredSend, first_slot: int) -> ApplyResult:
         """A run the leader rewrote for the schedule topic (``broker.delay``): each message
@@ -227,9 +242,7 @@ class BrokerState:
         except (ValueError, TypeError) as err:
             return ApplyResult(index, "BAD_ENTRY", e.topic, detail=str(err), first_slot=first_slot)
         self.dedup.expire(e.store_ts_ms)
-        units = self.queues.get((SCHEDULE_TOPIC, SCHEDULE_QUEUE))
-        if units is None:
-            units = self.queues[(SCHEDULE_TOPIC, SCHEDULE_QUEUE)] = ConsumeQueue()
+        units = self.queue(SCHEDULE_TOPIC, SCHEDULE_QUEUE)
         offsets: list[int] = []
         dups: list[bool] = []
         qids: list[int] = []
@@ -241,7 +254,7 @@ class BrokerState:
                 offsets.append(seen[2])
                 qids.append(seen[1])
                 dups.append(True)
-                originals.append(self.original(k, SCHEDULE_TOPIC, seen[1], seen[2]))
+                originals.extend(self.original(k, SCHEDULE_TOPIC, seen[1], seen[2]))
                 continue
             offset = len(units)
             units.append(position, first_slot + k, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
@@ -276,25 +289,27 @@ class BrokerState:
             if cfg is None or cfg.write_queues == 0:
                 continue
             qid %= cfg.write_queues
-            units = self.queues.get((topic, qid))
-            if units is None:
-                units = self.queues[(topic, qid)] = ConsumeQueue()
-            units.append(position, slot, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
+            self.queue(topic, qid).append(position, slot, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
             woken[(topic, qid)] = ApplyResult(index, "SEND_OK", topic, qid)
         return ApplyResult(index, "SEND_OK", runs=tuple(woken.values()))
 
     # -- reads ----------------------------------------------------------------------------------
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
-        """(min offset, max offset) of a queue: max is the next offset to be assigned."""
-        return 0, len(self.queues.get((topic, queue_id), ()))
+        """(min offset, max offset) of a queue: max is the next offset to be assigned; min the
+        oldest the queue still holds (retention may have deleted older units' files)."""
+        units = self.queues.get((topic, queue_id))
+        return (units.first(), len(units)) if units is not None else (0, 0)
 
     def offset_at(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset of a queue stored at or after ``timestamp_ms`` (the max offset when
         none is). Store times follow log order, as the leaders' clocks do (RocketMQ searches the
         same way)."""
-        units = self.queues.get((topic, queue_id), ConsumeQueue())
-        return bisect.bisect_left(units, timestamp_ms, key=lambda u: u.store_ts_ms)
+        units = self.queues.get((topic, queue_id))
+        if units is None:
+            return 0
+        return bisect.bisect_left(units, timestamp_ms, lo=units.first(),
+                                  key=lambda u: u.store_ts_ms)
 
     def units(self, topic: str, queue_id: int, offset: int, count: int) -> list[CQUnit]:
         units = self.queues.get((topic, queue_id))
@@ -307,25 +322,38 @@ class BrokerState:
         return cbor2.dumps([
             CHECKPOINT_VERSION, self.applied_index,
             sorted([t.name, t.read_queues, t.write_queues, t.perm] for t in self.topics.values()),
-            sorted([t, q, units.packed()] for (t, q), units in self.queues.items()),
+            sorted([t, q, units.no, self.queue_store.record(units)]
+                   for (t, q), units in self.queues.items()),
             sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
             self.dedup.snapshot(),
             [self.timers.snapshot(), self.locks.snapshot(), self.txns.snapshot()],
+            self.next_queue_no,
         ])
 
+    @staticmethod
+    def applied_of(blob: bytes) -> int:
+        """The applied index a checkpoint holds (nothing else restored)."""
+        fields = _load(blob)
+        if not (isinstance(fields, list) and len(fields) > 1 and isinstance(fields[1], int)):
+            raise BadEntryError("malformed checkpoint")
+        return fields[1]
+
     @classmethod
-    def restore(cls, blob: bytes, config: StateConfig | None = None) -> BrokerState:
+    def restore(cls, blob: bytes, config: StateConfig | None = None,
+                queue_store: QueueStore | None = None) -> BrokerState:
         try:
             fields = _load(blob)
             version = fields[0] if isinstance(fields, list) and fields else None
             if version not in READ_VERSIONS:
                 raise BadEntryError(f"unknown checkpoint version {version!r}")
             version, applied, topics, queues, offsets, dedup, *rest = fields
-            if len(rest) != (1 if version >= 3 else 0):
+            if len(rest) != (2 if version >= 5 else 1 if version >= 3 else 0):
                 raise ValueError(f"a version {version} checkpoint has {len(fields)} fields")
             state = cls(config or StateConfig(), applied)
+            if queue_store is not None:
+                state.queue_store = queue_store
             state.topics = {n: TopicConfig(n, r, w, p) for n, r, w, p in topics}
-            state.queues = {(t, q): _queue(version, units) for t, q, units in queues}
+            _restore_queues(state, version, queues, rest[1] if version >= 5 else None)
             state.offsets = {(g, t, q): o for g, t, q, o in offsets}
             cfg = state.config
             if rest:
@@ -336,24 +364,46 @@ class BrokerState:
                 state.locks = LockTable.restore(locks)
                 if txns:
                     state.txns = TxnTable.restore(txns[0])
-            state.dedup = (DedupTable.restore(cfg.dedup_window_ms, cfg.dedup_entries_max, dedup)
-                           if version != 1 else DedupTable.from_rows(
-                               cfg.dedup_window_ms, cfg.dedup_entries_max,
-                               [(k, t, q, o, ts) for k, t, q, o, ts in dedup]))
+            window, bound = cfg.dedup_window_ms, cfg.dedup_entries_max
+            state.dedup = (DedupTable.restore(window, bound, dedup) if version >= 5
+                           else DedupTable.from_rows(window, bound, _old_dedup_rows(version, dedup)))
         except (TypeError, ValueError, struct.error) as err:
             raise BadEntryError(f"malformed checkpoint: {err}") from err
         return state
 
 
-def _queue(version: int, units: Any) -> ConsumeQueue:
-    if version != 1:
-        if not isinstance(units, bytes):
+def _restore_queues(state: BrokerState, version: int, queues: Any, next_no: Any) -> None:
+    store = state.queue_store
+    if version >= 5:
+        if not isinstance(next_no, int):
+            raise ValueError("malformed queue count")
+        state.queues = {(t, q): store.restore(no, record) for t, q, no, record in queues}
+        state.next_queue_no = next_no
+        return
+    for no, (t, q, units) in enumerate(queues):  # earlier versions held the units themselves
+        if version == 1:  # each unit a list
+            packed = b"".join(UNIT.pack(*u) for u in units)
+        elif isinstance(units, bytes):
+            packed = units
+        else:
             raise ValueError("consume queue must be packed units")
-        return ConsumeQueue(units)
-    queue = ConsumeQueue()  # version 1 kept each unit as a list
-    for u in units:
-        queue.append(*u)
-    return queue
+        state.queues[(t, q)] = store.from_packed(no, packed)
+    state.next_queue_no = len(queues)
+
+
+OLD_DEDUP_ROW = struct.Struct("<IQQ")  # versions 2-4: queue id, queue offset, store time (ms)
+
+
+def _old_dedup_rows(version: int, blob: Any) -> list[tuple[str, str, int, int, int]]:
+    """An earlier version's dedup table as (key, topic, queue id, offset, time) rows, oldest
+    first (a key's later row wins when they are remembered again in order)."""
+    if version == 1:
+        return [(k, t, q, o, ts) for k, t, q, o, ts in blob]
+    keys, topics, rows = blob
+    if not (isinstance(keys, list) and isinstance(topics, list) and isinstance(rows, bytes)
+            and len(keys) == len(topics) and len(rows) == len(keys) * OLD_DEDUP_ROW.size):
+        raise ValueError("malformed dedup table")
+    return [(k, t, *r) for k, t, r in zip(keys, topics, OLD_DEDUP_ROW.iter_unpack(rows))]
 
 
 def _load(blob: bytes) -> Any:

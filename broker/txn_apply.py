@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.applied import ApplyResult, tag_hash
-from broker.consumequeue import ConsumeQueue
+from broker.consumequeue import UnitQueue
 from broker.entries import StoredSend, TxnEnd
 from broker.errors import BrokerError
 from broker.topics import TopicConfig, validate_config
@@ -32,9 +32,7 @@ def apply_half(state: BrokerState, index: int, position: int, e: StoredSend,
         if refusal is not None:
             return ApplyResult(index, refusal, e.topic, detail=txn_id, first_slot=first_slot)
     state.dedup.expire(e.store_ts_ms)
-    units = state.queues.get((HALF_TOPIC, HALF_QUEUE))
-    if units is None:
-        units = state.queues[(HALF_TOPIC, HALF_QUEUE)] = ConsumeQueue()
+    units = state.queue(HALF_TOPIC, HALF_QUEUE)
     visible = "txn_half_visible" in state.config.canaries
     offsets: list[int] = []
     dups: list[bool] = []
@@ -47,7 +45,7 @@ def apply_half(state: BrokerState, index: int, position: int, e: StoredSend,
         if seen is not None and seen[0] == HALF_TOPIC:
             offsets.append(seen[2])
             dups.append(True)
-            originals.append(state.original(k, HALF_TOPIC, seen[1], seen[2]))
+            originals.extend(state.original(k, HALF_TOPIC, seen[1], seen[2]))
             continue
         offset = len(units)
         units.append(position, first_slot + k, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
@@ -122,11 +120,8 @@ def _store_copies(state: BrokerState, position: int, e: TxnEnd,
     return out
 
 
-def queue_of(state: BrokerState, topic: str, queue_id: int) -> ConsumeQueue:
-    units = state.queues.get((topic, queue_id))
-    if units is None:
-        units = state.queues[(topic, queue_id)] = ConsumeQueue()
-    return units
+def queue_of(state: BrokerState, topic: str, queue_id: int) -> UnitQueue:
+    return state.queue(topic, queue_id)
 
 
 __all__ = ["apply_end", "apply_half", "queue_of"]

@@ -162,12 +162,12 @@ class TxnService:
                       config.auto_create_topics, config.default_queues)
 
     def _half_message(self, offset: int) -> list[Any]:
-        unit = self.server.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
         store = self.server.node.store
         assert store is not None
         try:
+            unit = self.server.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
             return list(stored_messages(store.read_at(unit.position).data)[unit.slot])
-        except DLedgerError as err:  # log retention took its entry (docs/operations.md)
+        except (DLedgerError, IndexError) as err:  # retention took it (docs/operations.md)
             raise SendRefusedError("TXN_UNREADABLE", f"half message at offset {offset} of "
                                    f"{HALF_TOPIC} is no longer in the log: {err}") from err
 
@@ -248,8 +248,8 @@ class TxnService:
             return
         messages = []
         for offset in txn.halves[:1]:  # the first half stands for its transaction (RocketMQ's)
+            m = self._half_message(offset)  # (refused if retention took it)
             unit = self.server.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
-            m = self._half_message(offset)
             messages.append([offset, *m, unit.store_ts_ms,
                              offset_msg_id(self.server.group, unit.position, unit.slot)])
         producer.conn.send_payload(encode_payload(CHECK_TRANSACTION, [

@@ -19,6 +19,7 @@ PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 PURE_FIRST_PARTY = {"dledger.errors"}
 ALLOWED_STDLIB = {"__future__", "collections", "dataclasses", "enum", "typing", "abc", "functools",
                   "itertools", "bisect", "heapq", "math", "operator", "re", "zlib", "struct",
+                  "array", "hashlib",  # (hashlib: digests of bytes, e.g. the dedup fingerprints)
                   "cbor2"}  # cbor2: a pure encoder/decoder of bytes (the entry codec)
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
 

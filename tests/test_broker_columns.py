@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
-from broker.dedup import COMPACT_MIN, DedupTable
+from broker.dedup import COMPACT_MIN, ROW_BYTES, TS_SPAN, DedupTable, fingerprint
 from broker.state import BrokerState
 
 
@@ -89,7 +89,7 @@ def test_the_dedup_table_matches_its_model_across_checkpoints(ops, window: int,
         assert len(table) == len(model.rows)
         for key in range(9):
             assert table.get(f"K{key}") == model.rows.get(f"K{key}")
-    assert [(r[0], *r[1:]) for r in table.rows()] == [(k, *v) for k, v in model.rows.items()]
+    assert table.rows() == [(fingerprint(k), *v) for k, v in model.rows.items()]
 
 
 def test_the_dedup_columns_drop_forgotten_rows_in_chunks() -> None:
@@ -98,7 +98,7 @@ def test_the_dedup_columns_drop_forgotten_rows_in_chunks() -> None:
         table.expire(i)
         table.remember(f"K{i}", "t", 0, i, i)
     assert len(table) == 11  # the window holds store times i-10 .. i
-    assert len(table.snapshot()[0]) <= 2 * COMPACT_MIN  # forgotten rows did not pile up
+    assert len(table.snapshot()[4]) <= 2 * COMPACT_MIN * ROW_BYTES  # forgotten rows did not pile up
     assert table.get(f"K{3 * COMPACT_MIN - 1}") == ("t", 0, 3 * COMPACT_MIN - 1, 3 * COMPACT_MIN - 1)
     assert table.get("K0") is None
 
@@ -112,3 +112,27 @@ def test_a_version_1_checkpoint_is_still_read() -> None:
     assert state.units("t", 0, 0, 10) == [CQUnit(100, 0, 5, 0, 1000), CQUnit(200, 1, 6, 0, 1001)]
     assert state.dedup.get("K2") == ("t", 0, 1, 1001)
     assert BrokerState.restore(state.snapshot()).snapshot() == state.snapshot()
+
+
+def test_the_dedup_table_holds_a_key_in_24_bytes_of_row_and_at_most_16_of_table() -> None:
+    table = DedupTable(window_ms=60_000, max_entries=1_000_000)
+    for i in range(200_000):
+        table.remember(f"U{i:016d}", "t", i % 4, i // 4, 1000 + i // 100)
+    rows, slots = table.snapshot()[4:]
+    assert len(table) == 200_000
+    assert len(rows) == 24 * len(table) and len(slots) <= 16 * len(table)  # at least 1/4 full
+    assert table.get("U0000000000123456") == ("t", 0, 30864, 1000 + 1234)
+    assert table.get("U0000000000200000") is None
+
+
+def test_store_times_beyond_the_epochs_span_move_the_epoch() -> None:
+    table = DedupTable(window_ms=1000, max_entries=10)
+    table.remember("old", "t", 0, 0, 5)
+    table.remember("a", "t", 0, 1, TS_SPAN)  # 'old' is past any window by now
+    table.remember("b", "t", 0, 2, TS_SPAN + 7)
+    assert table.get("old") is None and table.get("a") == ("t", 0, 1, TS_SPAN)
+    assert table.get("b") == ("t", 0, 2, TS_SPAN + 7)
+    restored = DedupTable.restore(1000, 10, table.snapshot())
+    assert restored == table and restored.get("b") == ("t", 0, 2, TS_SPAN + 7)
+    table.expire(TS_SPAN + 1001)
+    assert table.get("a") is None and table.get("b") is not None

@@ -45,6 +45,7 @@ CANARY_DETECTORS = {
     "retry_count_lost": ("retry: count", "retry: attempts"),
     "txn_half_visible": ("txn: early", "txn: rolled back", "txn: twice"),
     "txn_forget": ("txn: unresolved", "txn: lost"),
+    "cq_keep_tail": ("replica_divergences", "duplicates_protocol", "inconsistent_offsets"),
     "membership_forget_on_restart": ("replica_divergences", "lost", "lost_on_replica",
                                      "order_producer", "order_realtime", "split brain"),
 }

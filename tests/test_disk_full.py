@@ -230,7 +230,7 @@ def test_a_broker_on_a_full_disk_keeps_serving_pulls_and_checkpoints_later(
                 await server.send("t", 0, _raw(b"m%d" % i))
             await wait_for(lambda: ckpt_disk.refused > 0, 5, "a checkpoint write to be refused")
             await server.send("t", 0, _raw(b"m-after-a-refused-checkpoint"))
-            assert server._checkpointer is not None and not server._checkpointer.done()
+            assert server.checkpoints._task is not None and not server.checkpoints._task.done()
             disk = FullDisk(monkeypatch, under(tmp_path))
             disk.full = True
             with pytest.raises(DLedgerError):

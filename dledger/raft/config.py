@@ -65,7 +65,7 @@ class RaftConfig:
     max_inflight: int = 32  # AppendRequests in flight per follower in the replicate state
     max_uncommitted_bytes: int = 64 << 20  # proposals beyond this raise OverloadedError
     max_apply_bytes: int = 4 << 20  # committed entries handed out in one Ready
-    max_cache_bytes: int = 32 << 20  # recently persisted entries kept in memory
+    max_cache_bytes: int = 8 << 20  # recently persisted entries kept in memory
     # Quorum-first replication: new entries go at once only to the followers a commit needs
     # (quorum - 1 of them, picked each tick among those that answered lately, the most caught up
     # first); the others get them in batches of lazy_batch_entries, at every heartbeat, and

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dledger.raft.types import Entry, LogReader, SnapshotMeta, entries_bytes
+from dledger.raft.types import Entry, EntryKind, LogReader, SnapshotMeta, entries_bytes
+
+
+_RELEASED = Entry(0, 0, EntryKind.NOOP, b"")  # a cache slot before the cache's head
 
 
 class RaftLog:
@@ -188,6 +191,7 @@ class RaftLog:
         self.cache_bytes += entries_bytes(persisted)
         while self._cache_head < len(cache) and self.cache_bytes > self.cache_bytes_max:
             self.cache_bytes -= cache[self._cache_head].size_bytes
+            cache[self._cache_head] = _RELEASED  # (its data is not held until the compaction)
             self._cache_head += 1
         if self._cache_head > 1024 and self._cache_head * 2 > len(cache):
             del cache[: self._cache_head]

@@ -1,0 +1,143 @@
+"""Consume queues in files (``broker.cq_files``): they read like the in-memory queues across file
+boundaries and unwritten units, a checkpoint records where they end, a restore cuts back what
+was written after it and refuses files that are short, deleted topics' files go only after a
+checkpoint without them, and retention deletes whole files from the front."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from broker.checkpoint import CHECKPOINT_FILE, QUEUES_DIR, load_checkpoint, save_checkpoint
+from broker.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
+from broker.cq_files import ConsumeQueueFilesError, FileConsumeQueue, FileQueues
+from broker.entries import TopicDelete, encode, encode_send
+from broker.state import BrokerState
+
+
+class _Log:
+    """Stands for a node's open log that holds every entry the tests apply."""
+
+    def last_index(self) -> int:
+        return 1000
+
+
+def _load(data: str) -> BrokerState:
+    return load_checkpoint(data, store=_Log(), queue_files=True)  # type: ignore[arg-type]
+
+
+def _unit(i: int) -> CQUnit:
+    return CQUnit(1000 * i, i % 3, 100 + i, i * 7, 5000 + 10 * i)
+
+
+def test_a_file_queue_reads_like_a_memory_queue_across_files_and_unwritten_units(
+        tmp_path: Path) -> None:
+    store = FileQueues(str(tmp_path), units_per_file=8)
+    q = store.create(0)
+    mem = ConsumeQueue()
+    rng = random.Random(5)
+    for i in range(61):
+        for target in (q, mem):
+            target.append(*(getattr(_unit(i), f) for f in CQUnit.__slots__))
+        if rng.random() < 0.2:
+            store.flush()  # some units written, some still in memory
+        n = len(mem)
+        assert len(q) == n and q[n - 1] == mem[n - 1]
+        lo = rng.randrange(n)
+        hi = min(n, lo + rng.randrange(1, 20))
+        assert q[lo:hi] == mem[lo:hi]
+    assert list(q) == list(mem) and q.crc == mem.crc
+    store.flush()
+    assert sorted(os.listdir(q.dir)) == [f"{b:020d}" for b in range(0, 64, 8)]  # type: ignore[attr-defined]
+    assert os.path.getsize(os.path.join(q.dir, f"{56:020d}")) == 5 * UNIT_BYTES  # type: ignore[attr-defined]
+    with pytest.raises(IndexError):
+        q[61]
+
+
+def _send(state: BrokerState, index: int, topic: str, qid: int, n: int) -> None:
+    msgs = [[b"x", "", [], f"K{index}.{k}", [], 0] for k in range(n)]
+    state.apply(index, index * 100, encode_send(topic, qid, 1000 + index, msgs, True, 4))
+
+
+def test_a_restore_cuts_back_units_written_after_the_checkpoint_and_drops_later_queues(
+        tmp_path: Path) -> None:
+    data = str(tmp_path)
+    state = _load(data)
+    for i in range(1, 6):
+        _send(state, i, "a", i % 2, 3)
+    state.queue_store.flush()
+    job = state.queue_store.sync_job()  # type: ignore[attr-defined]
+    job()
+    save_checkpoint(data, state.snapshot())
+    expected = {k: list(q) for k, q in state.queues.items()}
+    for i in range(6, 9):  # applied and written, never checkpointed: then a crash
+        _send(state, 2 * i, "a", i % 2, 3)
+        _send(state, 2 * i + 1, "b", 0, 2)  # a queue the checkpoint does not know
+    state.queue_store.flush()
+    assert len(os.listdir(tmp_path / QUEUES_DIR)) == 3
+    again = _load(data)
+    assert again.applied_index == 5 and {k: list(q) for k, q in again.queues.items()} == expected
+    assert sorted(os.listdir(tmp_path / QUEUES_DIR)) == [f"{n:010d}" for n in (0, 1)]
+    _send(again, 6, "a", 0, 3)  # replaying the log goes on from the checkpoint's ends
+    assert len(again.queues[("a", 0)]) == 9
+
+
+def test_files_shorter_than_the_checkpoint_set_it_aside(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    state = _load(data)
+    _send(state, 1, "a", 0, 4)
+    state.queue_store.sync_job()()  # type: ignore[attr-defined]
+    save_checkpoint(data, state.snapshot())
+    path = tmp_path / QUEUES_DIR / f"{0:010d}" / f"{0:020d}"
+    os.truncate(path, 2 * UNIT_BYTES)  # e.g. a disk that lost what it acknowledged
+    with pytest.raises(ConsumeQueueFilesError):
+        FileQueues(str(tmp_path / QUEUES_DIR)).restore(0, [4, 0])
+    again = _load(data)
+    assert again.applied_index == 0 and not again.queues  # the log is replayed instead
+    assert os.listdir(tmp_path / QUEUES_DIR) == []
+    assert (tmp_path / CHECKPOINT_FILE).exists()
+
+
+def test_a_deleted_topics_files_stay_until_a_checkpoint_without_it(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    state = _load(data)
+    _send(state, 1, "gone", 0, 2)
+    _send(state, 2, "kept", 0, 2)
+    store = state.queue_store
+    assert isinstance(store, FileQueues)
+    store.sync_job()()
+    save_checkpoint(data, state.snapshot())
+    state.apply(3, 300, encode(TopicDelete("gone")))
+    assert store.dropped == [0] and (tmp_path / QUEUES_DIR / f"{0:010d}").is_dir()
+    # a crash now: the checkpoint still names the topic, and its files are there for it
+    restored = _load(data)
+    assert len(restored.queues[("gone", 0)]) == 2
+    restored.queue_store.close()
+    # a checkpoint without it: then the files go
+    store.sync_job()()
+    dropped = store.take_dropped()
+    save_checkpoint(data, state.snapshot())
+    store.remove_queues(dropped)
+    assert sorted(os.listdir(tmp_path / QUEUES_DIR)) == [f"{1:010d}"]
+    assert _load(data).queues.keys() == {("kept", 0)}
+
+
+def test_retention_deletes_whole_files_from_the_front(tmp_path: Path) -> None:
+    store = FileQueues(str(tmp_path), units_per_file=4)
+    q = store.create(7)
+    assert isinstance(q, FileConsumeQueue)
+    for i in range(18):
+        q.append(1000 * i, 0, 10, 0, i)
+    store.flush()
+    assert q.trim(9_000) == 2  # units 0-7 point before position 9000; 8-11 do not all
+    assert q.first() == 8 and len(q) == 18 and q[8].position == 8000
+    with pytest.raises(IndexError):
+        q[7]
+    assert q[0:10] == [CQUnit(8000, 0, 10, 0, 8), CQUnit(9000, 0, 10, 0, 9)]
+    assert q.trim(10**9) == 2  # never the file being written
+    assert q.first() == 16
+    again = FileQueues(str(tmp_path), units_per_file=4).restore(7, [18, q.crc])
+    assert again.first() == 16 and len(again) == 18 and again[17].position == 17_000
