@@ -7,7 +7,8 @@ unique key (as the producer sends them), in requests of 256 with 32 in flight, i
 Then, with every node caught up, it reads:
 - memory: each node's RSS and its anonymous part before and after, per retained message;
 - the checkpoint's size on disk (the state machine a restart loads);
-- restart: a follower stopped (SIGTERM) and started again: seconds until its process is ready,
+- restart: a follower killed (SIGKILL) right after the fill and started again, then one stopped
+  (SIGTERM: it writes a last checkpoint) and started again: seconds until its process is ready,
   and until it has applied everything the group committed; then every node stopped and started
   again (a cold start of the group): seconds until a leader has applied its term's no-op;
 - pulls: messages per second pulling one queue from its oldest offset (cold: the log's first
@@ -90,9 +91,10 @@ async def _pull_rate(client: LogClient, node: str, offset: int, count: int) -> f
     return got / (time.perf_counter() - t0)
 
 
-def _restart(cluster: LocalCluster, nid: str) -> float:
-    """Stop ``nid`` cleanly, start it again; seconds from the start until it says it is ready."""
-    cluster.kill(nid, signal.SIGTERM)
+def _restart(cluster: LocalCluster, nid: str, sig: int = signal.SIGTERM) -> float:
+    """Stop ``nid`` (SIGTERM: cleanly, it checkpoints; SIGKILL: a crash), start it again;
+    seconds from the start until it says it is ready."""
+    cluster.kill(nid, sig)
     t0 = time.monotonic()
     cluster.restart(nid)
     return time.monotonic() - t0
@@ -118,6 +120,13 @@ async def _measure(cluster: LocalCluster, n: int, size: int) -> None:
                        f"({(a1 - a0) * 2**20 / n:.0f} B per message); checkpoint "
                        f"{size_mib:.1f} MiB")
         leader = await _leader(client, nodes) or nodes[0]
+        # a crash at once (the backlog's last seconds are after the last periodic checkpoint)
+        crashed = next(nid for nid in nodes if nid != leader)
+        ready_s = await asyncio.to_thread(_restart, cluster, crashed, signal.SIGKILL)
+        caught_s = await _until(lambda: _caught_up(client, nodes), 600, "the crashed follower")
+        click.echo(f"  follower {crashed} killed (-9) right after the fill and restarted: ready "
+                   f"in {ready_s:.1f} s, caught up {caught_s:.1f} s later ({ready_s + caught_s:.1f}"
+                   f" s in all)")
         per_queue = n // QUEUES
         sample = min(per_queue // 2, 100_000)
         cold = await _pull_rate(client, leader, 0, sample)

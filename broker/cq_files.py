@@ -3,9 +3,9 @@ the backlog.
 
 Layout: ``<data dir>/consumequeue/<queue number, 10 digits>/<first offset, 20 digits>``, each file
 ``units_per_file`` 28-byte units (7 MiB by default), as RocketMQ's ConsumeQueue files. A queue keeps
-in memory only the units appended since the last ``flush`` (the shell flushes after every applied
-batch) and reads the rest with ``pread`` through the page cache. Open files are shared through a
-bounded LRU of descriptors.
+in memory only the units not yet written (64 KiB of them at most, and 4 MiB for all queues
+together; written in one ``pwrite`` each) and reads the rest with ``pread`` through the page cache.
+Open files are shared through a bounded LRU of descriptors.
 
 Crash safety is the checkpoint's: before a checkpoint is written the files are flushed and
 fsynced, and the checkpoint records each queue's length (and the CRC32 of all its units). A
@@ -18,6 +18,7 @@ messages; the queue's first offset follows.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections import OrderedDict
@@ -26,9 +27,12 @@ from typing import Any, Callable
 from broker.consumequeue import UNIT, UNIT_BYTES, UnitQueue
 from dledger.hardstate import fsync_directory
 
+log = logging.getLogger("broker.cq_files")
+
 UNITS_PER_FILE = 1 << 18
 FDS_MAX = 256
 FLUSH_BYTES = 1 << 16  # a queue's unwritten units are written once this many pile up
+DIRTY_BYTES_MAX = 4 << 20  # or once all queues' unwritten units come to this many
 
 
 class ConsumeQueueFilesError(ValueError):
@@ -53,11 +57,15 @@ class FileConsumeQueue(UnitQueue):
         return self.base
 
     def _append(self, unit: bytes) -> None:
+        store = self.store
         if not self.tail:
-            self.store.dirty[self.no] = self
+            store.dirty[self.no] = self
         self.tail += unit
+        store.dirty_bytes += UNIT_BYTES
         if len(self.tail) >= FLUSH_BYTES:
-            self.flush()
+            store.flush_safely(self)
+        elif store.dirty_bytes >= DIRTY_BYTES_MAX:
+            store.flush_safely()
 
     def _read(self, lo: int, hi: int) -> bytes:
         parts = []
@@ -103,6 +111,7 @@ class FileConsumeQueue(UnitQueue):
                 self.flushed += written // UNIT_BYTES
         finally:
             del self.tail[:done]
+            self.store.dirty_bytes -= done
             if not self.tail:
                 self.store.dirty.pop(self.no, None)
 
@@ -143,6 +152,8 @@ class FileQueues:
         os.makedirs(root, exist_ok=True)
         self._fds: OrderedDict[str, int] = OrderedDict()
         self.dirty: dict[int, FileConsumeQueue] = {}  # queues with units not yet written
+        self.dirty_bytes = 0  # how many bytes of units they hold
+        self.flush_failures = 0
         self.unsynced: set[str] = set()  # files written since the last sync
         self.created: set[str] = set()  # directories with files created since the last sync
         self.dropped: list[int] = []  # queues of deleted topics (files kept until a checkpoint)
@@ -206,7 +217,8 @@ class FileQueues:
         return queue
 
     def drop(self, queue: UnitQueue) -> None:
-        self.dirty.pop(queue.no, None)
+        if self.dirty.pop(queue.no, None) is not None and isinstance(queue, FileConsumeQueue):
+            self.dirty_bytes -= len(queue.tail)
         self.dropped.append(queue.no)
 
     # -- the shell's side ------------------------------------------------------------------------
@@ -220,6 +232,17 @@ class FileQueues:
     def flush(self) -> None:
         for queue in list(self.dirty.values()):
             queue.flush()
+
+    def flush_safely(self, queue: FileConsumeQueue | None = None) -> None:
+        """``flush`` (one queue or all) while applying: a failed write (a full disk) keeps the
+        units in memory and is tried again at the next threshold or checkpoint."""
+        try:
+            queue.flush() if queue is not None else self.flush()
+        except OSError as err:
+            self.flush_failures += 1
+            if self.flush_failures == 1 or self.flush_failures % 1000 == 0:
+                log.warning("consume queue units not written yet (%d times): %s",
+                            self.flush_failures, err)
 
     def sync_job(self) -> Callable[[], None]:
         """Everything written so far, to be made durable in a thread (before a checkpoint that

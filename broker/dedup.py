@@ -5,9 +5,9 @@ from the oldest end: past the window (by the entries' store times, never a local
 the entry count bound. Part of the broker's state machine, so it is deterministic and identical on
 every replica.
 
-Its memory is stated per key: a 24-byte row plus 8 to 16 bytes of hash table (4-byte slots, the
-table kept between a quarter and a half full; 8.4 bytes at its bound of a million keys), with no
-Python object per key. A key is held as a 96-bit BLAKE2b fingerprint, not as its text: two different
+Its memory is stated per key: a 24-byte row per key remembered, and a hash table of 4-byte slots
+sized for the bound at the first key (at most half full: 8 MiB for the default million keys,
+8.4 bytes a key at the bound), with no Python object per key. A key is held as a 96-bit BLAKE2b fingerprint, not as its text: two different
 keys are taken for one only if their fingerprints collide, which for a table at its bound of a
 million keys happens to a new key with probability below 2**-76 (1.3e-23); the original's queue
 and offset are kept, so a duplicate still answers with the original's result.
@@ -17,8 +17,8 @@ and offset are kept, so a duplicate still answers with the original's result.
   chunks once forgotten;
 - slots: an open-addressing table (linear probing, an ``array`` of 32-bit row numbers, 0 empty)
   from a fingerprint to the newest row of its key; forgetting a row empties its slot by shifting
-  the probe sequence back, so no tombstones pile up and the table never needs a rebuild to stay
-  fast;
+  the probe sequence back, so no tombstones pile up and the table is never rebuilt or resized
+  on the send path;
 - queues: the (topic, queue id) a reference names, in order of first use.
 
 A checkpoint copies the rows and the slots as two byte strings, and a restore takes them back
@@ -50,7 +50,7 @@ def fingerprint(key: str) -> bytes:
 
 class DedupTable:
     __slots__ = ("window_ms", "max_entries", "_rows", "_base", "_head", "_live", "_slots",
-                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_memo", "_found")
+                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue")
 
     def __init__(self, window_ms: int, max_entries: int) -> None:
         if not 0 < window_ms < TS_SPAN // 2:
@@ -63,14 +63,13 @@ class DedupTable:
         self._base = 0  # row number of _rows' first row
         self._head = 0  # row number of the oldest row not yet forgotten
         self._live = 0  # keys remembered (slots in use)
-        self._slots = array("I", bytes(4 * SLOTS_MIN))
-        self._mask = SLOTS_MIN - 1
+        self._slots = array("I")  # sized for the bound at the first key (then never resized)
+        self._mask = 0
         self._epoch = 0  # store times are kept as ms since this
         self._newest = 0  # the newest store time seen (kept times never go back)
         self._queues: list[tuple[str, int]] = []
         self._queue_refs: dict[tuple[str, int], int] = {}
-        self._memo: tuple[str, bytes] = ("", b"")  # the last key looked up, its fingerprint
-        self._found: tuple[int, int] | None = None  # and where, while the table is unchanged
+        self._last_queue: tuple[str, int, int] = ("", -1, -1)  # (topic, queue id, its ref)
 
     def __len__(self) -> int:
         return self._live
@@ -78,15 +77,7 @@ class DedupTable:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DedupTable) and self.snapshot() == other.snapshot()
 
-    # -- lookups -------------------------------------------------------------------------------
-
-    def _fp(self, key: str) -> bytes:
-        memo_key, fp = self._memo
-        if memo_key != key or not fp:
-            fp = fingerprint(key)
-            self._memo = (key, fp)
-            self._found = None
-        return fp
+    # -- lookups and changes --------------------------------------------------------------------
 
     def _find(self, fp: bytes) -> tuple[int, int]:
         """(slot, row offset in _rows) of ``fp``'s key, or (the empty slot ending its probe, -1)."""
@@ -101,41 +92,85 @@ class DedupTable:
                 return i, o
             i = (i + 1) & mask
 
-    def get(self, key: str) -> tuple[str, int, int, int] | None:
-        found = self._found = self._find(self._fp(key))
-        o = found[1]
-        if o < 0:
-            return None
+    def _row(self, o: int) -> tuple[str, int, int, int]:
         _, dts, word = ROW.unpack_from(self._rows, o)
         topic, qid = self._queues[word >> OFFSET_BITS]
         return topic, qid, word & OFFSET_MASK, self._epoch + dts
 
-    # -- changes -------------------------------------------------------------------------------
+    def get(self, key: str) -> tuple[str, int, int, int] | None:
+        if not self._slots:
+            return None
+        o = self._find(fingerprint(key))[1]
+        return self._row(o) if o >= 0 else None
+
+    def lookup_or_add(self, key: str, topic: str, queue_id: int, offset: int,
+                      store_ts_ms: int) -> tuple[str, int, int, int] | None:
+        """The send path's one call per message: the row of ``key`` if it is remembered for
+        ``topic`` (a duplicate: nothing changes), else ``key`` is remembered at (``topic``,
+        ``queue_id``, ``offset``) and None returned."""
+        fp = fingerprint(key)
+        if not self._slots:
+            self._allocate()
+        i, o = self._find(fp)
+        if o >= 0:
+            row = self._row(o)
+            if row[0] == topic:
+                return row
+        self._add(fp, i, o, topic, queue_id, offset, store_ts_ms)
+        return None
 
     def remember(self, key: str, topic: str, queue_id: int, offset: int, store_ts_ms: int) -> None:
+        fp = fingerprint(key)
+        if not self._slots:
+            self._allocate()
+        i, o = self._find(fp)
+        self._add(fp, i, o, topic, queue_id, offset, store_ts_ms)
+
+    def _add(self, fp: bytes, i: int, o: int, topic: str, queue_id: int, offset: int,
+             store_ts_ms: int) -> None:
+        """A row for ``fp`` at slot ``i`` (``o``: the offset of its older row, or -1)."""
         if not 0 <= offset <= OFFSET_MASK:
             raise ValueError(f"queue offset {offset} out of the dedup table's range")
-        fp = self._fp(key)
-        ref = self._queue_ref(topic, queue_id)
-        if self._head == self._base + len(self._rows) // ROW_BYTES:  # empty: a fresh epoch
+        last_topic, last_qid, ref = self._last_queue
+        if last_qid != queue_id or last_topic != topic:
+            slots = self._slots
+            ref = self._queue_ref(topic, queue_id)
+            self._last_queue = (topic, queue_id, ref)
+            if self._slots is not slots:  # (rebuilt to drop unused queue references)
+                if not self._slots:
+                    self._allocate()
+                i, o = self._find(fp)
+        n = len(self._rows) // ROW_BYTES
+        if self._head == self._base + n:  # empty: a fresh epoch
             self._epoch = self._newest = store_ts_ms
-        ts = max(store_ts_ms, self._newest)
+        ts = store_ts_ms if store_ts_ms > self._newest else self._newest
         if ts - self._epoch >= TS_SPAN:
             self._rebase(ts)
+            self._remember_fp(fp, topic, queue_id, offset, ts)
+            return
         self._newest = ts
-        i, o = self._found or self._find(fp)  # (what ``get`` just found, if nothing changed since)
-        self._found = None
-        seq = self._base + len(self._rows) // ROW_BYTES
         self._rows += ROW.pack(fp, ts - self._epoch, ref << OFFSET_BITS | offset)
-        self._slots[i] = (seq & SEQ_MASK) + 1  # a key stored again: its older row is dead
+        self._slots[i] = ((self._base + n) & SEQ_MASK) + 1  # a key stored again: older row dead
         if o < 0:
             self._live += 1
-            if self._live * 2 > len(self._slots):
-                self._grow()
-        if self._live > self.max_entries:
-            while self._live > self.max_entries:
-                self._forget_oldest()
-            self._compact()
+            if self._live > self.max_entries:
+                while self._live > self.max_entries:
+                    self._forget_oldest()
+                self._compact()
+
+    def _remember_fp(self, fp: bytes, topic: str, queue_id: int, offset: int, ts: int) -> None:
+        if not self._slots:
+            self._allocate()
+        i, o = self._find(fp)
+        self._add(fp, i, o, topic, queue_id, offset, ts)
+
+    def _allocate(self) -> None:
+        """The slots, for the bound: at most half of them ever in use."""
+        size = SLOTS_MIN
+        while size < 2 * self.max_entries:
+            size *= 2
+        self._slots = array("I", bytes(4 * size))
+        self._mask = size - 1
 
     def expire(self, now_ms: int) -> None:
         """Forget keys stored before ``now_ms`` minus the window."""
@@ -154,7 +189,6 @@ class DedupTable:
         """Forget the oldest row, emptying its key's slot unless the key was stored again since
         (its slot then names the newer row); the entries after the slot that probed past it
         move back, so a probe still ends at the first empty slot."""
-        self._found = None
         slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
         head_o = (self._head - base) * ROW_BYTES
         self._head += 1
@@ -184,26 +218,9 @@ class DedupTable:
                 i = j
         slots[i] = 0
 
-    def _grow(self) -> None:
-        self._found = None
-        old = self._slots
-        self._slots = array("I", bytes(8 * len(old)))
-        self._mask = len(self._slots) - 1
-        self._place_all(v for v in old if v)
-
-    def _place_all(self, values: Any) -> None:
-        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
-        for v in values:
-            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
-            i = int.from_bytes(rows[o:o + 4], "little") & mask
-            while slots[i]:
-                i = (i + 1) & mask
-            slots[i] = v
-
     def _compact(self) -> None:
         dead = self._head - self._base
         if dead >= COMPACT_MIN and dead * 2 >= len(self._rows) // ROW_BYTES:
-            self._found = None
             del self._rows[:dead * ROW_BYTES]
             self._base = self._head
 
@@ -238,18 +255,12 @@ class DedupTable:
         epoch = self._epoch
         fresh = DedupTable(self.window_ms, self.max_entries)
         for fp, topic, qid, offset, ts in live:
-            fresh._put(fp, topic, qid, offset, ts)
+            fresh._remember_fp(fp, topic, qid, offset, ts)
         if not live:
             fresh._epoch = fresh._newest = epoch
         fresh._newest = max(fresh._newest, self._newest)
-        fresh._memo, fresh._found = ("", b""), None
         for name in self.__slots__[2:]:
             setattr(self, name, getattr(fresh, name))
-
-    def _put(self, fp: bytes, topic: str, qid: int, offset: int, ts: int) -> None:
-        self._memo = ("\0", fp)  # (no key text: the fingerprint itself)
-        self._found = None
-        self.remember("\0", topic, qid, offset, ts)
 
     def _live_rows(self) -> list[tuple[bytes, str, int, int, int]]:
         out = []
@@ -281,7 +292,8 @@ class DedupTable:
         if not (isinstance(epoch, int) and isinstance(newest, int) and isinstance(head, int)
                 and head >= 0 and isinstance(queues, list) and isinstance(rows, bytes)
                 and isinstance(slots, bytes) and len(rows) % ROW_BYTES == 0
-                and len(slots) >= 4 * SLOTS_MIN and len(slots) & (len(slots) - 1) == 0):
+                and (not slots or (len(slots) >= 4 * SLOTS_MIN
+                                   and len(slots) & (len(slots) - 1) == 0))):
             raise ValueError("malformed dedup table")
         table = cls(window_ms, max_entries)
         table._epoch, table._newest, table._head, table._base = epoch, newest, head, head
@@ -293,6 +305,10 @@ class DedupTable:
         table._live = len(table._slots) - table._slots.count(0)
         if table._live > len(rows) // ROW_BYTES:
             raise ValueError("the dedup table's slots name rows it does not hold")
+        if table._slots and len(table._slots) < 2 * max_entries:  # (the bound was raised)
+            table._rebuild(lambda t: True)
+        while table._live > max_entries:  # (or lowered)
+            table._forget_oldest()
         return table
 
     @classmethod

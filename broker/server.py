@@ -245,10 +245,6 @@ class BrokerServer:
                     if arrival is not None:
                         arrival.set()  # wake long polls on this queue
         index.end_batch()
-        try:
-            self.state.queue_store.flush()  # (units in memory only until their batch is applied)
-        except OSError as err:  # e.g. a full disk: they stay in memory until a flush succeeds
-            log.warning("consume queue units not written yet: %s", err)
         while len(self.results) > RESULTS_KEPT:
             self.results.popitem(last=False)
 

@@ -191,9 +191,11 @@ class BrokerState:
         qids: list[int] = []
         originals: list[tuple[int, int, int]] = []
         slot = first_slot
+        dedup = self.dedup
         for body, tags, _, unique_key, _, _ in e.messages:
-            seen = self.dedup.get(unique_key) if unique_key else None
-            if seen is not None and seen[0] == e.topic:
+            seen = dedup.lookup_or_add(unique_key, e.topic, e.queue_id, len(units),
+                                       e.store_ts_ms) if unique_key else None
+            if seen is not None:
                 offsets.append(seen[2])  # the original result; nothing stored again
                 qids.append(seen[1])
                 dups.append(True)
@@ -203,9 +205,6 @@ class BrokerState:
                 qids.append(e.queue_id)
                 dups.append(False)
                 units.append(position, slot, len(body), tag_hash(tags), e.store_ts_ms)
-                if unique_key:
-                    self.dedup.remember(unique_key, e.topic, e.queue_id, offsets[-1],
-                                        e.store_ts_ms)
             slot += 1
         return ApplyResult(index, "SEND_OK", e.topic, e.queue_id, tuple(offsets), tuple(dups),
                            tuple(qids), first_slot=first_slot, originals=tuple(originals))
@@ -249,8 +248,9 @@ class BrokerState:
         originals: list[tuple[int, int, int]] = []
         for k, (m, (_, real_qid, due_ms)) in enumerate(zip(e.messages, timers)):
             unique_key = m[3]
-            seen = self.dedup.get(unique_key) if unique_key else None
-            if seen is not None and seen[0] == SCHEDULE_TOPIC:
+            seen = self.dedup.lookup_or_add(unique_key, SCHEDULE_TOPIC, real_qid, len(units),
+                                            e.store_ts_ms) if unique_key else None
+            if seen is not None:
                 offsets.append(seen[2])
                 qids.append(seen[1])
                 dups.append(True)
@@ -259,8 +259,6 @@ class BrokerState:
             offset = len(units)
             units.append(position, first_slot + k, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
             self.timers.add(due_ms, offset)
-            if unique_key:
-                self.dedup.remember(unique_key, SCHEDULE_TOPIC, real_qid, offset, e.store_ts_ms)
             offsets.append(offset)
             qids.append(real_qid)
             dups.append(False)

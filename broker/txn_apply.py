@@ -40,9 +40,10 @@ def apply_half(state: BrokerState, index: int, position: int, e: StoredSend,
     originals: list[tuple[int, int, int]] = []
     for k, (m, (topic, real_qid, group, txn_id)) in enumerate(zip(e.messages, halves)):
         unique_key = m[3]
-        seen = state.dedup.get(unique_key) if unique_key else None
+        seen = state.dedup.lookup_or_add(unique_key, HALF_TOPIC, real_qid, len(units),
+                                         e.store_ts_ms) if unique_key else None
         qids.append(real_qid)
-        if seen is not None and seen[0] == HALF_TOPIC:
+        if seen is not None:
             offsets.append(seen[2])
             dups.append(True)
             originals.extend(state.original(k, HALF_TOPIC, seen[1], seen[2]))
@@ -50,8 +51,6 @@ def apply_half(state: BrokerState, index: int, position: int, e: StoredSend,
         offset = len(units)
         units.append(position, first_slot + k, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
         state.txns.add_half(txn_id, group, offset, e.store_ts_ms)
-        if unique_key:
-            state.dedup.remember(unique_key, HALF_TOPIC, real_qid, offset, e.store_ts_ms)
         if visible and topic in state.topics:  # the canary: readable before its commit
             queue_of(state, topic, real_qid).append(position, first_slot + k, len(m[0]),
                                                     tag_hash(m[1]), e.store_ts_ms)

@@ -114,15 +114,19 @@ def test_a_version_1_checkpoint_is_still_read() -> None:
     assert BrokerState.restore(state.snapshot()).snapshot() == state.snapshot()
 
 
-def test_the_dedup_table_holds_a_key_in_24_bytes_of_row_and_at_most_16_of_table() -> None:
-    table = DedupTable(window_ms=60_000, max_entries=1_000_000)
+def test_the_dedup_table_holds_a_key_in_a_24_byte_row_and_slots_sized_for_its_bound() -> None:
+    table = DedupTable(window_ms=60_000, max_entries=300_000)
+    assert table.snapshot()[5] == b""  # no slots until the first key
     for i in range(200_000):
-        table.remember(f"U{i:016d}", "t", i % 4, i // 4, 1000 + i // 100)
+        assert table.lookup_or_add(f"U{i:016d}", "t", i % 4, i // 4, 1000 + i // 100) is None
     rows, slots = table.snapshot()[4:]
-    assert len(table) == 200_000
-    assert len(rows) == 24 * len(table) and len(slots) <= 16 * len(table)  # at least 1/4 full
+    assert len(table) == 200_000 and len(rows) == 24 * len(table)
+    assert len(slots) == 4 * (1 << 20)  # the power of two at or above twice the bound
     assert table.get("U0000000000123456") == ("t", 0, 30864, 1000 + 1234)
+    assert table.lookup_or_add("U0000000000123456", "t", 3, 7, 5000) == ("t", 0, 30864, 2234)
     assert table.get("U0000000000200000") is None
+    assert table.lookup_or_add("U0000000000123456", "u", 1, 9, 5000) is None  # another topic
+    assert table.get("U0000000000123456") == ("u", 1, 9, 5000) and len(table) == 200_000
 
 
 def test_store_times_beyond_the_epochs_span_move_the_epoch() -> None:
