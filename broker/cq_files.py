@@ -62,8 +62,8 @@ class FileConsumeQueue(UnitQueue):
             store.dirty[self.no] = self
         self.tail += unit
         store.dirty_bytes += UNIT_BYTES
-        if len(self.tail) >= FLUSH_BYTES:
-            store.flush_safely(self)
+        if len(self.tail) >= FLUSH_BYTES or store.keep_tail:  # (the canary: at once, as a
+            store.flush_safely(self)  # busy queue's are, so that a kill finds units past it)
         elif store.dirty_bytes >= DIRTY_BYTES_MAX:
             store.flush_safely()
 
@@ -147,7 +147,8 @@ class FileQueues:
         self.root = root
         self.units_per_file = units_per_file
         # The seeded bug (tests only: the cq_keep_tail canary): a restore keeps the units
-        # written after the checkpoint, and the log's replay appends them again.
+        # written after the checkpoint, and the log's replay appends them again. (Units are
+        # then written at once, as a busy queue's are: a quiet one's wait for the checkpoint.)
         self.keep_tail = keep_tail
         os.makedirs(root, exist_ok=True)
         self._fds: OrderedDict[str, int] = OrderedDict()
