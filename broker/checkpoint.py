@@ -21,7 +21,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING
 
-from broker.cq_files import FileQueues
+from broker.cq_files import FileConsumeQueue, FileQueues
 from broker.consumequeue import QueueStore
 from broker.errors import BadEntryError
 from broker.state import BrokerState, StateConfig
@@ -138,9 +138,8 @@ class Checkpoints:
             return
         first_position = store.position_of(store.first_index())
         for queue in list(self.server.state.queues.values()):
-            queue_trim = getattr(queue, "trim", None)
-            if queue_trim is not None:
-                queue_trim(first_position)
+            if isinstance(queue, FileConsumeQueue):
+                queue.trim(first_position)
 
     # -- snapshots ---------------------------------------------------------------------------------
 

@@ -272,8 +272,7 @@ class FileQueues:
         durable (``remove_queues`` then; put them back in ``dropped`` if it failed)."""
         dropped, self.dropped = self.dropped, []
         for no in dropped:
-            for path in [p for p in self._fds if p.startswith(self._dir(no) + os.sep)]:
-                self.forget_fd(path)
+            self._forget_fds_under(self._dir(no))
         return dropped
 
     def remove_queues(self, numbers: list[int]) -> None:
@@ -306,7 +305,10 @@ class FileQueues:
     def _dir(self, no: int) -> str:
         return os.path.join(self.root, f"{no:010d}")
 
-    def _remove_dir(self, path: str) -> None:
+    def _forget_fds_under(self, path: str) -> None:
         for p in [p for p in self._fds if p.startswith(path + os.sep)]:
             self.forget_fd(p)
+
+    def _remove_dir(self, path: str) -> None:
+        self._forget_fds_under(path)
         shutil.rmtree(path, ignore_errors=True)

@@ -120,11 +120,7 @@ class DedupTable:
         return None
 
     def remember(self, key: str, topic: str, queue_id: int, offset: int, store_ts_ms: int) -> None:
-        fp = fingerprint(key)
-        if not self._slots:
-            self._allocate()
-        i, o = self._find(fp)
-        self._add(fp, i, o, topic, queue_id, offset, store_ts_ms)
+        self._remember_fp(fingerprint(key), topic, queue_id, offset, store_ts_ms)
 
     def _add(self, fp: bytes, i: int, o: int, topic: str, queue_id: int, offset: int,
              store_ts_ms: int) -> None:
@@ -251,7 +247,7 @@ class DedupTable:
 
     def _rebuild(self, keep: Any) -> None:
         """The table again from its live rows whose topic ``keep`` keeps, at the current epoch."""
-        live = [r for r in self._live_rows() if keep(r[1])]
+        live = [r for r in self.rows() if keep(r[1])]
         epoch = self._epoch
         fresh = DedupTable(self.window_ms, self.max_entries)
         for fp, topic, qid, offset, ts in live:
@@ -262,17 +258,14 @@ class DedupTable:
         for name in self.__slots__[2:]:
             setattr(self, name, getattr(fresh, name))
 
-    def _live_rows(self) -> list[tuple[bytes, str, int, int, int]]:
+    def rows(self) -> list[tuple[bytes, str, int, int, int]]:
+        """Remembered rows, oldest first: (fingerprint, topic, queue id, offset, store time)."""
         out = []
         for v in sorted(((v - 1 - self._base) & SEQ_MASK for v in self._slots if v)):
             fp, dts, word = ROW.unpack_from(self._rows, v * ROW_BYTES)
             topic, qid = self._queues[word >> OFFSET_BITS]
             out.append((fp, topic, qid, word & OFFSET_MASK, self._epoch + dts))
         return out
-
-    def rows(self) -> list[tuple[bytes, str, int, int, int]]:
-        """Remembered rows, oldest first: (fingerprint, topic, queue id, offset, store time)."""
-        return self._live_rows()
 
     # -- checkpoint ------------------------------------------------------------------------------
 
