@@ -6,8 +6,8 @@ Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.wire
   identified itself with a Hello may hold at most ``HELLO_BYTES_MAX`` of a partial frame (the
   client port's ``ConnectionLimits`` do not apply here, so clients never starve Raft traffic).
 Links are directed so that each direction of each pair can be routed through its own fault proxy.
-The first frame on a dialed connection is ``Hello(group, node_id)``; the acceptor refuses another
-group. Each peer has a bounded queue of frames waiting for a connection and one dialer task that
+The first frame on a dialed connection is ``Hello(group, node_id, listen)``; the acceptor refuses
+another group, and dials back at ``listen`` a peer it has no address for (``learn_address``). Each peer has a bounded queue of frames waiting for a connection and one dialer task that
 reconnects with jittered exponential backoff.
 
 Must not: block or await in ``send`` (it runs on the node's hot path), grow without bound (the
@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 # stats() key for what cannot be pinned on a known peer: messages to an unknown dst, inbound
 # connections that failed before (or at) their Hello.
 UNATTRIBUTED = "?"
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 HELLO_BYTES_MAX = 4096  # what an inbound connection may buffer before its Hello arrived
 
 
@@ -75,6 +76,10 @@ class _Link:
         self.task: asyncio.Task[None] | None = None
         self.connects = 0
         self.stats = _PeerStats()
+
+
+def _address_text(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -186,6 +191,8 @@ class _InboundProtocol(asyncio.Protocol):
         else:
             self._peer = msg.node_id
             self._stats = self._owner._stats_of(msg.node_id)
+            if not stream and msg.listen:
+                self._owner.learn_address(msg.node_id, msg.listen, self._peername())
             if stream and self._transport is not None and self._owner._on_stream is not None:
                 self._stream = PeerStream(self._transport, msg.node_id)
                 self._owner._on_stream(self._stream)
@@ -276,6 +283,8 @@ class PeerTransport:
         for link in self._links.values():
             self._start_dialer(link)
         sockname = self._server.sockets[0].getsockname()
+        self._hello_frame = encode_frame(encode_message(
+            Hello(self.group, self.node_id, _address_text(sockname[0], sockname[1]))))
         return sockname[0], sockname[1]
 
     async def stop(self) -> None:
@@ -363,6 +372,29 @@ class PeerTransport:
             link.protocol.abort()
         link.transport = None
         self._start_dialer(link)
+
+    def dial_address(self, peer: str) -> tuple[str, int] | None:
+        """Where ``peer`` is dialed (None: it is not)."""
+        link = self._links.get(peer)
+        return link.addr if link is not None else None
+
+    def learn_address(self, peer: str, listen: str, source: str) -> None:
+        """``peer`` said in its Hello that it listens at ``listen``: dial it there if nothing
+        else named an address for it (a configured or membership address always wins; a
+        wildcard host means the host the connection came from, ``source``)."""
+        if peer in self._links or peer == self.node_id:
+            return
+        host, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            logger.warning("ignoring %s's listen address %r: not host:port", peer, listen)
+            return
+        host = host.strip("[]")
+        if host in _WILDCARD_HOSTS:
+            host = source.rpartition(":")[0].strip("[]")
+            if not host:
+                return
+        logger.info("dialing %s at %s:%s, as its Hello said", peer, host, port)
+        self.set_dial(peer, (host, int(port)))
 
     def _add_link(self, peer: str, addr: tuple[str, int]) -> _Link:
         link = _Link(peer, addr, self._pending_frames_max)

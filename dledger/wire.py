@@ -94,10 +94,15 @@ FIRST_APP_KIND = 64  # other protocols sharing the envelope number their kinds f
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """First frame on every dialed peer connection: who is dialing, for which Raft group."""
+    """First frame on every dialed peer connection: who is dialing, for which Raft group, and
+    where it listens for peers (``host:port``; a wildcard host stands for the connection's
+    source address; empty: not said). A node that has no address for the dialer from its
+    configuration or membership dials it there: a member that joined on an empty disk learns
+    in this way where a leader added after its ``--peers`` list listens."""
 
     group: str
     node_id: str
+    listen: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +287,7 @@ _SCHEMAS: dict[int, _Schema] = {
         _schema(KIND_HEARTBEAT, Heartbeat, (*_HEAD, ("commit", int), ("retain_index", int))),
         _schema(KIND_HEARTBEAT_RESPONSE, HeartbeatResponse, (*_HEAD, ("unverified", bool))),
         _schema(KIND_TIMEOUT_NOW, TimeoutNow, _HEAD),
-        _schema(KIND_HELLO, Hello, (("group", str), ("node_id", str))),
+        _schema(KIND_HELLO, Hello, (("group", str), ("node_id", str), ("listen", str))),
         _schema(KIND_SNAPSHOT_HELLO, SnapshotHello, (("group", str), ("node_id", str))),
     )
 }
@@ -323,7 +328,7 @@ _ENCODERS: dict[type, Callable[[Any], list[Any]]] = {
     HeartbeatResponse: lambda m: [VERSION, KIND_HEARTBEAT_RESPONSE, m.term, m.src, m.dst,
                                   m.unverified],
     TimeoutNow: lambda m: [VERSION, KIND_TIMEOUT_NOW, m.term, m.src, m.dst],
-    Hello: lambda m: [VERSION, KIND_HELLO, m.group, m.node_id],
+    Hello: lambda m: [VERSION, KIND_HELLO, m.group, m.node_id, m.listen],
     SnapshotHello: lambda m: [VERSION, KIND_SNAPSHOT_HELLO, m.group, m.node_id],
 }
 

@@ -137,6 +137,45 @@ def test_unknown_destination_is_dropped_and_counted() -> None:
 # --- reconnects ---------------------------------------------------------------------------
 
 
+def test_a_peer_with_no_address_is_dialed_where_its_hello_says_it_listens() -> None:
+    """A member that joined on an empty disk knows only its --peers list; a leader added after
+    that list dials it, and the member answers at the address the leader's Hello gave."""
+    async def scenario() -> None:
+        joined = await Node("joined").start()
+        leader = await Node("leader", dial={"joined": joined.addr}).start()
+        assert joined.transport.send(beat("joined", "leader", 0)) is False  # no address yet
+        assert leader.transport.send(beat("leader", "joined", 1))
+        await wait_until(lambda: joined.commits_from("leader") == [1])
+        assert joined.transport.send(beat("joined", "leader", 2))
+        await wait_until(lambda: leader.commits_from("joined") == [2])
+        assert joined.transport.dial_address("leader") == leader.addr
+        # a configured address is never replaced by what a Hello says
+        other = await Node("leader2", dial={"joined": joined.addr}).start()
+        configured = (HOST, free_port())
+        joined.transport.set_dial("leader2", configured)
+        other.transport.send(beat("leader2", "joined", 3))
+        await wait_until(lambda: joined.commits_from("leader2") == [3])
+        assert joined.transport.dial_address("leader2") == configured
+        await stop_all(joined, leader, other)
+
+    run(scenario)
+
+
+def test_a_hello_with_a_bad_listen_address_is_ignored() -> None:
+    async def scenario() -> None:
+        a = await Node("a").start()
+        for text in ("nonsense", "h:0", "h:99999", "h:x"):
+            a.transport.learn_address("b", text, "127.0.0.1:5")
+        assert a.transport.dial_address("b") is None
+        a.transport.learn_address("b", "0.0.0.0:7", "127.0.0.1:5")
+        assert a.transport.dial_address("b") == ("127.0.0.1", 7)
+        a.transport.learn_address("c", "[::]:8", "::1:5")
+        assert a.transport.dial_address("c") == ("::1", 8)
+        await stop_all(a)
+
+    run(scenario)
+
+
 def test_peer_that_starts_later_gets_the_queued_messages() -> None:
     async def scenario() -> None:
         port = free_port()

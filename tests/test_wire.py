@@ -163,7 +163,7 @@ def test_generic_payload_checks_version_and_shape() -> None:
         (raw(VERSION, KIND_HEARTBEAT, 2**64, "a", "b", 0, 0), "term must be in"),
         (raw(VERSION, 4, 1, "a", "b", 1, 5, 0, 0), "success must be bool"),
         (raw(VERSION, 2, 1, "a", "b", "yes", False), "granted must be bool"),
-        (raw(VERSION, KIND_HELLO, "g", 7), "node_id must be str"),
+        (raw(VERSION, KIND_HELLO, "g", 7, ""), "node_id must be str"),
         (cbor2.dumps({"version": 1}), "CBOR array"),
         (cbor2.dumps([]), "CBOR array"),
         (cbor2.dumps("hello"), "CBOR array"),
