@@ -50,6 +50,9 @@ def main() -> None:
 @click.option("--register-interval-s", type=float, default=30.0, show_default=True)
 @click.option("--advertise", default=None,
               help="Client address to register instead of --listen's (NAT, a proxy).")
+@click.option("--grpc-listen", default=None,
+              help="Serve RocketMQ 5 clients (gRPC, apache.rocketmq.v2) at HOST:PORT "
+                   "(off unless given; needs --namesrv).")
 @click.option("--checkpoint-interval-s", type=float, default=10.0, show_default=True,
               help="Persist the broker state this often, so a restart replays only the rest.")
 @click.option("--delay-levels", default=DEFAULT_LEVELS, show_default=True,
@@ -78,7 +81,8 @@ def main() -> None:
               help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
-          checkpoint_interval_s: float, advertise: str | None, delay_levels: str,
+          checkpoint_interval_s: float, advertise: str | None, grpc_listen: str | None,
+          delay_levels: str,
           max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
           transaction_check_max: int, index_slots: int, index_entries_per_file: int,
           index_files_max: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
@@ -92,6 +96,9 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
         names = parse_namesrv_list(namesrv) if namesrv.strip() else ()
     except NameSrvAddressError as err:
         raise click.BadParameter(str(err), param_hint="'--namesrv'") from err
+    if grpc_listen and not names:
+        raise click.BadParameter("the gRPC endpoint routes through the NameServers: give "
+                                 "--namesrv as well", param_hint="'--grpc-listen'")
     limits = client_limits(opts)
     config = BrokerConfig(node_config(opts), parse_address(client_listen),
                           auto_create_topics=auto_create, default_queues=default_queues,
@@ -100,6 +107,7 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                           namesrv=names, register_interval_s=register_interval_s,
                           checkpoint_interval_s=checkpoint_interval_s,
                           advertise_client=parse_address(advertise) if advertise else None,
+                          grpc_listen=parse_address(grpc_listen) if grpc_listen else None,
                           max_connections=limits.connections_max,
                           input_buffer_bytes_max=limits.input_bytes_max,
                           delay_levels_ms=levels_ms, max_delay_ms=max_delay_ms,
@@ -115,7 +123,8 @@ async def _serve(config: BrokerConfig) -> None:
     server = BrokerServer(config)
     await serve_until_signal(server, lambda: {
         "node": config.node.node_id, "peer": list(server.node.peer_address or ()),
-        "client": list(server.client_address or ()), "admin": list(server.admin_address or ())})
+        "client": list(server.client_address or ()), "admin": list(server.admin_address or ()),
+        "grpc": list(server.grpc_address or ())})
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ class Registrar:
                 "admin_address": _fmt(s.admin_address),
                 "role": role, "term": raft.term, "instance": self.instance,
                 "members": sorted(raft.voters + raft.learners),
+                **({"grpc_address": _fmt(s.grpc_address)} if s.grpc_address else {}),
                 "topics": {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                     "perm": t.perm} for t in s.state.topics.values()}}
 

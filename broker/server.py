@@ -112,6 +112,7 @@ class BrokerConfig:
     transaction_check_max: int = 15
     canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
     index: IndexConfig = IndexConfig()  # the key index's files (broker.index)
+    grpc_listen: Address | None = None  # serve RocketMQ 5 clients here (broker.grpc_gateway)
 
     def __post_init__(self) -> None:
         unknown = self.canaries - BROKER_CANARIES
@@ -127,6 +128,8 @@ class BrokerConfig:
                 and self.transaction_check_max >= 0):
             raise ValueError("transaction timeout and check interval are positive, the check "
                              "count at least 0")
+        if self.grpc_listen is not None and not self.namesrv:
+            raise ValueError("the gRPC endpoint routes through the NameServers: give --namesrv")
         if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
             raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
                              f"not {self.max_message_bytes}")
@@ -181,6 +184,8 @@ class BrokerServer:
         self._server: asyncio.Server | None = None
         self.client_address: Address | None = None
         self.admin_address: Address | None = None
+        self.grpc_address: Address | None = None  # where RocketMQ 5 clients are served
+        self._gateway: Any = None  # a GrpcGateway (imported only when asked for: grpcio)
         self._admin: web.AppRunner | None = None
         self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
@@ -204,6 +209,12 @@ class BrokerServer:
             await web.TCPSite(self._admin, *self.config.admin_listen).start()
             host, port = self._admin.addresses[0][:2]
             self.admin_address = (host, port)
+        if self.config.grpc_listen is not None:
+            from broker.grpc_gateway import GrpcGateway
+            self._gateway = GrpcGateway(self, self.config.grpc_listen)
+            host, port = await self._gateway.start()
+            advertised = self.config.advertise_client
+            self.grpc_address = (advertised[0] if advertised else host, port)
         if self.config.namesrv:
             self.registrar.start()
         self.checkpoints.start()
@@ -216,6 +227,8 @@ class BrokerServer:
         await self.checkpoints.stop()
         if self.config.namesrv:
             await self.registrar.stop()
+        if self._gateway is not None:
+            await self._gateway.stop()
         if self._admin is not None:
             await self._admin.cleanup()
         if self._server is not None:

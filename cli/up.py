@@ -39,9 +39,12 @@ LEADERS_TIMEOUT_S = 30.0
               help="Peer port of group a's n0 (then +1 per node, +10 per group); 0 picks free ports.")
 @click.option("--client-port", type=int, default=10911, show_default=True,
               help="Client port of group a's n0 (same scheme); 0 picks free ports.")
+@click.option("--grpc-port", type=int, default=8081, show_default=True,
+              help="gRPC port for RocketMQ 5 clients of group a's n0 (same scheme); 0 picks "
+                   "free ports.")
 @click.option("--exit-after-s", type=float, default=None, help="Stop by itself after this long.")
 def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port: int,
-       peer_port: int, client_port: int, exit_after_s: float | None) -> None:
+       peer_port: int, client_port: int, grpc_port: int, exit_after_s: float | None) -> None:
     """Start a NameServer and broker groups in the foreground; Ctrl-C stops everything.
 
     It prints each node's PID and addresses and keeps them in DATA_DIR/up.json, through which
@@ -59,6 +62,7 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
             clusters.append(_start_group(data_dir, GROUP_NAMES[g], replicas, flush_mode,
                                          peer_port + 10 * g if peer_port else 0,
                                          client_port + 10 * g if client_port else 0,
+                                         grpc_port + 10 * g if grpc_port else 0,
                                          namesrv.address))
         supervisor = Supervisor(data_dir, namesrv, clusters)
         supervisor.write()
@@ -111,18 +115,25 @@ def _listdir(folder: str) -> list[str]:
 
 
 def _start_group(data_dir: str, group: str, replicas: int, flush_mode: str, peer_port: int,
-                 client_port: int, namesrv: str) -> LocalCluster:
+                 client_port: int, grpc_port: int, namesrv: str) -> LocalCluster:
     cluster = LocalCluster(
         data_dir, size=replicas, group=group, flush_mode=flush_mode, peer_port=peer_port,
         client_port=client_port,
         program=("-m", "broker", "start", "--namesrv", namesrv,
-                 "--register-interval-s", str(REGISTER_INTERVAL_S)))
+                 "--register-interval-s", str(REGISTER_INTERVAL_S)),
+        node_args={f"n{i}": ("--grpc-listen", f"127.0.0.1:{grpc_port + i if grpc_port else 0}")
+                   for i in range(replicas)})
     try:
         cluster.start()
     except ClusterError as err:
         cluster.stop()
         raise click.ClickException(log_cli._start_failure(str(err))) from err
     return cluster
+
+
+def grpc_of(s: ServerProcess) -> str | None:
+    grpc = s.ready.get("grpc")
+    return f"{grpc[0]}:{grpc[1]}" if grpc else None
 
 
 def admin_of(s: ServerProcess) -> str | None:
@@ -138,10 +149,13 @@ def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode:
     for c in clusters:
         for nid, s in c.servers.items():
             click.echo(f"  group {c.group} {nid}: pid {s.pid}  client {_fmt(s.client_address)}  "
-                       f"peer {_fmt(s.peer_address)}  admin http://{admin_of(s)}/status")
+                       f"peer {_fmt(s.peer_address)}  grpc {grpc_of(s)}  "
+                       f"admin http://{admin_of(s)}/status")
     click.echo(f"\nconnect:  dledger status --namesrv {ns}")
     click.echo(f"          dledger send --namesrv {ns} orders 'hello'")
     click.echo(f"          dledger consume --namesrv {ns} orders")
+    grpc = ";".join(a for c in clusters for s in c.servers.values() if (a := grpc_of(s)))
+    click.echo(f"RocketMQ 5 clients (gRPC): endpoints \"{grpc}\"")
     click.echo(f"nodes:    dledger node stop|kill|restart GROUP NODE --data-dir {data_dir}  "
                f"(PIDs in {control.control_path(data_dir)})")
     click.echo("Ctrl-C stops everything.")

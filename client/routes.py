@@ -11,7 +11,7 @@ leader is a suggestion its connection pool weighs against what the nodes answere
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import aiohttp
@@ -42,6 +42,7 @@ class GroupRoute:
     write_queues: int
     perm: int
     term: int = 0  # the term at which the NameServer saw ``leader`` lead (0: not known)
+    grpc: dict[str, tuple[str, int]] = field(default_factory=dict)  # node id -> gRPC address
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class Routes:
             route = TopicRoute(topic, groups, time.monotonic(), True)
         else:  # not served yet: any group can auto-create it on the first send
             groups = tuple(GroupRoute(g.group, g.leader, g.nodes, DEFAULT_QUEUES, DEFAULT_QUEUES, 6,
-                                      g.term) for g in await self.cluster_groups())
+                                      g.term, g.grpc) for g in await self.cluster_groups())
             route = TopicRoute(topic, groups, time.monotonic(), False)
         if not route.groups:  # nothing registered yet (a cluster starting up): try again soon
             raise errors.UnavailableError(f"no broker group is registered to serve {topic!r}")
@@ -124,7 +125,7 @@ class Routes:
         _, cluster = await self._get("/v1/cluster")
         return [GroupRoute(g["group"], g.get("leader"),
                            {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]}, 0, 0, 6,
-                           int(g.get("term") or 0))
+                           int(g.get("term") or 0), _grpc(g))
                 for g in cluster["groups"] if g["nodes"]]
 
     def invalidate(self, topic: str) -> None:
@@ -157,7 +158,11 @@ def _group(g: dict[str, Any]) -> GroupRoute:
     return GroupRoute(g["group"], g.get("leader"),
                       {n["node_id"]: _addr(n["client_address"]) for n in g["nodes"]},
                       int(g["read_queues"]), int(g["write_queues"]), int(g["perm"]),
-                      int(g.get("term") or 0))
+                      int(g.get("term") or 0), _grpc(g))
+
+
+def _grpc(g: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    return {n["node_id"]: _addr(n["grpc_address"]) for n in g["nodes"] if n.get("grpc_address")}
 
 
 _CODES: dict[str, type[errors.ClientError]] = {

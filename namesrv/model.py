@@ -67,6 +67,9 @@ class Registration:
     # empty from a broker that does not say. The leader's list decides which registered nodes
     # the routes show (a removed node that still runs is not routed to).
     members: tuple[str, ...] = ()
+    # Where the node serves RocketMQ 5 clients (gRPC, ``broker.grpc_gateway``); "" when it
+    # does not, or a broker that does not say.
+    grpc_address: str = ""
 
     @property
     def claims_leadership(self) -> bool:
@@ -124,8 +127,11 @@ def parse_registration(body: object) -> Registration:
         raise BadRequestError(f"role must be one of {sorted(ROLES)}, not {role!r}")
     term = _parse_term(obj)
     topics = _parse_topics(obj.get("topics", {}))
+    grpc_address = obj.get("grpc_address", "")
+    if grpc_address != "":
+        parse_host_port(grpc_address, "grpc_address")
     return Registration(group, node_id, client_address, admin_address, role, term, topics,
-                        _parse_instance(obj), _parse_members(obj))
+                        _parse_instance(obj), _parse_members(obj), grpc_address)
 
 
 def parse_unregistration(body: object) -> Unregistration:

@@ -93,11 +93,14 @@ class NodeView:
     role: str
     term: int
     last_seen_s_ago: float
+    grpc_address: str = ""
 
     def to_json(self, with_admin: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"node_id": self.node_id, "client_address": self.client_address}
         if with_admin:
             out["admin_address"] = self.admin_address
+        if self.grpc_address:
+            out["grpc_address"] = self.grpc_address
         out.update(role=self.role, term=self.term, last_seen_s_ago=self.last_seen_s_ago)
         return out
 
@@ -339,5 +342,5 @@ def _node_views(group: _GroupState, now_s: float) -> tuple[NodeView, ...]:
         rec = group.nodes[node_id]
         reg = rec.registration
         views.append(NodeView(node_id, reg.client_address, reg.admin_address, reg.role, reg.term,
-                              round(max(0.0, now_s - rec.last_seen_s), 3)))
+                              round(max(0.0, now_s - rec.last_seen_s), 3), reg.grpc_address))
     return tuple(views)

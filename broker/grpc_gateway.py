@@ -1,0 +1,331 @@
+"""The gRPC endpoint for RocketMQ 5 clients (``--grpc-listen``): the shell that serves
+``apache.rocketmq.v2.MessagingService`` on ``grpc.aio`` in the broker's event loop.
+
+Owns the gRPC server, the clients' telemetry sessions (``GatewaySessions``), and the
+translation of each call into requests of our own client protocol. Those go through our
+client library's routing (``client.routes`` / ``client.delivery``) to the leader of the group
+that owns the queue, wherever that leader is: a RocketMQ 5 client does not follow redirects,
+so the endpoint a client was given for a group keeps working across leader changes, this node
+forwarding what it does not lead. Reads of committed data could be served by any replica;
+this first cut forwards everything to the leader.
+
+``QueryRoute`` answers every group that serves the topic, each with the gRPC addresses of its
+nodes as registered with the NameServers (``Endpoints`` with several addresses: the client's
+channel picks one and moves to another when it fails). The protocol's pure half (messages,
+codes) is ``broker.grpc_codec``.
+
+Calls not served yet answer with the protocol's NOT_IMPLEMENTED status (never hang).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import zlib
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from grpc import aio
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+from broker.grpc_codec import GatewayError, code_of, inbound, status
+from client import errors
+from client.delivery import Delivery
+from client.routes import GroupRoute, Routes
+from client.types import MessageQueue
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+log = logging.getLogger("broker.grpc")
+
+Address = tuple[str, int]
+ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY)
+SEND_TIMEOUT_S = 3.0  # a send's deadline inside the cluster (the client's default is 3 s too)
+TELEMETRY_QUEUE_MAX = 64  # commands waiting to go out on one client's telemetry stream
+GRPC_MESSAGE_BYTES_MAX = 16 << 20
+# What a client is told in its settings (RocketMQ proxy's defaults)
+SEND_ATTEMPTS_MAX = 3
+BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, BACKOFF_MULTIPLIER = 10, 1000, 2.0
+RECEIVE_BATCH_SIZE = 32
+LONG_POLLING_S = 30
+DELIVERY_ATTEMPTS_MAX = 16
+
+
+def _metadata(context: Any, name: str) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == name:
+            return str(value)
+    return ""
+
+
+class GrpcGateway(sg.MessagingServiceServicer):  # type: ignore[misc]
+    """One broker node's gRPC endpoint (see the module docstring)."""
+
+    def __init__(self, server: BrokerServer, listen: Address) -> None:
+        self.server = server
+        self.listen = listen
+        self.group = server.config.node.group
+        self.max_body_bytes = server.config.max_message_bytes
+        self.routes = Routes(list(server.config.namesrv))
+        self.delivery = Delivery(self.routes)
+        self._grpc: aio.Server | None = None
+        self._routes_started = False
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self.sessions: dict[str, asyncio.Queue[Any]] = {}  # client id -> its telemetry outbox
+        self.calls = 0
+        self.address: Address | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> Address:
+        self._grpc = aio.server(options=[
+            ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.so_reuseport", 0),
+        ])
+        sg.add_MessagingServiceServicer_to_server(self, self._grpc)
+        host, port = self.listen
+        bound = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"cannot listen for gRPC at {host}:{port}")
+        await self._grpc.start()
+        self.address = (host, bound)
+        return self.address
+
+    async def stop(self) -> None:
+        if self._grpc is not None:
+            await self._grpc.stop(grace=0.5)
+            self._grpc = None
+        for outbox in self.sessions.values():
+            outbox.put_nowait(None)
+        self.sessions.clear()
+        if self._routes_started:
+            await self.routes.close()
+
+    async def _ensure_routes(self) -> None:
+        if not self._routes_started:
+            await self.routes.start()  # fails fast (UnavailableError) while no NameServer answers
+            self._routes_started = True
+
+    # -- routes -------------------------------------------------------------------------------------
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        topic = request.topic.name
+        try:
+            await self._ensure_routes()
+            route = await self.routes.route(topic, refresh=True)
+        except errors.ClientError as err:
+            return sv.QueryRouteResponse(status=status(code_of(err), str(err)))
+        queues = []
+        for g in route.groups:
+            endpoints = _endpoints(g)
+            if endpoints is None:
+                continue
+            for qid in range(max(g.read_queues, g.write_queues)):
+                perm = (1 if qid < g.read_queues and g.perm & 4 else 0) \
+                    | (2 if qid < g.write_queues and g.perm & 2 else 0)
+                mq = pb.MessageQueue(id=qid, permission=_PERMISSIONS[perm],
+                                     accept_message_types=ACCEPTED_TYPES)
+                mq.topic.name = topic
+                mq.topic.resource_namespace = request.topic.resource_namespace
+                mq.broker.name = g.group
+                mq.broker.endpoints.CopyFrom(endpoints)
+                queues.append(mq)
+        if not queues:
+            return sv.QueryRouteResponse(status=status(
+                pb.Code.TOPIC_NOT_FOUND if not route.groups else pb.Code.HA_NOT_AVAILABLE,
+                f"no group serves {topic!r} over gRPC"))
+        return sv.QueryRouteResponse(status=status(), message_queues=queues)
+
+    # -- sending --------------------------------------------------------------------------------------
+
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        if len(request.messages) != 1:
+            return sv.SendMessageResponse(status=status(
+                pb.Code.BAD_REQUEST, "send one message per request (batches are not supported)"))
+        try:
+            await self._ensure_routes()
+            now_ms = int(time.time() * 1000)
+            msg = inbound(request.messages[0], self.max_body_bytes, now_ms,
+                          self.server.config.max_delay_ms)
+            if msg.kind == pb.MessageType.TRANSACTION:
+                raise GatewayError(pb.Code.NOT_IMPLEMENTED,
+                                   "transactional messages are not served by this gateway yet")
+            mq = await self._choose_queue(msg.topic, msg.message_group)
+            result = await self.delivery.to_queue([msg.row], mq, time.monotonic() + SEND_TIMEOUT_S)
+        except (GatewayError, errors.ClientError) as err:
+            code = code_of(err)
+            return sv.SendMessageResponse(status=status(code, str(err)),
+                                          entries=[sv.SendResultEntry(status=status(code, str(err)))])
+        entry = sv.SendResultEntry(status=status(), message_id=msg.message_id,
+                                   offset=result.queue_offset)
+        return sv.SendMessageResponse(status=status(), entries=[entry])
+
+    async def _choose_queue(self, topic: str, message_group: str) -> MessageQueue:
+        """The queue a message goes to: in this node's group if it serves the topic (the client
+        chose this group's endpoint), else in any group that takes writes; a FIFO message's
+        queue by its group's hash (its messages stay in one queue, in order), others round
+        robin."""
+        route = await self.routes.route(topic)
+        writable = [g for g in route.groups if g.perm & 2 and g.write_queues > 0]
+        if not writable:
+            raise errors.NoPermissionError(f"no group takes writes to {topic!r}")
+        own = [g for g in writable if g.group == self.group]
+        if message_group:
+            g = own[0] if own else writable[zlib.crc32(message_group.encode()) % len(writable)]
+            return MessageQueue(topic, g.group, zlib.crc32(message_group.encode()) % g.write_queues)
+        pool = [(g, q) for g in (own or writable) for q in range(g.write_queues)]
+        n = next(self._round_robin.setdefault(topic, itertools.count()))
+        g, q = pool[n % len(pool)]
+        return MessageQueue(topic, g.group, q)
+
+    # -- clients --------------------------------------------------------------------------------------
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        return sv.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        return sv.NotifyClientTerminationResponse(status=status())
+
+    async def Telemetry(self, request_iterator: AsyncIterator[Any],
+                        context: Any) -> AsyncIterator[Any]:
+        """The client's settings are answered with the server's; commands the server sends
+        (transaction check-back) go out through the session's outbox."""
+        self.calls += 1
+        client_id = _metadata(context, "x-mq-client-id")
+        if not client_id:
+            yield sv.TelemetryCommand(status=status(pb.Code.CLIENT_ID_REQUIRED,
+                                                    "the x-mq-client-id header is missing"))
+            return
+        outbox: asyncio.Queue[Any] = asyncio.Queue(TELEMETRY_QUEUE_MAX)
+        old = self.sessions.get(client_id)
+        if old is not None:
+            old.put_nowait(None)  # a newer stream of the same client replaces it
+        self.sessions[client_id] = outbox
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    reply = self._telemetry_reply(cmd)
+                    if reply is not None:
+                        await outbox.put(reply)
+            finally:
+                await outbox.put(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                cmd = await outbox.get()
+                if cmd is None:
+                    break
+                yield cmd
+        finally:
+            reader.cancel()
+            if self.sessions.get(client_id) is outbox:
+                del self.sessions[client_id]
+
+    def _telemetry_reply(self, cmd: Any) -> Any:
+        which = cmd.WhichOneof("command")
+        if which == "settings":
+            return sv.TelemetryCommand(status=status(), settings=self._settings(cmd.settings))
+        if which in ("thread_stack_trace", "verify_message_result"):
+            return None  # answers to commands this server does not send: nothing to do
+        return sv.TelemetryCommand(status=status(pb.Code.NOT_IMPLEMENTED,
+                                                 f"telemetry command {which} is not supported"))
+
+    def _settings(self, theirs: Any) -> Any:
+        s = pb.Settings()
+        s.CopyFrom(theirs)
+        s.backoff_policy.Clear()
+        if theirs.client_type == pb.ClientType.PRODUCER:
+            s.backoff_policy.max_attempts = SEND_ATTEMPTS_MAX
+            s.publishing.max_body_size = self.max_body_bytes
+            s.publishing.validate_message_type = True
+        else:
+            s.backoff_policy.max_attempts = DELIVERY_ATTEMPTS_MAX
+            s.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+            s.subscription.long_polling_timeout.seconds = LONG_POLLING_S
+        backoff = s.backoff_policy.exponential_backoff
+        backoff.initial.FromMilliseconds(BACKOFF_INITIAL_MS)
+        backoff.max.FromMilliseconds(BACKOFF_MAX_MS)
+        backoff.multiplier = BACKOFF_MULTIPLIER
+        s.metric.on = False
+        return s
+
+    # -- not served yet: a protocol status, never a hang -----------------------------------------
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        return sv.QueryAssignmentResponse(status=_not_yet("QueryAssignment"))
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        yield sv.ReceiveMessageResponse(status=_not_yet("ReceiveMessage"))
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        return sv.AckMessageResponse(status=_not_yet("AckMessage"))
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        return sv.ChangeInvisibleDurationResponse(status=_not_yet("ChangeInvisibleDuration"))
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        return sv.ForwardMessageToDeadLetterQueueResponse(
+            status=_not_yet("ForwardMessageToDeadLetterQueue"))
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        return sv.EndTransactionResponse(status=_not_yet("EndTransaction"))
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        yield sv.PullMessageResponse(status=_not_yet("PullMessage"))
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        return sv.UpdateOffsetResponse(status=_not_yet("UpdateOffset"))
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        return sv.GetOffsetResponse(status=_not_yet("GetOffset"))
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        return sv.QueryOffsetResponse(status=_not_yet("QueryOffset"))
+
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        return sv.RecallMessageResponse(status=_not_yet("RecallMessage"))
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
+        return sv.SyncLiteSubscriptionResponse(status=_not_yet("SyncLiteSubscription"))
+
+
+_PERMISSIONS = {0: pb.Permission.NONE, 1: pb.Permission.READ, 2: pb.Permission.WRITE,
+                3: pb.Permission.READ_WRITE}
+
+
+def _not_yet(rpc: str) -> Any:
+    return status(pb.Code.NOT_IMPLEMENTED, f"{rpc} is not supported by this endpoint")
+
+
+def _endpoints(g: GroupRoute) -> Any:
+    """The group's nodes' gRPC addresses as one ``Endpoints`` (None: none serves gRPC)."""
+    addrs = sorted(g.grpc.values())
+    if not addrs:
+        return None
+    e = pb.Endpoints(scheme=_scheme(addrs[0][0]))
+    if e.scheme == pb.AddressScheme.DOMAIN_NAME:
+        addrs = addrs[:1]  # the protocol allows one address of a domain name
+    for host, port in addrs:
+        e.addresses.add(host=host, port=port)
+    return e
+
+
+def _scheme(host: str) -> int:
+    import ipaddress
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return int(pb.AddressScheme.DOMAIN_NAME)
+    return int(pb.AddressScheme.IPv4 if ip.version == 4 else pb.AddressScheme.IPv6)
+
