@@ -53,6 +53,10 @@ def main() -> None:
 @click.option("--grpc-listen", default=None,
               help="Serve RocketMQ 5 clients (gRPC, apache.rocketmq.v2) at HOST:PORT "
                    "(off unless given; needs --namesrv).")
+@click.option("--grpc-max-delivery-attempts", type=click.IntRange(1, 10_000), default=16,
+              show_default=True,
+              help="Deliveries of a message to a RocketMQ 5 consumer group before it goes to the "
+                   "group's dead-letter queue (RocketMQ's maxReconsumeTimes + 1).")
 @click.option("--checkpoint-interval-s", type=float, default=10.0, show_default=True,
               help="Persist the broker state this often, so a restart replays only the rest.")
 @click.option("--delay-levels", default=DEFAULT_LEVELS, show_default=True,
@@ -82,6 +86,7 @@ def main() -> None:
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
           checkpoint_interval_s: float, advertise: str | None, grpc_listen: str | None,
+          grpc_max_delivery_attempts: int,
           delay_levels: str,
           max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
           transaction_check_max: int, index_slots: int, index_entries_per_file: int,
@@ -108,6 +113,7 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                           checkpoint_interval_s=checkpoint_interval_s,
                           advertise_client=parse_address(advertise) if advertise else None,
                           grpc_listen=parse_address(grpc_listen) if grpc_listen else None,
+                          grpc_max_delivery_attempts=grpc_max_delivery_attempts,
                           max_connections=limits.connections_max,
                           input_buffer_bytes_max=limits.input_bytes_max,
                           delay_levels_ms=levels_ms, max_delay_ms=max_delay_ms,

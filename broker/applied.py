@@ -26,6 +26,8 @@ class ApplyResult:
     originals: tuple[tuple[int, int, int], ...] = ()
     runs: tuple[ApplyResult, ...] = ()
     granted: tuple[tuple[str, int], ...] = ()  # a lock entry's queues granted
+    popped: tuple[tuple[int, int], ...] = ()  # a pop entry's (offset, delivery attempt) handed out
+    acked: tuple[bool, ...] = ()  # a pop ack's answer per offset
 
     def run_results(self) -> tuple[ApplyResult, ...]:
         """One result per run: a multi-run entry's ``runs``, or this result for a send entry."""

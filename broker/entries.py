@@ -317,6 +317,8 @@ def stored_messages(payload: bytes) -> list[Any]:
         return [item[4] for item in rest[3]]
     if kind == KIND_TXN_END:
         return [item[2] for item in rest[5]]
+    if kind == broker.pop_entries.KIND_POP_DEAD:
+        return [rest[7]]
     if kind != KIND_SEND:
         raise BadEntryError(f"entry of kind {kind!r} holds no messages")
     msgs: list[Any] = rest[3]
@@ -559,6 +561,10 @@ _DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
     KIND_TIMER_DELIVER: _timer_deliver, KIND_LOCK_QUEUES: _lock_queues,
     KIND_UNLOCK_QUEUES: _unlock_queues, KIND_TXN_END: _txn_end, KIND_TXN_CHECK: _txn_check,
     KIND_OFFSET_RESET: _offset_reset}
+
+# The pop kinds (12-15) live in their own module, which adds its decoders to the table above
+# when imported: importing it here makes every user of this module decode them.
+import broker.pop_entries  # noqa: E402,F401
 
 __all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "OffsetReset", "SendEntry", "SendRun", "SendRunsEntry",
            "TimerDeliver", "TopicDelete", "TopicPut", "TxnCheck", "TxnEnd", "decode", "encode"]

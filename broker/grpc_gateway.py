@@ -32,6 +32,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from broker.grpc_codec import GatewayError, code_of, inbound, status
+from broker.grpc_consume import ConsumeCalls
 from client import errors
 from client.delivery import Delivery
 from client.routes import GroupRoute, Routes
@@ -52,7 +53,6 @@ SEND_ATTEMPTS_MAX = 3
 BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, BACKOFF_MULTIPLIER = 10, 1000, 2.0
 RECEIVE_BATCH_SIZE = 32
 LONG_POLLING_S = 30
-DELIVERY_ATTEMPTS_MAX = 16
 
 
 def _metadata(context: Any, name: str) -> str:
@@ -62,7 +62,7 @@ def _metadata(context: Any, name: str) -> str:
     return ""
 
 
-class GrpcGateway(sg.MessagingServiceServicer):  # type: ignore[misc]
+class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[misc]
     """One broker node's gRPC endpoint (see the module docstring)."""
 
     def __init__(self, server: BrokerServer, listen: Address) -> None:
@@ -78,6 +78,9 @@ class GrpcGateway(sg.MessagingServiceServicer):  # type: ignore[misc]
         self.sessions: dict[str, asyncio.Queue[Any]] = {}  # client id -> its telemetry outbox
         self.calls = 0
         self.address: Address | None = None
+        self.max_delivery_attempts = server.config.grpc_max_delivery_attempts
+        self.accepted_types = ACCEPTED_TYPES
+        self.endpoints_of = _endpoints
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -250,7 +253,7 @@ class GrpcGateway(sg.MessagingServiceServicer):  # type: ignore[misc]
             s.publishing.max_body_size = self.max_body_bytes
             s.publishing.validate_message_type = True
         else:
-            s.backoff_policy.max_attempts = DELIVERY_ATTEMPTS_MAX
+            s.backoff_policy.max_attempts = self.max_delivery_attempts
             s.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
             s.subscription.long_polling_timeout.seconds = LONG_POLLING_S
         backoff = s.backoff_policy.exponential_backoff
@@ -261,22 +264,6 @@ class GrpcGateway(sg.MessagingServiceServicer):  # type: ignore[misc]
         return s
 
     # -- not served yet: a protocol status, never a hang -----------------------------------------
-
-    async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        return sv.QueryAssignmentResponse(status=_not_yet("QueryAssignment"))
-
-    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        yield sv.ReceiveMessageResponse(status=_not_yet("ReceiveMessage"))
-
-    async def AckMessage(self, request: Any, context: Any) -> Any:
-        return sv.AckMessageResponse(status=_not_yet("AckMessage"))
-
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        return sv.ChangeInvisibleDurationResponse(status=_not_yet("ChangeInvisibleDuration"))
-
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        return sv.ForwardMessageToDeadLetterQueueResponse(
-            status=_not_yet("ForwardMessageToDeadLetterQueue"))
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         return sv.EndTransactionResponse(status=_not_yet("EndTransaction"))

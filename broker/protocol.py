@@ -67,6 +67,15 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   a caught-up learner becomes a voter (PROMOTE waits for it to catch up), a member leaves
   (leader; ``broker.member_handlers``). A change the group's rules refuse is
   MembershipChangeError, by name
+- POP_RECEIVE ``group, topic, queue_id (-1: any), max_messages, invisible_ms, tags, sql ("":
+  none), poll_ms, max_attempts`` -> ``[[queue_id, queue_offset, body, tags, keys, unique_key,
+  [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id, epoch, attempt]...]``: messages handed
+  out to ``group``, invisible to its other receives for ``invisible_ms`` (``broker.pop``;
+  leader; long-polls up to ``poll_ms``). POP_ACK ``group, topic, queue_id, [[offset,
+  epoch]...]`` -> per receipt true (acknowledged, or already) or false (stale: redelivered or
+  changed since); POP_CHANGE ``group, topic, queue_id, offset, epoch, invisible_ms`` -> the new
+  epoch (INVALID_RECEIPT_HANDLE if stale); POP_DEAD ``group, topic, queue_id, offset, epoch,
+  max_attempts`` -> the dead-letter topic the message went to (leader)
 - VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
   max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
   of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
@@ -115,6 +124,10 @@ STATE_DIGEST = 126
 MEMBER_ADD = 127
 MEMBER_PROMOTE = 128
 MEMBER_REMOVE = 129
+POP_RECEIVE = 130
+POP_ACK = 131
+POP_CHANGE = 132
+POP_DEAD = 133
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

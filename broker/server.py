@@ -57,6 +57,7 @@ from broker.protocol import (
     SendRefusedError,
     offset_msg_id,
 )
+from broker.pop_service import PopService
 from broker.registrar import Registrar
 from broker.sendpath import SendPath
 from broker.applied import ApplyResult, tag_hash
@@ -113,6 +114,7 @@ class BrokerConfig:
     canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
     index: IndexConfig = IndexConfig()  # the key index's files (broker.index)
     grpc_listen: Address | None = None  # serve RocketMQ 5 clients here (broker.grpc_gateway)
+    grpc_max_delivery_attempts: int = 16  # a gRPC consumer's deliveries of a message before DLQ
 
     def __post_init__(self) -> None:
         unknown = self.canaries - BROKER_CANARIES
@@ -195,6 +197,7 @@ class BrokerServer:
         self.retries = RetryService(self)
         self.locks = LockService(self)
         self.txns = TxnService(self)
+        self.pops = PopService(self)
 
     async def start(self) -> None:
         await self.node.start()
@@ -399,6 +402,7 @@ class BrokerServer:
         st["timers"] = self.delays.status()
         st["retries"] = self.retries.status()
         st["transactions"] = self.txns.status()
+        st["pop"] = self.pops.status()
         st["key_index"] = self.index.status()
         st["snapshot"] = {**self.node.snapshot_status(),
                           "checkpoint_index": self.checkpoints.checkpointed_index}

@@ -37,16 +37,19 @@ from broker.entries import (
 )
 from broker.errors import BadEntryError, BrokerError
 from broker.orderly import LockTable
+from broker.pop import POP_CANARIES, PopTable
+from broker.pop_apply import apply_pop
+from broker.pop_entries import PopAck, PopChange, PopDead, PopEntry
 from broker.topics import TopicConfig, validate_config
 from broker.applied import ApplyResult, tag_hash
 from broker.txn import HALF_QUEUE, HALF_TOPIC, TxnTable
 from broker.txn_apply import apply_end, apply_half
 
 
-CHECKPOINT_VERSION = 5  # 5: queues by number and record, fingerprint dedup; 4: + transactions;
-READ_VERSIONS = (1, 2, 3, 4, CHECKPOINT_VERSION)  # 3: + timers, locks; 2: packed queues,
-# columnar dedup; 1: lists
-STATE_CANARIES = frozenset({"timer_redeliver", "lock_unfenced", "txn_half_visible"})
+CHECKPOINT_VERSION = 6  # 6: + pop consumption; 5: queues by number and record, fingerprint
+READ_VERSIONS = (1, 2, 3, 4, 5, CHECKPOINT_VERSION)  # dedup; 4: + transactions; 3: + timers,
+# locks; 2: packed queues, columnar dedup; 1: lists
+STATE_CANARIES = frozenset({"timer_redeliver", "lock_unfenced", "txn_half_visible", *POP_CANARIES})
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ class StateConfig:
     # Seeded bugs (tests only, on every replica alike): "timer_redeliver" stores a delivered
     # timer's message again when a delivery names it twice (the index's check skipped);
     # "lock_unfenced" grants a queue lock whoever holds it; "txn_half_visible" stores a half
-    # message in its real queue too, visible before its transaction commits.
+    # message in its real queue too, visible before its transaction commits; "pop_ack_lost"
+    # answers a pop ack but keeps the message in flight, so it is delivered again.
     canaries: frozenset[str] = frozenset()
 
 
@@ -73,6 +77,7 @@ class BrokerState:
     timers: DelayIndex = field(default_factory=DelayIndex)  # pending delayed messages
     locks: LockTable = field(default_factory=LockTable)  # orderly consumers' queue locks
     txns: TxnTable = field(default_factory=TxnTable)  # open transactions, recent decisions
+    pops: PopTable = field(init=False)  # pop consumers' messages in flight (broker.pop)
     # The entry ``apply`` last decoded (None: a no-op or a malformed one), for derived data
     # such as the key index (``broker.index``) that would otherwise decode it again.
     last_entry: object = field(default=None, compare=False, repr=False)
@@ -81,6 +86,7 @@ class BrokerState:
 
     def __post_init__(self) -> None:
         self.dedup = DedupTable(self.config.dedup_window_ms, self.config.dedup_entries_max)
+        self.pops = PopTable(self.config.canaries & POP_CANARIES)
 
     # -- apply --------------------------------------------------------------------------------
 
@@ -122,6 +128,7 @@ class BrokerState:
             for offset_key in [k for k in self.offsets if k[1] == entry.name]:
                 del self.offsets[offset_key]
             self.dedup.forget_topic(entry.name)
+            self.pops.forget_topic(entry.name)
             return ApplyResult(index, "OK", topic=entry.name)
         if isinstance(entry, TimerDeliver):
             return self._deliver(index, position, entry)
@@ -141,8 +148,11 @@ class BrokerState:
             return ApplyResult(index, "OK", granted=tuple(granted))
         if isinstance(entry, OffsetReset):
             return self._reset(index, entry)
+        if isinstance(entry, (PopEntry, PopAck, PopChange, PopDead)):
+            return apply_pop(self, index, position, entry)
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
+        self.pops.reset((entry.group, entry.topic, entry.queue_id), entry.offset)
         return ApplyResult(index, "OK", topic=entry.topic, queue_id=entry.queue_id)
 
     def _reset(self, index: int, e: OffsetReset) -> ApplyResult:
@@ -152,6 +162,7 @@ class BrokerState:
             return ApplyResult(index, "TOPIC_NOT_FOUND", topic=e.topic)
         for queue_id, offset in e.offsets:
             self.offsets[(e.group, e.topic, queue_id)] = offset
+            self.pops.reset((e.group, e.topic, queue_id), offset)
         return ApplyResult(index, "OK", topic=e.topic)
 
     def _send_runs(self, index: int, position: int, e: StoredRuns) -> ApplyResult:
@@ -324,7 +335,8 @@ class BrokerState:
                    for (t, q), units in self.queues.items()),
             sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
             self.dedup.snapshot(),
-            [self.timers.snapshot(), self.locks.snapshot(), self.txns.snapshot()],
+            [self.timers.snapshot(), self.locks.snapshot(), self.txns.snapshot(),
+             self.pops.snapshot()],
             self.next_queue_no,
         ])
 
@@ -355,13 +367,15 @@ class BrokerState:
             state.offsets = {(g, t, q): o for g, t, q, o in offsets}
             cfg = state.config
             if rest:
-                timers, locks, *txns = rest[0]
-                if len(txns) != (1 if version >= 4 else 0):
+                timers, locks, *more = rest[0]
+                if len(more) != (2 if version >= 6 else 1 if version >= 4 else 0):
                     raise ValueError(f"a version {version} checkpoint's feature state is short")
                 state.timers = DelayIndex.restore(timers)
                 state.locks = LockTable.restore(locks)
-                if txns:
-                    state.txns = TxnTable.restore(txns[0])
+                if more:
+                    state.txns = TxnTable.restore(more[0])
+                if len(more) > 1:
+                    state.pops = PopTable.restore(more[1], cfg.canaries & POP_CANARIES)
             window, bound = cfg.dedup_window_ms, cfg.dedup_entries_max
             state.dedup = (DedupTable.restore(window, bound, dedup) if version >= 5
                            else DedupTable.from_rows(window, bound, _old_dedup_rows(version, dedup)))

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from rocketmq import ClientConfiguration, Credentials, Message as RmqMessage, Producer as RmqProducer
+from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression,
+                      Message as RmqMessage, MessageListener, Producer as RmqProducer,
+                      PushConsumer, SimpleConsumer)
 
 from client import Message, Producer, PullConsumer, ReceivedMessage
 from tests.clusters import namesrv_group
@@ -32,7 +35,8 @@ def grpc_endpoints(ns: str) -> str:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    with namesrv_group(tmp_path, "--grpc-listen", "127.0.0.1:0") as (ns, _group):
+    with namesrv_group(tmp_path, "--grpc-listen", "127.0.0.1:0",
+                       "--grpc-max-delivery-attempts", "3") as (ns, _group):
         deadline = time.monotonic() + 30
         while grpc_endpoints(ns).count(";") < 2:
             assert time.monotonic() < deadline, "the nodes' gRPC addresses were not registered"
@@ -147,3 +151,146 @@ def test_our_producer_and_the_rocketmq_producer_share_a_topic(cluster: tuple[str
         producer.shutdown()
     bodies = sorted(m.body for m in asyncio.run(read_all(ns, "shared", 6)))
     assert bodies == sorted([b"ours-%d" % i for i in range(3)] + [b"theirs-%d" % i for i in range(3)])
+
+
+def simple_consumer(endpoints: str, group: str, topic: str, await_s: int = 2) -> SimpleConsumer:
+    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), group,
+                              {topic: FilterExpression()}, await_duration=await_s)
+    consumer.startup()
+    return consumer
+
+
+def receive_until(consumer: SimpleConsumer, count: int, invisible_s: int,
+                  timeout_s: float = 30) -> list[Any]:
+    """Messages received until ``count`` (each receive long-polls at most ``await_s``)."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"received {len(got)} of {count}"
+        got.extend(consumer.receive(16, invisible_s))
+    return got
+
+
+def test_our_producer_to_a_rocketmq_simple_consumer_with_acks_and_redelivery(
+        cluster: tuple[str, str]) -> None:
+    ns, endpoints = cluster
+
+    async def send() -> None:
+        async with Producer(ns) as p:
+            for i in range(4):
+                await p.send(Message("simple", b"m%d" % i, tags="TagS", keys=[f"key-{i}"],
+                                     properties={"n": str(i)}))
+    asyncio.run(send())
+    consumer = simple_consumer(endpoints, "simple-group", "simple")
+    try:
+        got = receive_until(consumer, 4, invisible_s=2)
+        assert sorted(m.body for m in got) == [b"m%d" % i for i in range(4)]
+        for m in got:  # body, tag, keys and properties intact the other way round
+            i = int(m.body[1:])
+            assert m.tag == "TagS" and m.keys == {f"key-{i}"} and m.properties["n"] == str(i)
+            assert m.delivery_attempt == 1 and m.message_id
+        unacked = next(m for m in got if m.body == b"m0")
+        for m in got:
+            if m is not unacked:
+                consumer.ack(m)
+        # the unacked one comes back after its invisible time, as a second delivery attempt
+        again = receive_until(consumer, 1, invisible_s=2)
+        assert [m.body for m in again] == [b"m0"] and again[0].delivery_attempt == 2
+        with pytest.raises(Exception, match="stale|INVALID_RECEIPT"):
+            consumer.ack(unacked)  # its first receipt stopped working when it came again
+        consumer.ack(again[0])
+        assert consumer.receive(16, 2) == []  # nothing more: acked messages never come again
+    finally:
+        consumer.shutdown()
+
+
+def test_a_message_never_acked_goes_to_the_dead_letter_queue_after_max_attempts(
+        cluster: tuple[str, str]) -> None:
+    ns, endpoints = cluster
+    producer = rmq_producer(endpoints, ["doomed"])
+    try:
+        m = RmqMessage()
+        m.topic, m.body = "doomed", b"poison"
+        sent = producer.send(m)
+    finally:
+        producer.shutdown()
+    consumer = simple_consumer(endpoints, "doomed-group", "doomed")
+    try:
+        attempts = []
+        deadline = time.monotonic() + 40
+        while len(attempts) < 3:  # --grpc-max-delivery-attempts 3
+            assert time.monotonic() < deadline
+            attempts += [x.delivery_attempt for x in consumer.receive(16, 1)]
+        assert attempts == [1, 2, 3]
+        # after the third invisible time it is not delivered again: it is a dead letter
+        assert consumer.receive(16, 1) == [] and consumer.receive(16, 1) == []
+    finally:
+        consumer.shutdown()
+    dead = asyncio.run(read_all(ns, "%DLQ%doomed-group", 1))
+    assert [d.body for d in dead] == [b"poison"] and dead[0].msg_id == sent.message_id
+
+
+def test_fifo_messages_of_a_group_come_one_at_a_time_in_order(cluster: tuple[str, str]) -> None:
+    _, endpoints = cluster
+    producer = rmq_producer(endpoints, ["fifo"])
+    try:
+        for group in ("A", "B"):
+            for i in range(3):
+                m = RmqMessage()
+                m.topic, m.body, m.message_group = "fifo", f"{group}{i}".encode(), group
+                producer.send(m)
+    finally:
+        producer.shutdown()
+    consumer = simple_consumer(endpoints, "fifo-group", "fifo", await_s=1)
+    try:
+        seen: dict[str, list[str]] = {"A": [], "B": []}
+        deadline = time.monotonic() + 30
+        while sum(map(len, seen.values())) < 6:
+            assert time.monotonic() < deadline, seen
+            batch = consumer.receive(16, 10)
+            groups = [m.message_group for m in batch]
+            assert len(groups) == len(set(groups)), f"two of one group at once: {groups}"
+            for m in batch:
+                seen[m.message_group].append(m.body.decode())
+                consumer.ack(m)
+        assert seen == {"A": ["A0", "A1", "A2"], "B": ["B0", "B1", "B2"]}
+    finally:
+        consumer.shutdown()
+
+
+class Collect(MessageListener):  # type: ignore[misc]
+    def __init__(self, name: str, into: dict[bytes, list[str]], lock: threading.Lock) -> None:
+        self.name, self.into, self.lock = name, into, lock
+
+    def consume(self, message: Any) -> ConsumeResult:
+        with self.lock:
+            self.into.setdefault(message.body, []).append(self.name)
+        return ConsumeResult.SUCCESS
+
+
+def test_two_push_consumers_of_a_group_share_a_topic(cluster: tuple[str, str]) -> None:
+    ns, endpoints = cluster
+
+    async def send() -> None:
+        async with Producer(ns) as p:
+            for i in range(40):
+                await p.send(Message("pushed", b"p%02d" % i))
+    asyncio.run(send())
+    got: dict[bytes, list[str]] = {}
+    lock = threading.Lock()
+    consumers = []
+    try:
+        for name in ("c1", "c2"):
+            c = PushConsumer(ClientConfiguration(endpoints, Credentials()), "push-group",
+                             Collect(name, got, lock), {"pushed": FilterExpression()})
+            c.startup()
+            consumers.append(c)
+        deadline = time.monotonic() + 30
+        while len(got) < 40:
+            assert time.monotonic() < deadline, f"consumed {len(got)} of 40"
+            time.sleep(0.05)  # (the listeners run on the client's threads: poll with a deadline)
+    finally:
+        for c in consumers:
+            c.shutdown()
+    assert sorted(got) == [b"p%02d" % i for i in range(40)]
+    assert all(len(names) == 1 for names in got.values()), "a message consumed twice"
