@@ -97,8 +97,9 @@ class ConsumeCalls:
         try:
             _, res = await self.routes.group_client(g).call_leader(kind, *args, timeout_s=timeout_s)
         except RemoteError as err:
-            raise GatewayError(REMOTE_CODES.get(err.code, pb.Code.INTERNAL_SERVER_ERROR),
-                               str(err)) from err
+            code = pb.Code.INVALID_TRANSACTION_ID if err.code.startswith("TXN_") \
+                or err.code == "BAD_TRANSACTION" else REMOTE_CODES.get(err.code)
+            raise GatewayError(code or pb.Code.INTERNAL_SERVER_ERROR, str(err)) from err
         except DLedgerError as err:
             raise GatewayError(code_of(client_error(err)), str(err)) from err
         return res

@@ -31,8 +31,10 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
+from broker import protocol as bp
 from broker.grpc_codec import GatewayError, code_of, inbound, status
 from broker.grpc_consume import ConsumeCalls
+from broker.grpc_txn import GatewayTransactions, parse_txn, txn_group, txn_text
 from client import errors
 from client.delivery import Delivery
 from client.routes import GroupRoute, Routes
@@ -44,7 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.grpc")
 
 Address = tuple[str, int]
-ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY)
+ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY,
+                  pb.MessageType.TRANSACTION)
 SEND_TIMEOUT_S = 3.0  # a send's deadline inside the cluster (the client's default is 3 s too)
 TELEMETRY_QUEUE_MAX = 64  # commands waiting to go out on one client's telemetry stream
 GRPC_MESSAGE_BYTES_MAX = 16 << 20
@@ -81,6 +84,9 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         self.max_delivery_attempts = server.config.grpc_max_delivery_attempts
         self.accepted_types = ACCEPTED_TYPES
         self.endpoints_of = _endpoints
+        self.txns = GatewayTransactions(self.routes, f"grpc-gateway-{self.group}-"
+                                        f"{server.config.node.node_id}", self.sessions,
+                                        self._ensure_routes)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -96,10 +102,12 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         if bound == 0:
             raise OSError(f"cannot listen for gRPC at {host}:{port}")
         await self._grpc.start()
+        self.txns.start()
         self.address = (host, bound)
         return self.address
 
     async def stop(self) -> None:
+        await self.txns.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace=0.5)
             self._grpc = None
@@ -157,18 +165,45 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
             now_ms = int(time.time() * 1000)
             msg = inbound(request.messages[0], self.max_body_bytes, now_ms,
                           self.server.config.max_delay_ms)
-            if msg.kind == pb.MessageType.TRANSACTION:
-                raise GatewayError(pb.Code.NOT_IMPLEMENTED,
-                                   "transactional messages are not served by this gateway yet")
             mq = await self._choose_queue(msg.topic, msg.message_group)
-            result = await self.delivery.to_queue([msg.row], mq, time.monotonic() + SEND_TIMEOUT_S)
+            if msg.kind == pb.MessageType.TRANSACTION:
+                offset = await self._half(mq, msg.message_id, msg.row)
+                txn_id = txn_text(mq.group, msg.message_id)
+            else:
+                result = await self.delivery.to_queue([msg.row], mq,
+                                                      time.monotonic() + SEND_TIMEOUT_S)
+                offset, txn_id = result.queue_offset, ""
         except (GatewayError, errors.ClientError) as err:
             code = code_of(err)
             return sv.SendMessageResponse(status=status(code, str(err)),
                                           entries=[sv.SendResultEntry(status=status(code, str(err)))])
         entry = sv.SendResultEntry(status=status(), message_id=msg.message_id,
-                                   offset=result.queue_offset)
+                                   transaction_id=txn_id, offset=offset)
         return sv.SendMessageResponse(status=status(), entries=[entry])
+
+    async def _half(self, mq: MessageQueue, message_id: str, row: list[Any]) -> int:
+        """A half message of the transaction named by the message id (``broker.grpc_txn``)."""
+        got = await self._leader_call(mq.topic, mq.group, bp.TXN_HALF, txn_group(mq.topic),
+                                      message_id, mq.topic, mq.queue_id, [row])
+        return int(got[2][0])
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        topic = request.topic.name
+        try:
+            group, txn_id = parse_txn(request.transaction_id)
+            if request.resolution not in (pb.TransactionResolution.COMMIT,
+                                          pb.TransactionResolution.ROLLBACK):
+                raise GatewayError(pb.Code.BAD_REQUEST, "the resolution is COMMIT or ROLLBACK")
+            decision = "COMMIT" if request.resolution == pb.TransactionResolution.COMMIT \
+                else "ROLLBACK"
+            await self._leader_call(topic, group, bp.END_TRANSACTION, txn_group(topic), txn_id,
+                                    decision,
+                                    request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+                                    [])
+        except GatewayError as err:
+            return sv.EndTransactionResponse(status=status(err.code, str(err)))
+        return sv.EndTransactionResponse(status=status())
 
     async def _choose_queue(self, topic: str, message_group: str) -> MessageQueue:
         """The queue a message goes to: in this node's group if it serves the topic (the client
@@ -217,6 +252,10 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         async def read() -> None:
             try:
                 async for cmd in request_iterator:
+                    if cmd.WhichOneof("command") == "settings" \
+                            and cmd.settings.client_type == pb.ClientType.PRODUCER:
+                        self.txns.producer_settings(client_id, frozenset(
+                            t.name for t in cmd.settings.publishing.topics))
                     reply = self._telemetry_reply(cmd)
                     if reply is not None:
                         await outbox.put(reply)
@@ -234,6 +273,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
             reader.cancel()
             if self.sessions.get(client_id) is outbox:
                 del self.sessions[client_id]
+                self.txns.session_ended(client_id)
 
     def _telemetry_reply(self, cmd: Any) -> Any:
         which = cmd.WhichOneof("command")
@@ -264,9 +304,6 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         return s
 
     # -- not served yet: a protocol status, never a hang -----------------------------------------
-
-    async def EndTransaction(self, request: Any, context: Any) -> Any:
-        return sv.EndTransactionResponse(status=_not_yet("EndTransaction"))
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         yield sv.PullMessageResponse(status=_not_yet("PullMessage"))

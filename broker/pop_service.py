@@ -8,7 +8,8 @@ A receive (POP_RECEIVE) looks at the queues of the topic in turn (or the one nam
 messages in flight whose invisible time is over (those past the group's maximum delivery
 attempts go to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.retry`` makes),
 then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
-pull passes it). It long-polls up to ``poll_ms`` for new messages or a message's invisible time
+pull passes it). A topic not created yet reads as empty (its first send may create it), as a
+pull reads it. It long-polls up to ``poll_ms`` for new messages or a message's invisible time
 to end. A message with a message group (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule
 is ``broker.pop``'s.
 """
@@ -59,8 +60,13 @@ class PopService:
         deadline = time.monotonic() + poll_ms / 1000
         while True:
             cfg = server.state.topics.get(topic)
-            if cfg is None:
-                raise SendRefusedError("TOPIC_NOT_FOUND", topic)
+            if cfg is None:  # not created yet (its first send auto-creates it): nothing to read
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                await self._wait(group, topic, [0], min(remaining, WAKE_S_MAX))
+                server.require_leader()
+                continue
             if not cfg.readable:
                 raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable")
             if queue_id >= cfg.read_queues:

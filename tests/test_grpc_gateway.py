@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression,
                       Message as RmqMessage, MessageListener, Producer as RmqProducer,
-                      PushConsumer, SimpleConsumer)
+                      PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
 
 from client import Message, Producer, PullConsumer, ReceivedMessage
 from tests.clusters import namesrv_group
@@ -36,7 +36,8 @@ def grpc_endpoints(ns: str) -> str:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[str, str]]:
     with namesrv_group(tmp_path, "--grpc-listen", "127.0.0.1:0",
-                       "--grpc-max-delivery-attempts", "3") as (ns, _group):
+                       "--grpc-max-delivery-attempts", "3", "--transaction-timeout-s", "1",
+                       "--transaction-check-interval-s", "1") as (ns, _group):
         deadline = time.monotonic() + 30
         while grpc_endpoints(ns).count(";") < 2:
             assert time.monotonic() < deadline, "the nodes' gRPC addresses were not registered"
@@ -294,3 +295,42 @@ def test_two_push_consumers_of_a_group_share_a_topic(cluster: tuple[str, str]) -
             c.shutdown()
     assert sorted(got) == [b"p%02d" % i for i in range(40)]
     assert all(len(names) == 1 for names in got.values()), "a message consumed twice"
+
+
+class CommitOnCheck(TransactionChecker):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def check(self, message: Any) -> TransactionResolution:
+        self.asked.append(message.body.decode())
+        return TransactionResolution.COMMIT
+
+
+def test_transactions_commit_roll_back_and_resolve_by_check_back(
+        cluster: tuple[str, str]) -> None:
+    _, endpoints = cluster
+    checker = CommitOnCheck()
+    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), ["txn"], checker)
+    producer.startup()
+    consumer = simple_consumer(endpoints, "txn-group", "txn", await_s=1)
+    try:
+        txns = []
+        for body in (b"committed", b"rolled-back", b"checked"):
+            m = RmqMessage()
+            m.topic, m.body = "txn", body
+            t = producer.begin_transaction()
+            producer.send(m, t)
+            txns.append(t)
+        assert consumer.receive(16, 5) == []  # half messages are no consumer's
+        txns[0].commit()
+        txns[1].rollback()
+        # the third is left open: the leader asks a producer of the topic, which commits it
+        got = receive_until(consumer, 2, invisible_s=5, timeout_s=30)
+        assert sorted(m.body for m in got) == [b"checked", b"committed"]
+        assert checker.asked and set(checker.asked) == {"checked"}
+        for m in got:
+            consumer.ack(m)
+        assert consumer.receive(16, 5) == []  # the rolled-back one never shows
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
