@@ -182,7 +182,7 @@ def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topic
 
 @contextlib.contextmanager
 def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
-                 ) -> Iterator[tuple[str, LocalCluster]]:
+                 extra: tuple[str, ...] = ()) -> Iterator[tuple[str, LocalCluster]]:
     """A fresh NameServer and 3-node broker group in flush mode ``mode``, with the node options
     ``flags``: (the NameServer's address, the group). Stopped on leaving."""
     with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d:
@@ -195,7 +195,7 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
             program = ("-m", "broker", "start", "--namesrv", ns,
                        "--register-interval-s", f"{register_interval_s:g}")
             with LocalCluster(d, size=3, flush_mode=mode, program=program,
-                              extra_args=flags.args()) as cluster:
+                              extra_args=(*flags.args(), *extra)) as cluster:
                 yield ns, cluster
         finally:
             ns_proc.terminate()
@@ -348,24 +348,30 @@ def options(f: F) -> F:
     f = click.option("--out", "out_dir", default="bench-results", show_default=True,
                      type=click.Path(file_okay=False), help="Where the JSON and the PNG chart go.")(f)
     f = click.option("--payloads", default="128,1024", show_default=True)(f)
+    f = click.option("--grpc", is_flag=True,
+                     help="Only the RocketMQ 5 client through the gRPC endpoint against our own "
+                          "client (sync p50, 64 in flight), one group, sync flush.")(f)
     return click.option("--quick", is_flag=True, help="A short run (2,000 messages per workload).")(f)
 
 
 def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_poll_us: int = 0,
-         quorum_first: bool = False) -> int:
+         quorum_first: bool = False, grpc: bool = False) -> int:
     sizes = [int(p) for p in payloads.split(",") if p]
     flags = NodeFlags(busy_poll_us, quorum_first)
     n = 2000 if quick else 20_000
     plan: list[tuple[str, Any]] = []
     for size in sizes:
-        plan += [("nats", size), ("sync", size), ("async", size)]
-    missing = nats_available()
+        plan += [("grpc", size)] if grpc else [("nats", size), ("sync", size), ("async", size)]
+    missing = None if grpc else nats_available()
     rows: list[Row] = []
     click.echo(f"dledger bench: {flags.describe()}", err=True)
     with click.progressbar(plan, label="dledger bench", file=sys.stderr,
                            item_show_func=lambda s: f"{s[0]} {s[1]} B" if s else "") as bar:
         for what, size in bar:
-            if what == "nats":
+            if what == "grpc":
+                from broker.bench_grpc import run_grpc
+                rows += run_grpc(size, n // 4, flags)
+            elif what == "nats":
                 if missing:
                     continue
                 rows += run_nats(size, n, topics)

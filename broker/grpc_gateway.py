@@ -34,6 +34,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 from broker import protocol as bp
 from broker.grpc_codec import GatewayError, code_of, inbound, status
 from broker.grpc_consume import ConsumeCalls
+from broker.grpc_sends import GatewaySends
 from broker.grpc_txn import GatewayTransactions, parse_txn, txn_group, txn_text
 from client import errors
 from client.delivery import Delivery
@@ -75,6 +76,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         self.max_body_bytes = server.config.max_message_bytes
         self.routes = Routes(list(server.config.namesrv))
         self.delivery = Delivery(self.routes)
+        self.sends = GatewaySends(self.delivery, SEND_TIMEOUT_S)
         self._grpc: aio.Server | None = None
         self._routes_started = False
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -108,6 +110,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
 
     async def stop(self) -> None:
         await self.txns.stop()
+        await self.sends.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=0.5)
             self._grpc = None
@@ -165,14 +168,20 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
             now_ms = int(time.time() * 1000)
             msg = inbound(request.messages[0], self.max_body_bytes, now_ms,
                           self.server.config.max_delay_ms)
-            mq = await self._choose_queue(msg.topic, msg.message_group)
-            if msg.kind == pb.MessageType.TRANSACTION:
+            txn_id = ""
+            if msg.kind in (pb.MessageType.NORMAL, pb.MessageType.DELAY):
+                result = await self.sends.send(msg.topic, msg.row,
+                                               msg.kind == pb.MessageType.DELAY)
+                offset = result.queue_offset
+            elif msg.kind == pb.MessageType.TRANSACTION:
+                mq = await self._choose_queue(msg.topic, msg.message_group)
                 offset = await self._half(mq, msg.message_id, msg.row)
                 txn_id = txn_text(mq.group, msg.message_id)
             else:
+                mq = await self._choose_queue(msg.topic, msg.message_group)
                 result = await self.delivery.to_queue([msg.row], mq,
                                                       time.monotonic() + SEND_TIMEOUT_S)
-                offset, txn_id = result.queue_offset, ""
+                offset = result.queue_offset
         except (GatewayError, errors.ClientError) as err:
             code = code_of(err)
             return sv.SendMessageResponse(status=status(code, str(err)),
