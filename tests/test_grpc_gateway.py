@@ -15,12 +15,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
+import grpc
 import pytest
 from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression,
                       Message as RmqMessage, MessageListener, Producer as RmqProducer,
                       PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
 
+from broker import protocol as bp
 from client import Message, Producer, PullConsumer, ReceivedMessage
+from dledger.client import LogClient
 from tests.clusters import namesrv_group
 
 pytestmark = pytest.mark.slow
@@ -334,3 +337,79 @@ def test_transactions_commit_roll_back_and_resolve_by_check_back(
     finally:
         consumer.shutdown()
         producer.shutdown()
+
+
+def test_a_delay_message_is_not_received_before_its_time(cluster: tuple[str, str]) -> None:
+    _, endpoints = cluster
+    consumer = simple_consumer(endpoints, "delay-group", "later", await_s=1)
+    producer = rmq_producer(endpoints, ["later"])
+    try:
+        m = RmqMessage()
+        m.topic, m.body = "later", b"wait for it"
+        due_ms = int(time.time() * 1000) + 2500
+        m.delivery_timestamp = due_ms
+        producer.send(m)
+        got = receive_until(consumer, 1, invisible_s=10)
+        assert time.time() * 1000 >= due_ms, "received before its delivery time"
+        assert got[0].body == b"wait for it" and got[0].delivery_timestamp == due_ms
+        consumer.ack(got[0])
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
+def _stub(endpoints: str) -> Any:
+    from rocketmq.grpc_protocol import service_pb2_grpc
+    channel = grpc.insecure_channel(endpoints.split(";")[0])
+    return channel, service_pb2_grpc.MessagingServiceStub(channel)
+
+
+def test_calls_not_served_answer_not_implemented_and_errors_carry_the_protocols_codes(
+        cluster: tuple[str, str]) -> None:
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as sv
+    ns, endpoints = cluster
+    channel, stub = _stub(endpoints)
+    meta = [("x-mq-client-id", "raw-test")]
+    try:
+        for call, request in ((stub.UpdateOffset, sv.UpdateOffsetRequest()),
+                              (stub.GetOffset, sv.GetOffsetRequest()),
+                              (stub.QueryOffset, sv.QueryOffsetRequest()),
+                              (stub.RecallMessage, sv.RecallMessageRequest()),
+                              (stub.SyncLiteSubscription, sv.SyncLiteSubscriptionRequest())):
+            assert call(request, timeout=5, metadata=meta).status.code == pb.Code.NOT_IMPLEMENTED
+        pulled = list(stub.PullMessage(sv.PullMessageRequest(), timeout=5, metadata=meta))
+        assert [r.status.code for r in pulled] == [pb.Code.NOT_IMPLEMENTED]
+
+        def send(**fields: Any) -> Any:
+            m = pb.Message(body=fields.pop("body", b"x"))
+            m.topic.name = fields.pop("topic", "codes")
+            m.system_properties.message_id = "01RAW"
+            return stub.SendMessage(sv.SendMessageRequest(messages=[m]), timeout=5,
+                                    metadata=meta).status.code
+        assert send(body=b"x" * ((4 << 20) + 1)) == pb.Code.MESSAGE_BODY_TOO_LARGE
+        assert send(body=b"") == pb.Code.MESSAGE_BODY_EMPTY
+        assert send() == pb.Code.OK
+
+        async def read_only() -> None:  # a topic nobody may write: FORBIDDEN, nothing stored
+            async with LogClient(await _leader_nodes(ns), timeout_s=5) as client:
+                await client.call_leader(bp.TOPIC_PUT, "closed", 4, 4, 4)
+        asyncio.run(read_only())
+        deadline = time.monotonic() + 20
+        while send(topic="closed") != pb.Code.FORBIDDEN:  # (until the route shows the perm)
+            assert time.monotonic() < deadline, "a write to a read-only topic was not refused"
+            time.sleep(0.2)
+        assert asyncio.run(read_all(ns, "closed", 0)) == []
+    finally:
+        channel.close()
+
+
+async def _leader_nodes(ns: str) -> dict[str, tuple[str, int]]:
+    with urllib.request.urlopen(f"http://{ns}/v1/cluster", timeout=5) as resp:
+        groups = json.loads(resp.read())["groups"]
+    return {n["node_id"]: _addr(n["client_address"]) for n in groups[0]["nodes"]}
+
+
+def _addr(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
