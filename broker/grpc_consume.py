@@ -24,7 +24,7 @@ from broker import protocol as bp
 from broker.grpc_codec import GatewayError, code_of, outbound, status
 from broker.pop import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
 from client import errors
-from client.routes import GroupRoute, Routes, client_error
+from client.routes import GroupRoute, Routes, TopicRoute, client_error
 from dledger.errors import DLedgerError
 from dledger.protocol import RemoteError
 
@@ -104,12 +104,25 @@ class ConsumeCalls:
             raise GatewayError(code_of(client_error(err)), str(err)) from err
         return res
 
-    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+    async def _fresh_route(self, topic: str) -> TopicRoute:
+        """The topic's route asked of the NameServers now (a client's route query)."""
         self.calls += 1
+        await self._ensure_routes()
+        return await self.routes.route(topic, refresh=True)
+
+    def queue_of(self, topic: Any, g: GroupRoute, qid: int, permission: int,
+                 endpoints: Any) -> Any:
+        mq = pb.MessageQueue(id=qid, permission=permission,
+                             accept_message_types=self.accepted_types)
+        mq.topic.CopyFrom(topic)
+        mq.broker.name = g.group
+        mq.broker.endpoints.CopyFrom(endpoints)
+        return mq
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
         topic = request.topic.name
         try:
-            await self._ensure_routes()
-            route = await self.routes.route(topic, refresh=True)
+            route = await self._fresh_route(topic)
         except errors.ClientError as err:
             return sv.QueryAssignmentResponse(status=status(code_of(err), str(err)))
         out = []
@@ -117,12 +130,8 @@ class ConsumeCalls:
             endpoints = self.endpoints_of(g)
             if endpoints is None or not g.perm & 4 or g.read_queues == 0:
                 continue
-            mq = pb.MessageQueue(id=-1, permission=pb.Permission.READ_WRITE,
-                                 accept_message_types=self.accepted_types)
-            mq.topic.CopyFrom(request.topic)
-            mq.broker.name = g.group
-            mq.broker.endpoints.CopyFrom(endpoints)
-            out.append(pb.Assignment(message_queue=mq))
+            out.append(pb.Assignment(message_queue=self.queue_of(
+                request.topic, g, -1, pb.Permission.READ_WRITE, endpoints)))
         if not out:
             return sv.QueryAssignmentResponse(status=status(
                 pb.Code.TOPIC_NOT_FOUND, f"no group serves {topic!r} to read over gRPC"))

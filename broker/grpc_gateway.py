@@ -128,11 +128,9 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
     # -- routes -------------------------------------------------------------------------------------
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
-        self.calls += 1
         topic = request.topic.name
         try:
-            await self._ensure_routes()
-            route = await self.routes.route(topic, refresh=True)
+            route = await self._fresh_route(topic)
         except errors.ClientError as err:
             return sv.QueryRouteResponse(status=status(code_of(err), str(err)))
         queues = []
@@ -143,13 +141,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
             for qid in range(max(g.read_queues, g.write_queues)):
                 perm = (1 if qid < g.read_queues and g.perm & 4 else 0) \
                     | (2 if qid < g.write_queues and g.perm & 2 else 0)
-                mq = pb.MessageQueue(id=qid, permission=_PERMISSIONS[perm],
-                                     accept_message_types=ACCEPTED_TYPES)
-                mq.topic.name = topic
-                mq.topic.resource_namespace = request.topic.resource_namespace
-                mq.broker.name = g.group
-                mq.broker.endpoints.CopyFrom(endpoints)
-                queues.append(mq)
+                queues.append(self.queue_of(request.topic, g, qid, _PERMISSIONS[perm], endpoints))
         if not queues:
             return sv.QueryRouteResponse(status=status(
                 pb.Code.TOPIC_NOT_FOUND if not route.groups else pb.Code.HA_NOT_AVAILABLE,

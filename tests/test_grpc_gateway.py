@@ -137,14 +137,17 @@ def test_a_send_refused_by_the_gateway_comes_back_as_the_protocols_error(
         producer.shutdown()
 
 
+def send_ours(ns: str, messages: list[Message]) -> None:
+    async def run() -> None:
+        async with Producer(ns) as p:
+            for m in messages:
+                await p.send(m)
+    asyncio.run(run())
+
+
 def test_our_producer_and_the_rocketmq_producer_share_a_topic(cluster: tuple[str, str]) -> None:
     ns, endpoints = cluster
-
-    async def ours() -> None:
-        async with Producer(ns) as p:
-            for i in range(3):
-                await p.send(Message("shared", b"ours-%d" % i))
-    asyncio.run(ours())
+    send_ours(ns, [Message("shared", b"ours-%d" % i) for i in range(3)])
     producer = rmq_producer(endpoints, ["shared"])
     try:
         for i in range(3):
@@ -179,12 +182,8 @@ def test_our_producer_to_a_rocketmq_simple_consumer_with_acks_and_redelivery(
         cluster: tuple[str, str]) -> None:
     ns, endpoints = cluster
 
-    async def send() -> None:
-        async with Producer(ns) as p:
-            for i in range(4):
-                await p.send(Message("simple", b"m%d" % i, tags="TagS", keys=[f"key-{i}"],
-                                     properties={"n": str(i)}))
-    asyncio.run(send())
+    send_ours(ns, [Message("simple", b"m%d" % i, tags="TagS", keys=[f"key-{i}"],
+                           properties={"n": str(i)}) for i in range(4)])
     consumer = simple_consumer(endpoints, "simple-group", "simple")
     try:
         got = receive_until(consumer, 4, invisible_s=2)
@@ -275,11 +274,7 @@ class Collect(MessageListener):  # type: ignore[misc]
 def test_two_push_consumers_of_a_group_share_a_topic(cluster: tuple[str, str]) -> None:
     ns, endpoints = cluster
 
-    async def send() -> None:
-        async with Producer(ns) as p:
-            for i in range(40):
-                await p.send(Message("pushed", b"p%02d" % i))
-    asyncio.run(send())
+    send_ours(ns, [Message("pushed", b"p%02d" % i) for i in range(40)])
     got: dict[bytes, list[str]] = {}
     lock = threading.Lock()
     consumers = []
