@@ -19,15 +19,18 @@ Pure: no sockets, no clock (times are passed in).
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import zlib
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker import protocol as bp
 from client import errors
 
-__all__ = ["GatewayError", "Inbound", "inbound", "outbound", "code_of", "status",
+__all__ = ["GatewayError", "Inbound", "inbound", "outbound", "code_of", "guarded", "status",
            "PROP_MESSAGE_GROUP", "PROP_BORN_HOST", "PROP_DELIVER_MS", "SYSTEM_PROPERTY_NAMES"]
 
 PROP_MESSAGE_GROUP = "__SHARDINGKEY"  # RocketMQ's MessageConst.PROPERTY_SHARDING_KEY
@@ -48,6 +51,28 @@ PROPERTY_CHARS_MAX = 16 * 1024  # all user property names and values together (R
 # A delivery time past this many seconds since the epoch (the year 5138) is taken to be in
 # milliseconds: the Python client 5.1.x writes its millisecond timestamp into the seconds field.
 DELIVERY_SECONDS_MAX = 10**11
+
+
+log = logging.getLogger("broker.grpc")
+Call = TypeVar("Call", bound=Callable[..., Awaitable[Any]])
+
+
+def guarded(response: Callable[..., Any]) -> Callable[[Call], Call]:
+    """A unary call whose unexpected failure is logged and answered INTERNAL_SERVER_ERROR in
+    ``response`` (rather than gRPC's bare UNKNOWN status)."""
+    def wrap(fn: Call) -> Call:
+        @functools.wraps(fn)
+        async def call(self: Any, request: Any, context: Any) -> Any:
+            try:
+                return await fn(self, request, context)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - any bug: a named status, logged
+                log.exception("gRPC %s failed", fn.__name__)
+                return response(status=status(pb.Code.INTERNAL_SERVER_ERROR,
+                                              f"{type(err).__name__}: {err}"))
+        return call  # type: ignore[return-value]
+    return wrap
 
 
 class GatewayError(Exception):

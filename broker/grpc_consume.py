@@ -21,7 +21,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from broker import protocol as bp
-from broker.grpc_codec import GatewayError, code_of, outbound, status
+from broker.grpc_codec import GatewayError, code_of, guarded, log, outbound, status
 from broker.pop import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
 from client import errors
 from client.routes import GroupRoute, Routes, TopicRoute, client_error
@@ -30,6 +30,7 @@ from dledger.protocol import RemoteError
 
 DEFAULT_INVISIBLE_MS = 60_000  # a push consumer's receive (it names none; RocketMQ's default)
 POLL_MS_MAX = 30_000
+ACK_ENTRIES_MAX = 1024
 DEADLINE_MARGIN_S = 1.0  # a long poll answers this long before the client's deadline
 REMOTE_CODES = {
     "INVALID_RECEIPT_HANDLE": pb.Code.INVALID_RECEIPT_HANDLE,
@@ -84,8 +85,11 @@ class ConsumeCalls:
         raise NotImplementedError
 
     async def _group_route(self, topic: str, group: str) -> GroupRoute:
-        await self._ensure_routes()
-        route = await self.routes.route(topic)
+        try:
+            await self._ensure_routes()
+            route = await self.routes.route(topic)
+        except errors.ClientError as err:  # no NameServer answers, no group registered
+            raise GatewayError(code_of(err), str(err)) from err
         for g in route.groups:
             if g.group == group:
                 return g
@@ -119,6 +123,7 @@ class ConsumeCalls:
         mq.broker.endpoints.CopyFrom(endpoints)
         return mq
 
+    @guarded(sv.QueryAssignmentResponse)
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
         topic = request.topic.name
         try:
@@ -166,6 +171,11 @@ class ConsumeCalls:
         except GatewayError as err:
             yield sv.ReceiveMessageResponse(status=status(err.code, str(err)))
             return
+        except Exception as err:  # noqa: BLE001 - any bug: a named status, logged
+            log.exception("gRPC ReceiveMessage failed")
+            yield sv.ReceiveMessageResponse(status=status(pb.Code.INTERNAL_SERVER_ERROR,
+                                                          f"{type(err).__name__}: {err}"))
+            return
         if rows:  # when they left the server (clients measure delivery latency from it)
             delivered = sv.ReceiveMessageResponse()
             delivered.delivery_timestamp.GetCurrentTime()
@@ -181,9 +191,13 @@ class ConsumeCalls:
             yield sv.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND,
                                                           "no new message"))
 
+    @guarded(sv.AckMessageResponse)
     async def AckMessage(self, request: Any, context: Any) -> Any:
         self.calls += 1
         topic, group = request.topic.name, request.group.name
+        if not 0 < len(request.entries) <= ACK_ENTRIES_MAX:
+            return sv.AckMessageResponse(status=status(
+                pb.Code.BAD_REQUEST, f"an ack names 1..{ACK_ENTRIES_MAX} receipts"))
         results = []
         for entry in request.entries:
             try:
@@ -202,6 +216,7 @@ class ConsumeCalls:
             results[0].status if len(codes) == 1 else status(pb.Code.MULTIPLE_RESULTS, "mixed"))
         return sv.AckMessageResponse(status=overall, entries=results)
 
+    @guarded(sv.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         self.calls += 1
         topic, group = request.topic.name, request.group.name
@@ -219,6 +234,7 @@ class ConsumeCalls:
         return sv.ChangeInvisibleDurationResponse(
             status=status(), receipt_handle=handle_text(broker, qid, off, new_epoch))
 
+    @guarded(sv.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: Any,
                                               context: Any) -> Any:
         self.calls += 1

@@ -32,7 +32,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from broker import protocol as bp
-from broker.grpc_codec import GatewayError, code_of, inbound, status
+from broker.grpc_codec import GatewayError, code_of, guarded, inbound, status
 from broker.grpc_consume import ConsumeCalls
 from broker.grpc_sends import GatewaySends
 from broker.grpc_txn import GatewayTransactions, parse_txn, txn_group, txn_text
@@ -127,6 +127,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
 
     # -- routes -------------------------------------------------------------------------------------
 
+    @guarded(sv.QueryRouteResponse)
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         topic = request.topic.name
         try:
@@ -150,6 +151,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
 
     # -- sending --------------------------------------------------------------------------------------
 
+    @guarded(sv.SendMessageResponse)
     async def SendMessage(self, request: Any, context: Any) -> Any:
         self.calls += 1
         if len(request.messages) != 1:
@@ -188,6 +190,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
                                       message_id, mq.topic, mq.queue_id, [row])
         return int(got[2][0])
 
+    @guarded(sv.EndTransactionResponse)
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         self.calls += 1
         topic = request.topic.name

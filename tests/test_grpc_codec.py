@@ -107,3 +107,19 @@ def test_client_errors_map_to_protocol_codes() -> None:
     assert code_of(errors.OverloadedError("busy")) == pb.Code.TOO_MANY_REQUESTS
     assert code_of(errors.MessageTooLargeError("big")) == pb.Code.MESSAGE_BODY_TOO_LARGE
     assert code_of(RuntimeError("?")) == pb.Code.INTERNAL_SERVER_ERROR
+
+
+def test_an_unexpected_failure_is_answered_internal_server_error_not_unknown() -> None:
+    import asyncio
+
+    from rocketmq.grpc_protocol import service_pb2 as sv
+
+    from broker.grpc_codec import guarded
+
+    class Broken:
+        @guarded(sv.HeartbeatResponse)
+        async def Heartbeat(self, request: Any, context: Any) -> Any:
+            raise KeyError("a bug")
+
+    answer = asyncio.run(Broken().Heartbeat(sv.HeartbeatRequest(), None))
+    assert answer.status.code == pb.Code.INTERNAL_SERVER_ERROR and "KeyError" in answer.status.message

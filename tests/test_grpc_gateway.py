@@ -375,6 +375,26 @@ def test_calls_not_served_answer_not_implemented_and_errors_carry_the_protocols_
             assert call(request, timeout=5, metadata=meta).status.code == pb.Code.NOT_IMPLEMENTED
         pulled = list(stub.PullMessage(sv.PullMessageRequest(), timeout=5, metadata=meta))
         assert [r.status.code for r in pulled] == [pb.Code.NOT_IMPLEMENTED]
+        # the telemetry stream: settings answered with the server's, other commands refused
+        settings = sv.TelemetryCommand()
+        settings.settings.client_type = pb.ClientType.PRODUCER
+        stray = sv.TelemetryCommand()
+        stray.print_thread_stack_trace_command.nonce = "n1"
+        stream = stub.Telemetry(iter([settings, stray]), timeout=5, metadata=meta)
+        first, second = next(stream), next(stream)
+        assert first.status.code == pb.Code.OK and first.settings.publishing.max_body_size > 0
+        assert second.status.code == pb.Code.NOT_IMPLEMENTED
+        stream.cancel()
+        anonymous = stub.Telemetry(iter([settings]), timeout=5)  # no client id: refused, ended
+        assert [c.status.code for c in anonymous] == [pb.Code.CLIENT_ID_REQUIRED]
+        # an ack with a forged receipt acknowledges nothing
+        forged = sv.AckMessageRequest(entries=[sv.AckMessageEntry(receipt_handle="a/0/0/999")])
+        forged.group.name, forged.topic.name = "g", "codes"
+        assert stub.AckMessage(forged, timeout=5, metadata=meta).status.code \
+            == pb.Code.INVALID_RECEIPT_HANDLE
+        forged.entries[0].receipt_handle = "not a handle"
+        assert stub.AckMessage(forged, timeout=5, metadata=meta).status.code \
+            == pb.Code.INVALID_RECEIPT_HANDLE
 
         def send(**fields: Any) -> Any:
             m = pb.Message(body=fields.pop("body", b"x"))
