@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import cbor2
 
-from broker import entries as be
+import broker.entries as be
 
 KIND_POP = 12
 KIND_POP_ACK = 13

@@ -149,6 +149,17 @@ class MembershipShell(NodeBase):
                 log.warning("%s: member %s has a bad address %r", self.config.node_id, nid, text)
         return addr or self.config.peers.get(nid)
 
+    def _resolve_peer(self, nid: str, said: Address) -> Address | None:
+        """Where to dial a peer that dialed this node and that it has no link to (the
+        transport's ``resolve``): only a node catching up on an empty disk does (it knew only
+        its ``--peers``, and the leader may be a member added since), at its ``--dial`` entry
+        (a fault proxy in the chaos suite) or where the peer's Hello said. Any other node links
+        to the members of its membership only."""
+        core = self.core
+        if core is None or not core.recovering:
+            return None
+        return self.config.dial.get(nid) or said
+
     def _recovering_at_start(self, hard_state_path: str) -> bool:
         """Whether this node joins on an empty disk (``--join``: a new member, or one whose disk
         was replaced), or had not caught up since it did. (A node of a new group also starts

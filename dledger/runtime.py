@@ -83,7 +83,8 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
         self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
                                        dial, self._on_message, rng=random.Random(self._rng.random()),
                                        on_batch_end=self._kick,
-                                       on_stream=self._on_snapshot_stream if provider else None)
+                                       on_stream=self._on_snapshot_stream if provider else None,
+                                       resolve=self._resolve_peer)
         self.peer_address = await self.transport.start()  # (nothing turns before the task runs)
         self.flusher = self._open_flusher(self._store())
         self._wake = asyncio.Event()

@@ -234,6 +234,7 @@ class PeerTransport:
         rng: random.Random,
         on_batch_end: Callable[[], None] | None = None,
         on_stream: Callable[[PeerStream], None] | None = None,
+        resolve: Callable[[str, tuple[str, int]], tuple[str, int] | None] | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         send_buffer_bytes_max: int = 8 * 1024 * 1024,
         pending_frames_max: int = 1024,
@@ -253,6 +254,9 @@ class PeerTransport:
         self._on_batch_end = on_batch_end
         # Called with each inbound connection that opened with SnapshotHello (None: refused).
         self._on_stream = on_stream
+        # Whether and where to dial a peer that dialed us and that we have no link to, given
+        # where its Hello says it listens (None: not at all); no resolver: there.
+        self._resolve = resolve
         self._max_frame_bytes = max_frame_bytes
         self._inbound: set[_InboundProtocol] = set()
         self._listen = listen
@@ -379,9 +383,10 @@ class PeerTransport:
         return link.addr if link is not None else None
 
     def learn_address(self, peer: str, listen: str, source: str) -> None:
-        """``peer`` said in its Hello that it listens at ``listen``: dial it there if nothing
-        else named an address for it (a configured or membership address always wins; a
-        wildcard host means the host the connection came from, ``source``)."""
+        """``peer`` said in its Hello that it listens at ``listen`` (a wildcard host meaning the
+        host the connection came from, ``source``): if this node has no link to it, dial it
+        there, or where the owner's ``resolve`` says (or not at all, if it says None). A link
+        that exists is never moved."""
         if peer in self._links or peer == self.node_id:
             return
         host, sep, port = listen.rpartition(":")
@@ -393,8 +398,11 @@ class PeerTransport:
             host = source.rpartition(":")[0].strip("[]")
             if not host:
                 return
-        logger.info("dialing %s at %s:%s, as its Hello said", peer, host, port)
-        self.set_dial(peer, (host, int(port)))
+        said = (host, int(port))
+        addr = self._resolve(peer, said) if self._resolve is not None else said
+        if addr is not None:
+            logger.info("dialing %s at %s:%s (its Hello said %s:%s)", peer, *addr, host, port)
+            self.set_dial(peer, addr)
 
     def _add_link(self, peer: str, addr: tuple[str, int]) -> _Link:
         link = _Link(peer, addr, self._pending_frames_max)

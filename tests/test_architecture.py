@@ -13,7 +13,8 @@ PURE_PACKAGES = [ROOT / "dledger" / "raft"]
 PURE_BROKER_MODULES = ("broker.state", "broker.entries", "broker.topics", "broker.errors",
                        "broker.consumequeue", "broker.dedup", "broker.delay",
                        "broker.orderly", "broker.retry", "broker.filter_sql", "broker.applied",
-                       "broker.txn", "broker.txn_apply")
+                       "broker.txn", "broker.txn_apply", "broker.pop", "broker.pop_entries",
+                       "broker.pop_apply")
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).
 PURE_FIRST_PARTY = {"dledger.errors"}

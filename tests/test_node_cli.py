@@ -47,7 +47,7 @@ n1 = "127.0.0.1:7001"
 
 def test_the_command_line_overrides_the_file(tmp_path: Path) -> None:
     path = _config(tmp_path, 'group = "a"\nid = "n0"\npeers = "n0=127.0.0.1:7000"\n'
-                             'data_dir = "/tmp/x"\nflush-mode = "async"\ntick-ms = 50\n')
+                             f'data_dir = "{tmp_path / "x"}"\nflush-mode = "async"\ntick-ms = 50\n')
     out = CliRunner().invoke(show, ["--flush-mode", "sync", "--config", path])
     assert out.exit_code == 0, out.output
     assert out.output.split()[-3:] == ["sync", "0.05", "127.0.0.1:10911"]

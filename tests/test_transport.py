@@ -176,6 +176,20 @@ def test_a_hello_with_a_bad_listen_address_is_ignored() -> None:
     run(scenario)
 
 
+def test_the_owner_decides_whether_and_where_a_peer_is_dialed_back() -> None:
+    """The node's resolver: a proxy's address for a peer (the chaos suite's --dial map), or
+    None: no link learned at all (a node that is not catching up on an empty disk)."""
+    async def scenario() -> None:
+        a = await Node("a", resolve=lambda p, said: {"b": ("127.0.0.1", 9)}.get(p)).start()
+        a.transport.learn_address("b", "127.0.0.1:7", "127.0.0.1:5")
+        assert a.transport.dial_address("b") == ("127.0.0.1", 9)
+        a.transport.learn_address("c", "127.0.0.1:7", "127.0.0.1:5")
+        assert a.transport.dial_address("c") is None
+        await stop_all(a)
+
+    run(scenario)
+
+
 def test_peer_that_starts_later_gets_the_queued_messages() -> None:
     async def scenario() -> None:
         port = free_port()
