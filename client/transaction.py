@@ -38,6 +38,7 @@ from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, ReceivedMessage, SendResult
 from dledger.errors import DLedgerError, OutcomeUnknownError
 
+ATTEMPT_S_MAX = 3.0  # one attempt of a transaction's request, within its deadline
 CHECKS_IN_FLIGHT_MAX = 64  # check-backs answered at once; more are dropped (asked again later)
 OWN_PREFIX = "P:"  # the ids of begin()'s transactions (a unique key, the others' id, is hex)
 
@@ -170,11 +171,13 @@ class TransactionProducer:
 
     async def call(self, g: GroupRoute, timeout_s: float, kind: int, *args: Any) -> Any:
         """A request to ``g``'s leader, retried there while the deadline lasts when its outcome
-        is unknown (both TXN_HALF, by its unique key, and END are safe to repeat)."""
+        is unknown (both TXN_HALF, by its unique key, and END are safe to repeat). One attempt
+        waits at most ``ATTEMPT_S_MAX``: a node that stops answering (the killed leader's
+        connection not yet seen closed) is suspected and the next attempt asks another."""
         deadline = time.monotonic() + timeout_s
         client = self._routes.group_client(g)
         while True:
-            left = deadline - time.monotonic()
+            left = min(deadline - time.monotonic(), ATTEMPT_S_MAX)
             try:
                 _, got = await client.call_leader(kind, *args, timeout_s=max(0.05, left))
                 return got
