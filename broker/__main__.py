@@ -92,7 +92,7 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
           transaction_check_max: int, index_slots: int, index_entries_per_file: int,
           index_files_max: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
     """Run one broker node."""
-    setup_logging()
+    setup_logging(opts)
     try:
         levels_ms = parse_levels(delay_levels)
     except DelayError as err:

@@ -51,6 +51,8 @@ class Checkpoints:
         self.server = server
         self.interval_s = interval_s
         self.checkpointed_index = server.state.applied_index  # what the checkpoint file holds
+        self.written = 0  # checkpoints written since start, and those a failed write lost
+        self.failed = 0
         # Held by a checkpoint write (the files may change any moment) or a snapshot install.
         self.lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -119,9 +121,11 @@ class Checkpoints:
             await asyncio.to_thread(job)
         except OSError as err:  # e.g. a full disk: the log still has it all; next time
             log.warning("checkpoint at index %d not written: %s", saved, err)
+            self.failed += 1
             if isinstance(queues, FileQueues):
                 queues.dropped.extend(dropped)
         else:
+            self.written += 1
             self.checkpointed_index = saved
             server.node.snapshot_taken(saved)  # the log may be retained up to it
             if isinstance(queues, FileQueues) and queues is server.state.queue_store:

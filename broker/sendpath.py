@@ -42,6 +42,7 @@ class SendPath:
         """A SEND or SEND_RUNS request from ``conn``, answered on it when its entry is applied
         (or at once with a named error). Returns True: the request is handled."""
         rid = req.request_id
+        started_s = time.perf_counter()
         try:
             self.server.require_leader()
             if req.kind == SEND:
@@ -59,6 +60,7 @@ class SendPath:
             try:
                 if got is None:
                     raise err or BrokerError("send failed")
+                self.server.metrics.sent(runs, got, started_s)
                 conn.send_payload(encode_result(rid, _merge(answers, got) if answers is not None
                                                 else _sole_answer(got[0])))
             except (DLedgerError, BrokerError) as failure:
@@ -93,11 +95,13 @@ class SendPath:
 
     async def _await_run(self, run: Run) -> list[Any]:
         fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
+        started_s = time.perf_counter()
 
         def reply(answers: list[list[Any]] | None, err: BaseException | None) -> None:
             if fut.done():
                 return
             if answers is not None:
+                self.server.metrics.sent([run], answers, started_s)
                 fut.set_result(answers)
             else:
                 fut.set_exception(err or BrokerError("send failed"))
@@ -170,7 +174,9 @@ class SendPath:
         else:
             data = encode_runs(ts_ms, [[t, q, msgs, auto or t == TRACE_TOPIC, queues]
                                        for (t, q), msgs in runs])
-        return self.server.node.submit(check_entry_size(data))
+        fut = self.server.node.submit(check_entry_size(data))
+        self.server.metrics.proposed(fut)
+        return fut
 
     def _answer(self, committed: Committed) -> list[list[Any]]:
         result = self.server.results.pop(committed.index, None)

@@ -40,6 +40,7 @@ from broker.entries import (
 )
 from broker.errors import BadEntryError, BrokerError
 from broker.filter_sql import SqlFilter
+from broker.metrics import BrokerMetrics
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
 from broker.txn_service import TXN_CANARIES, TxnService
@@ -192,6 +193,7 @@ class BrokerServer:
         self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
+        self.metrics = BrokerMetrics(self)
         self.sends = SendPath(self)
         self.delays = DelayService(self)
         self.retries = RetryService(self)
@@ -201,6 +203,7 @@ class BrokerServer:
 
     async def start(self) -> None:
         await self.node.start()
+        self.metrics.attach()
         loop = asyncio.get_running_loop()
         host, port = self.config.client_listen
         self._server = await loop.create_server(lambda: _Connection(self), host, port)
@@ -316,6 +319,14 @@ class BrokerServer:
         """PULL and PULL_SQL: the messages of one queue from ``offset``, those whose tag hash is
         in ``tags`` (``*``: any), and that match ``sql``. Filtered messages are skipped, their
         offsets passed: ``next_offset`` follows the last unit examined."""
+        answer = await self._pull(topic, queue_id, offset, max_messages, max_bytes, suspend_ms,
+                                  tags, sql)
+        self.metrics.pulled(topic, answer[0], answer[4])
+        return answer
+
+    async def _pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
+                    max_bytes: int, suspend_ms: int, tags: list[str],
+                    sql: SqlFilter | None) -> list[Any]:
         lo, hi = self.state.queue_range(topic, queue_id)
         lo = max(lo, self._retained_offset(topic, queue_id))
         if offset < lo or offset > hi:

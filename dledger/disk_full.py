@@ -70,7 +70,7 @@ class DiskFullRecovery(Proposals):
         cfg = self.config
         spin = open_spin_sync(cfg.busy_poll_us / 1e6) if cfg.busy_poll_us else None
         aio = open_aio_fsync() if cfg.aio_fsync else None
-        return Flusher(store, self._kick, self._on_flush_failure, spin, aio)
+        return Flusher(store, self._kick, self._on_flush_failure, spin, aio, self.stats)
 
     # -- the cycle --------------------------------------------------------------------------------
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from typing import Callable
 
 from dledger.commitlog import FileLogStore, SyncToken
 from dledger.errors import StorageError
 from dledger.aiofsync import AioFsync, SpinSync
+from dledger.node_stats import NodeStats
 
 log = logging.getLogger("dledger.flush")
 
@@ -29,8 +31,9 @@ Target = tuple[int, int, int]  # (index, term, write generation) made durable
 class Flusher:
     def __init__(self, store: FileLogStore, on_progress: Callable[[], None],
                  on_failure: Callable[[BaseException], None], spin: SpinSync | None = None,
-                 aio: AioFsync | None = None) -> None:
+                 aio: AioFsync | None = None, stats: NodeStats | None = None) -> None:
         self.store = store
+        self.stats = stats or NodeStats()  # each group commit's fsync counted and timed
         self.spin = spin  # waits for an inline group commit without idling the CPU, if given
         self.aio = aio  # runs the other fsyncs in the kernel, if given (else the fsync thread)
         self._on_progress = on_progress  # wake the node's loop
@@ -52,18 +55,22 @@ class Flusher:
         processes while the disk works (on a box with fewer cores than replicas, polling would
         take it from them)."""
         waiter = self.spin if spin else None
+        started_s = time.perf_counter()
         self.store.sync(waiter.fdatasync if waiter is not None else None)
+        self.stats.fsync_done(time.perf_counter() - started_s)
 
     async def sync_awaited(self) -> None:
         """Group commit of one Ready that the loop awaits while it keeps running. Only the
         fsyncs leave the loop thread: the store's bookkeeping stays on it, where a background
         fsync's sync_end also runs."""
         token = self.store.sync_begin()
+        started_s = time.perf_counter()
         try:
             await self._fsync(token)
         except OSError as err:
             raise self.store.fsync_failed(err) from err
         self.store.sync_end(token)
+        self.stats.fsync_done(time.perf_counter() - started_s)
 
     def _fsync(self, token: SyncToken) -> asyncio.Future[None]:
         """The fsyncs of ``token``, through AIO or on the fsync thread (OSError on failure).
@@ -123,9 +130,11 @@ class Flusher:
             self._on_failure(err)
             return
         self._in_flight = fut
-        fut.add_done_callback(lambda f: self._finished(f, token, target))
+        started_s = time.perf_counter()
+        fut.add_done_callback(lambda f: self._finished(f, token, target, started_s))
 
-    def _finished(self, fut: asyncio.Future[None], token: SyncToken, target: Target | None) -> None:
+    def _finished(self, fut: asyncio.Future[None], token: SyncToken, target: Target | None,
+                  started_s: float) -> None:
         self._in_flight = None
         if fut.cancelled():
             return
@@ -136,6 +145,7 @@ class Flusher:
             self._on_failure(self.store.fsync_failed(err) if isinstance(err, OSError) else err)
             return
         self.store.sync_end(token)
+        self.stats.fsync_done(time.perf_counter() - started_s)
         if target is not None:
             self._done.append(target)
         self._start()

@@ -19,6 +19,7 @@ from dledger.errors import DiskFullError, NodeStoppedError
 from dledger.flush import Flusher
 from dledger.hardstate import FileHardStateStore
 from dledger.node_config import Address, ApplyListener, Committed, NodeConfig
+from dledger.node_stats import NodeStats
 from dledger.raft.core import RaftCore
 from dledger.raft.types import InstallSnapshot, Membership, Message, Ready, SnapshotMeta
 from dledger.trace import NodeTrace
@@ -61,6 +62,7 @@ class NodeBase:
         self._stopped = False
         self._power_lost = False
         self.flusher: Flusher | None = None
+        self.stats = NodeStats()  # counts for operators (metrics), cumulative since start
         self.trace: NodeTrace | None = None
         self.core: RaftCore | None = None
         self.store: FileLogStore | None = None

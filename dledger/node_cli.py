@@ -20,6 +20,8 @@ from dledger.framed import (
     INPUT_BUFFER_BYTES_MAX_DEFAULT,
     ConnectionLimits,
 )
+from dledger import logfmt
+from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from dledger.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 
@@ -154,6 +156,11 @@ _OPTIONS = [
                  help="Join a running group (a new member, or one whose disk was replaced): "
                       "take the membership from the leader; add the node with `dledger group "
                       "add-node` (--peers need only name this node and one member)."),
+    click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+                 help="Log lines on stderr as text or as JSON objects (one event per line, with "
+                      "group, node and term)."),
+    click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+                 default="WARNING", show_default=True),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--test-crash-in-install", type=click.Choice(["staged", "commit"]), default=None,
                  hidden=True, help="Exit at this step of the first snapshot install (tests only)."),
@@ -219,9 +226,16 @@ def client_limits(opts: dict[str, Any]) -> ConnectionLimits:
     return ConnectionLimits(opts["max_connections"], opts["input_buffer_bytes_max"])
 
 
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+def setup_logging(opts: dict[str, Any]) -> None:
+    """Logging as ``--log-format`` and ``--log-level`` say (``dledger.logfmt``)."""
+    logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", "WARNING"))
+
+
+def bind_log_context(node: Node) -> None:
+    """Stamp every log record with the node's group, id and current term."""
+    cfg = node.config
+    logfmt.bind_context(lambda: {"group": cfg.group, "node": cfg.node_id,
+                                 "term": node.core.term if node.core is not None else 0})
 
 
 async def _power_loss(server: NodeServer) -> None:
@@ -246,6 +260,7 @@ async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, A
     """Start ``server``, print the JSON ready line (``ready()`` gives its fields, read after
     start so ports are real), run until SIGTERM/SIGINT or until the node's loop ends on its
     own, stop cleanly; exit 1 if the node failed."""
+    bind_log_context(server.node)
     await server.start()
     print(json.dumps({"event": "ready", **ready()}), flush=True)
     stop = asyncio.Event()

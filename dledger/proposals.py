@@ -11,6 +11,7 @@ named error. It must not persist or apply anything.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Sequence
 
 from dledger.errors import (
@@ -25,6 +26,8 @@ from dledger.errors import (
 from dledger.node_base import NodeBase
 from dledger.node_config import Committed
 from dledger.raft.types import Role
+
+log = logging.getLogger("dledger.node")
 
 __all__ = ["Proposals"]
 
@@ -109,6 +112,8 @@ class Proposals(NodeBase):
         core = self._core()
         if self.trace is not None:
             self.trace.observe(core.status())
+        if self.stats.observe_role(core.term, core.leader_id, core.role is Role.CANDIDATE):
+            log.info("leader is %s", core.leader_id, extra={"leader": core.leader_id})
         if self._leader_term is None:
             return
         if core.role is not Role.LEADER or core.term != self._leader_term:

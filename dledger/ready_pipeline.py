@@ -179,4 +179,5 @@ class ReadyPipeline(BusyPolling):
             await self._flusher().quiesce()  # retention closes files a background fsync may use
             if self._disk_full is not None:
                 raise self._disk_full
-            store.retain_from(target)
+            before = store.first_index()
+            self.stats.retained(store.retain_from(target) - before)

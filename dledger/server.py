@@ -225,7 +225,7 @@ def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
 @click.option("--enable-bench", is_flag=True, help="Allow the benchmark's in-leader load requests.")
 def main(client_listen: str, enable_bench: bool, **opts: Any) -> None:
     """Run one node of a replicated log group."""
-    setup_logging()
+    setup_logging(opts)
     config = node_config(opts)
     evloop.run(_serve(config, parse_address(client_listen), enable_bench, client_limits(opts)),
                server=True)

@@ -3,7 +3,7 @@
     python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
-real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change).
+real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change; ``--log-format json`` for JSON lines).
 Owns argument parsing, the ready line and signal handling; the server is ``server.NameServer``.
 ``cli`` is the same command as a ``start`` subcommand, for a ``dledger-namesrv start`` script.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import signal
-import sys
 from typing import Callable
 
 import click
 
+from dledger import logfmt
+from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
 from namesrv.errors import BadRequestError
 from namesrv.model import parse_host_port
 from namesrv.registry import LEASE_S_DEFAULT
@@ -59,15 +59,18 @@ _OPTIONS = [
                  type=click.FloatRange(min=0, min_open=True),
                  help="How often expired registrations are dropped."),
     click.option("--log-level", default="WARNING", show_default=True,
-                 type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)),
+                 type=click.Choice(LOG_LEVELS, case_sensitive=False)),
+    click.option("--log-format", default="text", show_default=True, type=click.Choice(LOG_FORMATS),
+                 help="Log lines on stderr as text or as JSON objects (one event per line)."),
 ]
 
 
-def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float, log_level: str) -> None:
+def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float, log_level: str,
+         log_format: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logfmt.configure(log_format, log_level)
     host, port = listen
+    logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})
     asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s)))
 
 

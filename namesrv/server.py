@@ -14,6 +14,7 @@ Endpoints:
   GET  /v1/topics                sorted topic names
   GET  /v1/cluster               every group with nodes, leader and topics
   GET  /livez, /readyz
+  GET  /metrics                  Prometheus text (``namesrv.metrics``)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from namesrv.errors import (
     ServerStateError,
     TermNotCorroboratedError,
 )
+from namesrv.metrics import NameServerMetrics, metrics_middleware
 from namesrv.model import parse_registration, parse_topic_name, parse_unregistration
 from namesrv.registry import LEASE_S_DEFAULT, Registry
 
@@ -53,12 +55,16 @@ _REGISTRY_KEY = web.AppKey("registry", Registry)
 _CLOCK_KEY = web.AppKey[Clock]("clock")  # a callable is no class: the type goes in the subscript
 _CORROBORATOR_KEY = web.AppKey("corroborator", Corroborator)
 _BOOT_ID_KEY = web.AppKey("boot_id", str)
+_METRICS_KEY = web.AppKey("metrics", NameServerMetrics)
 
 
 def make_app(registry: Registry, clock: Clock = time.monotonic) -> web.Application:
     """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call."""
-    app = web.Application(middlewares=[_boot_id, _json_errors], client_max_size=BODY_BYTES_MAX)
+    metrics = NameServerMetrics(registry, clock)
+    app = web.Application(middlewares=[metrics_middleware(metrics), _boot_id, _json_errors],
+                          client_max_size=BODY_BYTES_MAX)
     app[_REGISTRY_KEY] = registry
+    app[_METRICS_KEY] = metrics
     app[_CLOCK_KEY] = clock
     app[_CORROBORATOR_KEY] = Corroborator()
     app[_BOOT_ID_KEY] = uuid.uuid4().hex
@@ -70,6 +76,7 @@ def make_app(registry: Registry, clock: Clock = time.monotonic) -> web.Applicati
     app.router.add_get("/v1/cluster", _cluster)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", metrics.handle)
     return app
 
 
@@ -122,16 +129,18 @@ def _now_s(request: web.Request) -> float:
     return request.app[_CLOCK_KEY]()
 
 
-def _expire(registry: Registry, now_s: float) -> None:
+def _expire(registry: Registry, now_s: float, metrics: NameServerMetrics | None = None) -> None:
     for group, node_id in registry.expire(now_s):
         log.info("lease expired: group %s node %s", group, node_id)
+        if metrics is not None:
+            metrics.expired.inc()
 
 
 def _fresh(request: web.Request) -> tuple[Registry, float]:
     """The registry with leases already past dropped, so a read never routes to a registration
     that expired since the last scan (the scan still bounds memory when nobody reads)."""
     registry, now_s = request.app[_REGISTRY_KEY], _now_s(request)
-    _expire(registry, now_s)
+    _expire(registry, now_s, request.app[_METRICS_KEY])
     return registry, now_s
 
 
@@ -144,7 +153,10 @@ async def _register(request: web.Request) -> web.Response:
             reg, known_term, registry.admin_addresses(reg.group, now_s))
         registry, now_s = _fresh(request)  # time passed while we asked
     outcome = registry.register(reg, now_s)
+    metrics = request.app[_METRICS_KEY]
+    metrics.registrations.inc()
     if outcome.stale:
+        metrics.stale_claims.inc()
         log.warning("stale leader claim refused: group %s node %s term %d (leader %s at term %d)",
                     reg.group, reg.node_id, reg.term, outcome.leader, outcome.term)
     return web.json_response(outcome.to_json())
@@ -208,6 +220,7 @@ class NameServer:
         self._runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self._address: tuple[str, int] | None = None
+        self._metrics: NameServerMetrics | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -224,7 +237,9 @@ class NameServer:
         """Bind the API and start the expiry scan; return the bound (host, port)."""
         if self._runner is not None:
             raise ServerStateError("name server already started")
-        runner = web.AppRunner(make_app(self.registry, self._clock), access_log=None,
+        app = make_app(self.registry, self._clock)
+        self._metrics = app[_METRICS_KEY]
+        runner = web.AppRunner(app, access_log=None,
                                handle_signals=False, shutdown_timeout=STOP_TIMEOUT_S)
         await runner.setup()
         try:
@@ -253,4 +268,4 @@ class NameServer:
     async def _scan_forever(self) -> None:
         while True:  # ends when stop() cancels it
             await asyncio.sleep(self.scan_interval_s)
-            _expire(self.registry, self._clock())
+            _expire(self.registry, self._clock(), self._metrics)

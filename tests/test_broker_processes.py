@@ -247,7 +247,7 @@ def test_brokers_register_with_the_namesrv_and_routes_follow_the_leader(tmp_path
                 assert resp.status == 200
             async with session.get(base + "/metrics") as resp:
                 text = await resp.text()
-                assert f'dledger_is_leader{{group="g",node="{new_leader}"}} 1' in text
+                assert f'dledger_is_leader{{group="g",node="{new_leader}"}} 1.0' in text
             async with session.get(base + "/status") as resp:
                 assert (await resp.json())["raft"]["role"] == "leader"
 

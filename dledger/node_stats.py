@@ -1,0 +1,52 @@
+"""What a node counts for its operators (``/metrics``): elections it started, leader changes it
+saw, fsyncs and their durations, retention runs and the entries they deleted.
+
+Plain cumulative numbers since the process started, kept by the node's shell (the Raft core
+stays pure) and read at scrape time; durations go to an optional observer (a histogram of the
+broker's metrics) so this package needs no metrics library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["NodeStats"]
+
+
+@dataclass(slots=True)
+class NodeStats:
+    elections_started: int = 0  # times this node became a candidate (a new term it asked for)
+    leader_changes: int = 0  # times the leader it knows changed to another node
+    fsyncs: int = 0  # group commits made durable (inline, awaited or in the background)
+    fsync_seconds: float = 0.0
+    retention_runs: int = 0  # times retention deleted segments
+    retention_entries_deleted: int = 0
+    fsync_observer: Callable[[float], None] | None = None  # each fsync's duration, in seconds
+    _term: int = 0
+    _leader: str | None = None
+
+    def observe_role(self, term: int, leader: str | None, candidate: bool) -> bool:
+        """After a step: count a new candidacy and a change of the known leader; True if the
+        leader changed."""
+        if term != self._term:
+            self._term = term
+            if candidate:
+                self.elections_started += 1
+        if leader is not None and leader != self._leader:  # (the first leader it knows counts)
+            self.leader_changes += 1
+            self._leader = leader
+            return True
+        return False
+
+    def fsync_done(self, seconds: float) -> None:
+        self.fsyncs += 1
+        self.fsync_seconds += seconds
+        observer = self.fsync_observer
+        if observer is not None:
+            observer(seconds)
+
+    def retained(self, entries_deleted: int) -> None:
+        if entries_deleted > 0:
+            self.retention_runs += 1
+            self.retention_entries_deleted += entries_deleted
