@@ -9,6 +9,10 @@ each node's id among them, at the address where it really listens)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import zipfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -92,6 +96,38 @@ def test_the_dockerfile_copies_what_exists_and_installs_every_package() -> None:
     # the tests, docs and VCS data stay out of the context
     for kept_out in (".git", "tests", "docs", ".venv"):
         assert ignored_by(ignore, kept_out), kept_out
+
+
+@pytest.mark.slow
+def test_what_the_dockerfile_copies_builds_a_wheel_with_every_package_and_script(
+        tmp_path: Path) -> None:
+    """Stage exactly what the Dockerfile copies before `pip install .` and build the wheel from
+    it (without the network: the venv's setuptools), as the image build would."""
+    stage = tmp_path / "src"
+    stage.mkdir()
+    for word, args in dockerfile_instructions():
+        if word == "RUN" and "pip install ." in args:
+            break
+        if word == "COPY":
+            *sources, dest = instruction_words(args)
+            assert not dest.startswith("/"), f"COPY to {dest} before pip install: into WORKDIR"
+            for src in sources:
+                target = stage / dest / Path(src).name if dest.endswith("/") else stage / dest
+                copy = shutil.copytree if (ROOT / src).is_dir() else shutil.copy
+                copy(ROOT / src, target)
+    else:
+        pytest.fail("the Dockerfile never runs `pip install .`")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                           "-q", "-w", str(tmp_path / "out"), "."], cwd=stage, capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "out").glob("dledger-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        tops = {n.split("/")[0] for n in z.namelist()}
+        entry_points = next(z.read(n).decode() for n in z.namelist() if n.endswith("entry_points.txt"))
+    assert {"dledger", "broker", "namesrv", "client", "cli", "chaos"} <= tops
+    for script, target in console_scripts().items():
+        assert f"{script} = {target}" in entry_points
 
 
 def test_the_image_runs_unprivileged_with_a_data_volume_and_the_ports() -> None:
