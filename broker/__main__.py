@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from broker.acl_service import credentials_of
 from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from broker.protocol import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
@@ -80,6 +81,17 @@ def main() -> None:
               help="Keys per key-index file (28 bytes each) before the next file begins.")
 @click.option("--index-files-max", type=click.IntRange(min=0), default=IndexConfig.files_max,
               show_default=True, help="Key-index files kept (the oldest deleted; 0: no bound).")
+@click.option("--acl", is_flag=True,
+              help="Access control: every request must be signed by an account with the "
+                   "permission it needs (accounts: `dledger acl`). Off by default.")
+@click.option("--acl-admin-key", "acl_admin_keys", multiple=True, metavar="KEY",
+              help="A bootstrap admin account (repeatable); its secret is read from the "
+                   "environment variable DLEDGER_ACL_SECRET_<KEY> (upper case, - and . as _). "
+                   "Give every node of a group the same.")
+@click.option("--acl-replay-window-s", type=click.FloatRange(min=1.0), default=60.0,
+              show_default=True,
+              help="A signed request's clock may differ from the node's by this much; within it "
+                   "a replayed request is recognised and refused.")
 @click.option("--broker-canary", "broker_canaries", multiple=True,
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")
@@ -90,7 +102,8 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
           delay_levels: str,
           max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
           transaction_check_max: int, index_slots: int, index_entries_per_file: int,
-          index_files_max: int, broker_canaries: tuple[str, ...], **opts: Any) -> None:
+          index_files_max: int, acl: bool, acl_admin_keys: tuple[str, ...],
+          acl_replay_window_s: float, broker_canaries: tuple[str, ...], **opts: Any) -> None:
     """Run one broker node."""
     setup_logging(opts)
     try:
@@ -105,6 +118,13 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
         raise click.BadParameter("the gRPC endpoint routes through the NameServers: give "
                                  "--namesrv as well", param_hint="'--grpc-listen'")
     limits = client_limits(opts)
+    try:
+        admins = credentials_of(list(acl_admin_keys))
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="'--acl-admin-key'") from err
+    if acl and grpc_listen:
+        raise click.BadParameter("the gRPC endpoint does not sign the requests it forwards yet: "
+                                 "it cannot run with --acl", param_hint="'--grpc-listen'")
     config = BrokerConfig(node_config(opts), parse_address(client_listen),
                           auto_create_topics=auto_create, default_queues=default_queues,
                           max_message_bytes=max_message_bytes,
@@ -121,6 +141,8 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                           transaction_check_interval_s=transaction_check_interval_s,
                           transaction_check_max=transaction_check_max,
                           canaries=frozenset(broker_canaries),
+                          acl=acl, acl_admins=admins,
+                          acl_replay_window_ms=int(acl_replay_window_s * 1000),
                           index=IndexConfig(index_slots, index_entries_per_file, index_files_max))
     evloop.run(_serve(config), server=True)
 

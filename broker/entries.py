@@ -565,6 +565,7 @@ _DECODERS: dict[int, Callable[[list[Any]], BrokerEntry]] = {
 # The pop kinds (12-15) live in their own module, which adds its decoders to the table above
 # when imported: importing it here makes every user of this module decode them.
 import broker.pop_entries  # noqa: E402,F401
+import broker.acl_entries  # noqa: E402,F401  (the ACL kinds, 16-17, likewise)
 
 __all__ = ["BrokerEntry", "LockQueues", "Message", "OffsetCommit", "OffsetReset", "SendEntry", "SendRun", "SendRunsEntry",
            "TimerDeliver", "TopicDelete", "TopicPut", "TxnCheck", "TxnEnd", "decode", "encode"]

@@ -336,3 +336,4 @@ from broker import query_handlers  # noqa: E402,F401 - message query (kinds 120-
 from broker import admin_handlers  # noqa: E402,F401 - consumer-group admin (124-126)
 from broker import member_handlers  # noqa: E402,F401 - the group's membership (127-129)
 from broker import pop_handlers  # noqa: E402,F401 - pop consumption (130-133)
+from broker import acl_service  # noqa: E402,F401 - access control (134-136)

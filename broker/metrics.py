@@ -62,6 +62,9 @@ class BrokerMetrics:
                                  by_topic, registry=r)
         self.pulls = Counter("dledger_pull_requests", "Pull requests answered, by result",
                              _BASE + ("result",), registry=r)
+        self.acl_refusals = Counter("dledger_acl_refusals", "Requests refused by access control, "
+                                    "by reason (signature, denied, malformed)",
+                                    _BASE + ("reason",), registry=r)
         self.send_latency = Histogram(
             "dledger_send_latency_seconds", "A send request's arrival to its answer, on the leader",
             _BASE, buckets=LATENCY_BUCKETS_S, registry=r).labels(*self.base)
@@ -108,6 +111,12 @@ class BrokerMetrics:
                 observe(time.perf_counter() - started_s)
 
         fut.add_done_callback(done)
+
+    def refused(self, err: Exception) -> None:
+        """A request access control refused (``broker.acl_service``)."""
+        reason = {"SIGNATURE_REFUSED": "signature", "ACCESS_DENIED": "denied"}.get(
+            getattr(err, "code", ""), "malformed")
+        self.acl_refusals.labels(*self.base, reason).inc()
 
     def pulled(self, topic: str, result: str, messages: list[Any]) -> None:
         child = self._pulls.get(result)

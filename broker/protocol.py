@@ -82,6 +82,15 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
   [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
   answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
+- ACL_PUT ``[access_key, secret_key, admin, default_topic_perm, default_group_perm, [[topic,
+  perm]...], [[group, perm]...]]`` (perm 0 DENY, 1 PUB, 2 SUB, 3 PUB|SUB; each list sorted by
+  name) -> "OK" once committed: the account added or replaced; ACL_DELETE ``access_key`` -> "OK"
+  or ACCOUNT_NOT_FOUND (leader); ACL_LIST ``access_key`` ("": all) -> the accounts without
+  their secrets (any replica; ``broker.acl_service``). Admin only.
+
+With access control on (``--acl``), every request comes in a SIGNED envelope
+(``dledger.auth``); an unsigned one, a bad signature, a stale or replayed one is
+SIGNATURE_REFUSED, a request the account may not make ACCESS_DENIED (``broker.acl_service``).
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
@@ -128,6 +137,9 @@ POP_RECEIVE = 130
 POP_ACK = 131
 POP_CHANGE = 132
 POP_DEAD = 133
+ACL_PUT = 134
+ACL_DELETE = 135
+ACL_LIST = 136
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

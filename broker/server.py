@@ -38,9 +38,11 @@ from broker.entries import (
     message_of,
     stored_messages,
 )
-from broker.errors import BadEntryError, BrokerError
+from broker.errors import BadEntryError, BadRequestError, BrokerError
 from broker.filter_sql import SqlFilter
+from broker.acl_service import ACL_CANARIES, AclService
 from broker.metrics import BrokerMetrics
+from dledger.auth import REPLAY_WINDOW_MS_DEFAULT, SIGNED, AccessDeniedError, Credentials, SignatureError
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
 from broker.txn_service import TXN_CANARIES, TxnService
@@ -86,9 +88,10 @@ from dledger.server import status_dict
 log = logging.getLogger("broker.server")
 
 SERVED_KINDS = served_kinds()
+ACCEPTED_KINDS = SERVED_KINDS | {SIGNED}  # a signed envelope wraps one of the served kinds
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
 BROKER_CANARIES = (STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES | TXN_CANARIES
-                   | QUEUE_CANARIES)
+                   | QUEUE_CANARIES | ACL_CANARIES)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,9 @@ class BrokerConfig:
     index: IndexConfig = IndexConfig()  # the key index's files (broker.index)
     grpc_listen: Address | None = None  # serve RocketMQ 5 clients here (broker.grpc_gateway)
     grpc_max_delivery_attempts: int = 16  # a gRPC consumer's deliveries of a message before DLQ
+    acl: bool = False  # access control: every request signed and checked (broker.acl_service)
+    acl_admins: tuple[Credentials, ...] = ()  # bootstrap admin accounts (not in the log)
+    acl_replay_window_ms: int = REPLAY_WINDOW_MS_DEFAULT  # a signature's clock vs this node's
 
     def __post_init__(self) -> None:
         unknown = self.canaries - BROKER_CANARIES
@@ -131,6 +137,11 @@ class BrokerConfig:
                 and self.transaction_check_max >= 0):
             raise ValueError("transaction timeout and check interval are positive, the check "
                              "count at least 0")
+        if self.acl and self.grpc_listen is not None:
+            raise ValueError("the gRPC endpoint does not sign the requests it forwards yet: it "
+                             "cannot run with access control (--acl)")
+        if self.acl_replay_window_ms < 1000:
+            raise ValueError("the replay window is at least 1000 ms (clocks differ)")
         if self.grpc_listen is not None and not self.namesrv:
             raise ValueError("the gRPC endpoint routes through the NameServers: give --namesrv")
         if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
@@ -153,10 +164,21 @@ class _Connection(FramedProtocol):
 
     def payload_received(self, payload: bytes) -> None:
         try:
-            req = decode_request(payload, SERVED_KINDS)
+            req = decode_request(payload, ACCEPTED_KINDS)
         except WireError as err:
             self.send_payload(encode_decode_error(err))
             return
+        acl = self.server.acl
+        if acl.enabled or req.kind == SIGNED:
+            try:
+                req = acl.admit(req)
+            except NotLeaderError as err:  # a new leader still applying (broker.acl_service)
+                self.send_payload(encode_error(req.request_id, err))
+                return
+            except (SignatureError, AccessDeniedError, BadRequestError) as err:
+                self.server.metrics.refused(err)
+                self.send_payload(encode_error(req.request_id, err))
+                return
         if req.kind in SEND_KINDS and self.server.sends.handle(req, self):
             return
         task = asyncio.ensure_future(self.server.handle(req, self))
@@ -191,6 +213,7 @@ class BrokerServer:
         self._gateway: Any = None  # a GrpcGateway (imported only when asked for: grpcio)
         self._admin: web.AppRunner | None = None
         self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
+        self.acl = AclService(self, SERVED_KINDS)
         self.registrar = Registrar(self, list(config.namesrv), config.register_interval_s)
         self.node.add_apply_listener(self._on_apply)
         self.metrics = BrokerMetrics(self)

@@ -36,6 +36,8 @@ from broker.entries import (
     decode_for_apply,
 )
 from broker.errors import BadEntryError, BrokerError
+from broker.acl import AclTable
+from broker.acl_entries import AclDelete, AclPut
 from broker.orderly import LockTable
 from broker.pop import POP_CANARIES, PopTable
 from broker.pop_apply import apply_pop
@@ -46,9 +48,9 @@ from broker.txn import HALF_QUEUE, HALF_TOPIC, TxnTable
 from broker.txn_apply import apply_end, apply_half
 
 
-CHECKPOINT_VERSION = 6  # 6: + pop consumption; 5: queues by number and record, fingerprint
-READ_VERSIONS = (1, 2, 3, 4, 5, CHECKPOINT_VERSION)  # dedup; 4: + transactions; 3: + timers,
-# locks; 2: packed queues, columnar dedup; 1: lists
+CHECKPOINT_VERSION = 7  # 7: + the ACL; 6: + pop consumption; 5: queues by number and record,
+READ_VERSIONS = (1, 2, 3, 4, 5, 6, CHECKPOINT_VERSION)  # fingerprint dedup; 4: + transactions;
+# 3: + timers, locks; 2: packed queues, columnar dedup; 1: lists
 STATE_CANARIES = frozenset({"timer_redeliver", "lock_unfenced", "txn_half_visible", *POP_CANARIES})
 
 
@@ -78,6 +80,7 @@ class BrokerState:
     locks: LockTable = field(default_factory=LockTable)  # orderly consumers' queue locks
     txns: TxnTable = field(default_factory=TxnTable)  # open transactions, recent decisions
     pops: PopTable = field(init=False)  # pop consumers' messages in flight (broker.pop)
+    acl: AclTable = field(default_factory=AclTable)  # accounts and permissions (broker.acl)
     # The entry ``apply`` last decoded (None: a no-op or a malformed one), for derived data
     # such as the key index (``broker.index``) that would otherwise decode it again.
     last_entry: object = field(default=None, compare=False, repr=False)
@@ -150,6 +153,10 @@ class BrokerState:
             return self._reset(index, entry)
         if isinstance(entry, (PopEntry, PopAck, PopChange, PopDead)):
             return apply_pop(self, index, position, entry)
+        if isinstance(entry, AclPut):
+            return ApplyResult(index, self.acl.put(entry.account))
+        if isinstance(entry, AclDelete):
+            return ApplyResult(index, self.acl.delete(entry.access_key))
         assert isinstance(entry, OffsetCommit)
         self.offsets[(entry.group, entry.topic, entry.queue_id)] = entry.offset
         self.pops.reset((entry.group, entry.topic, entry.queue_id), entry.offset)
@@ -336,7 +343,7 @@ class BrokerState:
             sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
             self.dedup.snapshot(),
             [self.timers.snapshot(), self.locks.snapshot(), self.txns.snapshot(),
-             self.pops.snapshot()],
+             self.pops.snapshot(), self.acl.snapshot()],
             self.next_queue_no,
         ])
 
@@ -368,7 +375,8 @@ class BrokerState:
             cfg = state.config
             if rest:
                 timers, locks, *more = rest[0]
-                if len(more) != (2 if version >= 6 else 1 if version >= 4 else 0):
+                if len(more) != (3 if version >= 7 else 2 if version >= 6 else 1 if version >= 4
+                                 else 0):
                     raise ValueError(f"a version {version} checkpoint's feature state is short")
                 state.timers = DelayIndex.restore(timers)
                 state.locks = LockTable.restore(locks)
@@ -376,6 +384,8 @@ class BrokerState:
                     state.txns = TxnTable.restore(more[0])
                 if len(more) > 1:
                     state.pops = PopTable.restore(more[1], cfg.canaries & POP_CANARIES)
+                if len(more) > 2:
+                    state.acl = AclTable.restore(more[2])
             window, bound = cfg.dedup_window_ms, cfg.dedup_entries_max
             state.dedup = (DedupTable.restore(window, bound, dedup) if version >= 5
                            else DedupTable.from_rows(window, bound, _old_dedup_rows(version, dedup)))

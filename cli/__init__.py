@@ -2,7 +2,7 @@
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
 ``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``; its
 ``reset-offset`` and ``status`` in ``consumer_admin``), ``producer``, ``dlq`` (and ``consumer
-retry``), ``bench``, ``message`` (``query``: show and query stored messages; ``message trace``
+retry``), ``acl`` (access control's accounts), ``bench``, ``message`` (``query``: show and query stored messages; ``message trace``
 in ``trace``);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import click
 
+from cli.acl import acl, credentials_options
 from cli.admin import consumer, leader
 from cli.bench import bench
 from cli.consumer_admin import consumer_status, reset_offset
@@ -26,11 +27,19 @@ from cli.status import status
 from cli.topic import topic
 from cli.up import up
 from dledger import log_cli
+from dledger.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 
 @click.group()
-def main() -> None:
+@click.option("--access-key", envvar=ACCESS_KEY_ENV, default=None, metavar="KEY",
+              help=f"Sign requests as this account (a cluster with access control; default "
+                   f"${ACCESS_KEY_ENV}).")
+@click.option("--secret-key", envvar=SECRET_KEY_ENV, default=None, metavar="SECRET",
+              help=f"The account's secret (better from ${SECRET_KEY_ENV}: a command line is "
+                   f"visible to other users of the machine).")
+def main(access_key: str | None, secret_key: str | None) -> None:
     """dledger: a message broker cluster on Raft-replicated commitlogs."""
+    credentials_options(access_key, secret_key)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
@@ -50,7 +59,7 @@ consumer.add_command(consumer_retry)
 consumer.add_command(reset_offset)
 consumer.add_command(consumer_status)
 for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench,
-                group):
+                group, acl):
     main.add_command(command)
 message.add_command(message_trace)
 main.add_command(message)

@@ -10,6 +10,8 @@ hierarchy."""
 from client.batch import message_bytes, split_batch
 from client.consumer import PullConsumer
 from client.errors import (
+    AccessDeniedError,
+    SignatureError,
     BadDelayError,
     BadTransactionError,
     BadFilterError,
@@ -55,7 +57,10 @@ from client.transaction import (
 from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
+from dledger.auth import Credentials
+
 __all__ = [
+    "AccessDeniedError", "Credentials", "SignatureError",
     "BadDelayError", "BadFilterError", "BadTransactionError", "ClientClosedError", "ClientError",
     "ClientNotStartedError", "ConsumeStatus", "ConsumerGroupActiveError",
     "InvalidTopicError", "LitePullConsumer", "Message",

@@ -9,6 +9,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from broker import protocol as bp
+from dledger.auth import Credentials
 from client import errors
 from client.errors import compile_filter
 from client.lifecycle import Lifecycle
@@ -24,12 +25,12 @@ class PullConsumer:
     """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
 
     def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0, *,
-                 canaries: Sequence[str] = ()) -> None:
+                 canaries: Sequence[str] = (), credentials: Credentials | None = None) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group
         self.timeout_s = timeout_s
         self._life = Lifecycle(f"PullConsumer of group {group!r}")
-        self._routes = Routes(self._namesrv, canaries=canaries)
+        self._routes = Routes(self._namesrv, canaries=canaries, credentials=credentials)
 
     async def start(self) -> PullConsumer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""

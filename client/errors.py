@@ -123,3 +123,14 @@ class SendTimeoutError(ClientError):
 class MessageNotFoundError(NonRetriableError):
     """No message is stored under that offset msg id (``MessageQuery.view``): never stored, a
     refused duplicate, or deleted since by log retention or with its topic."""
+
+
+class AccessDeniedError(NonRetriableError):
+    """The cluster's access control refused the request: the account lacks the permission it
+    needs on the topic or group (PUB to send, SUB to consume), or it is an admin operation."""
+
+
+class SignatureError(NonRetriableError):
+    """The cluster's access control refused the request's signature: none given (the cluster
+    needs credentials), an unknown access key, a wrong secret, a clock too far from the
+    broker's, or a replayed request."""

@@ -43,6 +43,7 @@ import uuid
 from typing import Sequence
 
 from broker import protocol as bp
+from dledger.auth import Credentials
 from client import checks, errors, membership
 from client.consumer import PullConsumer
 from client.errors import compile_filter
@@ -67,7 +68,9 @@ class LitePullConsumer:
                  start_timestamp_ms: int | None = None, client_id: str | None = None,
                  heartbeat_s: float = 5.0, rebalance_s: float = 20.0,
                  strategy: str = "averagely", suspend_ms: int = 1000, buffer_max: int = 1000,
-                 timeout_s: float = 3.0, trace: bool = False) -> None:
+                 timeout_s: float = 3.0, trace: bool = False,
+                 credentials: Credentials | None = None) -> None:
+        self._credentials = credentials
         checks.text("group", group)
         checks.number("pull_batch_max", pull_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
         checks.number("poll_batch_max", poll_batch_max, 1, bp.MAX_PULL_MESSAGES, integer=True)
@@ -91,7 +94,7 @@ class LitePullConsumer:
         self.strategy = STRATEGIES[strategy]
         self.handover_s = 2 * heartbeat_s + 1.0
         self._namesrv, self.timeout_s = namesrv, timeout_s
-        self._pull = PullConsumer(namesrv, group, timeout_s)
+        self._pull = PullConsumer(namesrv, group, timeout_s, credentials=credentials)
         self._life = Lifecycle(f"LitePullConsumer of group {group!r}")
         self._buffers = QueueBuffers(buffer_max)
         self._subs: dict[str, str] = {}  # topic -> tag expression
@@ -176,7 +179,8 @@ class LitePullConsumer:
             self._room.clear()
             self._buffers = QueueBuffers(self._buffers.buffer_max)
             await self._pull.close()
-            self._pull = PullConsumer(self._namesrv, self.group, self.timeout_s)
+            self._pull = PullConsumer(self._namesrv, self.group, self.timeout_s,
+                                      credentials=self._credentials)
             raise
         loops = [self._rebalance_loop()]
         loops += [self._heartbeat_loop()] if self._subs else []

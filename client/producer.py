@@ -25,6 +25,7 @@ import zlib
 from typing import Any, Callable, Sequence
 
 from broker import protocol as bp
+from dledger.auth import Credentials
 from client import errors
 from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks
@@ -54,14 +55,15 @@ class Producer:
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
                  retries: int = 2, *, group: str | None = None, client_id: str | None = None,
-                 trace: bool = False, canaries: Sequence[str] = ()) -> None:
+                 trace: bool = False, canaries: Sequence[str] = (),
+                 credentials: Credentials | None = None) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group  # a producer group (RocketMQ's DefaultMQProducer("pg")): listed by
         self.client_id = client_id or new_client_id()  # the brokers (dledger producer list)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
         self._life = Lifecycle("Producer")
-        self._routes = Routes(self._namesrv, canaries=canaries)
+        self._routes = Routes(self._namesrv, canaries=canaries, credentials=credentials)
         self._delivery = Delivery(self._routes)
         self._oneway: set[asyncio.Task[Any]] = set()
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence, Union
 
 from broker import protocol as bp
+from dledger.auth import Credentials
 from client import errors
 from client.consumer import PullConsumer
 from client.errors import compile_filter
@@ -100,7 +101,9 @@ class PushConsumer:
                  start_timestamp_ms: int | None = None,
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
-                 consume_timeout_s: float = 900.0, trace: bool = False) -> None:
+                 consume_timeout_s: float = 900.0, trace: bool = False,
+                 credentials: Credentials | None = None) -> None:
+        self._credentials = credentials
         if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
             raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
         check_start(start_from, start_timestamp_ms)
@@ -133,7 +136,7 @@ class PushConsumer:
         if self.tracer is not None:
             self.listener = self.tracer.listener(listener, group)
         self._namesrv = namesrv
-        self._pull = PullConsumer(namesrv, group)
+        self._pull = PullConsumer(namesrv, group, credentials=credentials)
         self._life = Lifecycle(f"PushConsumer of group {group!r}")
         self._store = LocalOffsetStore(offset_store_dir, group, client_id) \
             if model == "broadcasting" else None
@@ -184,7 +187,7 @@ class PushConsumer:
             await self._open()
         except BaseException:  # leave nothing open behind a failed start (it may be retried)
             await self._pull.close()
-            self._pull = PullConsumer(self._namesrv, self.group)
+            self._pull = PullConsumer(self._namesrv, self.group, credentials=self._credentials)
             if self._store is not None:
                 self._store.close()
             raise

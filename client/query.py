@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from broker import protocol as bp
+from dledger.auth import Credentials
 from client import errors
 from client.lifecycle import Lifecycle
 from client.routes import GroupRoute, Routes, client_error
@@ -67,10 +68,12 @@ def group_of(offset_msg_id: str) -> str:
 class MessageQuery:
     """``async with MessageQuery(namesrv) as q: found = await q.view(result.offset_msg_id)``."""
 
-    def __init__(self, namesrv: str | Sequence[str], timeout_s: float = 5.0) -> None:
+    def __init__(self, namesrv: str | Sequence[str], timeout_s: float = 5.0, *,
+                 credentials: Credentials | None = None) -> None:
         self.timeout_s = timeout_s
         self._life = Lifecycle("MessageQuery")
-        self._routes = Routes(namesrv, request_timeout_s=min(timeout_s, 3.0))
+        self._routes = Routes(namesrv, request_timeout_s=min(timeout_s, 3.0),
+                              credentials=credentials)
 
     async def start(self) -> MessageQuery:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""
@@ -153,9 +156,10 @@ class SyncMessageQuery:
     """MessageQuery's blocking twin, started by its constructor (fails fast when no NameServer
     answers); a context manager."""
 
-    def __init__(self, namesrv: str | Sequence[str], timeout_s: float = 5.0) -> None:
+    def __init__(self, namesrv: str | Sequence[str], timeout_s: float = 5.0, *,
+                 credentials: Credentials | None = None) -> None:
         self._lt = _LoopThread("SyncMessageQuery")
-        self._q = MessageQuery(namesrv, timeout_s)
+        self._q = MessageQuery(namesrv, timeout_s, credentials=credentials)
         self._limit_s = timeout_s + 20
         self._lt.start(self._q.start(), self._limit_s)
 

@@ -23,6 +23,7 @@ from dledger.client import UnavailableError as LogUnavailableError
 from dledger.client import UnknownLeaderError
 from dledger.errors import DiskFullError, DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
 from dledger.errors import OverloadedError as LogOverloadedError
+from dledger.auth import Credentials
 from dledger.protocol import BadRequestError, RemoteError
 
 ROUTE_REFRESH_S = 30.0
@@ -60,11 +61,14 @@ def _addr(text: str) -> tuple[str, int]:
 
 class Routes:
     def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0, *,
-                 canaries: Sequence[str] = ()) -> None:
+                 canaries: Sequence[str] = (), credentials: Credentials | None = None) -> None:
         unknown = set(canaries) - set(CANARIES)
         if unknown:
             raise ValueError(f"unknown client canaries {sorted(unknown)} (known: {list(CANARIES)})")
         self._stale_leader_canary = "stale_leader" in canaries
+        # Every broker request is signed with these (a cluster with access control): given, or
+        # from DLEDGER_ACCESS_KEY and DLEDGER_SECRET_KEY (a ValueError if only one is set)
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         # "a:9876;b" or ["a:9876", "b"]: the broker's and the command line's parser (a
         # NameSrvAddressError, a ValueError, names a bad entry)
         self.urls = [f"http://{a}" for a in parse_namesrv_list(namesrv)]
@@ -137,7 +141,8 @@ class Routes:
         group's own answers taught the pool wins over an older route (LogClient.suggest)."""
         client = self._groups.get(g.group)
         if client is None or client.nodes != g.nodes:
-            client = LogClient(g.nodes, timeout_s=3.0, stale_leader_canary=self._stale_leader_canary)
+            client = LogClient(g.nodes, timeout_s=3.0, stale_leader_canary=self._stale_leader_canary,
+                               credentials=self.credentials)
             self._groups[g.group] = client
         client.suggest(g.leader, g.term)
         return client
@@ -176,6 +181,8 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "BAD_TRANSACTION": errors.BadTransactionError,
     "GROUP_ACTIVE": errors.ConsumerGroupActiveError,
     "MESSAGE_NOT_FOUND": errors.MessageNotFoundError,
+    "ACCESS_DENIED": errors.AccessDeniedError,
+    "SIGNATURE_REFUSED": errors.SignatureError,
 }
 TRANSACTION_STATUSES = ("TXN_NOT_FOUND", "TXN_ALREADY_DECIDED", "OFFSET_CONFLICT", "TXN_CHANGED",
                         "TXN_TOO_LARGE", "TXN_UNREADABLE")

@@ -19,6 +19,7 @@ import threading
 from typing import (Any, Callable, Coroutine, Generic, Iterator, Protocol, Self, Sequence,
                     TypedDict, TypeVar, Unpack)
 
+from dledger.auth import Credentials
 from client.consumer import PullConsumer
 from client.errors import ClientClosedError, ClientNotStartedError
 from client.lite import LitePullConsumer
@@ -74,9 +75,11 @@ class SyncProducer:
     """Started by its constructor (fails fast when no NameServer answers)."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, group: str | None = None, trace: bool = False) -> None:
+                 retries: int = 2, *, group: str | None = None, trace: bool = False,
+                 credentials: Credentials | None = None) -> None:
         self._lt = _LoopThread("SyncProducer")
-        self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace)
+        self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace,
+                           credentials=credentials)
         self._limit_s = send_timeout_s * (retries + 2) + 5  # every wait has a deadline
         self._lt.start(self._p.start(), self._limit_s)
 
@@ -102,11 +105,11 @@ class SyncTransactionProducer:
 
     def __init__(self, namesrv: str | Sequence[str], group: str, listener: TransactionListener,
                  *, send_timeout_s: float = 3.0, execute_timeout_s: float = 10.0,
-                 check_timeout_s: float = 10.0) -> None:
+                 check_timeout_s: float = 10.0, credentials: Credentials | None = None) -> None:
         self._lt = _LoopThread("SyncTransactionProducer")
         self._p = TransactionProducer(namesrv, group, listener, send_timeout_s=send_timeout_s,
                                       execute_timeout_s=execute_timeout_s,
-                                      check_timeout_s=check_timeout_s)
+                                      check_timeout_s=check_timeout_s, credentials=credentials)
         self._limit_s = 3 * send_timeout_s + execute_timeout_s + 5  # every wait has a deadline
         self._lt.start(self._p.start(), self._limit_s)
 
@@ -133,9 +136,10 @@ class SyncTransactionProducer:
 class SyncPullConsumer:
     """Started by its constructor (fails fast when no NameServer answers)."""
 
-    def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0) -> None:
+    def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0, *,
+                 credentials: Credentials | None = None) -> None:
         self._lt = _LoopThread(f"SyncPullConsumer of group {group!r}")
-        self._c = PullConsumer(namesrv, group, timeout_s)
+        self._c = PullConsumer(namesrv, group, timeout_s, credentials=credentials)
         self._limit_s = timeout_s + 20
         self._lt.start(self._c.start(), self._limit_s)
 
@@ -187,6 +191,7 @@ class PushOptions(TypedDict, total=False):
     max_reconsume_times: int
     consume_timeout_s: float
     trace: bool
+    credentials: Credentials | None
 
 
 class _Startable(Protocol):
@@ -285,6 +290,7 @@ class LiteOptions(TypedDict, total=False):
     buffer_max: int
     timeout_s: float
     trace: bool
+    credentials: Credentials | None
 
 
 class SyncLitePullConsumer(_StartedLater[LitePullConsumer]):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Protocol, Sequence, Union
 
 from broker import protocol as bp
+from dledger.auth import Credentials
 from client import errors
 from client.lifecycle import Lifecycle
 from client.producer import _check_size, _encode
@@ -76,7 +77,7 @@ class TransactionProducer:
     def __init__(self, namesrv: str | Sequence[str], group: str, listener: TransactionListener,
                  *, send_timeout_s: float = 3.0, execute_timeout_s: float = 10.0,
                  check_timeout_s: float = 10.0, client_id: str | None = None,
-                 trace: bool = False) -> None:
+                 trace: bool = False, credentials: Credentials | None = None) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group
         self.listener = listener
@@ -85,7 +86,7 @@ class TransactionProducer:
         self.check_timeout_s = check_timeout_s
         self.client_id = client_id or new_client_id()
         self._life = Lifecycle("TransactionProducer")
-        self._routes = Routes(self._namesrv)
+        self._routes = Routes(self._namesrv, credentials=credentials)
         self.tracer = Tracer(self._namesrv, self.client_id) if trace else None  # client.tracer
         self._registration = ProducerRegistration(self._routes, group, self.client_id,
                                                   self._on_check)

@@ -15,6 +15,7 @@ import math
 import time
 from typing import Any, Callable
 
+from dledger.auth import Credentials, Signer
 from dledger.errors import (
     DiskFullError,
     DLedgerError,
@@ -77,8 +78,11 @@ class _Connection(FramedProtocol):
     """One server connection; many requests in flight, matched to responses by request id.
     Frames of a ``PUSH_KINDS`` kind go to ``push_handler`` (dropped when there is none)."""
 
-    def __init__(self, push_handler: PushHandler | None = None) -> None:
+    def __init__(self, push_handler: PushHandler | None = None, signer: Signer | None = None,
+                 node: str = "") -> None:
         super().__init__()
+        self.signer = signer  # signs each request for ``node`` (a cluster with access control)
+        self.node = node
         self.waiting: dict[int, asyncio.Future[Response]] = {}
         self.ids = itertools.count(1)
         self.refusal: DLedgerError | None = None  # the server refused the connection itself
@@ -134,7 +138,9 @@ class _Connection(FramedProtocol):
             fut.set_exception(self.refusal)
             return rid, fut
         self.waiting[rid] = fut
-        self.send_payload(encode_request(kind, rid, *args))
+        payload = encode_request(kind, rid, *args)
+        signer = self.signer
+        self.send_payload(payload if signer is None else signer.wrap(rid, self.node, payload))
         return rid, fut
 
     def expire(self, rid: int, node: str) -> None:
@@ -163,7 +169,7 @@ class LogClient:
 
     def __init__(self, nodes: dict[str, Address], timeout_s: float = 3.0,
                  connect_timeout_s: float = 1.0, *, silent_grace_s: float = SILENT_GRACE_S,
-                 stale_leader_canary: bool = False) -> None:
+                 stale_leader_canary: bool = False, credentials: Credentials | None = None) -> None:
         if not nodes:
             raise ValueError("no nodes given")
         self.nodes = dict(nodes)
@@ -178,6 +184,8 @@ class LogClient:
         self._canary = stale_leader_canary
         self._canary_until: dict[str, float] = {}  # canary: node -> when it is trusted again
         self.push_handler: PushHandler | None = None  # for connections made from now on
+        # Requests are signed with these (one signing session per client), if given
+        self._signer = Signer(credentials) if credentials is not None else None
 
     def set_push_handler(self, handler: PushHandler | None) -> None:
         """Where server-initiated frames go, on the connections open and those to come."""
@@ -210,7 +218,7 @@ class LogClient:
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
         try:
             _, fresh = await asyncio.wait_for(loop.create_connection(
-                lambda: _Connection(self.push_handler), host, port), budget)
+                lambda: _Connection(self.push_handler, self._signer, node), host, port), budget)
         except (OSError, TimeoutError) as err:
             raise NodeStoppedError(f"cannot connect to {node} at {host}:{port}: {err}") from err
         self._conns[node] = fresh

@@ -14,10 +14,10 @@ PURE_BROKER_MODULES = ("broker.state", "broker.entries", "broker.topics", "broke
                        "broker.consumequeue", "broker.dedup", "broker.delay",
                        "broker.orderly", "broker.retry", "broker.filter_sql", "broker.applied",
                        "broker.txn", "broker.txn_apply", "broker.pop", "broker.pop_entries",
-                       "broker.pop_apply")
+                       "broker.pop_apply", "broker.acl", "broker.acl_entries")
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).
-PURE_FIRST_PARTY = {"dledger.errors"}
+PURE_FIRST_PARTY = {"dledger.errors", "dledger.auth_rules"}
 ALLOWED_STDLIB = {"__future__", "collections", "dataclasses", "enum", "typing", "abc", "functools",
                   "itertools", "bisect", "heapq", "math", "operator", "re", "zlib", "struct",
                   "array", "hashlib",  # (hashlib: digests of bytes, e.g. the dedup fingerprints)

@@ -120,6 +120,9 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.POP_ACK: ["g", "t", 0, [[0, 1]]],
     bp.POP_CHANGE: ["g", "t", 0, 0, 1, 30_000],
     bp.POP_DEAD: ["g", "t", 0, 0, 1, 16],
+    bp.ACL_PUT: [["alice", "alice-secret-1", False, 0, 2, [], []]],
+    bp.ACL_DELETE: ["alice"],
+    bp.ACL_LIST: [""],
 }
 
 

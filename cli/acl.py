@@ -1,0 +1,132 @@
+"""``dledger acl put|delete|list``: the accounts of access control, on every broker group (each
+group's ACL is its own log's: a command goes to each group's leader), and the ``--access-key`` /
+``--secret-key`` options the ``dledger`` command takes for itself.
+
+Credentials come from the options or the environment (DLEDGER_ACCESS_KEY, DLEDGER_SECRET_KEY);
+the options are put in the environment of this process, where the client library reads them
+(``client.routes``). A new account's secret comes from ``--new-secret`` or
+DLEDGER_ACL_NEW_SECRET (the environment keeps it off the command line, which other users of the
+machine can read). Nothing prints a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from broker import protocol as bp
+from broker.acl import Account, parse_perm
+from cli.common import groups_of, namesrv_option, with_routes
+from client.routes import Routes
+from dledger.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
+
+ACL_TIMEOUT_S = 10.0
+
+
+def credentials_options(access_key: str | None, secret_key: str | None) -> None:
+    """The ``dledger`` group's --access-key and --secret-key: into this process's environment."""
+    if access_key:
+        os.environ[ACCESS_KEY_ENV] = access_key
+    if secret_key:
+        os.environ[SECRET_KEY_ENV] = secret_key
+
+
+def _perms(values: tuple[str, ...], what: str) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for v in values:
+        name, sep, perm = v.rpartition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=PERM, got {v!r}", param_hint=f"'--{what}'")
+        try:
+            out[name] = parse_perm(perm)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint=f"'--{what}'") from err
+    return tuple(sorted(out.items()))
+
+
+@click.group()
+def acl() -> None:
+    """Access control: accounts, their secrets and permissions (brokers started with --acl)."""
+
+
+@acl.command("put")
+@namesrv_option
+@click.argument("access_key")
+@click.option("--new-secret", envvar="DLEDGER_ACL_NEW_SECRET", required=True,
+              help="The account's secret (8-256 characters); better from $DLEDGER_ACL_NEW_SECRET.")
+@click.option("--admin", is_flag=True, help="May do anything, admin operations included.")
+@click.option("--default-topic-perm", default="DENY", show_default=True,
+              help="For topics not named by --topic: DENY, PUB, SUB or PUB|SUB.")
+@click.option("--default-group-perm", default="SUB", show_default=True,
+              help="For groups not named by --group (consumer groups need SUB, producer groups "
+                   "of transactions PUB).")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC=PERM", help="Repeatable.")
+@click.option("--group", "groups", multiple=True, metavar="GROUP=PERM", help="Repeatable.")
+@click.option("--broker-group", "broker_groups", multiple=True,
+              help="Only these broker groups (default: every registered one).")
+def acl_put(namesrv: tuple[str, ...], access_key: str, new_secret: str, admin: bool,
+            default_topic_perm: str, default_group_perm: str, topics: tuple[str, ...],
+            groups: tuple[str, ...], broker_groups: tuple[str, ...]) -> None:
+    """Add the account ACCESS_KEY, or replace it (its permissions are exactly those given)."""
+    try:
+        account = Account(access_key, new_secret, admin, parse_perm(default_topic_perm),
+                          parse_perm(default_group_perm), _perms(topics, "topic"),
+                          _perms(groups, "group"))
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+
+    async def put(routes: Routes) -> None:
+        for g in await groups_of(routes, broker_groups):
+            node, status = await routes.group_client(g).call_leader(
+                bp.ACL_PUT, account.row(), timeout_s=ACL_TIMEOUT_S)
+            click.echo(f"group {g.group}: account {access_key} {status} (leader {node})")
+    with_routes(namesrv, put)
+
+
+@acl.command("delete")
+@namesrv_option
+@click.argument("access_key")
+@click.option("--broker-group", "broker_groups", multiple=True)
+def acl_delete(namesrv: tuple[str, ...], access_key: str, broker_groups: tuple[str, ...]) -> None:
+    """Delete the account ACCESS_KEY."""
+    async def delete(routes: Routes) -> None:
+        for g in await groups_of(routes, broker_groups):
+            node, status = await routes.group_client(g).call_leader(
+                bp.ACL_DELETE, access_key, timeout_s=ACL_TIMEOUT_S)
+            click.echo(f"group {g.group}: account {access_key} deleted (leader {node})")
+    with_routes(namesrv, delete)
+
+
+@acl.command("list")
+@namesrv_option
+@click.argument("access_key", required=False, default="")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--broker-group", "broker_groups", multiple=True)
+def acl_list(namesrv: tuple[str, ...], access_key: str, as_json: bool,
+             broker_groups: tuple[str, ...]) -> None:
+    """The accounts (no secrets), as each group's leader knows them."""
+    async def show(routes: Routes) -> None:
+        report: dict[str, Any] = {}
+        for g in await groups_of(routes, broker_groups):
+            _, accounts = await routes.group_client(g).call_leader(
+                bp.ACL_LIST, access_key, timeout_s=ACL_TIMEOUT_S)
+            report[g.group] = accounts
+        if as_json:
+            click.echo(json.dumps(report, indent=2, sort_keys=True))
+            return
+        for group, accounts in report.items():
+            click.echo(f"group {group}: {len(accounts)} account(s)")
+            for a in accounts:
+                perms = " ".join([f"topic:{n}={p}" for n, p in a["topic_perms"].items()]
+                                 + [f"group:{n}={p}" for n, p in a["group_perms"].items()])
+                kind = "admin" if a["admin"] else "user"
+                boot = " (bootstrap)" if a["bootstrap"] else ""
+                click.echo(f"  {a['access_key']:<20} {kind}{boot}  default topic "
+                           f"{a['default_topic_perm']}, group {a['default_group_perm']}  {perms}")
+    with_routes(namesrv, show)
+
+
+__all__ = ["acl", "credentials_options"]
