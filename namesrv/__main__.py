@@ -1,6 +1,7 @@
 """Command line: run a NameServer until SIGINT or SIGTERM.
 
     python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
+                      [--console-read-only]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
 real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change).
@@ -58,17 +59,22 @@ _OPTIONS = [
     click.option("--scan-interval-s", default=SCAN_INTERVAL_S_DEFAULT, show_default=True,
                  type=click.FloatRange(min=0, min_open=True),
                  help="How often expired registrations are dropped."),
+    click.option("--console-read-only", is_flag=True,
+                 help="The web console (/console) only shows: its actions (create or update a "
+                      "topic, leader transfer, offset reset) are refused and hidden."),
     click.option("--log-level", default="WARNING", show_default=True,
                  type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)),
 ]
 
 
-def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float, log_level: str) -> None:
+def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float,
+         console_read_only: bool, log_level: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, port = listen
-    asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s)))
+    asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s,
+                                  console_read_only=console_read_only)))
 
 
 def _with_options(fn: Callable[..., None]) -> Callable[..., None]:
