@@ -42,7 +42,7 @@ from namesrv.errors import (
     NameSrvError,
 )
 
-__all__ = ["ACTION_BODY_BYTES_MAX", "BodyTooLargeError", "Console", "add_console"]
+__all__ = ["ACTION_BODY_BYTES_MAX", "BodyTooLargeError", "Console", "add_console", "console_of"]
 
 STATIC_DIR = Path(__file__).resolve().parent / "console_static"
 ACTION_BODY_BYTES_MAX = 16 << 10
@@ -91,6 +91,11 @@ def add_console(app: web.Application, cluster_view: ClusterView, clock: Clock,
     r.add_post("/console/api/leader-transfer", _api(_transfer))
     r.add_post("/console/api/reset-offset", _api(_reset))
     return console
+
+
+def console_of(app: web.Application) -> Console:
+    """The console ``add_console`` put on ``app`` (``KeyError`` if none)."""
+    return app[_CONSOLE_KEY]
 
 
 async def _stop_feeds(app: web.Application) -> None:
