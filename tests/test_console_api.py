@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -265,3 +269,24 @@ def test_the_rate_is_the_max_offset_difference_over_the_time_between_samples() -
     rates.sample("r", 0, now_s=16.0)
     rates.sample("s", 0, now_s=16.0)  # a third key: the least recently sampled ("q") goes
     assert rates.sample("q", 20, now_s=18.0) is None
+
+
+def test_the_namesrv_command_takes_console_read_only() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
+                             "--console-read-only"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        host, port = json.loads(proc.stdout.readline())["listen"]
+
+        async def main() -> None:
+            async with aiohttp.ClientSession(timeout=TIMEOUT) as s:
+                status, answer = await post(s, f"http://{host}:{port}/console/api/topics",
+                                            {"mode": "create", "name": "t", "queues": 4})
+                assert status == 403 and answer["error_type"] == "ConsoleReadOnlyError"
+        asyncio.run(main())
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()

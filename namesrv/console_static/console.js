@@ -79,9 +79,9 @@ function nodeRow(group, n, leaderLag) {
   const row = el("tr", { class: "role-" + n.role, dataset: { node: n.node, role: n.role } },
     el("td", {}, n.node), el("td", { class: "role" }, n.role), num(n.term),
     num(n.last_index), num(n.commit_index), num(n.applied_index),
-    num(follower.lag), num(follower.last_contact_ticks),
+    num(follower.lag), num(follower.last_contact_ticks === -1 ? "never" : follower.last_contact_ticks),
     el("td", {}, reg.last_seen_s_ago === undefined ? "not registered" : `${reg.last_seen_s_ago} s ago`),
-    el("td", { class: "state" }, state));
+    el("td", { class: "node-state" }, state));
   const cell = el("td");
   if (!READ_ONLY && group.leader && n.role === "follower") {
     cell.append(el("button", { class: "transfer", onclick: () => act(
