@@ -72,7 +72,7 @@ def test_the_console_shows_a_leader_change_live_and_creates_a_topic(tmp_path: Pa
             expect(new_leader).to_have_count(1, timeout=NEW_LEADER_TIMEOUT_MS)
             expect(group.locator(f'tbody tr[data-node="{old}"]')).to_have_attribute(
                 "data-role", "unreachable", timeout=NEW_LEADER_TIMEOUT_MS)
-            expect(group.locator(f'tbody tr[data-node="{old}"] td.state')).to_contain_text(
+            expect(group.locator(f'tbody tr[data-node="{old}"] td.node-state')).to_contain_text(
                 "unreachable: cannot connect")
             expect(group.locator(".leader")).not_to_have_text(old)
 
