@@ -198,6 +198,7 @@ async function showConsumer(name) {
   const form = $("#reset-form");
   form.hidden = READ_ONLY;
   form.dataset.group = r.group;
+  if (!form.topic.value && r.queues.length) form.topic.value = r.queues[0].topic;
 }
 
 function resetSubmit(e) {
