@@ -11,6 +11,7 @@ set: there a missing browser fails (``.ci/run`` installs it)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from pathlib import Path
@@ -36,10 +37,10 @@ def _playwright() -> Any:
     missing = []
     if not os.access(CHROMIUM, os.X_OK):
         missing.append(f"{CHROMIUM} (apt-get install chromium)")
+    sync_api: Any = None
     try:
-        from playwright import sync_api
+        sync_api = importlib.import_module("playwright.sync_api")
     except ImportError:
-        sync_api = None
         missing.append("playwright (pip install -e '.[dev]')")
     if missing:
         why = f"the browser test needs {' and '.join(missing)}"
