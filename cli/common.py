@@ -14,6 +14,7 @@ import click
 
 from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from client import ClientError
+from client.admin_views import http_error_text
 from client.routes import GroupRoute, Routes, client_error
 from dledger.errors import DLedgerError
 
@@ -33,17 +34,6 @@ def _parse_namesrv(ctx: click.Context, param: click.Parameter, value: str) -> tu
 
 namesrv_option = click.option("--namesrv", default=NAMESRV_DEFAULT, envvar="NAMESRV_ADDR",
                               callback=_parse_namesrv, help=NAMESRV_HELP)
-
-
-def http_error_text(err: BaseException) -> str:
-    """One readable phrase for an HTTP failure (aiohttp's own texts repeat the host and port)."""
-    if isinstance(err, aiohttp.ClientConnectorError):
-        return f"cannot connect: {err.os_error.strerror or err.os_error}"
-    if isinstance(err, TimeoutError):
-        return "no answer in time"
-    if isinstance(err, (aiohttp.ContentTypeError, ValueError)):
-        return "the answer is not a NameServer's (no JSON)"
-    return str(err) or type(err).__name__
 
 
 async def namesrv_get(namesrv: Sequence[str], path: str,

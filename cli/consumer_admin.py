@@ -14,8 +14,8 @@ import click
 from broker import protocol as bp
 from broker.admin_handlers import RESET_EARLIEST_MS, RESET_LATEST_MS
 from cli.common import groups_of, iso_ms, namesrv_option, with_routes
-from client.routes import GroupRoute, Routes
-from dledger.errors import DLedgerError
+from client.admin_views import consumer_views, summarize_consumers
+from client.routes import Routes
 
 NODE_TIMEOUT_S = 3.0
 
@@ -100,57 +100,11 @@ def consumer_status(namesrv: tuple[str, ...], group: str, as_json: bool) -> None
     as their heartbeats told the brokers, and which nodes see them), then per queue of each
     topic it subscribes to or has committed on: committed offset, max offset and lag."""
     async def show(routes: Routes) -> None:
-        views = await asyncio.gather(*(_group_views(routes, g, group)
+        views = await asyncio.gather(*(consumer_views(routes, g, group, NODE_TIMEOUT_S)
                                        for g in await groups_of(routes, ())))
-        report = summarize(group, [v for vs in views for v in vs])
+        report = summarize_consumers(group, [v for vs in views for v in vs])
         click.echo(json.dumps(report, indent=2) if as_json else status_text(report))
     with_routes(namesrv, show)
-
-
-async def _group_views(routes: Routes, g: GroupRoute, group: str) -> list[dict[str, Any]]:
-    """Every node's answer (or its error) in broker group ``g``."""
-    client = routes.group_client(g)
-
-    async def one(node: str) -> dict[str, Any]:
-        try:
-            st = await client.call(node, bp.CONSUMER_STATUS, group, timeout_s=NODE_TIMEOUT_S)
-        except DLedgerError as err:
-            return {"group": g.group, "node": node, "error": str(err) or type(err).__name__}
-        return {"group": g.group, **st, "node": node}
-    return list(await asyncio.gather(*(one(n) for n in sorted(g.nodes))))
-
-
-def summarize(group: str, views: list[dict[str, Any]]) -> dict[str, Any]:
-    """The nodes' answers merged: each member once (with the nodes that see it), and each
-    broker group's queues from its leader's answer (else from the most advanced node's)."""
-    members: dict[str, dict[str, Any]] = {}
-    unreachable = []
-    best: dict[str, dict[str, Any]] = {}
-    for v in views:
-        where = f"{v['group']}/{v['node']}"
-        if "error" in v:
-            unreachable.append({"node": where, "error": v["error"]})
-            continue
-        for m in v["members"]:
-            seen = members.setdefault(m["client_id"], {"client_id": m["client_id"],
-                                                       "model": m["model"],
-                                                       "subscriptions": {}, "seen_by": []})
-            seen["subscriptions"].update(m["subscriptions"])
-            seen["seen_by"].append(where)
-        held = best.get(v["group"])
-        if held is None or (v["leader"], _progress(v)) > (held["leader"], _progress(held)):
-            best[v["group"]] = v
-    queues = [{"topic": t, "queue": f"{g}/{q}", "committed": c, "max": hi,
-               "lag": max(0, hi - max(c, 0)), "from_leader": v["leader"]}
-              for g, v in sorted(best.items()) for t, q, c, hi in v["queues"]]
-    queues.sort(key=lambda r: (r["topic"], r["queue"]))
-    return {"group": group, "members": sorted(members.values(), key=lambda m: m["client_id"]),
-            "queues": queues, "total_lag": sum(r["lag"] for r in queues),
-            "unreachable": unreachable}
-
-
-def _progress(view: dict[str, Any]) -> int:
-    return sum(max(c, 0) for _, _, c, _ in view["queues"])
 
 
 def status_text(report: dict[str, Any]) -> str:

@@ -13,7 +13,9 @@ from typing import Any, Sequence
 import aiohttp
 import click
 
-from cli.common import http_error_text, namesrv_get, namesrv_option
+from cli.common import namesrv_get, namesrv_option
+from client.admin_views import group_health as group_health  # re-exported: the HEALTH_HELP rules
+from client.admin_views import group_status
 from dledger.log_cli import WATCH_MIN_S
 
 NODE_TIMEOUT_S = 2.0
@@ -74,67 +76,7 @@ async def cluster_status(namesrv: Sequence[str]) -> list[dict[str, Any]]:
     _, cluster = await namesrv_get(namesrv, "/v1/cluster")
     timeout = aiohttp.ClientTimeout(total=NODE_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        return list(await asyncio.gather(*(_group_status(session, g) for g in cluster["groups"])))
-
-
-async def _group_status(session: aiohttp.ClientSession, g: dict[str, Any]) -> dict[str, Any]:
-    nodes = list(await asyncio.gather(*(_node_status(session, n) for n in g["nodes"])))
-    leaders = sorted((n for n in nodes if n["role"] == "leader"), key=lambda n: n["term"])
-    leader = leaders[-1] if leaders else None
-    registered = {n["node"] for n in nodes}
-    # The group's members as its nodes know them (a stopped node unregisters itself, so the
-    # NameServer's list alone would make 1 of 3 look like a quorum of 1); the leader's
-    # membership, when there is one, says who votes and who is a learner.
-    membership = (leader or {}).get("membership") or {}
-    voters = set(membership.get("voters", ()))
-    learners = set(membership.get("learners", ()))
-    members = set(leader["followers"]) if leader else set()
-    if membership:
-        members = voters | learners
-        nodes = [n for n in nodes if n["node"] in members]  # (a removed node still running)
-    else:
-        for n in nodes:
-            members.update(n.get("members", ()))
-        voters = members
-    for n in nodes:
-        if n["node"] in learners and n["role"] == "follower":
-            n["role"] = "learner"
-    for nid in sorted(members - registered):
-        nodes.append({"node": nid, "role": "unreachable", "error": "not registered"})
-    voting = [n for n in nodes if n["node"] in voters]
-    health = group_health(len(voting), sum(n["role"] != "unreachable" for n in voting),
-                          leader is not None)
-    return {"group": g["group"], "leader": leader["node"] if leader else None,
-            "term": leader["term"] if leader else g["term"], "health": health,
-            "voters": sorted(voters), "learners": sorted(learners),
-            "change_in_progress": bool(membership.get("change_in_progress")),
-            "nodes": sorted(nodes, key=lambda n: n["node"])}
-
-
-def group_health(members: int, reachable: int, has_leader: bool) -> str:
-    """See HEALTH_HELP."""
-    if reachable * 2 <= members:
-        return "no quorum"
-    if not has_leader:
-        return "no leader"
-    return "ok" if reachable == members else "degraded"
-
-
-async def _node_status(session: aiohttp.ClientSession, n: dict[str, Any]) -> dict[str, Any]:
-    try:
-        async with session.get(f"http://{n['admin_address']}/status") as resp:
-            st = await resp.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
-        return {"node": n["node_id"], "role": "unreachable", "error": http_error_text(err)}
-    raft = st["raft"]
-    return {"node": n["node_id"], "role": raft["role"], "term": raft["term"],
-            "members": [m for m in st.get("members", ()) if isinstance(m, str)],
-            "membership": st.get("membership") if isinstance(st.get("membership"), dict) else {},
-            "last_index": raft["last_index"], "commit_index": raft["commit_index"],
-            "applied_index": st["applied_index"],
-            "followers": {f["node_id"]: {"lag": raft["last_index"] - f["match_index"],
-                                         "last_contact_ticks": f["last_contact_ticks"]}
-                          for f in raft["followers"]}}
+        return list(await asyncio.gather(*(group_status(session, g) for g in cluster["groups"])))
 
 
 def status_table(rows: list[dict[str, Any]]) -> str:

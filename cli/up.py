@@ -151,7 +151,8 @@ def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode:
             click.echo(f"  group {c.group} {nid}: pid {s.pid}  client {_fmt(s.client_address)}  "
                        f"peer {_fmt(s.peer_address)}  grpc {grpc_of(s)}  "
                        f"admin http://{admin_of(s)}/status")
-    click.echo(f"\nconnect:  dledger status --namesrv {ns}")
+    click.echo(f"\nconsole:  http://{ns}/console")
+    click.echo(f"connect:  dledger status --namesrv {ns}")
     click.echo(f"          dledger send --namesrv {ns} orders 'hello'")
     click.echo(f"          dledger consume --namesrv {ns} orders")
     grpc = ";".join(a for c in clusters for s in c.servers.values() if (a := grpc_of(s)))

@@ -1,9 +1,10 @@
 """Command line: run a NameServer until SIGINT or SIGTERM.
 
     python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
+                      [--console-read-only]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
-real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change; ``--log-format json`` for JSON lines).
+real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change; ``--log-format json``: JSON lines).
 Owns argument parsing, the ready line and signal handling; the server is ``server.NameServer``.
 ``cli`` is the same command as a ``start`` subcommand, for a ``dledger-namesrv start`` script.
 """
@@ -58,6 +59,9 @@ _OPTIONS = [
     click.option("--scan-interval-s", default=SCAN_INTERVAL_S_DEFAULT, show_default=True,
                  type=click.FloatRange(min=0, min_open=True),
                  help="How often expired registrations are dropped."),
+    click.option("--console-read-only", is_flag=True,
+                 help="The web console (/console) only shows: its actions (create or update a "
+                      "topic, leader transfer, offset reset) are refused and hidden."),
     click.option("--log-level", default="WARNING", show_default=True,
                  type=click.Choice(LOG_LEVELS, case_sensitive=False)),
     click.option("--log-format", default="text", show_default=True, type=click.Choice(LOG_FORMATS),
@@ -65,13 +69,14 @@ _OPTIONS = [
 ]
 
 
-def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float, log_level: str,
-         log_format: str) -> None:
+def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float,
+         console_read_only: bool, log_level: str, log_format: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
     logfmt.configure(log_format, log_level)
     host, port = listen
     logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})
-    asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s)))
+    asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s,
+                                  console_read_only=console_read_only)))
 
 
 def _with_options(fn: Callable[..., None]) -> Callable[..., None]:

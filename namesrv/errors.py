@@ -5,7 +5,8 @@ Owns the exception hierarchy only; the HTTP layer (``server``) maps each class t
 
 from __future__ import annotations
 
-__all__ = ["BadRequestError", "NameSrvError", "RegistrationMismatchError", "RegistryFullError",
+__all__ = ["BadRequestError", "ConsoleConflictError", "ConsoleNotFoundError",
+           "ConsoleReadOnlyError", "NameSrvError", "RegistrationMismatchError", "RegistryFullError",
            "ServerStateError", "TermNotCorroboratedError"]
 
 
@@ -32,3 +33,18 @@ class RegistryFullError(NameSrvError):
 
 class ServerStateError(NameSrvError):
     """``start``/``stop``/``address`` called in the wrong state of the embeddable server."""
+
+
+class ConsoleReadOnlyError(NameSrvError):
+    """An action of the web console asked of a NameServer started with ``--console-read-only``
+    (403)."""
+
+
+class ConsoleNotFoundError(NameSrvError):
+    """An action or view of the web console names a broker group, node, topic or message the
+    cluster does not have (404)."""
+
+
+class ConsoleConflictError(NameSrvError):
+    """An action of the web console the cluster's state refuses as it is now, e.g. an offset
+    reset while live members consume the topic (409)."""

@@ -15,6 +15,7 @@ Endpoints:
   GET  /v1/cluster               every group with nodes, leader and topics
   GET  /livez, /readyz
   GET  /metrics                  Prometheus text (``namesrv.metrics``)
+  GET  /console ...                the operators' web console (``console``; off with console=False)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from namesrv.console import add_console
 from namesrv.corroborate import Corroborator
 from namesrv.errors import (
     BadRequestError,
@@ -58,8 +60,10 @@ _BOOT_ID_KEY = web.AppKey("boot_id", str)
 _METRICS_KEY = web.AppKey("metrics", NameServerMetrics)
 
 
-def make_app(registry: Registry, clock: Clock = time.monotonic) -> web.Application:
-    """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call."""
+def make_app(registry: Registry, clock: Clock = time.monotonic, *, console: bool = True,
+             console_read_only: bool = False) -> web.Application:
+    """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call.
+    With ``console``, the web console too (its actions refused with ``console_read_only``)."""
     metrics = NameServerMetrics(registry, clock)
     app = web.Application(middlewares=[metrics_middleware(metrics), _boot_id, _json_errors],
                           client_max_size=BODY_BYTES_MAX)
@@ -77,6 +81,12 @@ def make_app(registry: Registry, clock: Clock = time.monotonic) -> web.Applicati
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", metrics.handle)
+    if console:
+        def cluster_view() -> list[dict[str, Any]]:
+            now_s = clock()
+            _expire(registry, now_s)
+            return [g.to_json() for g in registry.cluster(now_s)]
+        add_console(app, cluster_view, clock, read_only=console_read_only)
     return app
 
 
@@ -204,12 +214,13 @@ class NameServer:
 
     ``await start()`` binds (port 0 allowed) and returns the bound (host, port); ``await stop()``
     closes the listener and the scan, each bounded by ``STOP_TIMEOUT_S``. ``clock`` is injectable
-    so tests can move time without waiting.
+    so tests can move time without waiting. The web console is served at ``/console``; with
+    ``console_read_only`` its actions are refused.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9876,
                  lease_s: float = LEASE_S_DEFAULT, scan_interval_s: float = SCAN_INTERVAL_S_DEFAULT,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, console_read_only: bool = False) -> None:
         if scan_interval_s <= 0:
             raise ValueError("scan_interval_s must be positive")
         self.host = host
@@ -217,6 +228,7 @@ class NameServer:
         self.scan_interval_s = scan_interval_s
         self.registry = Registry(lease_s)
         self._clock = clock
+        self.console_read_only = console_read_only
         self._runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self._address: tuple[str, int] | None = None
@@ -237,7 +249,7 @@ class NameServer:
         """Bind the API and start the expiry scan; return the bound (host, port)."""
         if self._runner is not None:
             raise ServerStateError("name server already started")
-        app = make_app(self.registry, self._clock)
+        app = make_app(self.registry, self._clock, console_read_only=self.console_read_only)
         self._metrics = app[_METRICS_KEY]
         runner = web.AppRunner(app, access_log=None,
                                handle_signals=False, shutdown_timeout=STOP_TIMEOUT_S)

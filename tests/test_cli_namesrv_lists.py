@@ -76,15 +76,15 @@ def test_health_values_and_their_exit_codes() -> None:
 def test_a_group_with_two_of_three_nodes_stopped_has_no_quorum(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stopped nodes unregister: the NameServer lists only the one left, a follower. The members
     its status names make it one of three, not a quorum of one."""
-    status_mod = importlib.import_module("cli.status")  # (cli.status is also the command)
+    views = importlib.import_module("client.admin_views")  # (dledger status's merge lives there)
 
-    async def one_follower(_: object, n: dict[str, str]) -> dict[str, object]:
+    async def one_follower(_: object, n: dict[str, str], limit: object = None) -> dict[str, object]:
         return {"node": n["node_id"], "role": "follower", "term": 4, "last_index": 9,
                 "commit_index": 9, "applied_index": 9, "followers": {},
                 "members": ["n0", "n1", "n2"]}
 
-    monkeypatch.setattr(status_mod, "_node_status", one_follower)
-    group = asyncio.run(status_mod._group_status(
+    monkeypatch.setattr(views, "node_status", one_follower)
+    group = asyncio.run(views.group_status(
         None, {"group": "a", "term": 4, "nodes": [{"node_id": "n1", "admin_address": "x:1"}]}))  # type: ignore[arg-type]
     assert group["health"] == "no quorum", group
     assert [(n["node"], n["role"]) for n in group["nodes"]] == \

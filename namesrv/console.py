@@ -1,0 +1,262 @@
+"""The operators' web console at ``/console``, served by the NameServer's aiohttp app: a static
+page (``console_static/``: HTML, CSS and vanilla JS, no build step, nothing loaded from outside
+the cluster) and the JSON and event-stream endpoints it reads.
+
+  GET  /console                              the page
+  GET  /console/static/{file}                its script and style
+  GET  /console/events                       server-sent events: one ``snapshot`` per poll
+  GET  /console/api/config                   {"read_only": ...}
+  GET  /console/api/snapshot                 the cluster now (``console_poll``)
+  GET  /console/api/topics[?topic=T]         queues, min/max offsets, rates
+  GET  /console/api/consumer-groups[/{g}]    names; one group's members, lag, retries, DLQ
+  GET  /console/api/messages?...             search (``console_model.parse_search``)
+  GET  /console/api/messages/{offset_msg_id} one message
+  POST /console/api/topics                   create or update a topic
+  POST /console/api/leader-transfer          hand a group's leadership to a node
+  POST /console/api/reset-offset             set a consumer group's offsets on a topic
+
+Owns the routes, the mapping of errors to status codes (every failure is JSON ``{"error": ...,
+"error_type": ...}``), the bound on action bodies, and read-only mode: with it, every action is
+refused (403) and the page hides them. Read-only is the hook later access control decides
+through (``Console.read_only``); today it is one NameServer option for everyone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from client import errors as client_errors
+from namesrv.console_model import parse_reset, parse_search, parse_topic_action, parse_transfer
+from namesrv.console_ops import OP_TIMEOUT_S, Clock, ClusterView, ConsoleOps
+from namesrv.console_poll import ClusterPoller, ConsoleBusyError
+from namesrv.errors import (
+    BadRequestError,
+    ConsoleConflictError,
+    ConsoleNotFoundError,
+    ConsoleReadOnlyError,
+    NameSrvError,
+)
+
+__all__ = ["ACTION_BODY_BYTES_MAX", "BodyTooLargeError", "Console", "add_console", "console_of"]
+
+STATIC_DIR = Path(__file__).resolve().parent / "console_static"
+ACTION_BODY_BYTES_MAX = 16 << 10
+KEEPALIVE_S = 10.0  # an idle event stream gets a comment this often (proxies close silent ones)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class BodyTooLargeError(NameSrvError):
+    """An action's body is larger than ``ACTION_BODY_BYTES_MAX`` (413)."""
+
+
+@dataclass
+class Console:
+    poller: ClusterPoller
+    ops: ConsoleOps
+    read_only: bool
+    page: str
+
+
+_CONSOLE_KEY = web.AppKey("console", Console)
+
+
+def add_console(app: web.Application, cluster_view: ClusterView, clock: Clock,
+                read_only: bool = False) -> Console:
+    """Serve the console on ``app``; ``cluster_view`` gives the registry's ``/v1/cluster``
+    groups (leases already expired)."""
+    page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    console = Console(ClusterPoller(cluster_view), ConsoleOps(cluster_view, clock), read_only,
+                      page.replace("__READ_ONLY__", "true" if read_only else "false"))
+    app[_CONSOLE_KEY] = console
+    app.on_shutdown.append(_stop_feeds)  # before the runner waits for the open event streams
+    app.on_cleanup.append(_close_clients)
+    r = app.router
+    r.add_get("/console", _page)
+    r.add_get("/console/", _page)
+    r.add_static("/console/static", STATIC_DIR)
+    r.add_get("/console/events", _events)
+    r.add_get("/console/api/config", _api(_config))
+    r.add_get("/console/api/snapshot", _api(_snapshot))
+    r.add_get("/console/api/topics", _api(_topics))
+    r.add_get("/console/api/consumer-groups", _api(_consumer_groups))
+    r.add_get("/console/api/consumer-groups/{group}", _api(_consumer_group))
+    r.add_get("/console/api/messages", _api(_messages))
+    r.add_get("/console/api/messages/{msg_id}", _api(_message))
+    r.add_post("/console/api/topics", _api(_put_topic))
+    r.add_post("/console/api/leader-transfer", _api(_transfer))
+    r.add_post("/console/api/reset-offset", _api(_reset))
+    return console
+
+
+def console_of(app: web.Application) -> Console:
+    """The console ``add_console`` put on ``app`` (``KeyError`` if none)."""
+    return app[_CONSOLE_KEY]
+
+
+async def _stop_feeds(app: web.Application) -> None:
+    await app[_CONSOLE_KEY].poller.close()
+
+
+async def _close_clients(app: web.Application) -> None:
+    await app[_CONSOLE_KEY].ops.close()
+
+
+def _error(status: int, err: BaseException | str) -> web.Response:
+    text = err if isinstance(err, str) else str(err) or type(err).__name__
+    kind = "" if isinstance(err, str) else type(err).__name__
+    return web.json_response({"error": text, "error_type": kind}, status=status)
+
+
+_STATUS: tuple[tuple[type[BaseException], int], ...] = (
+    (BadRequestError, 400),
+    (ConsoleReadOnlyError, 403),
+    (BodyTooLargeError, 413),
+    (ConsoleNotFoundError, 404),
+    (client_errors.MessageNotFoundError, 404),
+    (client_errors.TopicNotFoundError, 404),
+    (ConsoleConflictError, 409),
+    (client_errors.ConsumerGroupActiveError, 409),
+    (ConsoleBusyError, 503),
+    (client_errors.NonRetriableError, 422),  # the cluster refused the request as it is
+    (client_errors.RetriableError, 503),  # no leader, unavailable: try again
+    (client_errors.ClientError, 502),
+)
+
+
+def _api(handler: Handler) -> Handler:
+    """Named errors of the console and of the client library as JSON with their status."""
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except TimeoutError:
+            return _error(504, f"the cluster did not answer within {OP_TIMEOUT_S:g} s")
+        except tuple(cls for cls, _ in _STATUS) as err:
+            status = next(code for cls, code in _STATUS if isinstance(err, cls))
+            return _error(status, err)
+    return wrapped
+
+
+def _console(request: web.Request) -> Console:
+    return request.app[_CONSOLE_KEY]
+
+
+def _ops(request: web.Request) -> ConsoleOps:
+    """The console's client of the cluster, pointed at the address this request arrived on
+    (an address of this very NameServer)."""
+    ops = _console(request).ops
+    sock = request.transport.get_extra_info("sockname") if request.transport else None
+    if sock is not None:
+        host, port = sock[0], sock[1]
+        ops.bind(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    else:
+        ops.bind(request.host)
+    return ops
+
+
+async def _page(request: web.Request) -> web.Response:
+    return web.Response(text=_console(request).page, content_type="text/html",
+                        headers={"Cache-Control": "no-store"})
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    try:
+        async with _console(request).poller.subscribe() as sub:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-store"})
+            await resp.prepare(request)
+            try:
+                await resp.write(b"retry: 1000\n\n")  # the browser reconnects after a second
+                while not sub.closed:  # until the browser leaves or the server stops
+                    data = await sub.next(KEEPALIVE_S)
+                    if sub.closed:
+                        break
+                    await resp.write(b": keepalive\n\n" if data is None
+                                     else b"event: snapshot\ndata: " + data + b"\n\n")
+            except ConnectionResetError:
+                pass  # the browser left: the subscription ends with the block
+            return resp
+    except ConsoleBusyError as err:  # only from subscribe(), before the stream began
+        return _error(503, err)
+
+
+async def _config(request: web.Request) -> web.Response:
+    console = _console(request)
+    return web.json_response({"read_only": console.read_only,
+                              "poll_interval_ms": int(console.poller.interval_s * 1000)})
+
+
+async def _snapshot(request: web.Request) -> web.Response:
+    return web.json_response(await _console(request).poller.snapshot())
+
+
+async def _topics(request: web.Request) -> web.Response:
+    only = request.query.get("topic") or None
+    return web.json_response(await _ops(request).topics(only))
+
+
+async def _consumer_groups(request: web.Request) -> web.Response:
+    poller = _console(request).poller
+    snap = poller.latest if poller.running and poller.latest else await poller.snapshot()
+    names = _ops(request).consumer_group_names(snap.get("consumer_groups", []))
+    return web.json_response({"consumer_groups": names})
+
+
+async def _consumer_group(request: web.Request) -> web.Response:
+    group = request.match_info["group"]
+    parse_reset({"consumer_group": group, "topic": "x", "to": "latest"})  # the name's rules
+    return web.json_response(await _ops(request).consumer_group(group))
+
+
+async def _messages(request: web.Request) -> web.Response:
+    search = parse_search(request.query)
+    return web.json_response({"search": search.by,
+                              "messages": await _ops(request).search(search)})
+
+
+async def _message(request: web.Request) -> web.Response:
+    search = parse_search({"msg_id": request.match_info["msg_id"]})
+    return web.json_response(await _ops(request).view(search.msg_id))
+
+
+async def _action_body(request: web.Request) -> object:
+    """The JSON body of an action: refused in read-only mode, bounded, JSON only (a form a
+    foreign page posts cannot be JSON without the browser asking this server first)."""
+    if _console(request).read_only:
+        raise ConsoleReadOnlyError("the console is read-only (the NameServer runs with "
+                                   "--console-read-only)")
+    if request.content_type != "application/json":
+        raise BadRequestError(f"the body must be application/json, not {request.content_type!r}")
+    too_large = BodyTooLargeError(f"an action's body is at most {ACTION_BODY_BYTES_MAX} bytes")
+    if (request.content_length or 0) > ACTION_BODY_BYTES_MAX:
+        raise too_large
+    raw = await request.content.read(ACTION_BODY_BYTES_MAX + 1)
+    if len(raw) > ACTION_BODY_BYTES_MAX:
+        raise too_large
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
+
+
+async def _put_topic(request: web.Request) -> web.Response:
+    action = parse_topic_action(await _action_body(request))
+    done = await _ops(request).put_topic(action)
+    return web.json_response({"ok": True, "topic": action.name, "mode": action.mode,
+                              "groups": done})
+
+
+async def _transfer(request: web.Request) -> web.Response:
+    action = parse_transfer(await _action_body(request))
+    return web.json_response({"ok": True, **await _ops(request).transfer(action)})
+
+
+async def _reset(request: web.Request) -> web.Response:
+    action = parse_reset(await _action_body(request))
+    rows = await _ops(request).reset(action)
+    return web.json_response({"ok": True, "consumer_group": action.consumer_group,
+                              "topic": action.topic, "queues": rows})
