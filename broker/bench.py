@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
 
 import click
@@ -175,9 +175,14 @@ async def _ours_over_topics(ns: str, servers: Servers, mode: str, topic: str, bo
 
 
 def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topics: int = TOPICS,
-             ) -> list[Row]:
-    with broker_group(mode, flags) as (ns, cluster):
-        return asyncio.run(_ours(ns, cluster, mode, size, n, topics))
+             extra: tuple[str, ...] = ()) -> list[Row]:
+    """Our rows in flush mode ``mode`` (``extra``: more broker options, e.g. --acl; its rows
+    say "+acl" after the mode)."""
+    with broker_group(mode, flags, extra=extra) as (ns, cluster):
+        rows = asyncio.run(_ours(ns, cluster, mode, size, n, topics))
+    if "--acl" in extra:
+        rows = [replace(r, mode=f"{r.mode}+acl") for r in rows]
+    return rows
 
 
 @contextlib.contextmanager
@@ -348,6 +353,10 @@ def options(f: F) -> F:
     f = click.option("--out", "out_dir", default="bench-results", show_default=True,
                      type=click.Path(file_okay=False), help="Where the JSON and the PNG chart go.")(f)
     f = click.option("--payloads", default="128,1024", show_default=True)(f)
+    f = click.option("--acl", is_flag=True,
+                     help="Our rows with access control on: brokers started with --acl, every "
+                          "request signed by an admin account (the cost of signing and "
+                          "checking); NATS left out.")(f)
     f = click.option("--grpc", is_flag=True,
                      help="Only the RocketMQ 5 client through the gRPC endpoint against our own "
                           "client (sync p50, 64 in flight), one group, sync flush.")(f)
@@ -355,14 +364,20 @@ def options(f: F) -> F:
 
 
 def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_poll_us: int = 0,
-         quorum_first: bool = False, grpc: bool = False) -> int:
+         quorum_first: bool = False, grpc: bool = False, acl: bool = False) -> int:
     sizes = [int(p) for p in payloads.split(",") if p]
+    extra: tuple[str, ...] = ()
+    if acl:  # an admin account the brokers know from the start; the client signs as it
+        secret = os.urandom(16).hex()
+        os.environ.update({"DLEDGER_ACL_SECRET_BENCH": secret, "DLEDGER_ACCESS_KEY": "bench",
+                           "DLEDGER_SECRET_KEY": secret})
+        extra = ("--acl", "--acl-admin-key", "bench")
     flags = NodeFlags(busy_poll_us, quorum_first)
     n = 2000 if quick else 20_000
     plan: list[tuple[str, Any]] = []
     for size in sizes:
         plan += [("grpc", size)] if grpc else [("nats", size), ("sync", size), ("async", size)]
-    missing = None if grpc else nats_available()
+    missing = None if grpc else "left out with --acl" if acl else nats_available()
     rows: list[Row] = []
     click.echo(f"dledger bench: {flags.describe()}", err=True)
     with click.progressbar(plan, label="dledger bench", file=sys.stderr,
@@ -376,7 +391,7 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
                     continue
                 rows += run_nats(size, n, topics)
             else:
-                rows += run_ours(what, size, n, flags, topics)
+                rows += run_ours(what, size, n, flags, topics, extra)
     os.makedirs(out_dir, exist_ok=True)
     print(f"dledger servers' {flags.describe()}")
     print(render(rows))

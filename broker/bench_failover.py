@@ -91,8 +91,11 @@ async def measure_failover(ns: str, cluster: LocalCluster, size: int, topic: str
 
 async def leader_of(cluster: LocalCluster) -> str:
     from broker import protocol as bp
+    from dledger.auth import Credentials
     from dledger.client import LogClient
-    async with LogClient(cluster.client_addresses, timeout_s=2) as lc:
+    # (signed when the environment names an account: a cluster with access control)
+    async with LogClient(cluster.client_addresses, timeout_s=2,
+                         credentials=Credentials.from_env()) as lc:
         for nid in cluster.servers:
             if (await lc.call(nid, bp.BROKER_STATUS))["raft"]["role"] == "leader":
                 return nid

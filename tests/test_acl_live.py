@@ -87,6 +87,11 @@ def test_every_refusal_is_named_stores_nothing_and_an_authorised_client_works(
         monkeypatch.delenv("DLEDGER_SECRET_KEY")
         asyncio.run(_refusals(ns, cluster))
         _cli(ns, tmp_path)
+        # every refusal logged with its account, no secret anywhere in the brokers' logs
+        logs = "".join(cluster.log_of_last_start(nid) for nid in cluster.servers)
+        assert "request refused: account=alice" in logs and "account=root" not in logs
+        for secret in (ROOT.secret_key, ALICE.secret_key, "bob-secret-1", "not-her-secret"):
+            assert secret not in logs
 
 
 async def _refusals(ns: str, cluster: LocalCluster) -> None:
