@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import aiohttp
 import click
 
-from cli.common import http_error_text, namesrv_get, namesrv_option
+from cli.common import http_error_text, http_session, namesrv_get, namesrv_option
 from dledger.log_cli import WATCH_MIN_S
 
 NODE_TIMEOUT_S = 2.0
@@ -72,13 +72,15 @@ def _read(namesrv: Sequence[str]) -> list[dict[str, Any]]:
 
 async def cluster_status(namesrv: Sequence[str]) -> list[dict[str, Any]]:
     _, cluster = await namesrv_get(namesrv, "/v1/cluster")
-    timeout = aiohttp.ClientTimeout(total=NODE_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        return list(await asyncio.gather(*(_group_status(session, g) for g in cluster["groups"])))
+    session, scheme = http_session(NODE_TIMEOUT_S)  # brokers' admin: https with --tls-ca
+    async with session:
+        return list(await asyncio.gather(*(_group_status(session, scheme, g)
+                                           for g in cluster["groups"])))
 
 
-async def _group_status(session: aiohttp.ClientSession, g: dict[str, Any]) -> dict[str, Any]:
-    nodes = list(await asyncio.gather(*(_node_status(session, n) for n in g["nodes"])))
+async def _group_status(session: aiohttp.ClientSession, scheme: str,
+                        g: dict[str, Any]) -> dict[str, Any]:
+    nodes = list(await asyncio.gather(*(_node_status(session, scheme, n) for n in g["nodes"])))
     leaders = sorted((n for n in nodes if n["role"] == "leader"), key=lambda n: n["term"])
     leader = leaders[-1] if leaders else None
     registered = {n["node"] for n in nodes}
@@ -120,9 +122,10 @@ def group_health(members: int, reachable: int, has_leader: bool) -> str:
     return "ok" if reachable == members else "degraded"
 
 
-async def _node_status(session: aiohttp.ClientSession, n: dict[str, Any]) -> dict[str, Any]:
+async def _node_status(session: aiohttp.ClientSession, scheme: str,
+                       n: dict[str, Any]) -> dict[str, Any]:
     try:
-        async with session.get(f"http://{n['admin_address']}/status") as resp:
+        async with session.get(f"{scheme}://{n['admin_address']}/status") as resp:
             st = await resp.json()
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         return {"node": n["node_id"], "role": "unreachable", "error": http_error_text(err)}

@@ -74,9 +74,11 @@ class SyncProducer:
     """Started by its constructor (fails fast when no NameServer answers)."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
-                 retries: int = 2, *, group: str | None = None, trace: bool = False) -> None:
+                 retries: int = 2, *, group: str | None = None, trace: bool = False,
+                 tls_ca: str | None = None) -> None:
         self._lt = _LoopThread("SyncProducer")
-        self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace)
+        self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace,
+                           tls_ca=tls_ca)
         self._limit_s = send_timeout_s * (retries + 2) + 5  # every wait has a deadline
         self._lt.start(self._p.start(), self._limit_s)
 
@@ -133,9 +135,10 @@ class SyncTransactionProducer:
 class SyncPullConsumer:
     """Started by its constructor (fails fast when no NameServer answers)."""
 
-    def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0) -> None:
+    def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0, *,
+                 tls_ca: str | None = None) -> None:
         self._lt = _LoopThread(f"SyncPullConsumer of group {group!r}")
-        self._c = PullConsumer(namesrv, group, timeout_s)
+        self._c = PullConsumer(namesrv, group, timeout_s, tls_ca=tls_ca)
         self._limit_s = timeout_s + 20
         self._lt.start(self._c.start(), self._limit_s)
 

@@ -1,6 +1,7 @@
 """Command line: run a NameServer until SIGINT or SIGTERM.
 
     python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
+                      [--tls-cert FILE --tls-key FILE --tls-ca FILE]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
 real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change).
@@ -19,6 +20,7 @@ from typing import Callable
 
 import click
 
+from dledger.tls import TlsConfig, TlsConfigError
 from namesrv.errors import BadRequestError
 from namesrv.model import parse_host_port
 from namesrv.registry import LEASE_S_DEFAULT
@@ -58,17 +60,31 @@ _OPTIONS = [
     click.option("--scan-interval-s", default=SCAN_INTERVAL_S_DEFAULT, show_default=True,
                  type=click.FloatRange(min=0, min_open=True),
                  help="How often expired registrations are dropped."),
+    click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+                 help="Serve the HTTP API over TLS with this certificate (PEM; with --tls-key "
+                      "and --tls-ca). Off unless given (docs/tls.md)."),
+    click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+                 help="The private key of --tls-cert (PEM)."),
+    click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
+                 help="The CA of the cluster: brokers' admin endpoints are verified against it "
+                      "when a registration's term is checked."),
     click.option("--log-level", default="WARNING", show_default=True,
                  type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)),
 ]
 
 
-def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float, log_level: str) -> None:
+def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float, tls_cert: str | None,
+         tls_key: str | None, tls_ca: str | None, log_level: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        tls = TlsConfig.from_options(tls_cert, tls_key, tls_ca)
+    except TlsConfigError as err:
+        raise click.UsageError(str(err)) from err
     host, port = listen
-    asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s)))
+    asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s,
+                                  tls=tls)))
 
 
 def _with_options(fn: Callable[..., None]) -> Callable[..., None]:

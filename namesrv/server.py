@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 import uuid
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from dledger.tls import TlsConfig
 from namesrv.corroborate import Corroborator
 from namesrv.errors import (
     BadRequestError,
@@ -55,12 +57,14 @@ _CORROBORATOR_KEY = web.AppKey("corroborator", Corroborator)
 _BOOT_ID_KEY = web.AppKey("boot_id", str)
 
 
-def make_app(registry: Registry, clock: Clock = time.monotonic) -> web.Application:
-    """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call."""
+def make_app(registry: Registry, clock: Clock = time.monotonic,
+             dial_ssl: ssl.SSLContext | None = None) -> web.Application:
+    """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call;
+    ``dial_ssl``: how to reach the brokers' admin endpoints over TLS (None: plain HTTP)."""
     app = web.Application(middlewares=[_boot_id, _json_errors], client_max_size=BODY_BYTES_MAX)
     app[_REGISTRY_KEY] = registry
     app[_CLOCK_KEY] = clock
-    app[_CORROBORATOR_KEY] = Corroborator()
+    app[_CORROBORATOR_KEY] = Corroborator(ssl_context=dial_ssl)
     app[_BOOT_ID_KEY] = uuid.uuid4().hex
     app.on_cleanup.append(_close_corroborator)
     app.router.add_post("/v1/brokers/register", _register)
@@ -197,7 +201,7 @@ class NameServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9876,
                  lease_s: float = LEASE_S_DEFAULT, scan_interval_s: float = SCAN_INTERVAL_S_DEFAULT,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, tls: TlsConfig | None = None) -> None:
         if scan_interval_s <= 0:
             raise ValueError("scan_interval_s must be positive")
         self.host = host
@@ -205,6 +209,7 @@ class NameServer:
         self.scan_interval_s = scan_interval_s
         self.registry = Registry(lease_s)
         self._clock = clock
+        self.tls = tls  # serve https; reach the brokers' admin endpoints over TLS (dledger.tls)
         self._runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self._address: tuple[str, int] | None = None
@@ -218,17 +223,21 @@ class NameServer:
     @property
     def url(self) -> str:
         host, port = self.address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     async def start(self) -> tuple[str, int]:
         """Bind the API and start the expiry scan; return the bound (host, port)."""
         if self._runner is not None:
             raise ServerStateError("name server already started")
-        runner = web.AppRunner(make_app(self.registry, self._clock), access_log=None,
+        tls = self.tls
+        app = make_app(self.registry, self._clock, tls.dial_context() if tls else None)
+        runner = web.AppRunner(app, access_log=None,
                                handle_signals=False, shutdown_timeout=STOP_TIMEOUT_S)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self.port)
+            site = web.TCPSite(runner, self.host, self.port,
+                               ssl_context=tls.server_context() if tls else None)
             await site.start()
         except OSError:
             await runner.cleanup()
