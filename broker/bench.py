@@ -175,18 +175,25 @@ async def _ours_over_topics(ns: str, servers: Servers, mode: str, topic: str, bo
 
 
 def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topics: int = TOPICS,
-             ) -> list[Row]:
-    with broker_group(mode, flags) as (ns, cluster):
+             tls: bool = False) -> list[Row]:
+    with broker_group(mode, flags, tls=tls) as (ns, cluster):
         return asyncio.run(_ours(ns, cluster, mode, size, n, topics))
 
 
 @contextlib.contextmanager
 def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
-                 extra: tuple[str, ...] = ()) -> Iterator[tuple[str, LocalCluster]]:
+                 extra: tuple[str, ...] = (), tls: bool = False) -> Iterator[tuple[str, LocalCluster]]:
     """A fresh NameServer and 3-node broker group in flush mode ``mode``, with the node options
-    ``flags``: (the NameServer's address, the group). Stopped on leaving."""
-    with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d:
-        ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0"],
+    ``flags``: (the NameServer's address, the group). Stopped on leaving. ``tls``: TLS everywhere
+    (mutual on peer links), the clients of this process pointed at the CA (DLEDGER_TLS_CA)."""
+    with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d, \
+            contextlib.ExitStack() as stack:
+        files = None
+        if tls:
+            from dledger.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
+            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
+        ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
+                                    *(files.namesrv_args if files else ())],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             assert ns_proc.stdout is not None
@@ -195,7 +202,8 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
             program = ("-m", "broker", "start", "--namesrv", ns,
                        "--register-interval-s", f"{register_interval_s:g}")
             with LocalCluster(d, size=3, flush_mode=mode, program=program,
-                              extra_args=(*flags.args(), *extra)) as cluster:
+                              extra_args=(*flags.args(), *extra,
+                                          *(files.broker_args if files else ()))) as cluster:
                 yield ns, cluster
         finally:
             ns_proc.terminate()
@@ -348,6 +356,8 @@ def options(f: F) -> F:
     f = click.option("--out", "out_dir", default="bench-results", show_default=True,
                      type=click.Path(file_okay=False), help="Where the JSON and the PNG chart go.")(f)
     f = click.option("--payloads", default="128,1024", show_default=True)(f)
+    f = click.option("--tls", is_flag=True, help="Our cluster with TLS on every listener and "
+                                                  "mutual TLS between peers (docs/tls.md).")(f)
     f = click.option("--grpc", is_flag=True,
                      help="Only the RocketMQ 5 client through the gRPC endpoint against our own "
                           "client (sync p50, 64 in flight), one group, sync flush.")(f)
@@ -355,7 +365,7 @@ def options(f: F) -> F:
 
 
 def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_poll_us: int = 0,
-         quorum_first: bool = False, grpc: bool = False) -> int:
+         quorum_first: bool = False, grpc: bool = False, tls: bool = False) -> int:
     sizes = [int(p) for p in payloads.split(",") if p]
     flags = NodeFlags(busy_poll_us, quorum_first)
     n = 2000 if quick else 20_000
@@ -364,7 +374,7 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
         plan += [("grpc", size)] if grpc else [("nats", size), ("sync", size), ("async", size)]
     missing = None if grpc else nats_available()
     rows: list[Row] = []
-    click.echo(f"dledger bench: {flags.describe()}", err=True)
+    click.echo(f"dledger bench: {flags.describe()}{', TLS' if tls else ''}", err=True)
     with click.progressbar(plan, label="dledger bench", file=sys.stderr,
                            item_show_func=lambda s: f"{s[0]} {s[1]} B" if s else "") as bar:
         for what, size in bar:
@@ -376,7 +386,7 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
                     continue
                 rows += run_nats(size, n, topics)
             else:
-                rows += run_ours(what, size, n, flags, topics)
+                rows += run_ours(what, size, n, flags, topics, tls)
     os.makedirs(out_dir, exist_ok=True)
     print(f"dledger servers' {flags.describe()}")
     print(render(rows))

@@ -92,7 +92,9 @@ async def measure_failover(ns: str, cluster: LocalCluster, size: int, topic: str
 async def leader_of(cluster: LocalCluster) -> str:
     from broker import protocol as bp
     from dledger.client import LogClient
-    async with LogClient(cluster.client_addresses, timeout_s=2) as lc:
+    from dledger.tls import dial_context  # DLEDGER_TLS_CA: `dledger bench --tls`
+    async with LogClient(cluster.client_addresses, timeout_s=2,
+                         ssl_context=dial_context(None)) as lc:
         for nid in cluster.servers:
             if (await lc.call(nid, bp.BROKER_STATUS))["raft"]["role"] == "leader":
                 return nid

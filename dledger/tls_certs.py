@@ -10,18 +10,22 @@ generation; the ``cryptography`` package does the cryptography.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CA_CERT", "CA_KEY", "DEFAULT_HOSTS", "NodeCert", "make_ca", "make_node_cert"]
+from dledger.tls import ENV_CA
+
+__all__ = ["CA_CERT", "CA_KEY", "DEFAULT_HOSTS", "LoopbackClusterTls", "NodeCert", "make_ca",
+           "loopback_tls_env", "make_loopback_cluster_tls", "make_node_cert"]
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
@@ -124,3 +128,38 @@ def make_node_cert(ca_dir: str, name: str, hosts: Sequence[str] = DEFAULT_HOSTS,
     _write(node.key_file, _key_pem(key), private=True)
     _write(node.cert_file, cert.public_bytes(serialization.Encoding.PEM), private=False)
     return node
+
+
+@dataclass(frozen=True)
+class LoopbackClusterTls:
+    """A test CA and one certificate shared by every process of a cluster on this machine
+    (the chaos runner, the benchmark): the command-line options of each kind of process."""
+
+    ca_file: str
+    namesrv_args: tuple[str, ...]
+    broker_args: tuple[str, ...]
+
+
+def make_loopback_cluster_tls(directory: str, peer_mtls: bool = True) -> LoopbackClusterTls:
+    """A new CA in ``directory`` and a certificate for 127.0.0.1/localhost; brokers get
+    ``--peer-mtls`` when ``peer_mtls``."""
+    ca = make_ca(directory)
+    cert = make_node_cert(directory, "loopback")
+    args = ("--tls-cert", cert.cert_file, "--tls-key", cert.key_file, "--tls-ca", ca)
+    return LoopbackClusterTls(ca, args, (*args, *(("--peer-mtls",) if peer_mtls else ())))
+
+
+@contextlib.contextmanager
+def loopback_tls_env(directory: str) -> Iterator[LoopbackClusterTls]:
+    """``make_loopback_cluster_tls``, with DLEDGER_TLS_CA naming its CA in this process (so the
+    client library speaks TLS to the cluster) until the block ends."""
+    files = make_loopback_cluster_tls(directory)
+    before = os.environ.get(ENV_CA)
+    os.environ[ENV_CA] = files.ca_file
+    try:
+        yield files
+    finally:
+        if before is None:
+            os.environ.pop(ENV_CA, None)
+        else:
+            os.environ[ENV_CA] = before

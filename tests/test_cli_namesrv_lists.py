@@ -78,14 +78,14 @@ def test_a_group_with_two_of_three_nodes_stopped_has_no_quorum(monkeypatch: pyte
     its status names make it one of three, not a quorum of one."""
     status_mod = importlib.import_module("cli.status")  # (cli.status is also the command)
 
-    async def one_follower(_: object, n: dict[str, str]) -> dict[str, object]:
+    async def one_follower(_: object, scheme: str, n: dict[str, str]) -> dict[str, object]:
         return {"node": n["node_id"], "role": "follower", "term": 4, "last_index": 9,
                 "commit_index": 9, "applied_index": 9, "followers": {},
                 "members": ["n0", "n1", "n2"]}
 
     monkeypatch.setattr(status_mod, "_node_status", one_follower)
     group = asyncio.run(status_mod._group_status(
-        None, {"group": "a", "term": 4, "nodes": [{"node_id": "n1", "admin_address": "x:1"}]}))  # type: ignore[arg-type]
+        None, "http", {"group": "a", "term": 4, "nodes": [{"node_id": "n1", "admin_address": "x:1"}]}))  # type: ignore[arg-type]
     assert group["health"] == "no quorum", group
     assert [(n["node"], n["role"]) for n in group["nodes"]] == \
         [("n0", "unreachable"), ("n1", "follower"), ("n2", "unreachable")]

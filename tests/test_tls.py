@@ -320,3 +320,22 @@ def test_admin_http_cli_and_grpc_speak_tls(tls_up: tuple[UpProcess, str]) -> Non
         with pytest.raises(grpc.RpcError) as refused_rpc:
             channel.unary_unary(query_route)(b"", timeout=10)
     assert refused_rpc.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_tls_make_ca_command_writes_a_ca_and_node_certificates(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    import cli
+
+    runner = CliRunner()
+    res = runner.invoke(cli.main, ["tls", "make-ca", str(tmp_path / "pki"), "--node", "n0",
+                                   "--host", "10.1.2.3"])
+    assert res.exit_code == 0, res.output
+    assert f"DLEDGER_TLS_CA={tmp_path / 'pki' / 'ca.pem'}" in res.output
+    sans = _load(str(tmp_path / "pki" / "n0.pem")).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.1.2.3"]
+    again = runner.invoke(cli.main, ["tls", "make-ca", str(tmp_path / "pki")])
+    assert again.exit_code != 0 and "already holds a CA" in again.output
+    more = runner.invoke(cli.main, ["tls", "make-cert", str(tmp_path / "pki"), "n1"])
+    assert more.exit_code == 0 and (tmp_path / "pki" / "n1-key.pem").is_file(), more.output

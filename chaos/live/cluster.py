@@ -171,22 +171,16 @@ class ChaosCluster:
                 os.environ[ENV_CA] = self._env_ca
 
     def _make_tls(self) -> dict[str, tuple[str, ...]]:
-        """A test CA and the certificates of the NameServer and the brokers (one for all of
-        them: every process listens on 127.0.0.1); their command-line options by process."""
-        from dledger.tls_certs import make_ca, make_node_cert  # (cryptography: only with TLS)
+        """A test CA and a certificate for the NameServer and the brokers (every process
+        listens on 127.0.0.1); their command-line options by process."""
+        from dledger.tls_certs import make_loopback_cluster_tls  # (cryptography: with TLS only)
 
-        directory = os.path.join(self.base_dir, "tls")
-        self.tls_ca = make_ca(directory)
+        files = make_loopback_cluster_tls(os.path.join(self.base_dir, "tls"))
+        self.tls_ca = files.ca_file
         self._env_ca = os.environ.get(ENV_CA)
         os.environ[ENV_CA] = self.tls_ca
-        out: dict[str, tuple[str, ...]] = {}
-        for name in ("namesrv", "broker"):
-            cert = make_node_cert(directory, name)
-            out[name] = ("--tls-cert", cert.cert_file, "--tls-key", cert.key_file,
-                         "--tls-ca", self.tls_ca)
-        out["broker"] += ("--peer-mtls",)
-        self._namesrv_tls = out["namesrv"]
-        return out
+        self._namesrv_tls = files.namesrv_args
+        return {"broker": files.broker_args}
 
     def __enter__(self) -> ChaosCluster:
         return self.start()
