@@ -88,7 +88,8 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         tls = server.config.node.tls
         self.tls = tls
         self.routes = Routes(list(server.config.namesrv),  # its calls into the cluster: TLS too
-                             ssl_context=tls.dial_context() if tls is not None else None)
+                             ssl_context=tls.dial_context() if tls is not None else None,
+                             from_env=False)
         self.delivery = Delivery(self.routes)
         self.sends = GatewaySends(self.delivery, SEND_TIMEOUT_S)
         self._grpc: aio.Server | None = None

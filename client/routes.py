@@ -69,11 +69,12 @@ class Routes:
     """``tls_ca``: the CA file of a cluster that speaks TLS (else ``DLEDGER_TLS_CA``); with it,
     or with NameServer addresses written ``https://host:port``, every connection (NameServers
     and brokers) is TLS, certificates and host names verified (``dledger.tls.dial_context``).
-    ``ssl_context`` (instead of ``tls_ca``): a context made by the caller (the broker's own)."""
+    ``ssl_context`` (instead of ``tls_ca``): a context made by the caller. ``from_env=False``: the
+    environment is not read (a server's own client: its options alone say whether it speaks TLS)."""
 
     def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0, *,
                  canaries: Sequence[str] = (), tls_ca: str | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, from_env: bool = True) -> None:
         unknown = set(canaries) - set(CANARIES)
         if unknown:
             raise ValueError(f"unknown client canaries {sorted(unknown)} (known: {list(CANARIES)})")
@@ -81,7 +82,7 @@ class Routes:
         # "a:9876;b" or ["a:9876", "b"]: the broker's and the command line's parser (a
         # NameSrvAddressError, a ValueError, names a bad entry)
         addresses, https = split_https([namesrv] if isinstance(namesrv, str) else list(namesrv))
-        self.ssl_context = ssl_context or dial_context(tls_ca, https)
+        self.ssl_context = ssl_context or dial_context(tls_ca, https, from_env)
         scheme = "https" if self.ssl_context is not None else "http"
         self.urls = [f"{scheme}://{a}" for a in parse_namesrv_list(addresses)]
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)

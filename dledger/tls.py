@@ -127,11 +127,12 @@ def split_https(addresses: list[str]) -> tuple[list[str], bool]:
     return [a for a in out if a], https
 
 
-def dial_context(ca_file: str | None, https: bool = False) -> ssl.SSLContext | None:
-    """The one rule for a dialer: TLS when a CA file is given (else ``DLEDGER_TLS_CA``), or
-    when ``https`` (an ``https://`` address) asks for it with no CA (the system's trust
-    store); None: plain TCP."""
-    ca = ca_file or os.environ.get(ENV_CA) or None
+def dial_context(ca_file: str | None, https: bool = False,
+                 from_env: bool = True) -> ssl.SSLContext | None:
+    """The one rule for a dialer: TLS when a CA file is given (else ``DLEDGER_TLS_CA``, unless
+    not ``from_env``), or when ``https`` (an ``https://`` address) asks for it with no CA (the
+    system's trust store); None: plain TCP."""
+    ca = ca_file or (os.environ.get(ENV_CA) if from_env else None) or None
     if ca is None and not https:
         return None
     return client_context(ca)

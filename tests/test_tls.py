@@ -103,6 +103,7 @@ def test_a_dialer_speaks_tls_with_a_ca_or_an_https_address(tmp_path: Path,
     system = dial_context(None, https=True)  # the system's trust store
     assert system is not None and system.check_hostname
     monkeypatch.setenv(ENV_CA, ca)
+    assert dial_context(None, from_env=False) is None  # a server's own client: its options only
     ctx = dial_context(None)
     assert ctx is not None and ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
     assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
