@@ -175,10 +175,10 @@ async def _ours_over_topics(ns: str, servers: Servers, mode: str, topic: str, bo
 
 
 def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topics: int = TOPICS,
-             extra: tuple[str, ...] = ()) -> list[Row]:
+             extra: tuple[str, ...] = (), tls: bool = False) -> list[Row]:
     """Our rows in flush mode ``mode`` (``extra``: more broker options, e.g. --acl; its rows
-    say "+acl" after the mode)."""
-    with broker_group(mode, flags, extra=extra) as (ns, cluster):
+    say "+acl" after the mode; ``tls``: TLS on every listener)."""
+    with broker_group(mode, flags, extra=extra, tls=tls) as (ns, cluster):
         rows = asyncio.run(_ours(ns, cluster, mode, size, n, topics))
     if "--acl" in extra:
         rows = [replace(r, mode=f"{r.mode}+acl") for r in rows]
@@ -187,11 +187,18 @@ def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topic
 
 @contextlib.contextmanager
 def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
-                 extra: tuple[str, ...] = ()) -> Iterator[tuple[str, LocalCluster]]:
+                 extra: tuple[str, ...] = (), tls: bool = False) -> Iterator[tuple[str, LocalCluster]]:
     """A fresh NameServer and 3-node broker group in flush mode ``mode``, with the node options
-    ``flags``: (the NameServer's address, the group). Stopped on leaving."""
-    with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d:
-        ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0"],
+    ``flags``: (the NameServer's address, the group). Stopped on leaving. ``tls``: TLS everywhere
+    (mutual on peer links), the clients of this process pointed at the CA (DLEDGER_TLS_CA)."""
+    with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d, \
+            contextlib.ExitStack() as stack:
+        files = None
+        if tls:
+            from dledger.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
+            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
+        ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
+                                    *(files.namesrv_args if files else ())],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             assert ns_proc.stdout is not None
@@ -200,7 +207,8 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
             program = ("-m", "broker", "start", "--namesrv", ns,
                        "--register-interval-s", f"{register_interval_s:g}")
             with LocalCluster(d, size=3, flush_mode=mode, program=program,
-                              extra_args=(*flags.args(), *extra)) as cluster:
+                              extra_args=(*flags.args(), *extra,
+                                          *(files.broker_args if files else ()))) as cluster:
                 yield ns, cluster
         finally:
             ns_proc.terminate()
@@ -357,6 +365,8 @@ def options(f: F) -> F:
                      help="Our rows with access control on: brokers started with --acl, every "
                           "request signed by an admin account (the cost of signing and "
                           "checking); NATS left out.")(f)
+    f = click.option("--tls", is_flag=True, help="Our cluster with TLS on every listener and "
+                                                  "mutual TLS between peers (docs/tls.md).")(f)
     f = click.option("--grpc", is_flag=True,
                      help="Only the RocketMQ 5 client through the gRPC endpoint against our own "
                           "client (sync p50, 64 in flight), one group, sync flush.")(f)
@@ -364,7 +374,8 @@ def options(f: F) -> F:
 
 
 def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_poll_us: int = 0,
-         quorum_first: bool = False, grpc: bool = False, acl: bool = False) -> int:
+         quorum_first: bool = False, grpc: bool = False, acl: bool = False,
+         tls: bool = False) -> int:
     sizes = [int(p) for p in payloads.split(",") if p]
     extra: tuple[str, ...] = ()
     if acl:  # an admin account the brokers know from the start; the client signs as it
@@ -379,7 +390,7 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
         plan += [("grpc", size)] if grpc else [("nats", size), ("sync", size), ("async", size)]
     missing = None if grpc else "left out with --acl" if acl else nats_available()
     rows: list[Row] = []
-    click.echo(f"dledger bench: {flags.describe()}", err=True)
+    click.echo(f"dledger bench: {flags.describe()}{', TLS' if tls else ''}", err=True)
     with click.progressbar(plan, label="dledger bench", file=sys.stderr,
                            item_show_func=lambda s: f"{s[0]} {s[1]} B" if s else "") as bar:
         for what, size in bar:
@@ -391,7 +402,7 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
                     continue
                 rows += run_nats(size, n, topics)
             else:
-                rows += run_ours(what, size, n, flags, topics, extra)
+                rows += run_ours(what, size, n, flags, topics, extra, tls)
     os.makedirs(out_dir, exist_ok=True)
     print(f"dledger servers' {flags.describe()}")
     print(render(rows))

@@ -93,8 +93,9 @@ async def leader_of(cluster: LocalCluster) -> str:
     from broker import protocol as bp
     from dledger.auth import Credentials
     from dledger.client import LogClient
+    from dledger.tls import dial_context  # DLEDGER_TLS_CA: `dledger bench --tls`
     # (signed when the environment names an account: a cluster with access control)
-    async with LogClient(cluster.client_addresses, timeout_s=2,
+    async with LogClient(cluster.client_addresses, timeout_s=2, ssl_context=dial_context(None),
                          credentials=Credentials.from_env()) as lc:
         for nid in cluster.servers:
             if (await lc.call(nid, bp.BROKER_STATUS))["raft"]["role"] == "leader":

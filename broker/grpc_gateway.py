@@ -26,6 +26,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
+import grpc
 from grpc import aio
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
@@ -40,6 +41,7 @@ from client import errors
 from client.delivery import Delivery
 from client.routes import GroupRoute, Routes
 from client.types import MessageQueue
+from dledger.tls import TlsConfig
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
@@ -59,6 +61,15 @@ RECEIVE_BATCH_SIZE = 32
 LONG_POLLING_S = 30
 
 
+def _server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """gRPC's TLS from the broker's --tls-* files (gRPC's own TLS stack, not Python's ssl)."""
+    with open(tls.key_file, "rb") as f:
+        key = f.read()
+    with open(tls.cert_file, "rb") as f:
+        chain = f.read()
+    return grpc.ssl_server_credentials([(key, chain)])
+
+
 def _metadata(context: Any, name: str) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == name:
@@ -74,7 +85,11 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         self.listen = listen
         self.group = server.config.node.group
         self.max_body_bytes = server.config.max_message_bytes
-        self.routes = Routes(list(server.config.namesrv))
+        tls = server.config.node.tls
+        self.tls = tls
+        self.routes = Routes(list(server.config.namesrv),  # its calls into the cluster: TLS too
+                             ssl_context=tls.dial_context() if tls is not None else None,
+                             from_env=False)
         self.delivery = Delivery(self.routes)
         self.sends = GatewaySends(self.delivery, SEND_TIMEOUT_S)
         self._grpc: aio.Server | None = None
@@ -100,7 +115,11 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         ])
         sg.add_MessagingServiceServicer_to_server(self, self._grpc)
         host, port = self.listen
-        bound = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if self.tls is None:
+            bound = self._grpc.add_insecure_port(where)
+        else:
+            bound = self._grpc.add_secure_port(where, _server_credentials(self.tls))
         if bound == 0:
             raise OSError(f"cannot listen for gRPC at {host}:{port}")
         await self._grpc.start()

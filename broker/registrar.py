@@ -36,7 +36,11 @@ class Registrar:
                  check_s: float = 0.1, request_timeout_s: float = 2.0,
                  probe_s: float = PROBE_S_DEFAULT) -> None:
         self.server = server
-        self.urls = [f"http://{a}" for a in namesrv]
+        # A broker with TLS (--tls-*) registers over https, the NameServers' certificates
+        # checked against its --tls-ca (docs/tls.md: a cluster is all-TLS or all-plain).
+        tls = server.config.node.tls
+        self.ssl_context = tls.dial_context() if tls is not None else None
+        self.urls = [f"{'https' if tls else 'http'}://{a}" for a in namesrv]
         self.interval_s = interval_s
         self.check_s = check_s
         self.probe_s = probe_s
@@ -53,7 +57,8 @@ class Registrar:
         self.reregistrations = 0  # registrations made because a probe found a NameServer back
 
     def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=self.timeout)
+        self._session = aiohttp.ClientSession(
+            timeout=self.timeout, connector=aiohttp.TCPConnector(ssl=self.ssl_context or True))
         self._tasks = [asyncio.create_task(self._run(), name="broker-registrar")]
         self._tasks += [asyncio.create_task(self._probe(u), name=f"broker-registrar-probe-{u}")
                         for u in self.urls]

@@ -229,13 +229,16 @@ class BrokerServer:
         self.metrics.attach()
         loop = asyncio.get_running_loop()
         host, port = self.config.client_listen
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        tls = self.config.node.tls  # (dledger.tls) on the client, admin and gRPC listeners too
+        self._server = await loop.create_server(lambda: _Connection(self), host, port,
+                                                ssl=tls.server_context() if tls else None)
         sock = self._server.sockets[0].getsockname()
         self.client_address = (sock[0], sock[1])
         if self.config.admin_listen is not None:
             self._admin = web.AppRunner(make_app(self), access_log=None)
             await self._admin.setup()
-            await web.TCPSite(self._admin, *self.config.admin_listen).start()
+            await web.TCPSite(self._admin, *self.config.admin_listen,
+                              ssl_context=tls.server_context() if tls else None).start()
             host, port = self._admin.addresses[0][:2]
             self.admin_address = (host, port)
         if self.config.grpc_listen is not None:

@@ -2,7 +2,7 @@
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
 ``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``; its
 ``reset-offset`` and ``status`` in ``consumer_admin``), ``producer``, ``dlq`` (and ``consumer
-retry``), ``acl`` (access control's accounts), ``bench``, ``message`` (``query``: show and query stored messages; ``message trace``
+retry``), ``acl`` (access control's accounts), ``bench``, ``tls`` (a test CA), ``message`` (``query``: show and query stored messages; ``message trace``
 in ``trace``);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
@@ -24,6 +24,7 @@ from cli.producer import producer
 from cli.query import message
 from cli.trace import message_trace
 from cli.status import status
+from cli.tls import tls
 from cli.topic import topic
 from cli.up import up
 from dledger import log_cli
@@ -59,7 +60,7 @@ consumer.add_command(consumer_retry)
 consumer.add_command(reset_offset)
 consumer.add_command(consumer_status)
 for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench,
-                group, acl):
+                group, acl, tls):
     main.add_command(command)
 message.add_command(message_trace)
 main.add_command(message)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
+import ssl
 from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
 
 import aiohttp
@@ -17,6 +19,7 @@ from client import ClientError
 from client.admin_views import http_error_text
 from client.routes import GroupRoute, Routes, client_error
 from dledger.errors import DLedgerError
+from dledger.tls import ENV_CA, HTTPS_PREFIX, TlsConfigError, dial_context, split_https
 
 T = TypeVar("T")
 NAMESRV_DEFAULT = "127.0.0.1:9876"
@@ -25,25 +28,65 @@ NAMESRV_HELP = ("NameServer address(es): host[:port] separated by ';' or ',' (po
 NAMESRV_TIMEOUT_S = 3.0
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 def _parse_namesrv(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    """The addresses, each written ``https://host:port`` when any was (the TLS rule of
+    ``dledger.tls.dial_context``, which ``Routes`` and ``namesrv_get`` follow)."""
     try:
-        return parse_namesrv_list(value)
+        addresses, https = split_https([value])
+        parsed = parse_namesrv_list(addresses)
     except NameSrvAddressError as err:
         raise click.BadParameter(str(err), ctx, param) from err
+    return tuple(HTTPS_PREFIX + a for a in parsed) if https else parsed
 
 
-namesrv_option = click.option("--namesrv", default=NAMESRV_DEFAULT, envvar="NAMESRV_ADDR",
-                              callback=_parse_namesrv, help=NAMESRV_HELP)
+def _take_tls_ca(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--tls-ca FILE``: this command's connections (NameServers, brokers, admin endpoints)
+    are TLS, verified against FILE. Exported as DLEDGER_TLS_CA, the client library's own
+    setting, so that every client the command makes follows it."""
+    if value:
+        if not os.path.isfile(value):
+            raise click.BadParameter(f"{value!r} is not a readable file", ctx, param)
+        os.environ[ENV_CA] = value
+
+
+tls_ca_option = click.option(
+    "--tls-ca", type=click.Path(dir_okay=False), envvar=ENV_CA, expose_value=False,
+    is_eager=True, callback=_take_tls_ca,
+    help="The cluster's CA file: speak TLS to it (default from $DLEDGER_TLS_CA; docs/tls.md).")
+
+
+def namesrv_option(f: F) -> F:
+    """``--namesrv`` (and ``--tls-ca``, which every command that reaches the cluster takes)."""
+    f = click.option("--namesrv", default=NAMESRV_DEFAULT, envvar="NAMESRV_ADDR",
+                     callback=_parse_namesrv, help=NAMESRV_HELP)(f)
+    return tls_ca_option(f)
+
+
+def http_session(timeout_s: float, https: bool = False) -> tuple[aiohttp.ClientSession, str]:
+    """A session for the cluster's HTTP endpoints, and the scheme they speak: https when a CA
+    is set (``--tls-ca``/DLEDGER_TLS_CA) or ``https`` says so."""
+    try:
+        ctx: ssl.SSLContext | None = dial_context(None, https)
+    except TlsConfigError as err:
+        raise click.ClickException(str(err)) from err
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                    connector=aiohttp.TCPConnector(ssl=ctx or True))
+    return session, "https" if ctx is not None else "http"
 
 
 async def namesrv_get(namesrv: Sequence[str], path: str,
                       timeout_s: float = NAMESRV_TIMEOUT_S) -> tuple[int, Any]:
     """GET ``path`` (HTTP status, JSON body) from the first NameServer that answers."""
     failures = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-        for addr in namesrv:
+    addresses, https = split_https(list(namesrv))
+    session, scheme = http_session(timeout_s, https)
+    async with session:
+        for addr in addresses:
             try:
-                async with session.get(f"http://{addr}{path}") as resp:
+                async with session.get(f"{scheme}://{addr}{path}") as resp:
                     return resp.status, await resp.json()
             except (aiohttp.ClientError, TimeoutError, ValueError) as err:
                 failures.append(f"{addr} ({http_error_text(err)})")

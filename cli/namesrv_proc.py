@@ -23,11 +23,12 @@ class NameSrvProcess:
     log_start: int  # where this start's output begins in the appended log
 
     @classmethod
-    def start(cls, port: int, data_dir: str) -> NameSrvProcess:
+    def start(cls, port: int, data_dir: str, extra_args: tuple[str, ...] = ()) -> NameSrvProcess:
         log_path = os.path.join(data_dir, "namesrv.log")
         with open(log_path, "ab") as log:
             log_start = log.tell()
-            proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", f"127.0.0.1:{port}"],
+            proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", f"127.0.0.1:{port}",
+                                     *extra_args],
                                     stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                     text=True, start_new_session=True)
         assert proc.stdout is not None

@@ -10,10 +10,9 @@ import sys
 import time
 from typing import Any, Sequence
 
-import aiohttp
 import click
 
-from cli.common import namesrv_get, namesrv_option
+from cli.common import http_session, namesrv_get, namesrv_option
 from client.admin_views import group_health as group_health  # re-exported: the HEALTH_HELP rules
 from client.admin_views import group_status
 from dledger.log_cli import WATCH_MIN_S
@@ -74,9 +73,10 @@ def _read(namesrv: Sequence[str]) -> list[dict[str, Any]]:
 
 async def cluster_status(namesrv: Sequence[str]) -> list[dict[str, Any]]:
     _, cluster = await namesrv_get(namesrv, "/v1/cluster")
-    timeout = aiohttp.ClientTimeout(total=NODE_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        return list(await asyncio.gather(*(group_status(session, g) for g in cluster["groups"])))
+    session, scheme = http_session(NODE_TIMEOUT_S)  # brokers' admin: https with --tls-ca
+    async with session:
+        return list(await asyncio.gather(*(group_status(session, g, scheme=scheme)
+                                           for g in cluster["groups"])))
 
 
 def status_table(rows: list[dict[str, Any]]) -> str:

@@ -17,8 +17,11 @@ import aiohttp
 import click
 
 from cli import control
+from cli.common import http_session
 from cli.namesrv_proc import NameSrvProcess
+from cli.tls import UpTls
 from dledger import log_cli
+from dledger.tls import ENV_CA
 from dledger.localcluster import ClusterError, LocalCluster, ServerProcess, describe_exit
 
 GROUP_NAMES = "abcdefghi"
@@ -42,9 +45,13 @@ LEADERS_TIMEOUT_S = 30.0
 @click.option("--grpc-port", type=int, default=8081, show_default=True,
               help="gRPC port for RocketMQ 5 clients of group a's n0 (same scheme); 0 picks "
                    "free ports.")
+@click.option("--tls", "use_tls", is_flag=True,
+              help="TLS on every listener, mutual TLS on peer links: a test CA and certificates "
+                   "are made under DATA_DIR/tls (docs/tls.md).")
 @click.option("--exit-after-s", type=float, default=None, help="Stop by itself after this long.")
 def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port: int,
-       peer_port: int, client_port: int, grpc_port: int, exit_after_s: float | None) -> None:
+       peer_port: int, client_port: int, grpc_port: int, use_tls: bool,
+       exit_after_s: float | None) -> None:
     """Start a NameServer and broker groups in the foreground; Ctrl-C stops everything.
 
     It prints each node's PID and addresses and keeps them in DATA_DIR/up.json, through which
@@ -55,7 +62,11 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
-    namesrv = NameSrvProcess.start(namesrv_port, data_dir)
+    up_tls = UpTls.prepare(data_dir) if use_tls else None
+    if up_tls is not None:
+        os.environ[ENV_CA] = up_tls.ca_file  # this process's own calls (the leader wait)
+    namesrv = NameSrvProcess.start(namesrv_port, data_dir,
+                                   up_tls.args("namesrv") if up_tls else ())
     clusters: list[LocalCluster] = []
     try:
         for g in range(groups):
@@ -63,11 +74,11 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
                                          peer_port + 10 * g if peer_port else 0,
                                          client_port + 10 * g if client_port else 0,
                                          grpc_port + 10 * g if grpc_port else 0,
-                                         namesrv.address))
+                                         namesrv.address, up_tls))
         supervisor = Supervisor(data_dir, namesrv, clusters)
         supervisor.write()
         asyncio.run(_wait_leaders(namesrv.address, [c.group for c in clusters], LEADERS_TIMEOUT_S))
-        _print_up(namesrv, clusters, flush_mode, data_dir)
+        _print_up(namesrv, clusters, flush_mode, data_dir, up_tls)
         deadline = time.monotonic() + exit_after_s if exit_after_s else None
         while not stop["now"] and (deadline is None or time.monotonic() < deadline):
             supervisor.turn()
@@ -115,13 +126,15 @@ def _listdir(folder: str) -> list[str]:
 
 
 def _start_group(data_dir: str, group: str, replicas: int, flush_mode: str, peer_port: int,
-                 client_port: int, grpc_port: int, namesrv: str) -> LocalCluster:
+                 client_port: int, grpc_port: int, namesrv: str,
+                 up_tls: UpTls | None = None) -> LocalCluster:
     cluster = LocalCluster(
         data_dir, size=replicas, group=group, flush_mode=flush_mode, peer_port=peer_port,
         client_port=client_port,
         program=("-m", "broker", "start", "--namesrv", namesrv,
                  "--register-interval-s", str(REGISTER_INTERVAL_S)),
-        node_args={f"n{i}": ("--grpc-listen", f"127.0.0.1:{grpc_port + i if grpc_port else 0}")
+        node_args={f"n{i}": ("--grpc-listen", f"127.0.0.1:{grpc_port + i if grpc_port else 0}",
+                             *(up_tls.args(f"{group}-n{i}", peer_mtls=True) if up_tls else ()))
                    for i in range(replicas)})
     try:
         cluster.start()
@@ -142,16 +155,21 @@ def admin_of(s: ServerProcess) -> str | None:
 
 
 def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode: str,
-              data_dir: str) -> None:
+              data_dir: str, up_tls: UpTls | None = None) -> None:
     ns = namesrv.address
+    scheme = "https" if up_tls else "http"
     click.echo(f"NameServer {ns} (pid {namesrv.proc.pid}); {len(clusters)} broker group(s), "
                f"flush mode {flush_mode}, data in {data_dir}")
     for c in clusters:
         for nid, s in c.servers.items():
             click.echo(f"  group {c.group} {nid}: pid {s.pid}  client {_fmt(s.client_address)}  "
                        f"peer {_fmt(s.peer_address)}  grpc {grpc_of(s)}  "
-                       f"admin http://{admin_of(s)}/status")
-    click.echo(f"\nconsole:  http://{ns}/console")
+                       f"admin {scheme}://{admin_of(s)}/status")
+    click.echo(f"\nconsole:  {scheme}://{ns}/console")
+    if up_tls is not None:
+        click.echo(f"TLS on every listener (mutual TLS between peers); CA {up_tls.ca_file}")
+        click.echo(f"clients:  export DLEDGER_TLS_CA={up_tls.ca_file}   (or --tls-ca FILE, "
+                   f"or Producer(..., tls_ca=FILE))")
     click.echo(f"connect:  dledger status --namesrv {ns}")
     click.echo(f"          dledger send --namesrv {ns} orders 'hello'")
     click.echo(f"          dledger consume --namesrv {ns} orders")
@@ -168,10 +186,11 @@ def _fmt(addr: tuple[str, int]) -> str:
 
 async def _wait_leaders(ns: str, groups: list[str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+    session, scheme = http_session(2.0)  # https under --tls (DLEDGER_TLS_CA is set)
+    async with session:
         while time.monotonic() < deadline:
             try:
-                async with session.get(f"http://{ns}/v1/cluster") as resp:
+                async with session.get(f"{scheme}://{ns}/v1/cluster") as resp:
                     led = {g["group"] for g in (await resp.json())["groups"] if g["leader"]}
                 if set(groups) <= led:
                     return

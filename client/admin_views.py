@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -20,6 +21,7 @@ import aiohttp
 from broker import protocol as bp
 from client.routes import GroupRoute, Routes
 from dledger.errors import DLedgerError
+from dledger.tls import ENV_CA, tls_failure
 
 __all__ = ["group_health", "group_status", "consumer_views", "http_error_text", "node_status",
            "summarize_consumers"]
@@ -29,8 +31,14 @@ CONSUMER_STATUS_TIMEOUT_S = 3.0
 
 def http_error_text(err: BaseException) -> str:
     """One readable phrase for an HTTP failure (aiohttp's own texts repeat the host and port)."""
+    why = tls_failure(err)
+    if why is not None:
+        return why
     if isinstance(err, aiohttp.ClientConnectorError):
         return f"cannot connect: {err.os_error.strerror or err.os_error}"
+    if isinstance(err, aiohttp.ServerDisconnectedError):
+        return ("closed without an answer (a TLS listener? give --tls-ca)"
+                if ENV_CA not in os.environ else "closed without an answer")
     if isinstance(err, TimeoutError):
         return "no answer in time"
     if isinstance(err, (aiohttp.ContentTypeError, ValueError)):
@@ -58,11 +66,12 @@ async def _slot(limit: asyncio.Semaphore | None) -> AsyncIterator[None]:
 
 
 async def node_status(session: aiohttp.ClientSession, n: dict[str, Any],
-                      limit: asyncio.Semaphore | None = None) -> dict[str, Any]:
+                      limit: asyncio.Semaphore | None = None, *,
+                      scheme: str = "http") -> dict[str, Any]:
     """One registered node (a ``/v1/cluster`` node entry) as its ``/status`` tells it; at most
     ``limit``'s count of requests run at once when one is given."""
     try:
-        async with _slot(limit), session.get(f"http://{n['admin_address']}/status") as resp:
+        async with _slot(limit), session.get(f"{scheme}://{n['admin_address']}/status") as resp:
             st = await resp.json()
         raft = st["raft"]
         return {"node": n["node_id"], "role": raft["role"], "term": raft["term"],
@@ -82,11 +91,13 @@ async def node_status(session: aiohttp.ClientSession, n: dict[str, Any],
 
 
 async def group_status(session: aiohttp.ClientSession, g: dict[str, Any],
-                       limit: asyncio.Semaphore | None = None) -> dict[str, Any]:
+                       limit: asyncio.Semaphore | None = None, *,
+                       scheme: str = "http") -> dict[str, Any]:
     """A ``/v1/cluster`` group with each node's status, the leader (the highest-term node that
     says it leads), the voters and learners (the leader's membership, else what the nodes
     name), and the health (``group_health``)."""
-    nodes = list(await asyncio.gather(*(node_status(session, n, limit) for n in g["nodes"])))
+    nodes = list(await asyncio.gather(*(node_status(session, n, limit, scheme=scheme)
+                                        for n in g["nodes"])))
     leaders = sorted((n for n in nodes if n["role"] == "leader"), key=lambda n: n["term"])
     leader = leaders[-1] if leaders else None
     registered = {n["node"] for n in nodes}

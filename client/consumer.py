@@ -22,15 +22,18 @@ ROUTE_RETRY_MAX_S = 1.0  # the longest back-off between two route questions of o
 
 
 class PullConsumer:
-    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only."""
+    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only.
+    ``tls_ca``: the CA file of a cluster that speaks TLS (else ``DLEDGER_TLS_CA``)."""
 
     def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0, *,
-                 canaries: Sequence[str] = (), credentials: Credentials | None = None) -> None:
+                 canaries: Sequence[str] = (), credentials: Credentials | None = None,
+                 tls_ca: str | None = None) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group
         self.timeout_s = timeout_s
         self._life = Lifecycle(f"PullConsumer of group {group!r}")
-        self._routes = Routes(self._namesrv, canaries=canaries, credentials=credentials)
+        self._routes = Routes(self._namesrv, canaries=canaries, credentials=credentials,
+                              tls_ca=tls_ca)
 
     async def start(self) -> PullConsumer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""

@@ -39,6 +39,12 @@ class NonRetriableError(ClientError):
     """Retrying the same request cannot succeed."""
 
 
+class TlsError(NonRetriableError):
+    """A TLS handshake with a NameServer or a broker failed: its certificate is not signed by
+    the CA given (``tls_ca=`` or ``DLEDGER_TLS_CA``; none given: the system's trust store) or
+    does not name the host dialed, or the server does not speak TLS (docs/tls.md)."""
+
+
 class MessageTooLargeError(NonRetriableError):
     """A message or a batch exceeds the broker's size limits."""
 

@@ -51,19 +51,21 @@ class Producer:
     """``trace``: write a trace record of each send (``send``, ``send_to``, ``send_orderly``,
     ``send_batch``; not ``send_oneway``) to the trace topic, in the background
     (``client.tracer``; ``tracer`` then holds its counts). ``canaries``: seeded bugs for the
-    chaos suite (``client.routes.CANARIES``), tests only."""
+    chaos suite (``client.routes.CANARIES``), tests only. ``tls_ca``: the CA file of a cluster
+    that speaks TLS (else ``DLEDGER_TLS_CA``; ``client.routes.Routes``)."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
                  retries: int = 2, *, group: str | None = None, client_id: str | None = None,
                  trace: bool = False, canaries: Sequence[str] = (),
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls_ca: str | None = None) -> None:
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group  # a producer group (RocketMQ's DefaultMQProducer("pg")): listed by
         self.client_id = client_id or new_client_id()  # the brokers (dledger producer list)
         self.send_timeout_s = send_timeout_s
         self.retries = retries
         self._life = Lifecycle("Producer")
-        self._routes = Routes(self._namesrv, canaries=canaries, credentials=credentials)
+        self._routes = Routes(self._namesrv, canaries=canaries, credentials=credentials,
+                              tls_ca=tls_ca)
         self._delivery = Delivery(self._routes)
         self._oneway: set[asyncio.Task[Any]] = set()
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []

@@ -69,11 +69,11 @@ class MessageQuery:
     """``async with MessageQuery(namesrv) as q: found = await q.view(result.offset_msg_id)``."""
 
     def __init__(self, namesrv: str | Sequence[str], timeout_s: float = 5.0, *,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls_ca: str | None = None) -> None:
         self.timeout_s = timeout_s
         self._life = Lifecycle("MessageQuery")
         self._routes = Routes(namesrv, request_timeout_s=min(timeout_s, 3.0),
-                              credentials=credentials)
+                              credentials=credentials, tls_ca=tls_ca)
 
     async def start(self) -> MessageQuery:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""

@@ -10,6 +10,7 @@ leader is a suggestion its connection pool weighs against what the nodes answere
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -22,9 +23,11 @@ from dledger.client import LogClient
 from dledger.client import UnavailableError as LogUnavailableError
 from dledger.client import UnknownLeaderError
 from dledger.errors import DiskFullError, DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
+from dledger.errors import TlsError as LogTlsError
 from dledger.errors import OverloadedError as LogOverloadedError
 from dledger.auth import Credentials
 from dledger.protocol import BadRequestError, RemoteError
+from dledger.tls import dial_context, split_https, tls_failure
 
 ROUTE_REFRESH_S = 30.0
 NOT_FOUND_REFRESH_S = 1.0  # a topic no group serves yet may be auto-created any moment
@@ -59,9 +62,21 @@ def _addr(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+PLAIN_HINT = ("; a NameServer that speaks TLS closes plain connections: give the cluster's CA "
+              "(tls_ca=, --tls-ca or DLEDGER_TLS_CA)")
+
+
 class Routes:
+    """``tls_ca``: the CA file of a cluster that speaks TLS (else ``DLEDGER_TLS_CA``); with it,
+    or with NameServer addresses written ``https://host:port``, every connection (NameServers
+    and brokers) is TLS, certificates and host names verified (``dledger.tls.dial_context``).
+    ``ssl_context`` (instead of ``tls_ca``): a context made by the caller. ``from_env=False``: the
+    environment is not read (a server's own client: its options alone say whether it speaks TLS)."""
+
     def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0, *,
-                 canaries: Sequence[str] = (), credentials: Credentials | None = None) -> None:
+                 canaries: Sequence[str] = (), credentials: Credentials | None = None,
+                 tls_ca: str | None = None, ssl_context: ssl.SSLContext | None = None,
+                 from_env: bool = True) -> None:
         unknown = set(canaries) - set(CANARIES)
         if unknown:
             raise ValueError(f"unknown client canaries {sorted(unknown)} (known: {list(CANARIES)})")
@@ -71,7 +86,10 @@ class Routes:
         self.credentials = credentials if credentials is not None else Credentials.from_env()
         # "a:9876;b" or ["a:9876", "b"]: the broker's and the command line's parser (a
         # NameSrvAddressError, a ValueError, names a bad entry)
-        self.urls = [f"http://{a}" for a in parse_namesrv_list(namesrv)]
+        addresses, https = split_https([namesrv] if isinstance(namesrv, str) else list(namesrv))
+        self.ssl_context = ssl_context or dial_context(tls_ca, https, from_env)
+        scheme = "https" if self.ssl_context is not None else "http"
+        self.urls = [f"{scheme}://{a}" for a in parse_namesrv_list(addresses)]
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._routes: dict[str, TopicRoute] = {}
@@ -80,7 +98,8 @@ class Routes:
 
     async def start(self) -> None:
         """Fail fast when no NameServer answers."""
-        self._session = aiohttp.ClientSession(timeout=self.timeout)
+        self._session = aiohttp.ClientSession(
+            timeout=self.timeout, connector=aiohttp.TCPConnector(ssl=self.ssl_context or True))
         try:
             await self._get("/v1/cluster")
         except BaseException:
@@ -142,7 +161,7 @@ class Routes:
         client = self._groups.get(g.group)
         if client is None or client.nodes != g.nodes:
             client = LogClient(g.nodes, timeout_s=3.0, stale_leader_canary=self._stale_leader_canary,
-                               credentials=self.credentials)
+                               credentials=self.credentials, ssl_context=self.ssl_context)
             self._groups[g.group] = client
         client.suggest(g.leader, g.term)
         return client
@@ -155,8 +174,14 @@ class Routes:
                 async with self._session.get(url + path) as resp:
                     return resp.status, await resp.json()
             except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+                why = tls_failure(err)
+                if why is not None:  # no other NameServer's certificate would be trusted more
+                    raise errors.TlsError(f"NameServer {url}: {why}") from err
                 last = err
-        raise errors.UnavailableError(f"no NameServer answered ({', '.join(self.urls)}): {last}")
+        hint = PLAIN_HINT if self.ssl_context is None and isinstance(
+            last, aiohttp.ServerDisconnectedError) else ""
+        raise errors.UnavailableError(f"no NameServer answered ({', '.join(self.urls)}): "
+                                      f"{last}{hint}")
 
 
 def _group(g: dict[str, Any]) -> GroupRoute:
@@ -196,6 +221,8 @@ def client_error(err: DLedgerError) -> errors.ClientError:
         return _CODES.get(err.code, errors.NonRetriableError)(str(err))
     if isinstance(err, BadRequestError):
         return errors.NonRetriableError(str(err))
+    if isinstance(err, LogTlsError):
+        return errors.TlsError(str(err))
     if isinstance(err, OutcomeUnknownError):
         return errors.SendTimeoutError(str(err))
     if isinstance(err, LogOverloadedError):

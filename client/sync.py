@@ -76,10 +76,10 @@ class SyncProducer:
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
                  retries: int = 2, *, group: str | None = None, trace: bool = False,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls_ca: str | None = None) -> None:
         self._lt = _LoopThread("SyncProducer")
         self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace,
-                           credentials=credentials)
+                           credentials=credentials, tls_ca=tls_ca)
         self._limit_s = send_timeout_s * (retries + 2) + 5  # every wait has a deadline
         self._lt.start(self._p.start(), self._limit_s)
 
@@ -137,9 +137,9 @@ class SyncPullConsumer:
     """Started by its constructor (fails fast when no NameServer answers)."""
 
     def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0, *,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls_ca: str | None = None) -> None:
         self._lt = _LoopThread(f"SyncPullConsumer of group {group!r}")
-        self._c = PullConsumer(namesrv, group, timeout_s, credentials=credentials)
+        self._c = PullConsumer(namesrv, group, timeout_s, credentials=credentials, tls_ca=tls_ca)
         self._limit_s = timeout_s + 20
         self._lt.start(self._c.start(), self._limit_s)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import ssl
 import time
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ from dledger.errors import (
     NotLeaderError,
     OutcomeUnknownError,
     ProposalTimeoutError,
+    TlsError,
     WireError,
 )
 from dledger.protocol import (
@@ -165,16 +167,20 @@ class LogClient:
     (The old code re-seeded only a client that knew no leader, so it kept dialling the silent
     node only when its first success after the silence needed no redirect, about half of the
     events; the canary re-seeds at every use of the route so that every run shows the bug.)
+    ``ssl_context``: speak TLS to every node (``dledger.tls.dial_context``), its certificate
+    checked against the host dialed; a failed handshake raises ``TlsError`` at once.
     """
 
     def __init__(self, nodes: dict[str, Address], timeout_s: float = 3.0,
                  connect_timeout_s: float = 1.0, *, silent_grace_s: float = SILENT_GRACE_S,
-                 stale_leader_canary: bool = False, credentials: Credentials | None = None) -> None:
+                 stale_leader_canary: bool = False, credentials: Credentials | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         if not nodes:
             raise ValueError("no nodes given")
         self.nodes = dict(nodes)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.ssl_context = ssl_context
         self.leader: str | None = None
         self.term = 0
         self._conns: dict[str, _Connection] = {}
@@ -218,7 +224,11 @@ class LogClient:
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
         try:
             _, fresh = await asyncio.wait_for(loop.create_connection(
-                lambda: _Connection(self.push_handler, self._signer, node), host, port), budget)
+                lambda: _Connection(self.push_handler, self._signer, node), host, port,
+                ssl=self.ssl_context,
+                server_hostname=host if self.ssl_context is not None else None), budget)
+        except ssl.SSLError as err:  # (an OSError) retrying elsewhere cannot help
+            raise TlsError(f"TLS to {node} at {host}:{port} failed: {err}") from err
         except (OSError, TimeoutError) as err:
             raise NodeStoppedError(f"cannot connect to {node} at {host}:{port}: {err}") from err
         self._conns[node] = fresh

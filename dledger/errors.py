@@ -75,6 +75,14 @@ class DiskFullError(StorageError):
     """The disk has no space for the write; nothing acknowledged was lost."""
 
 
+# --- connections -------------------------------------------------------------------------
+
+
+class TlsError(DLedgerError):
+    """A TLS handshake failed: the server's certificate is not trusted (no CA, the wrong CA, a
+    host name it does not name), or one side speaks TLS and the other does not."""
+
+
 # --- wire ----------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from dledger.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
+from dledger.tls import TlsConfig, TlsConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -152,6 +153,17 @@ _OPTIONS = [
                  default=INPUT_BUFFER_BYTES_MAX_DEFAULT, show_default=True,
                  help="Bytes of partly received frames all client connections may hold "
                       "together; past it the connections holding the most are closed."),
+    click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+                 help="Serve TLS on every listener with this certificate (PEM; with --tls-key "
+                      "and --tls-ca). Off unless given (docs/tls.md)."),
+    click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+                 help="The private key of --tls-cert (PEM)."),
+    click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
+                 help="The CA that signed the cluster's certificates: peers, NameServers and "
+                      "admin endpoints are verified against it when dialed."),
+    click.option("--peer-mtls", is_flag=True,
+                 help="Mutual TLS on peer links: a dialing peer must present a certificate "
+                      "signed by --tls-ca (this node presents --tls-cert when dialing)."),
     click.option("--join", is_flag=True,
                  help="Join a running group (a new member, or one whose disk was replaced): "
                       "take the membership from the leader; add the node with `dledger group "
@@ -176,7 +188,7 @@ NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mod
                      "disk_clean_forcibly_ratio",
                      "snapshot_timeout_s", "busy_poll_us", "quorum_first", "aio_fsync", "join", "test_faults",
                      "test_crash_in_install",
-                     "trace_path", "canary")
+                     "trace_path", "canary", "tls_cert", "tls_key", "tls_ca", "peer_mtls")
 
 
 def node_options(f: F) -> F:
@@ -192,6 +204,10 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
     # (a --dial entry may name a node not in --peers: one that joins the group later)
     dials = parse_peers(o["dial"]) if o["dial"] else {}
     try:
+        tls = TlsConfig.from_options(o["tls_cert"], o["tls_key"], o["tls_ca"], o["peer_mtls"])
+    except TlsConfigError as err:
+        raise click.UsageError(str(err)) from err
+    try:
         return NodeConfig(
             group=o["group"], node_id=o["node_id"], peers=members, data_dir=o["data_dir"],
             dial=dials, flush_mode=o["flush_mode"], async_flush_interval_s=o["async_flush_ms"] / 1000,
@@ -205,7 +221,8 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             busy_poll_us=o["busy_poll_us"], quorum_first=o["quorum_first"],
             aio_fsync=o["aio_fsync"], join=o["join"], test_faults=o["test_faults"],
             test_crash_in_install=o["test_crash_in_install"],
-            trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}))
+            trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}),
+            tls=tls)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
 

@@ -84,7 +84,9 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
                                        dial, self._on_message, rng=random.Random(self._rng.random()),
                                        on_batch_end=self._kick,
                                        on_stream=self._on_snapshot_stream if provider else None,
-                                       resolve=self._resolve_peer)
+                                       resolve=self._resolve_peer,
+                                       server_ssl=cfg.tls.peer_server_context() if cfg.tls else None,
+                                       dial_ssl=cfg.tls.peer_client_context() if cfg.tls else None)
         self.peer_address = await self.transport.start()  # (nothing turns before the task runs)
         self.flusher = self._open_flusher(self._store())
         self._wake = asyncio.Event()

@@ -96,7 +96,9 @@ class LogServer:
         await self.node.start()
         loop = asyncio.get_running_loop()
         host, port = self.client_listen
-        self._server = await loop.create_server(lambda: _ClientConnection(self), host, port)
+        tls = self.node.config.tls
+        self._server = await loop.create_server(lambda: _ClientConnection(self), host, port,
+                                                ssl=tls.server_context() if tls else None)
         sock = self._server.sockets[0].getsockname()
         self.client_address = (sock[0], sock[1])
 

@@ -147,7 +147,8 @@ class SnapshotShell(NodeBase):
                 raise SnapshotSendError(f"no address for {m.dst}")
             sent, skipped = await send_snapshot(
                 addr, self.config.group, self.config.node_id, m.term, m.dst, source,
-                timeout_s=self.config.snapshot_timeout_s)
+                timeout_s=self.config.snapshot_timeout_s,
+                ssl_context=self.config.tls.peer_client_context() if self.config.tls else None)
             ok = True
             self.snapshots_sent += 1
             self.snapshot_resumed_bytes += skipped

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import ssl
 import zlib
 from typing import Any
 from dataclasses import dataclass, field
@@ -86,12 +87,15 @@ class SnapshotSource:
 
 async def send_snapshot(addr: tuple[str, int], group: str, node_id: str, term: int, dst: str,
                         source: SnapshotSource, *, timeout_s: float = 10.0,
-                        chunk_bytes: int = CHUNK_BYTES) -> tuple[int, int]:
+                        chunk_bytes: int = CHUNK_BYTES,
+                        ssl_context: ssl.SSLContext | None = None) -> tuple[int, int]:
     """Stream ``source`` to ``dst`` at ``addr``; once the follower has staged it, return the
     bytes sent and those not sent again (the follower held them from a broken transfer).
-    ``timeout_s`` bounds each wait (connect, every write, every answer)."""
+    ``timeout_s`` bounds each wait (connect, every write, every answer). ``ssl_context``: TLS
+    to the follower's peer listener (its host name checked)."""
     async with asyncio.timeout(timeout_s):
-        reader, writer = await asyncio.open_connection(*addr)
+        reader, writer = await asyncio.open_connection(
+            *addr, ssl=ssl_context, server_hostname=addr[0] if ssl_context is not None else None)
     try:
         offer = Offer(term, node_id, dst, source.meta,
                       tuple((f.name, f.size) for f in source.files))

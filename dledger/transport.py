@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import random
 import socket
+import ssl
 from typing import Any, Callable, cast
 
 from dledger.errors import WireError
@@ -241,6 +242,8 @@ class PeerTransport:
         connect_timeout_s: float = 1.0,
         backoff_min_s: float = 0.05,
         backoff_max_s: float = 1.0,
+        server_ssl: ssl.SSLContext | None = None,
+        dial_ssl: ssl.SSLContext | None = None,
     ) -> None:
         if pending_frames_max < 1 or send_buffer_bytes_max < 1 or connect_timeout_s <= 0:
             raise ValueError("pending_frames_max, send_buffer_bytes_max, connect_timeout_s > 0")
@@ -266,6 +269,10 @@ class PeerTransport:
         self._connect_timeout_s = connect_timeout_s
         self._backoff_min_s = backoff_min_s
         self._backoff_max_s = backoff_max_s
+        # TLS (dledger.tls): the listener's context (requiring a client certificate with mutual
+        # TLS) and the dialer's, which checks the peer's certificate against the dialed host.
+        self._server_ssl = server_ssl
+        self._dial_ssl = dial_ssl
         self._hello_frame = encode_frame(encode_message(Hello(group, node_id)))
         self._stats: dict[str, _PeerStats] = {UNATTRIBUTED: _PeerStats()}
         self._links: dict[str, _Link] = {}
@@ -283,7 +290,8 @@ class PeerTransport:
             raise RuntimeError("PeerTransport.start() may be called once, before stop()")
         loop = asyncio.get_running_loop()
         host, port = self._listen
-        self._server = await loop.create_server(lambda: _InboundProtocol(self), host, port)
+        self._server = await loop.create_server(lambda: _InboundProtocol(self), host, port,
+                                                ssl=self._server_ssl)
         for link in self._links.values():
             self._start_dialer(link)
         sockname = self._server.sockets[0].getsockname()
@@ -441,8 +449,14 @@ class PeerTransport:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 transport, protocol = await loop.create_connection(
-                    lambda: _OutboundProtocol(link), host, port
+                    lambda: _OutboundProtocol(link), host, port, ssl=self._dial_ssl,
+                    server_hostname=host if self._dial_ssl is not None else None,
                 )
+        except ssl.SSLError as exc:  # (an OSError) not a peer that is down: say why, loudly
+            link.stats.errors += 1
+            logger.warning("%s: TLS to %s at %s:%s failed: %s", self.node_id, link.peer, host,
+                           port, exc)
+            return None
         except (OSError, TimeoutError) as exc:
             logger.debug("%s: dialing %s at %s:%s failed: %r", self.node_id, link.peer, host,
                          port, exc)

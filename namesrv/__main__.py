@@ -1,7 +1,7 @@
 """Command line: run a NameServer until SIGINT or SIGTERM.
 
     python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
-                      [--console-read-only]
+                      [--console-read-only] [--tls-cert FILE --tls-key FILE --tls-ca FILE]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
 real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change; ``--log-format json``: JSON lines).
@@ -20,6 +20,7 @@ import click
 
 from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
+from dledger.tls import TlsConfig, TlsConfigError
 from namesrv.errors import BadRequestError
 from namesrv.model import parse_host_port
 from namesrv.registry import LEASE_S_DEFAULT
@@ -62,6 +63,14 @@ _OPTIONS = [
     click.option("--console-read-only", is_flag=True,
                  help="The web console (/console) only shows: its actions (create or update a "
                       "topic, leader transfer, offset reset) are refused and hidden."),
+    click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+                 help="Serve the HTTP API over TLS with this certificate (PEM; with --tls-key "
+                      "and --tls-ca). Off unless given (docs/tls.md)."),
+    click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+                 help="The private key of --tls-cert (PEM)."),
+    click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
+                 help="The CA of the cluster: brokers' admin endpoints are verified against it "
+                      "when a registration's term is checked."),
     click.option("--log-level", default="WARNING", show_default=True,
                  type=click.Choice(LOG_LEVELS, case_sensitive=False)),
     click.option("--log-format", default="text", show_default=True, type=click.Choice(LOG_FORMATS),
@@ -70,13 +79,18 @@ _OPTIONS = [
 
 
 def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float,
-         console_read_only: bool, log_level: str, log_format: str) -> None:
+         console_read_only: bool, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
+         log_level: str, log_format: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
     logfmt.configure(log_format, log_level)
+    try:
+        tls = TlsConfig.from_options(tls_cert, tls_key, tls_ca)
+    except TlsConfigError as err:
+        raise click.UsageError(str(err)) from err
     host, port = listen
     logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})
     asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s,
-                                  console_read_only=console_read_only)))
+                                  console_read_only=console_read_only, tls=tls)))
 
 
 def _with_options(fn: Callable[..., None]) -> Callable[..., None]:

@@ -23,6 +23,8 @@ through (``Console.read_only``); today it is one NameServer option for everyone.
 
 from __future__ import annotations
 
+import ssl
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,11 +68,13 @@ _CONSOLE_KEY = web.AppKey("console", Console)
 
 
 def add_console(app: web.Application, cluster_view: ClusterView, clock: Clock,
-                read_only: bool = False) -> Console:
+                read_only: bool = False, dial_ssl: ssl.SSLContext | None = None,
+                tls_ca: str | None = None) -> Console:
     """Serve the console on ``app``; ``cluster_view`` gives the registry's ``/v1/cluster``
     groups (leases already expired)."""
     page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
-    console = Console(ClusterPoller(cluster_view), ConsoleOps(cluster_view, clock), read_only,
+    console = Console(ClusterPoller(cluster_view, ssl_context=dial_ssl),
+                      ConsoleOps(cluster_view, clock, tls_ca), read_only,
                       page.replace("__READ_ONLY__", "true" if read_only else "false"))
     app[_CONSOLE_KEY] = console
     app.on_shutdown.append(_stop_feeds)  # before the runner waits for the open event streams

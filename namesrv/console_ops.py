@@ -65,7 +65,9 @@ async def _leader(client: LogClient, kind: int, *args: Any,
 class ConsoleOps:
     """``bind(address)`` once (this NameServer's "host:port"), then any read or action."""
 
-    def __init__(self, cluster_view: ClusterView, clock: Clock = time.monotonic) -> None:
+    def __init__(self, cluster_view: ClusterView, clock: Clock = time.monotonic,
+                 tls_ca: str | None = None) -> None:
+        self._tls_ca = tls_ca  # this NameServer serves TLS: its clients dial it with this CA
         self._cluster_view = cluster_view
         self._clock = clock
         self._address: str | None = None
@@ -84,9 +86,11 @@ class ConsoleOps:
         async with self._starting:
             if self._routes is None or self._consumer is None or self._query is None:
                 assert self._address is not None, "bind() first"
-                routes = Routes(self._address, request_timeout_s=REQUEST_TIMEOUT_S)
-                consumer = PullConsumer(self._address, CONSOLE_GROUP, timeout_s=REQUEST_TIMEOUT_S)
-                query = MessageQuery(self._address, timeout_s=REQUEST_TIMEOUT_S)
+                ca = self._tls_ca
+                routes = Routes(self._address, request_timeout_s=REQUEST_TIMEOUT_S, tls_ca=ca)
+                consumer = PullConsumer(self._address, CONSOLE_GROUP, timeout_s=REQUEST_TIMEOUT_S,
+                                        tls_ca=ca)
+                query = MessageQuery(self._address, timeout_s=REQUEST_TIMEOUT_S, tls_ca=ca)
                 await routes.start()
                 await consumer.start()
                 await query.start()

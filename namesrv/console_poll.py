@@ -15,6 +15,7 @@ subscription; nothing here outlives the app.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import contextlib
 import json
 import logging
@@ -70,7 +71,9 @@ class Subscription:
 class ClusterPoller:
     def __init__(self, cluster_view: ClusterView, interval_s: float = POLL_INTERVAL_S,
                  node_timeout_s: float = NODE_TIMEOUT_S, concurrency: int = CONCURRENCY,
-                 subscribers_max: int = SUBSCRIBERS_MAX) -> None:
+                 subscribers_max: int = SUBSCRIBERS_MAX,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl = ssl_context  # the brokers' admin endpoints over TLS (https), if given
         if interval_s <= 0 or node_timeout_s <= 0 or concurrency < 1 or subscribers_max < 1:
             raise ValueError("interval_s, node_timeout_s, concurrency and subscribers_max must "
                              "be positive")
@@ -117,12 +120,15 @@ class ClusterPoller:
         """Ask every node now (also without subscribers): the cluster as it is."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.node_timeout_s))
+                timeout=aiohttp.ClientTimeout(total=self.node_timeout_s),
+                connector=aiohttp.TCPConnector(ssl=self._ssl or True))
             self._limit = asyncio.Semaphore(self.concurrency)
         session = self._session
         groups = self._cluster_view()
         started_s = time.monotonic()
-        rows = await asyncio.gather(*(group_status(session, g, self._limit) for g in groups))
+        scheme = "https" if self._ssl is not None else "http"
+        rows = await asyncio.gather(*(group_status(session, g, self._limit, scheme=scheme)
+                                      for g in groups))
         self._seq += 1
         for g, row in zip(groups, rows):
             _add_registration(row, g)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from typing import Any
 
 import aiohttp
@@ -38,7 +39,11 @@ CHECKS_AT_ONCE = 8
 class Corroborator:
     """Checks terms against the group's admin endpoints; owns one HTTP client session."""
 
-    def __init__(self, timeout_s: float = STATUS_TIMEOUT_S) -> None:
+    def __init__(self, timeout_s: float = STATUS_TIMEOUT_S,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        # ssl_context: the brokers' admin endpoints speak TLS (the NameServer's --tls-ca)
+        self._ssl = ssl_context
+        self._scheme = "https" if ssl_context is not None else "http"
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(CHECKS_AT_ONCE)
@@ -73,9 +78,10 @@ class Corroborator:
     async def _term_of(self, group: str, node_id: str, address: str) -> int | None:
         """The term ``node_id`` reports at ``address``, if it answers as that node of ``group``."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._ssl or True))
         try:
-            async with self._session.get(f"http://{address}/status",
+            async with self._session.get(f"{self._scheme}://{address}/status",
                                          allow_redirects=False) as resp:
                 raw = await resp.content.read(STATUS_BYTES_MAX + 1)
                 if resp.status != 200 or len(raw) > STATUS_BYTES_MAX:

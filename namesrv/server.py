@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 import uuid
 from typing import Any, Awaitable, Callable
@@ -30,6 +31,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from namesrv.console import add_console
+from dledger.tls import TlsConfig
 from namesrv.corroborate import Corroborator
 from namesrv.errors import (
     BadRequestError,
@@ -61,16 +63,18 @@ _METRICS_KEY = web.AppKey("metrics", NameServerMetrics)
 
 
 def make_app(registry: Registry, clock: Clock = time.monotonic, *, console: bool = True,
-             console_read_only: bool = False) -> web.Application:
+             console_read_only: bool = False, dial_ssl: ssl.SSLContext | None = None,
+             tls_ca: str | None = None) -> web.Application:
     """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call.
-    With ``console``, the web console too (its actions refused with ``console_read_only``)."""
+    With ``console``, the web console too (its actions refused with ``console_read_only``);
+    ``dial_ssl``: how to reach the brokers' admin endpoints over TLS (None: plain HTTP)."""
     metrics = NameServerMetrics(registry, clock)
     app = web.Application(middlewares=[metrics_middleware(metrics), _boot_id, _json_errors],
                           client_max_size=BODY_BYTES_MAX)
     app[_REGISTRY_KEY] = registry
     app[_METRICS_KEY] = metrics
     app[_CLOCK_KEY] = clock
-    app[_CORROBORATOR_KEY] = Corroborator()
+    app[_CORROBORATOR_KEY] = Corroborator(ssl_context=dial_ssl)
     app[_BOOT_ID_KEY] = uuid.uuid4().hex
     app.on_cleanup.append(_close_corroborator)
     app.router.add_post("/v1/brokers/register", _register)
@@ -86,7 +90,8 @@ def make_app(registry: Registry, clock: Clock = time.monotonic, *, console: bool
             now_s = clock()
             _expire(registry, now_s)
             return [g.to_json() for g in registry.cluster(now_s)]
-        add_console(app, cluster_view, clock, read_only=console_read_only)
+        add_console(app, cluster_view, clock, read_only=console_read_only, dial_ssl=dial_ssl,
+                    tls_ca=tls_ca)
     return app
 
 
@@ -220,7 +225,8 @@ class NameServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9876,
                  lease_s: float = LEASE_S_DEFAULT, scan_interval_s: float = SCAN_INTERVAL_S_DEFAULT,
-                 clock: Clock = time.monotonic, console_read_only: bool = False) -> None:
+                 clock: Clock = time.monotonic, console_read_only: bool = False,
+                 tls: TlsConfig | None = None) -> None:
         if scan_interval_s <= 0:
             raise ValueError("scan_interval_s must be positive")
         self.host = host
@@ -229,6 +235,7 @@ class NameServer:
         self.registry = Registry(lease_s)
         self._clock = clock
         self.console_read_only = console_read_only
+        self.tls = tls  # serve https; reach the brokers' admin endpoints over TLS (dledger.tls)
         self._runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self._address: tuple[str, int] | None = None
@@ -243,19 +250,24 @@ class NameServer:
     @property
     def url(self) -> str:
         host, port = self.address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     async def start(self) -> tuple[str, int]:
         """Bind the API and start the expiry scan; return the bound (host, port)."""
         if self._runner is not None:
             raise ServerStateError("name server already started")
-        app = make_app(self.registry, self._clock, console_read_only=self.console_read_only)
+        tls = self.tls
+        app = make_app(self.registry, self._clock, console_read_only=self.console_read_only,
+                       dial_ssl=tls.dial_context() if tls else None,
+                       tls_ca=tls.ca_file if tls else None)
         self._metrics = app[_METRICS_KEY]
         runner = web.AppRunner(app, access_log=None,
                                handle_signals=False, shutdown_timeout=STOP_TIMEOUT_S)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self.port)
+            site = web.TCPSite(runner, self.host, self.port,
+                               ssl_context=tls.server_context() if tls else None)
             await site.start()
         except OSError:
             await runner.cleanup()

@@ -11,6 +11,11 @@ connections), one-way silence of a node, latency with jitter, SIGKILL, SIGSTOP/S
 loss (SIGUSR1: the node discards unsynced bytes and dies), disk corruption of a stopped node,
 NameServer down/up. Every call blocks (process starts, proxy HTTP API); the async runner calls
 them from a worker thread. Everything started is stopped by ``stop()``.
+
+With ``tls`` every listener speaks TLS and peer links are mutual TLS (docs/tls.md), through the
+same proxies (they forward bytes): a test CA and one certificate per process are made under
+the run's directory, and ``DLEDGER_TLS_CA`` names the CA while the cluster runs, so that the
+client library in this process and in the processes it starts speaks TLS to it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from dledger.localcluster import Address, ClusterError, LocalCluster, free_ports
+from dledger.tls import ENV_CA
 
 if TYPE_CHECKING:  # imported where used: `dledger chaos run --help` needs no dev extra
     from chaos.toxiproxy.client import ToxiproxyClient
@@ -91,6 +97,10 @@ class ChaosCluster:
     members: set[str] = field(default_factory=set)  # the group as the schedule changed it
     proxies: dict[Link, Address] = field(default_factory=dict)  # link -> proxy listen address
     namesrv_port: int = 0
+    tls: bool = False  # TLS everywhere, mutual TLS on peer links (see the module docstring)
+    tls_ca: str | None = None  # the test CA, once made
+    _env_ca: str | None = None  # DLEDGER_TLS_CA as it was before start()
+    _namesrv_tls: tuple[str, ...] = ()  # the NameServer's TLS options
     _toxi_proc: subprocess.Popen[bytes] | None = None
     _ns_proc: subprocess.Popen[bytes] | None = None
     toxi: ToxiproxyClient | None = None
@@ -127,6 +137,7 @@ class ChaosCluster:
         os.makedirs(self.base_dir, exist_ok=True)
         try:
             self._start_toxiproxy()
+            tls_args = self._make_tls() if self.tls else {}
             self.namesrv_port = free_ports(1)[0]
             self.start_namesrv()
             self.brokers = LocalCluster(
@@ -139,7 +150,7 @@ class ChaosCluster:
                             "--checkpoint-interval-s", "5", "--async-flush-ms",
                             str(self.async_flush_ms),
                             *(a for c in self.canaries for a in ("--canary", c)),
-                            *self.broker_args))
+                            *tls_args.get("broker", ()), *self.broker_args))
             self._create_proxies()
             self.members = set(self.brokers.members())
             self.brokers.start()
@@ -153,6 +164,23 @@ class ChaosCluster:
             self.brokers.stop()
         _stop_process(self._ns_proc)
         _stop_process(self._toxi_proc)
+        if self.tls_ca is not None and os.environ.get(ENV_CA) == self.tls_ca:
+            if self._env_ca is None:
+                os.environ.pop(ENV_CA, None)
+            else:
+                os.environ[ENV_CA] = self._env_ca
+
+    def _make_tls(self) -> dict[str, tuple[str, ...]]:
+        """A test CA and a certificate for the NameServer and the brokers (every process
+        listens on 127.0.0.1); their command-line options by process."""
+        from dledger.tls_certs import make_loopback_cluster_tls  # (cryptography: with TLS only)
+
+        files = make_loopback_cluster_tls(os.path.join(self.base_dir, "tls"))
+        self.tls_ca = files.ca_file
+        self._env_ca = os.environ.get(ENV_CA)
+        os.environ[ENV_CA] = self.tls_ca
+        self._namesrv_tls = files.namesrv_args
+        return {"broker": files.broker_args}
 
     def __enter__(self) -> ChaosCluster:
         return self.start()
@@ -183,7 +211,8 @@ class ChaosCluster:
         log = open(os.path.join(self.base_dir, "namesrv.log"), "ab")  # noqa: SIM115
         with log:
             self._ns_proc = subprocess.Popen(
-                [sys.executable, "-m", "namesrv", "--listen", self.namesrv, "--scan-interval-s", "1"],
+                [sys.executable, "-m", "namesrv", "--listen", self.namesrv, "--scan-interval-s", "1",
+                 *self._namesrv_tls],
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         json.loads(_read_ready_line(self._ns_proc, 20))

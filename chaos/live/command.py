@@ -74,9 +74,12 @@ def chaos() -> None:
                    "messages) and their checkers beside the workload"
                    f" [default: in {', '.join(FEATURE_SCENARIOS)}; "
                    "a feature canary needs them].")
+@click.option("--tls", "use_tls", is_flag=True, envvar="DLEDGER_CHAOS_TLS",
+              help="TLS on every listener and mutual TLS on peer links, through the same "
+                   "proxies (a test CA per run; docs/tls.md).")
 def run(scenarios: tuple[str, ...], all_: bool, ci: bool, canaries: tuple[str, ...],
         all_canaries: bool, seed: int, duration_s: float, out_dir: str, work_dir: str | None,
-        keep_data: bool, features: bool | None) -> None:
+        keep_data: bool, features: bool | None, use_tls: bool) -> None:
     """Run scenarios and write a report; exit 1 if any run did not end as expected."""
     todo = plan(scenarios, all_, ci, canaries, all_canaries)
     if not todo:
@@ -86,7 +89,7 @@ def run(scenarios: tuple[str, ...], all_: bool, ci: bool, canaries: tuple[str, .
     for name, canary in todo:
         cfg = RunConfig(name, seed, duration_s, work_dir or os.path.join(out_dir, "work"),
                         canary, keep_data=keep_data,
-                        features=True if canary in FEATURE_CANARIES else features)
+                        features=True if canary in FEATURE_CANARIES else features, tls=use_tls)
         results.append(asyncio.run(run_scenario(cfg, say=lambda s: click.echo(s))))
     path = write_report(results, _meta(100, 10), out_dir)
     unexpected = [f"{r['scenario']}{'/' + r['canary'] if r['canary'] else ''}" for r in results

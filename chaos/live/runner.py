@@ -34,6 +34,7 @@ from chaos.live.feature_clients import SEND_ERRORS
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from dledger.client import LogClient
+from dledger.tls import client_context
 from dledger.errors import DLedgerError
 from dledger.localcluster import ClusterError
 from chaos.toxiproxy.errors import ToxiproxyError
@@ -62,6 +63,7 @@ class RunConfig:
     keep_data: bool = False
     features: bool | None = None  # the messaging features beside the workload (None: the
     # scenario's choice)
+    tls: bool = False  # TLS on every listener, mutual TLS on peer links (ChaosCluster.tls)
 
 
 def scenario_for(cfg: RunConfig) -> Scenario:
@@ -161,11 +163,13 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     cluster = ChaosCluster(base, size=sc.nodes, flush_mode=sc.flush_mode, tick_ms=cfg.tick_ms,
                            election_ticks=cfg.election_ticks, canaries=core_canaries,
                            async_flush_ms=sc.async_flush_ms, seed=cfg.seed, spares=sc.spares,
-                           broker_args=broker_args(cfg.canary) if sc.features else ())
+                           broker_args=broker_args(cfg.canary) if sc.features else (),
+                           tls=cfg.tls)
     wall0 = time.monotonic()
     t0 = time.time()
     say(f"[{label}] starting {sc.nodes} brokers, a NameServer and "
         f"{sc.nodes * (sc.nodes - 1) + 2 * sc.nodes} proxies ({sc.flush_mode} flush"
+        f"{', TLS (mutual on peer links)' if cfg.tls else ''}"
         f"{', with the messaging features' if sc.features else ''})")
     history = History(os.path.join(base, "history.jsonl"))
     notes: list[str] = []
@@ -182,7 +186,9 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     try:
         await asyncio.to_thread(cluster.start)
         nodes = cluster.node_ids
-        async with LogClient(cluster.direct_client_addresses, timeout_s=3.0) as control:
+        async with LogClient(cluster.direct_client_addresses, timeout_s=3.0,
+                             ssl_context=client_context(cluster.tls_ca) if cluster.tls_ca
+                             else None) as control:
             await _wait(lambda: find_leader(control, nodes), LEADER_WAIT_S, "a first leader")
             await control.call_leader(bp.TOPIC_PUT, TOPIC, QUEUES, QUEUES, 6, timeout_s=10.0)
             workers = [asyncio.create_task(producer(history, cluster.namesrv, k, stop_producers,
