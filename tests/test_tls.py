@@ -323,6 +323,28 @@ def test_admin_http_cli_and_grpc_speak_tls(tls_up: tuple[UpProcess, str]) -> Non
     assert refused_rpc.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+def test_the_console_and_metrics_work_over_tls(tls_up: tuple[UpProcess, str]) -> None:
+    """The NameServer's console reaches the brokers' admin endpoints over https and its client
+    calls carry the CA; /metrics is served over https too."""
+    up, ca = tls_up
+
+    async def get(path: str) -> tuple[int, Any]:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15),
+                                         connector=aiohttp.TCPConnector(ssl=client_context(ca))) as s:
+            async with s.get(f"https://{up.namesrv}{path}") as resp:
+                body = await resp.json() if path.startswith("/console/api") else await resp.text()
+                return resp.status, body
+
+    status, snap = _arun(get("/console/api/snapshot"))
+    assert status == 200
+    nodes = [n for g in snap["groups"] for n in g["nodes"]]
+    assert len(nodes) == 3 and all(n["role"] != "unreachable" for n in nodes), nodes
+    status, topics = _arun(get("/console/api/topics"))
+    assert status == 200, topics
+    status, text = _arun(get("/metrics"))
+    assert status == 200 and "dledger_namesrv_nodes 3.0" in text
+
+
 def test_tls_make_ca_command_writes_a_ca_and_node_certificates(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
