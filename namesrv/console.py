@@ -16,16 +16,18 @@ the cluster) and the JSON and event-stream endpoints it reads.
   POST /console/api/reset-offset             set a consumer group's offsets on a topic
 
 Owns the routes, the mapping of errors to status codes (every failure is JSON ``{"error": ...,
-"error_type": ...}``), the bound on action bodies, and read-only mode: with it, every action is
-refused (403) and the page hides them. Read-only is the hook later access control decides
-through (``Console.read_only``); today it is one NameServer option for everyone.
+"error_type": ...}``), the bound on action bodies, read-only mode (``--console-read-only``: every
+action refused (403), the page hides them) and a viewer's sign-in: with access control on, an
+action goes to the cluster signed by the account the page sends (headers
+``X-Dledger-Access-Key``, ``X-Dledger-Secret-Key``; use the console over TLS), else by the
+NameServer's own account (``DLEDGER_ACCESS_KEY``): give the NameServer a read-only account and
+viewers who have not signed in as an admin can only look (403 AccessDeniedError).
 """
 
 from __future__ import annotations
 
-import ssl
-
 import json
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -33,6 +35,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from client import errors as client_errors
+from dledger.auth import Credentials
 from namesrv.console_model import parse_reset, parse_search, parse_topic_action, parse_transfer
 from namesrv.console_ops import OP_TIMEOUT_S, Clock, ClusterView, ConsoleOps
 from namesrv.console_poll import ClusterPoller, ConsoleBusyError
@@ -48,6 +51,8 @@ __all__ = ["ACTION_BODY_BYTES_MAX", "BodyTooLargeError", "Console", "add_console
 
 STATIC_DIR = Path(__file__).resolve().parent / "console_static"
 ACTION_BODY_BYTES_MAX = 16 << 10
+ACCESS_KEY_HEADER = "X-Dledger-Access-Key"  # a signed-in viewer's account, sent with actions
+SECRET_KEY_HEADER = "X-Dledger-Secret-Key"
 KEEPALIVE_S = 10.0  # an idle event stream gets a comment this often (proxies close silent ones)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -119,6 +124,8 @@ def _error(status: int, err: BaseException | str) -> web.Response:
 _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (BadRequestError, 400),
     (ConsoleReadOnlyError, 403),
+    (client_errors.AccessDeniedError, 403),  # access control: the account may not
+    (client_errors.SignatureError, 403),
     (BodyTooLargeError, 413),
     (ConsoleNotFoundError, 404),
     (client_errors.MessageNotFoundError, 404),
@@ -247,20 +254,34 @@ async def _action_body(request: web.Request) -> object:
         raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
 
 
+def _viewer(request: web.Request) -> Credentials | None:
+    """The credentials a signed-in viewer's page sends with an action (headers
+    X-Dledger-Access-Key and X-Dledger-Secret-Key), or None: the console's own account acts."""
+    key = request.headers.get(ACCESS_KEY_HEADER)
+    secret = request.headers.get(SECRET_KEY_HEADER)
+    if not key and not secret:
+        return None
+    try:
+        return Credentials(key or "", secret or "")
+    except ValueError as err:
+        raise BadRequestError(f"the sign-in is malformed: {err}") from err
+
+
 async def _put_topic(request: web.Request) -> web.Response:
     action = parse_topic_action(await _action_body(request))
-    done = await _ops(request).put_topic(action)
+    done = await _ops(request).put_topic(action, _viewer(request))
     return web.json_response({"ok": True, "topic": action.name, "mode": action.mode,
                               "groups": done})
 
 
 async def _transfer(request: web.Request) -> web.Response:
     action = parse_transfer(await _action_body(request))
-    return web.json_response({"ok": True, **await _ops(request).transfer(action)})
+    return web.json_response({"ok": True, **await _ops(request).transfer(action,
+                                                                          _viewer(request))})
 
 
 async def _reset(request: web.Request) -> web.Response:
     action = parse_reset(await _action_body(request))
-    rows = await _ops(request).reset(action)
+    rows = await _ops(request).reset(action, _viewer(request))
     return web.json_response({"ok": True, "consumer_group": action.consumer_group,
                               "topic": action.topic, "queues": rows})

@@ -13,14 +13,16 @@ cluster refuses arrives as the client library's named errors, or as this NameSer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from broker import protocol as bp
 from broker.admin_handlers import RESET_EARLIEST_MS, RESET_LATEST_MS
 from client import ClientError, MessageQuery, MessageQueue, PullConsumer
 from client.admin_views import consumer_views, summarize_consumers
 from client.routes import GroupRoute, Routes, client_error
+from dledger.auth import Credentials
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
 from namesrv.console_model import (
@@ -96,6 +98,24 @@ class ConsoleOps:
                 await query.start()
                 self._routes, self._consumer, self._query = routes, consumer, query
             return self._routes, self._consumer, self._query
+
+    @contextlib.asynccontextmanager
+    async def _acting(self, credentials: Credentials | None) -> AsyncIterator[Routes]:
+        """The routes an action goes through: the viewer's own, signed with the credentials
+        the page sent (a cluster with access control decides what they may do), else the
+        console's shared ones (the NameServer process's account, if any)."""
+        if credentials is None:
+            routes, _, _ = await self._clients()
+            yield routes
+            return
+        assert self._address is not None, "bind() first"
+        routes = Routes(self._address, request_timeout_s=REQUEST_TIMEOUT_S, tls_ca=self._tls_ca,
+                        credentials=credentials)
+        await routes.start()
+        try:
+            yield routes
+        finally:
+            await routes.close()
 
     async def close(self) -> None:
         routes, consumer, query = self._routes, self._consumer, self._query
@@ -218,11 +238,14 @@ class ConsoleOps:
                                        f"(registered: {', '.join(g.group for g in groups)})")
         return [g for g in groups if not only or g.group in only]
 
-    async def put_topic(self, a: TopicAction) -> list[dict[str, Any]]:
+    async def put_topic(self, a: TopicAction,
+                        credentials: Credentials | None = None) -> list[dict[str, Any]]:
         """TOPIC_PUT on each group's leader: the given counts (create), or the group's current
         config with the given fields changed (update; a group without the topic: 404)."""
-        routes, _, _ = await self._clients()
+        async with self._acting(credentials) as routes:
+            return await self._put_topic(routes, a)
 
+    async def _put_topic(self, routes: Routes, a: TopicAction) -> list[dict[str, Any]]:
         async def put() -> list[dict[str, Any]]:
             done = []
             for g in await self._groups(routes, a.groups):
@@ -241,9 +264,12 @@ class ConsoleOps:
             return done
         return await _bounded(put())
 
-    async def transfer(self, a: TransferAction) -> dict[str, Any]:
-        routes, _, _ = await self._clients()
+    async def transfer(self, a: TransferAction,
+                       credentials: Credentials | None = None) -> dict[str, Any]:
+        async with self._acting(credentials) as routes:
+            return await self._transfer(routes, a)
 
+    async def _transfer(self, routes: Routes, a: TransferAction) -> dict[str, Any]:
         async def move() -> dict[str, Any]:
             (g,) = await self._groups(routes, (a.group,))
             if a.to not in g.nodes:
@@ -258,10 +284,14 @@ class ConsoleOps:
             return {"group": g.group, "from": node, "to": a.to}
         return await _bounded(move())
 
-    async def reset(self, a: ResetAction) -> list[dict[str, Any]]:
+    async def reset(self, a: ResetAction,
+                    credentials: Credentials | None = None) -> list[dict[str, Any]]:
         """OFFSET_RESET on each group serving the topic; refused (409) while live members of the
         consumer group subscribe to it, unless ``force``."""
-        routes, _, _ = await self._clients()
+        async with self._acting(credentials) as routes:
+            return await self._reset(routes, a)
+
+    async def _reset(self, routes: Routes, a: ResetAction) -> list[dict[str, Any]]:
         timestamp_ms = {"earliest": RESET_EARLIEST_MS, "latest": RESET_LATEST_MS}.get(
             a.to, a.timestamp_ms)
 

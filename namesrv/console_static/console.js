@@ -23,9 +23,54 @@ function el(tag, attrs = {}, ...children) {
 const num = (v) => el("td", { class: "num" }, v === undefined || v === null ? "–" : v);
 const time = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC") : "–");
 
+// A viewer's sign-in (access control): kept in this tab's sessionStorage, sent only with actions.
+function signedIn() {
+  const key = sessionStorage.getItem("dledger-access-key");
+  const secret = sessionStorage.getItem("dledger-secret-key");
+  return key && secret ? { key, secret } : null;
+}
+
+function showSignIn() {
+  const who = signedIn();
+  const form = $("#sign-in");
+  if (!form) return;
+  for (const input of form.querySelectorAll("input")) input.hidden = Boolean(who);
+  form.querySelector("button").textContent = who ? "sign out" : "sign in";
+  $("#signed-in").hidden = !who;
+  $("#signed-in").textContent = who ? `acting as ${who.key}` : "";
+}
+
+function setupSignIn() {
+  const form = $("#sign-in");
+  if (!form) return;
+  form.hidden = READ_ONLY;
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (signedIn()) {
+      sessionStorage.removeItem("dledger-access-key");
+      sessionStorage.removeItem("dledger-secret-key");
+    } else {
+      const key = form.elements.access_key.value.trim();
+      const secret = form.elements.secret_key.value;
+      if (key && secret) {
+        sessionStorage.setItem("dledger-access-key", key);
+        sessionStorage.setItem("dledger-secret-key", secret);
+      }
+      form.elements.secret_key.value = "";
+    }
+    showSignIn();
+  });
+  showSignIn();
+}
+
 async function api(path, body) {
-  const init = body === undefined ? {} : {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+  const headers = { "Content-Type": "application/json" };
+  const who = signedIn();
+  if (who) {
+    headers["X-Dledger-Access-Key"] = who.key;
+    headers["X-Dledger-Secret-Key"] = who.secret;
+  }
+  const init = body === undefined ? {} : { method: "POST", headers, body: JSON.stringify(body) };
   const resp = await fetch("/console/api/" + path, init);
   let data;
   try { data = await resp.json(); } catch (e) { data = { error: `HTTP ${resp.status}` }; }
@@ -274,6 +319,7 @@ async function showMessage(id) {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("#read-only-badge").hidden = !READ_ONLY;
+  setupSignIn();
   for (const f of document.querySelectorAll("form.action")) if (READ_ONLY) f.hidden = true;
   $("#topic-form").addEventListener("submit", topicSubmit);
   $("#reset-form").addEventListener("submit", resetSubmit);
