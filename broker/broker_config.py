@@ -1,0 +1,81 @@
+"""A broker node's configuration (``BrokerConfig``, checked when made) and the seeded bugs a test
+may turn on (``BROKER_CANARIES``: each feature's own set). ``broker.server`` re-exports both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.acl_service import ACL_CANARIES
+from broker.checkpoint import QUEUE_CANARIES
+from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, parse_levels
+from broker.delay_service import DELAY_CANARIES
+from broker.index import IndexConfig
+from broker.orderly_service import LOCK_CANARIES
+from broker.protocol import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
+from broker.retry_service import RETRY_CANARIES
+from broker.state import STATE_CANARIES
+from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
+from broker.txn_service import TXN_CANARIES
+from dledger.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials
+from dledger.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
+from dledger.node_config import Address, NodeConfig
+
+__all__ = ["BROKER_CANARIES", "BrokerConfig"]
+
+BROKER_CANARIES = (STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES | TXN_CANARIES
+                   | QUEUE_CANARIES | ACL_CANARIES)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node: NodeConfig
+    client_listen: Address = ("127.0.0.1", 0)
+    auto_create_topics: bool = True
+    default_queues: int = DEFAULT_QUEUES  # of a topic created by its first send
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # of a message, or of a batch (SEND) in total
+    send_timeout_s: float = 3.0
+    admin_listen: Address | None = ("127.0.0.1", 0)  # None: no admin HTTP
+    checkpoint_interval_s: float = 10.0  # persist the state machine this often (0: never)
+    namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
+    register_interval_s: float = 30.0
+    advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
+    max_connections: int = CONNECTIONS_MAX_DEFAULT  # client connections open at once
+    input_buffer_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT  # partial frames, all clients
+    delay_levels_ms: tuple[int, ...] = parse_levels(DEFAULT_LEVELS)  # RocketMQ's 18 levels
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS  # the furthest ahead a timed message may be due
+    # Transactions' check-back (RocketMQ's transactionTimeout / CheckInterval / CheckMax)
+    transaction_timeout_s: float = 6.0
+    transaction_check_interval_s: float = 60.0
+    transaction_check_max: int = 15
+    canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
+    index: IndexConfig = IndexConfig()  # the key index's files (broker.index)
+    grpc_listen: Address | None = None  # serve RocketMQ 5 clients here (broker.grpc_gateway)
+    grpc_max_delivery_attempts: int = 16  # a gRPC consumer's deliveries of a message before DLQ
+    acl: bool = False  # access control: every request signed and checked (broker.acl_service)
+    acl_admins: tuple[Credentials, ...] = ()  # bootstrap admin accounts (not in the log)
+    acl_replay_window_ms: int = REPLAY_WINDOW_MS_DEFAULT  # a signature's clock vs this node's
+
+    def __post_init__(self) -> None:
+        unknown = self.canaries - BROKER_CANARIES
+        if unknown:
+            raise ValueError(f"unknown broker canaries {sorted(unknown)}")
+        if self.canaries and not self.node.test_faults:
+            raise ValueError("broker canaries need test_faults=True")
+        if not self.delay_levels_ms or min(self.delay_levels_ms) <= 0:
+            raise ValueError("delay levels are positive durations, at least one")
+        if not 1 <= self.default_queues <= MAX_QUEUES:
+            raise ValueError(f"default_queues must be 1..{MAX_QUEUES}, not {self.default_queues}")
+        if not (self.transaction_timeout_s > 0 and self.transaction_check_interval_s > 0
+                and self.transaction_check_max >= 0):
+            raise ValueError("transaction timeout and check interval are positive, the check "
+                             "count at least 0")
+        if self.acl and self.grpc_listen is not None:
+            raise ValueError("the gRPC endpoint does not sign the requests it forwards yet: it "
+                             "cannot run with access control (--acl)")
+        if self.acl_replay_window_ms < 1000:
+            raise ValueError("the replay window is at least 1000 ms (clocks differ)")
+        if self.grpc_listen is not None and not self.namesrv:
+            raise ValueError("the gRPC endpoint routes through the NameServers: give --namesrv")
+        if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
+            raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
+                             f"not {self.max_message_bytes}")
