@@ -5,9 +5,11 @@ not, a default permission for topics and one for groups, and per-topic and per-g
 permissions), ``AclTable`` (the accounts, changed only by applying the ACL entries of
 ``broker.acl_entries``, in every replica's checkpoint), and ``permits`` (may an account do what
 a request needs). Permissions are RocketMQ's: DENY, PUB, SUB, PUB|SUB. A consumer group needs
-SUB, a producer group (transactions) PUB. A retry or dead-letter topic (``%RETRY%g``,
-``%DLQ%g``) is its group's: reading it needs SUB on group ``g``. An admin account may do
-anything, the admin operations included (topics, offsets reset, leadership, membership, ACL).
+SUB, a producer group (transactions) PUB; both defaults are DENY. A retry or dead-letter topic
+(``%RETRY%g``, ``%DLQ%g``) is its group's: reading it needs SUB on group ``g``. The broker's own
+topics (timers, half messages, rolled-back transactions) are an admin's only; the trace topic
+follows the account's permissions. An admin account may do anything, the admin operations
+included (topics, offsets reset, leadership, membership, ACL).
 
 The signature check and the request table live in ``broker.acl_service`` (leader or not, every
 node checks each request it serves).
@@ -18,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from broker.topics import TRACE_TOPIC, is_system_topic
 from dledger.auth_rules import check_access_key, check_secret_key
 
 __all__ = [
@@ -59,7 +62,7 @@ class Account:
     secret_key: str
     admin: bool = False
     default_topic_perm: int = DENY
-    default_group_perm: int = SUB
+    default_group_perm: int = DENY
     topic_perms: tuple[tuple[str, int], ...] = ()  # sorted by name
     group_perms: tuple[tuple[str, int], ...] = ()
     _topics: Mapping[str, int] = field(init=False, repr=False, compare=False)
@@ -92,6 +95,8 @@ class Account:
         for prefix in (RETRY_PREFIX, DLQ_PREFIX):
             if topic.startswith(prefix):
                 return SUB if self.group_perm(topic[len(prefix):]) & SUB else DENY
+        if topic != TRACE_TOPIC and is_system_topic(topic):
+            return DENY  # the broker's own (timers, half messages, ...): an admin's only
         return self._topics.get(topic, self.default_topic_perm)
 
     def group_perm(self, group: str) -> int:

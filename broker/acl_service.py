@@ -188,7 +188,8 @@ NEEDS: dict[int, NeedsOf] = {
 LEADER_ONLY = frozenset({
     SEND, SEND_RUNS, TXN_HALF, END_TRANSACTION, OFFSET_COMMIT, SEND_BACK, DLQ_RESEND, LOCK_BATCH,
     UNLOCK_BATCH, TOPIC_PUT, TOPIC_DELETE, OFFSET_RESET, TRANSFER_LEADERSHIP, MEMBER_ADD,
-    MEMBER_PROMOTE, MEMBER_REMOVE, POP_RECEIVE, POP_ACK, POP_CHANGE, POP_DEAD, ACL_PUT, ACL_DELETE})
+    MEMBER_PROMOTE, MEMBER_REMOVE, POP_RECEIVE, POP_ACK, POP_CHANGE, POP_DEAD, ACL_PUT, ACL_DELETE,
+    ACL_LIST})
 
 
 class AclService:
@@ -198,7 +199,7 @@ class AclService:
         cfg = server.config
         self.server = server
         self.enabled = cfg.acl
-        self.node_id = cfg.node.node_id
+        self.target = f"{cfg.node.group}/{cfg.node.node_id}"  # what a signature must name
         self.admins = {c.access_key: Account(c.access_key, c.secret_key, admin=True)
                        for c in cfg.acl_admins}
         self.guard = ReplayGuard(cfg.acl_replay_window_ms)
@@ -227,21 +228,20 @@ class AclService:
             raise SignatureError("the signed request's id differs from its envelope's")
         if not self.enabled:
             return inner
-        self._check_current(inner.kind)
         key = signed.access_key
         account = self.account(key)
-        if account is None:
-            raise self._refused(SignatureError(f"unknown access key {key!r}"), key, inner)
-        if not signed.verify(account.secret_key):
-            raise self._refused(SignatureError("the signature does not match (a wrong secret?)"),
-                                key, inner)
-        if signed.target != self.node_id:
+        if account is None or not signed.verify(account.secret_key):
+            # (one answer for both: which access keys exist is not told to a stranger)
             raise self._refused(SignatureError(
-                f"signed for node {signed.target!r}, not this one ({self.node_id!r})"), key, inner)
-        try:
-            self.guard.check(signed, int(time.time() * 1000))
+                "unknown access key or wrong secret: the signature does not match"), key, inner)
+        if signed.target != self.target:
+            raise self._refused(SignatureError(
+                f"signed for {signed.target!r}, not this node ({self.target!r})"), key, inner)
+        try:  # (recorded before anything is answered, a redirect included: never replayed)
+            self.guard.check(signed, int(time.time() * 1000), exempt=key in self.admins)
         except SignatureError as err:
             raise self._refused(err, key, inner) from None
+        self._check_current(inner.kind)
         needs_of = NEEDS.get(inner.kind)
         if needs_of is None:
             raise self._refused(AccessDeniedError(f"request kind {inner.kind} has no permission "
@@ -266,10 +266,11 @@ class AclService:
         core = node.core
         if core is None or node.disk_full is not None:  # (its handlers name the full disk)
             return
+        if kind not in LEADER_ONLY:
+            return  # reads: judged by this node's ACL as it has applied it, as its data is
         if not node.is_leader:
-            if kind in LEADER_ONLY:
-                raise NotLeaderError(core.leader_id, core.term)
-        elif self.server.state.applied_index < core.term_start_index:
+            raise NotLeaderError(core.leader_id, core.term)
+        if self.server.state.applied_index < core.term_start_index:
             raise NotLeaderError(None, core.term)
 
     def _refused(self, err: SignatureError | AccessDeniedError, key: str,
@@ -320,8 +321,9 @@ def _key_or_all(v: Any) -> str:
 
 @handles(ACL_LIST, access_key=_key_or_all)
 async def acl_list(server: BrokerServer, access_key: str) -> list[dict[str, Any]]:
-    """The accounts this node knows ("" for all, else one), without secrets; the bootstrap
-    admins (not in the log) flagged."""
+    """The accounts the leader knows ("" for all, else one), without secrets; the bootstrap
+    admins (not in the log) flagged. Leader only (what every earlier change left)."""
+    server.require_leader()
     views = [{**a.view(), "bootstrap": True} for a in server.acl.admins.values()]
     views += [{**a.view(), "bootstrap": False} for a in server.state.acl.accounts.values()]
     return sorted((v for v in views if not access_key or v["access_key"] == access_key),

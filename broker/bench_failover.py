@@ -96,7 +96,7 @@ async def leader_of(cluster: LocalCluster) -> str:
     from dledger.tls import dial_context  # DLEDGER_TLS_CA: `dledger bench --tls`
     # (signed when the environment names an account: a cluster with access control)
     async with LogClient(cluster.client_addresses, timeout_s=2, ssl_context=dial_context(None),
-                         credentials=Credentials.from_env()) as lc:
+                         credentials=Credentials.from_env(), group=cluster.group) as lc:
         for nid in cluster.servers:
             if (await lc.call(nid, bp.BROKER_STATUS))["raft"]["role"] == "leader":
                 return nid

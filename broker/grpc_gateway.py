@@ -215,6 +215,10 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         topic = request.topic.name
         try:
             group, txn_id = parse_txn(request.transaction_id)
+            if request.resolution == pb.TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED:
+                # the producer does not know yet (a Java client's UNKNOWN): it stays open, and the
+                # broker asks again at its next check (RocketMQ's answer to an unknown state)
+                return sv.EndTransactionResponse(status=status())
             if request.resolution not in (pb.TransactionResolution.COMMIT,
                                           pb.TransactionResolution.ROLLBACK):
                 raise GatewayError(pb.Code.BAD_REQUEST, "the resolution is COMMIT or ROLLBACK")

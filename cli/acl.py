@@ -60,7 +60,7 @@ def acl() -> None:
 @click.option("--admin", is_flag=True, help="May do anything, admin operations included.")
 @click.option("--default-topic-perm", default="DENY", show_default=True,
               help="For topics not named by --topic: DENY, PUB, SUB or PUB|SUB.")
-@click.option("--default-group-perm", default="SUB", show_default=True,
+@click.option("--default-group-perm", default="DENY", show_default=True,
               help="For groups not named by --group (consumer groups need SUB, producer groups "
                    "of transactions PUB).")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC=PERM", help="Repeatable.")

@@ -161,7 +161,8 @@ class Routes:
         client = self._groups.get(g.group)
         if client is None or client.nodes != g.nodes:
             client = LogClient(g.nodes, timeout_s=3.0, stale_leader_canary=self._stale_leader_canary,
-                               credentials=self.credentials, ssl_context=self.ssl_context)
+                               credentials=self.credentials, ssl_context=self.ssl_context,
+                               group=g.group)
             self._groups[g.group] = client
         client.suggest(g.leader, g.term)
         return client

@@ -21,6 +21,7 @@ import hmac
 import itertools
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -42,6 +43,7 @@ SIGNATURE_BYTES = 32
 TARGET_CHARS_MAX = 64
 REPLAY_WINDOW_MS_DEFAULT = 60_000  # a signature's clock may be this far from the server's
 SESSIONS_MAX_DEFAULT = 100_000  # signing sessions one node remembers within the window
+SESSIONS_PER_KEY_MAX_DEFAULT = 10_000  # ... of one access key
 INT_MAX = 2**63 - 1
 ACCESS_KEY_ENV = "DLEDGER_ACCESS_KEY"
 SECRET_KEY_ENV = "DLEDGER_SECRET_KEY"
@@ -150,17 +152,24 @@ def parse_signed(request_id: int, fields: list[Any]) -> SignedRequest:
 class ReplayGuard:
     """The per-node memory that refuses a replayed or stale signature: a signature's clock must be
     within ``window_ms`` of this node's, and each session's sequence must rise. A session is
-    forgotten once its last request is older than the window (its frames are stale by then);
-    at most ``sessions_max`` are remembered, a new one past that is refused."""
+    forgotten once its last request is older than the window (its frames are stale by then),
+    oldest first. At most ``sessions_max`` are remembered, and at most ``per_key_max`` of one
+    access key (so that one account cannot crowd out the others); a new session past either is
+    refused, except one of an ``exempt`` account (the bootstrap admins), so an operator is never
+    locked out."""
 
     def __init__(self, window_ms: int = REPLAY_WINDOW_MS_DEFAULT,
-                 sessions_max: int = SESSIONS_MAX_DEFAULT) -> None:
+                 sessions_max: int = SESSIONS_MAX_DEFAULT,
+                 per_key_max: int = SESSIONS_PER_KEY_MAX_DEFAULT) -> None:
         self.window_ms = window_ms
         self.sessions_max = sessions_max
-        self._sessions: dict[tuple[str, bytes], tuple[int, int]] = {}  # -> (last seq, last ts)
+        self.per_key_max = per_key_max
+        # (access key, session) -> (last seq, last ts), least recently used first
+        self._sessions: OrderedDict[tuple[str, bytes], tuple[int, int]] = OrderedDict()
+        self._per_key: dict[str, int] = {}
         self.refused = 0
 
-    def check(self, req: SignedRequest, now_ms: int) -> None:
+    def check(self, req: SignedRequest, now_ms: int, exempt: bool = False) -> None:
         """Raise SignatureError for a stale or replayed request, else remember it."""
         if abs(now_ms - req.ts_ms) > self.window_ms:
             self.refused += 1
@@ -172,16 +181,31 @@ class ReplayGuard:
             self.refused += 1
             raise SignatureError(f"a replayed request (sequence {req.seq}, the session is at "
                                  f"{last[0]})")
-        if last is None and len(self._sessions) >= self.sessions_max:
+        if last is None:
             self._forget_before(now_ms - self.window_ms)
-            if len(self._sessions) >= self.sessions_max:
+            full = len(self._sessions) >= self.sessions_max or \
+                self._per_key.get(req.access_key, 0) >= self.per_key_max
+            if full and not exempt:
                 self.refused += 1
                 raise SignatureError("too many signing sessions on this node: try later")
+            self._per_key[req.access_key] = self._per_key.get(req.access_key, 0) + 1
         self._sessions[key] = (req.seq, max(req.ts_ms, last[1] if last else 0))
+        self._sessions.move_to_end(key)
 
     def _forget_before(self, ts_ms: int) -> None:
-        for key in [k for k, (_, ts) in self._sessions.items() if ts < ts_ms]:
-            del self._sessions[key]
+        """Drop the sessions whose last request is older than ``ts_ms``: from the least recently
+        used end, stopping at the first younger one (each is dropped once: amortised O(1))."""
+        sessions = self._sessions
+        while sessions:
+            key, (_, ts) = next(iter(sessions.items()))
+            if ts >= ts_ms:
+                return
+            del sessions[key]
+            left = self._per_key[key[0]] - 1
+            if left:
+                self._per_key[key[0]] = left
+            else:
+                del self._per_key[key[0]]
 
     def __len__(self) -> int:
         return len(self._sessions)

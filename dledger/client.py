@@ -81,10 +81,10 @@ class _Connection(FramedProtocol):
     Frames of a ``PUSH_KINDS`` kind go to ``push_handler`` (dropped when there is none)."""
 
     def __init__(self, push_handler: PushHandler | None = None, signer: Signer | None = None,
-                 node: str = "") -> None:
+                 target: str = "") -> None:
         super().__init__()
-        self.signer = signer  # signs each request for ``node`` (a cluster with access control)
-        self.node = node
+        self.signer = signer  # signs each request for ``target`` (a cluster with access control)
+        self.target = target  # "group/node"
         self.waiting: dict[int, asyncio.Future[Response]] = {}
         self.ids = itertools.count(1)
         self.refusal: DLedgerError | None = None  # the server refused the connection itself
@@ -142,7 +142,7 @@ class _Connection(FramedProtocol):
         self.waiting[rid] = fut
         payload = encode_request(kind, rid, *args)
         signer = self.signer
-        self.send_payload(payload if signer is None else signer.wrap(rid, self.node, payload))
+        self.send_payload(payload if signer is None else signer.wrap(rid, self.target, payload))
         return rid, fut
 
     def expire(self, rid: int, node: str) -> None:
@@ -174,7 +174,7 @@ class LogClient:
     def __init__(self, nodes: dict[str, Address], timeout_s: float = 3.0,
                  connect_timeout_s: float = 1.0, *, silent_grace_s: float = SILENT_GRACE_S,
                  stale_leader_canary: bool = False, credentials: Credentials | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, group: str = "") -> None:
         if not nodes:
             raise ValueError("no nodes given")
         self.nodes = dict(nodes)
@@ -190,8 +190,11 @@ class LogClient:
         self._canary = stale_leader_canary
         self._canary_until: dict[str, float] = {}  # canary: node -> when it is trusted again
         self.push_handler: PushHandler | None = None  # for connections made from now on
-        # Requests are signed with these (one signing session per client), if given
-        self._signer = Signer(credentials) if credentials is not None else None
+        # Requests are signed with these, if given: a signing session per connection (frames on
+        # one connection arrive in order, so its sequence rises at the node), each signature
+        # naming "group/node" (the group of these nodes: a request is never good at another)
+        self._credentials = credentials
+        self.group = group
 
     def set_push_handler(self, handler: PushHandler | None) -> None:
         """Where server-initiated frames go, on the connections open and those to come."""
@@ -222,9 +225,10 @@ class LogClient:
         host, port = self.nodes[node]
         loop = asyncio.get_running_loop()
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
+        signer = Signer(self._credentials) if self._credentials is not None else None
         try:
             _, fresh = await asyncio.wait_for(loop.create_connection(
-                lambda: _Connection(self.push_handler, self._signer, node), host, port,
+                lambda: _Connection(self.push_handler, signer, f"{self.group}/{node}"), host, port,
                 ssl=self.ssl_context,
                 server_hostname=host if self.ssl_context is not None else None), budget)
         except ssl.SSLError as err:  # (an OSError) retrying elsewhere cannot help

@@ -84,6 +84,22 @@ def test_the_replay_guard_refuses_stale_clocks_replays_and_too_many_sessions() -
     assert len(guard) == 1
 
 
+def test_one_account_cannot_crowd_out_the_others_nor_lock_out_an_admin() -> None:
+    guard = ReplayGuard(window_ms=10_000, sessions_max=3, per_key_max=2)
+    now = lambda: 100.0  # noqa: E731
+    for _ in range(2):
+        guard.check(parse_signed(*signed(Signer(ALICE, clock_s=now))), 100_000)
+    with pytest.raises(SignatureError, match="too many"):  # alice's cap
+        guard.check(parse_signed(*signed(Signer(ALICE, clock_s=now))), 100_000)
+    bob = Credentials("bob", "bob-secret-1")
+    guard.check(parse_signed(*signed(Signer(bob, clock_s=now))), 100_000)  # bob still gets one
+    with pytest.raises(SignatureError, match="too many"):  # the node's cap
+        guard.check(parse_signed(*signed(Signer(bob, clock_s=now))), 100_000)
+    root = Credentials("root", "root-secret-1")
+    guard.check(parse_signed(*signed(Signer(root, clock_s=now))), 100_000, exempt=True)
+    assert len(guard) == 4
+
+
 def test_credentials_hide_their_secret_and_come_from_the_environment() -> None:
     assert "alice-secret-1" not in repr(ALICE) and "alice" in repr(ALICE)
     env = {"DLEDGER_ACCESS_KEY": "bob", "DLEDGER_SECRET_KEY": "bob-secret"}
@@ -111,6 +127,11 @@ def test_permissions_follow_rocketmq_plain_acl() -> None:
     assert permits(a, [Need("topic", "%RETRY%shipping", SUB)]) is None  # its group's
     assert permits(a, [Need("topic", "%DLQ%billing", SUB)]) is not None
     assert permits(a, [Need("admin")]) == "an admin operation"
+    reader = Account("bob", "bob-secret", default_topic_perm=SUB)
+    assert permits(reader, [Need("topic", "SCHEDULE_TOPIC_XXXX", SUB)]) is not None  # the broker's
+    assert permits(reader, [Need("topic", "RMQ_SYS_TRANS_HALF_TOPIC", SUB)]) is not None
+    assert permits(reader, [Need("topic", "RMQ_SYS_TRACE_TOPIC", SUB)]) is None  # as its default
+    assert permits(reader, [Need("group", "any", SUB)]) is not None  # groups: DENY by default
     root = Account("root", "root-secret", admin=True)
     assert permits(root, [Need("admin"), Need("topic", "x", PUB_SUB)]) is None
     with pytest.raises(ValueError, match="sorted"):

@@ -138,27 +138,40 @@ async def _refusals(ns: str, cluster: LocalCluster) -> None:
 
         # raw frames to the leader: unsigned, stale, replayed, for another node
         addr = cluster.servers[leader].client_address
-        unsigned = await raw_call(addr, send_frame(None, leader, "orders"))
+        target = f"{g.group}/{leader}"  # what a signature names: the group and the node
+        unsigned = await raw_call(addr, send_frame(None, target, "orders"))
         assert not unsigned.ok and unsigned.code == "SIGNATURE_REFUSED"
         stale = await raw_call(addr, send_frame(Signer(ALICE, clock_s=lambda: time.time() - 120),
-                                                leader, "orders"))
+                                                target, "orders"))
         assert not stale.ok and stale.code == "SIGNATURE_REFUSED" and "clock" in stale.message
-        frame = send_frame(Signer(ALICE), leader, "orders")
+        frame = send_frame(Signer(ALICE), target, "orders")
         first = await raw_call(addr, frame)
         assert first.ok, first
         replay = await raw_call(addr, frame)
         assert not replay.ok and replay.code == "SIGNATURE_REFUSED" and "replayed" in replay.message
-        other = await raw_call(addr, send_frame(Signer(ALICE), "n9", "orders"))
-        assert not other.ok and "signed for node" in other.message
+        other = await raw_call(addr, send_frame(Signer(ALICE), f"{g.group}/n9", "orders"))
+        assert not other.ok and "signed for" in other.message
+        elsewhere = await raw_call(addr, send_frame(Signer(ALICE), f"b/{leader}", "orders"))
+        assert not elsewhere.ok and "signed for" in elsewhere.message  # another group's node
 
         # nothing refused was stored: orders has alice's two accepted sends, logs nothing new,
         # and the topic alice asked for does not exist
         after = {t: await max_offset(routes, g, t) for t in ("orders", "logs")}
         assert after == {"orders": before["orders"] + 2, "logs": before["logs"]}
+        # the broker's own topics are an admin's only, whatever the account's default
+        alice_routes = Routes(ns, credentials=ALICE)
+        await alice_routes.start()
+        try:
+            with pytest.raises(Exception) as system:
+                await alice_routes.group_client(g).call(leader, bp.PULL, "SCHEDULE_TOPIC_XXXX", 0,
+                                                        0, 1, 1 << 20, 0, ["*"])
+            assert getattr(system.value, "code", "") == "ACCESS_DENIED", system.value
+        finally:
+            await alice_routes.close()
         _, status = await routes.group_client(g).call_leader(bp.BROKER_STATUS)
         assert "made-by-alice" not in status["topics"]
 
-        await _fuzz(addr, leader)
+        await _fuzz(addr, target)
         # the node still serves, as before the fuzz
         async with Producer(ns, credentials=ALICE) as p:
             assert (await p.send(Message("orders", b"after the fuzz"))).msg_id
@@ -167,16 +180,16 @@ async def _refusals(ns: str, cluster: LocalCluster) -> None:
         await routes.close()
 
 
-async def _fuzz(addr: tuple[str, int], leader: str, rounds: int = 300) -> None:
+async def _fuzz(addr: tuple[str, int], target: str, rounds: int = 300) -> None:
     """Envelopes with each field mutated at random: every one answered with a named refusal."""
     rng = random.Random(21)
     signer = Signer(ALICE)
     junk: list[Any] = [None, True, -1, 0, 2**64, 1.5, "", "x" * 70, b"", b"\x00" * 16,
-                       b"\xff" * 32, [], {}, [1, 2], "alice", leader]
+                       b"\xff" * 32, [], {}, [1, 2], "alice", target]
     for i in range(rounds):
         rid = i + 100
-        valid = signer.wrap(rid, leader, encode_request(bp.BROKER_STATUS, rid))
-        fields = [rid, "alice", leader, os.urandom(16), i + 1, int(time.time() * 1000),
+        valid = signer.wrap(rid, target, encode_request(bp.BROKER_STATUS, rid))
+        fields = [rid, "alice", target, os.urandom(16), i + 1, int(time.time() * 1000),
                   os.urandom(32), encode_request(bp.BROKER_STATUS, rid)]
         for k in rng.sample(range(1, len(fields)), rng.randint(1, 3)):
             fields[k] = rng.choice(junk)
