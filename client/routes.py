@@ -71,7 +71,8 @@ class Routes:
     or with NameServer addresses written ``https://host:port``, every connection (NameServers
     and brokers) is TLS, certificates and host names verified (``dledger.tls.dial_context``).
     ``ssl_context`` (instead of ``tls_ca``): a context made by the caller. ``from_env=False``: the
-    environment is not read (a server's own client: its options alone say whether it speaks TLS)."""
+    environment is not read (a server's own client: its options alone say whether it speaks TLS
+    and as whom it signs)."""
 
     def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0, *,
                  canaries: Sequence[str] = (), credentials: Credentials | None = None,
@@ -83,7 +84,8 @@ class Routes:
         self._stale_leader_canary = "stale_leader" in canaries
         # Every broker request is signed with these (a cluster with access control): given, or
         # from DLEDGER_ACCESS_KEY and DLEDGER_SECRET_KEY (a ValueError if only one is set)
-        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self.credentials = credentials if credentials is not None or not from_env \
+            else Credentials.from_env()
         # "a:9876;b" or ["a:9876", "b"]: the broker's and the command line's parser (a
         # NameSrvAddressError, a ValueError, names a bad entry)
         addresses, https = split_https([namesrv] if isinstance(namesrv, str) else list(namesrv))

@@ -7,10 +7,10 @@ replay (``ReplayGuard``). Who may do what is the broker's ACL (``broker.acl``).
 
 A SIGNED frame is ``[VERSION, SIGNED, request_id, access_key, target, session, seq, ts_ms,
 signature, inner]``: ``inner`` is the request's own frame payload, byte for byte, under the same
-request id; ``target`` the node id it is meant for (a request replayed to another node is
-refused); ``session`` 16 random bytes a signer draws once, ``seq`` a number it counts up per
-request (every node sees a session's numbers rise: one connection per node, frames in order),
-``ts_ms`` the signer's clock. The signature is HMAC-SHA256 with the secret over
+request id; ``target`` the "group/node" it is meant for (a request replayed to another node,
+of this group or another, is refused); ``session`` 16 random bytes a signer draws once (a client
+has one signer per connection, so the node sees a session's frames in order), ``seq`` a number
+it counts up per request, ``ts_ms`` the signer's clock. The signature is HMAC-SHA256 with the secret over
 ``cbor([SIGN_CONTEXT, access_key, target, session, seq, ts_ms]) + inner``.
 """
 
@@ -167,18 +167,15 @@ class ReplayGuard:
         # (access key, session) -> (last seq, last ts), least recently used first
         self._sessions: OrderedDict[tuple[str, bytes], tuple[int, int]] = OrderedDict()
         self._per_key: dict[str, int] = {}
-        self.refused = 0
 
     def check(self, req: SignedRequest, now_ms: int, exempt: bool = False) -> None:
         """Raise SignatureError for a stale or replayed request, else remember it."""
         if abs(now_ms - req.ts_ms) > self.window_ms:
-            self.refused += 1
             raise SignatureError(f"the signature's clock is {abs(now_ms - req.ts_ms)} ms from "
                                  f"the node's (the window is {self.window_ms} ms)")
         key = (req.access_key, req.session)
         last = self._sessions.get(key)
         if last is not None and req.seq <= last[0]:
-            self.refused += 1
             raise SignatureError(f"a replayed request (sequence {req.seq}, the session is at "
                                  f"{last[0]})")
         if last is None:
@@ -186,8 +183,7 @@ class ReplayGuard:
             full = len(self._sessions) >= self.sessions_max or \
                 self._per_key.get(req.access_key, 0) >= self.per_key_max
             if full and not exempt:
-                self.refused += 1
-                raise SignatureError("too many signing sessions on this node: try later")
+                    raise SignatureError("too many signing sessions on this node: try later")
             self._per_key[req.access_key] = self._per_key.get(req.access_key, 0) + 1
         self._sessions[key] = (req.seq, max(req.ts_ms, last[1] if last else 0))
         self._sessions.move_to_end(key)

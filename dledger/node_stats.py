@@ -1,5 +1,5 @@
 """What a node counts for its operators (``/metrics``): elections it started, leader changes it
-saw, fsyncs and their durations, retention runs and the entries they deleted.
+saw, retention runs and the entries they deleted, and each fsync's duration (to an observer).
 
 Plain cumulative numbers since the process started, kept by the node's shell (the Raft core
 stays pure) and read at scrape time; durations go to an optional observer (a histogram of the
@@ -18,8 +18,6 @@ __all__ = ["NodeStats"]
 class NodeStats:
     elections_started: int = 0  # times this node became a candidate (a new term it asked for)
     leader_changes: int = 0  # times the leader it knows changed to another node
-    fsyncs: int = 0  # group commits made durable (inline, awaited or in the background)
-    fsync_seconds: float = 0.0
     retention_runs: int = 0  # times retention deleted segments
     retention_entries_deleted: int = 0
     fsync_observer: Callable[[float], None] | None = None  # each fsync's duration, in seconds
@@ -40,8 +38,7 @@ class NodeStats:
         return False
 
     def fsync_done(self, seconds: float) -> None:
-        self.fsyncs += 1
-        self.fsync_seconds += seconds
+        """A group commit made durable (inline, awaited or in the background) in ``seconds``."""
         observer = self.fsync_observer
         if observer is not None:
             observer(seconds)

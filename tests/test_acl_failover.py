@@ -19,6 +19,7 @@ from client import AccessDeniedError, ClientError, Credentials, Message, Produce
 from client.routes import Routes
 from dledger.localcluster import LocalCluster
 from tests.clusters import namesrv_group
+from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -55,12 +56,11 @@ async def _history(ns: str, cluster: LocalCluster) -> AclVerdict:
                     outcome = "failed"
                 sends.append(SendAttempt(began, outcome))
 
-    async def judged_after(t: float, count: int, deadline_s: float = 30) -> None:
-        deadline = time.monotonic() + deadline_s
-        while sum(1 for s in sends if s.began_s > t and s.outcome != "failed") < count:
-            assert time.monotonic() < deadline, f"fewer than {count} decided sends after {t}"
-            assert not task.done(), task
-            await asyncio.sleep(0.01)  # polling the recorded sends
+    async def judged_after(t: float, count: int) -> None:
+        def decided() -> bool:
+            assert not task.done(), task  # the sender ended early: its error says why
+            return sum(1 for s in sends if s.began_s > t and s.outcome != "failed") >= count
+        await wait_until(decided, 30, f"{count} decided sends")
 
     try:
         async with Producer(ns, credentials=ROOT) as root:

@@ -419,7 +419,7 @@ def test_calls_not_served_answer_not_implemented_and_errors_carry_the_protocols_
         deadline = time.monotonic() + 20
         while send(topic="closed") != pb.Code.FORBIDDEN:  # (until the route shows the perm)
             assert time.monotonic() < deadline, "a write to a read-only topic was not refused"
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling until the leader registers the new permission
         assert asyncio.run(read_all(ns, "closed", 0)) == []
     finally:
         channel.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from client import Message, Producer, PullConsumer
 from dledger.bench.load import closed_loop
 from dledger.bench.nodeflags import NodeFlags
 from dledger.localcluster import LocalCluster
+from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -54,10 +54,11 @@ def admin_url(cluster: LocalCluster, nid: str) -> str:
     return f"http://{host}:{port}/metrics"
 
 
-async def leader_of(session: aiohttp.ClientSession, cluster: LocalCluster,
-                    deadline_s: float = 20.0) -> str:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+async def leader_of(session: aiohttp.ClientSession, cluster: LocalCluster) -> str:
+    """The node whose /metrics says it leads (waited for)."""
+    found: list[str] = []
+
+    async def leads() -> bool:
         for nid, s in cluster.servers.items():
             if not s.running:
                 continue
@@ -66,9 +67,11 @@ async def leader_of(session: aiohttp.ClientSession, cluster: LocalCluster,
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 continue
             if value(samples, "dledger_is_leader") == 1:
-                return nid
-        await asyncio.sleep(0.05)  # polling the nodes until one leads
-    raise AssertionError("no leader within the deadline")
+                found.append(nid)
+                return True
+        return False
+    await wait_until(leads, 20, "a node's /metrics saying it leads")
+    return found[-1]
 
 
 def test_metrics_move_under_the_benchmark_load_and_the_dashboard_reads_them() -> None:
@@ -100,14 +103,14 @@ def test_metrics_move_under_the_benchmark_load_and_the_dashboard_reads_them() ->
                     expected_lag += offset - offset // 2
             assert pulled == n + 33
             # consumer lag is read from the replicated offsets: wait for the leader to apply
-            deadline = time.monotonic() + 15
-            while True:
-                after, families = await scrape(session, admin_url(cluster, leader))
-                if value(after, "dledger_consumer_lag_messages", consumer_group="metrics-reader",
-                         topic=topic) == expected_lag:
-                    break
-                assert time.monotonic() < deadline, "the consumer lag never showed the commits"
-                await asyncio.sleep(0.05)  # polling until the commits are applied
+            scraped: list[tuple[Samples, set[str]]] = []
+
+            async def lag_shown() -> bool:
+                scraped.append(await scrape(session, admin_url(cluster, leader)))
+                return value(scraped[-1][0], "dledger_consumer_lag_messages",
+                             consumer_group="metrics-reader", topic=topic) == expected_lag
+            await wait_until(lag_shown, 15, "the consumer lag to show the commits")
+            after, families = scraped[-1]
 
             def moved(name: str, **labels: str) -> float:
                 return value(after, name, **labels) - value(before, name, **labels)

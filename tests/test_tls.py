@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Iterator
 
 import aiohttp
 import pytest
@@ -33,6 +33,7 @@ from dledger.tls import ENV_CA, TlsConfig, TlsConfigError, client_context, dial_
 from dledger.tls_certs import CA_CERT, make_ca, make_node_cert
 from dledger.transport import PeerTransport
 from dledger.wire import Hello, encode_frame, encode_message
+from tests.test_processes import wait_until
 from tests.up_process import UpProcess
 
 HOST = "127.0.0.1"
@@ -116,14 +117,6 @@ def test_a_dialer_speaks_tls_with_a_ca_or_an_https_address(tmp_path: Path,
 # -- mutual TLS on the peer listener ---------------------------------------------------------
 
 
-async def _until(pred: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        await asyncio.sleep(0.01)
-
-
 async def _dial_as_peer(port: int, ctx: ssl.SSLContext) -> bytes | None:
     """Dial the peer listener as n1 with ``ctx``, say Hello and send one heartbeat; then read:
     None if the listener kept the connection (a peer link is write-only: nothing comes back),
@@ -164,7 +157,7 @@ def test_peer_mtls_takes_only_peers_with_a_certificate_of_the_ca(tmp_path: Path)
             assert inbox == []
             member = client_context(ca, n1.cert_file, n1.key_file)
             assert await _dial_as_peer(port, member) is None  # kept open: a peer link
-            await _until(lambda: len(inbox) == 1, "the member's heartbeat delivered")
+            await wait_until(lambda: len(inbox) == 1, 5, "the member's heartbeat delivered")
             assert inbox[0].src == "n1"
             with pytest.raises(ssl.SSLError):  # n0's certificate is not of the other CA
                 await asyncio.open_connection(HOST, port, ssl=client_context(other_ca),
