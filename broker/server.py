@@ -370,6 +370,7 @@ class BrokerServer:
         st["topics"] = {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                  "perm": t.perm} for t in self.state.topics.values()}
         st["applied_index"] = self.state.applied_index
+        st["caught_up"] = self.caught_up()  # what /readyz answers: its state is the group's
         st["admin_address"] = list(self.admin_address or ())
         st["consumer_groups"] = self.members.snapshot(time.monotonic())
         st["client_connections"] = self.limits.stats()

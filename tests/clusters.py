@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Iterator
 
 from client import Message, Producer, UnavailableError
+from client.routes import GroupRoute, Routes
 from dledger.localcluster import LocalCluster
 from tests.test_broker_processes import BROKER, _start_namesrv
+from tests.test_processes import wait_until
 
 
 async def routed(ns: str, deadline_s: float = 30.0) -> None:
@@ -26,6 +28,19 @@ async def routed(ns: str, deadline_s: float = 30.0) -> None:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)  # polling the NameServer until the route shows
+
+
+async def registered_group(routes: Routes, nodes: int = 3, deadline_s: float = 30.0) -> GroupRoute:
+    """The only registered group once ``nodes`` of its nodes are registered (a group client
+    made earlier would not know a node that registered later)."""
+    found: list[GroupRoute] = []
+
+    async def all_there() -> bool:
+        groups = await routes.cluster_groups()
+        found[:] = groups
+        return len(groups) == 1 and len(groups[0].nodes) >= nodes
+    await wait_until(all_there, deadline_s, f"{nodes} nodes registered")
+    return found[0]
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from chaos.live.acl_checker import AclVerdict, PermChange, SendAttempt, check_ac
 from client import AccessDeniedError, ClientError, Credentials, Message, Producer, SignatureError
 from client.routes import Routes
 from dledger.localcluster import LocalCluster
-from tests.clusters import namesrv_group
+from tests.clusters import namesrv_group, registered_group
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ async def _history(ns: str, cluster: LocalCluster) -> AclVerdict:
     stop = asyncio.Event()
     routes = Routes(ns, credentials=ROOT)
     await routes.start()
-    (g,) = await routes.cluster_groups()
+    g = await registered_group(routes)
     client = routes.group_client(g)
 
     async def change(pub: bool) -> None:

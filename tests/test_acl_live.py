@@ -32,7 +32,7 @@ from dledger.auth import SIGNED, Signer
 from dledger.localcluster import LocalCluster
 from dledger.protocol import Response, decode_response, encode_request
 from dledger.wire import encode_frame, encode_payload
-from tests.clusters import namesrv_group
+from tests.clusters import namesrv_group, registered_group
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ async def raw_call(addr: tuple[str, int], payload: bytes, timeout_s: float = 5.0
 
 
 async def leader_of(routes: Routes) -> tuple[GroupRoute, str]:
-    (g,) = await routes.cluster_groups()
+    g = await registered_group(routes)
     node, _ = await routes.group_client(g).call_leader(bp.BROKER_STATUS)
     status = (await routes.group_client(g).call(node, bp.BROKER_STATUS))
     return g, status["raft"]["leader_id"] or node

@@ -19,7 +19,7 @@ from client import Credentials
 from client.routes import Routes
 from dledger.localcluster import LocalCluster
 from namesrv.console import ACCESS_KEY_HEADER, SECRET_KEY_HEADER
-from tests.clusters import routed
+from tests.clusters import registered_group, routed
 from tests.test_broker_processes import BROKER, _start_namesrv
 
 pytestmark = pytest.mark.slow
@@ -63,7 +63,7 @@ async def _scenario(ns: str) -> None:
     routes = Routes(ns, credentials=ROOT)
     await routes.start()
     try:
-        (g,) = await routes.cluster_groups()
+        g = await registered_group(routes)
         viewer = Account(VIEWER.access_key, VIEWER.secret_key, default_topic_perm=SUB)
         await routes.group_client(g).call_leader(bp.ACL_PUT, viewer.row())
     finally:

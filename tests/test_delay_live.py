@@ -53,9 +53,12 @@ async def read_all(ns: str, topic: str) -> list[Delivered]:
 
 
 async def pending(client: LogClient, cluster: LocalCluster) -> int:
-    """Timers still pending, as the leader's state has them."""
+    """Timers still pending, as the leader's state has them; -1 while the leader has not caught
+    up (a new leader applies its predecessor's entries, timers included, only once its own
+    term's first entry commits: until then its count says nothing)."""
     leader = await _wait_leader(client, cluster)
-    return int((await client.call(leader, bp.BROKER_STATUS))["timers"]["pending"])
+    st = await client.call(leader, bp.BROKER_STATUS)
+    return int(st["timers"]["pending"]) if st["caught_up"] else -1
 
 
 def test_every_level_and_arbitrary_times_are_invisible_until_due_then_stored_once(
