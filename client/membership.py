@@ -56,14 +56,14 @@ async def heartbeat(pull: PullConsumer, client_id: str, group: str, subs: dict[s
             return []
         return [str(m) for m in got]
 
-    calls = []
-    for topic in subs:
+    targets: list[tuple[LogClient, str]] = []  # (coroutines made only once all are known: a
+    for topic in subs:                         # cancel meanwhile would leave them unawaited)
         try:
             routes = await pull.groups(topic)
         except errors.ClientError:
             continue  # no route yet: the next heartbeat tries again
-        calls += [one(pull.group_client(g), node) for g in routes for node in g.nodes]
-    return {m for got in await asyncio.gather(*calls) for m in got}
+        targets += [(pull.group_client(g), node) for g in routes for node in g.nodes]
+    return {m for got in await asyncio.gather(*(one(c, n) for c, n in targets)) for m in got}
 
 
 async def share(pull: PullConsumer, client_id: str, members: list[str], topics: list[str],

@@ -3,6 +3,12 @@ heartbeats every node of every broker group of the cluster, so that any of them 
 group's live producers, and a leader holding an open transaction of the group can ask one of
 them about it over that producer's own connection (a server-initiated CHECK_TRANSACTION frame,
 handed to ``on_check``). Owns one background task; its heartbeats are bounded by deadlines.
+
+A round that misses a node (down, restarting) is repeated after ``RETRY_S`` until one reaches
+every node, so that a node back from a crash knows the group's producers within about a second:
+it may lead next, and the check-backs it sends until it knows one go unanswered (and count
+toward the transaction's ``check_max``). A node that stays down is retried until the NameServer
+drops it (its lease expires), at one heartbeat a second.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from dledger.errors import DLedgerError
 HEARTBEAT_INTERVAL_S = 10.0
 HEARTBEAT_TTL_MS = 35_000  # three heartbeats and some: a producer that stops is gone soon
 HEARTBEAT_TIMEOUT_S = 2.0  # one node's answer
+RETRY_S = 1.0  # a round that missed a node is repeated this soon
 GROUP_MAX_CHARS = 255
+_pause = asyncio.sleep  # the loop's wait between rounds (a test records it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,7 @@ class ProducerRegistration:
         self.on_check = on_check
         self.groups: dict[str, GroupRoute] = {}  # the cluster's broker groups, last seen
         self.malformed_checks = 0
+        self.missed = 0  # nodes the last round did not reach
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -91,16 +100,19 @@ class ProducerRegistration:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)  # the heartbeat period
-            with contextlib.suppress(errors.ClientError):  # no NameServer now: next time
+            # the heartbeat period, or sooner after a round that missed a node
+            await _pause(RETRY_S if self.missed else HEARTBEAT_INTERVAL_S)
+            try:
                 await self.beat()
+            except errors.ClientError:  # no NameServer now: soon again
+                self.missed = 1
 
     async def beat(self, ttl_ms: int = HEARTBEAT_TTL_MS) -> set[str]:
         """Heartbeat every node of every broker group at once; the group's producers any node
         knows of. A node that does not answer is skipped."""
         self.groups = {g.group: g for g in await self.routes.cluster_groups()}
 
-        async def one(g: GroupRoute, node: str) -> list[str]:
+        async def one(g: GroupRoute, node: str) -> list[str] | None:
             client = self.routes.group_client(g)
             if self.on_check is not None:
                 client.set_push_handler(self._pushed)
@@ -108,11 +120,13 @@ class ProducerRegistration:
                 got = await client.call(node, bp.PRODUCER_HEARTBEAT, self.client_id, self.group,
                                         ttl_ms, timeout_s=HEARTBEAT_TIMEOUT_S)
             except DLedgerError:
-                return []
+                return None
             return [str(c) for c in got]
 
         calls = [one(g, node) for g in self.groups.values() for node in g.nodes]
-        return {c for got in await asyncio.gather(*calls) for c in got}
+        answers = await asyncio.gather(*calls)
+        self.missed = sum(got is None for got in answers)
+        return {c for got in answers if got is not None for c in got}
 
     def _pushed(self, kind: int, fields: list[Any]) -> None:
         if kind != bp.CHECK_TRANSACTION or self.on_check is None:

@@ -1,17 +1,24 @@
 """Producer groups: the broker's table of live producers and their connections
 (``broker.producers``: heartbeats, expiry, a closed connection's producers gone, round robin),
-and the client's reading of a CHECK_TRANSACTION frame (``client.producer_group``), which takes
-garbage without raising."""
+the client's reading of a CHECK_TRANSACTION frame (``client.producer_group``), which takes
+garbage without raising, and its heartbeat rounds: one that missed a node is repeated within a
+second (a node back from a crash must know the producers before it leads and checks back)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from client import producer_group
+
 from broker.members import MAX_MEMBERS
 from broker.producers import ProducerGroups
-from client.producer_group import check_group, parse_check
+from client.producer_group import (HEARTBEAT_INTERVAL_S, RETRY_S, ProducerRegistration,
+                                   check_group, parse_check)
+from client.routes import GroupRoute
+from dledger.errors import DLedgerError
 
 
 def test_heartbeats_expire_leave_and_fall_with_their_connection() -> None:
@@ -73,3 +80,57 @@ def test_a_malformed_check_frame_is_ignored_not_raised(fields: Any) -> None:
 def test_a_producer_group_is_a_short_name(bad: Any) -> None:
     with pytest.raises(ValueError):
         check_group(bad)
+
+
+class _DownThenUp:
+    """A group client whose node n1 refuses the first ``down`` heartbeats."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+        self.beats: list[str] = []
+
+    def set_push_handler(self, handler: Any) -> None:
+        pass
+
+    async def call(self, node: str, *args: Any, timeout_s: float) -> list[str]:
+        self.beats.append(node)
+        if node == "n1" and self.down > 0:
+            self.down -= 1
+            raise DLedgerError("connection refused")
+        return ["p"]
+
+
+class _Routes:
+    def __init__(self, client: _DownThenUp) -> None:
+        self.client = client
+
+    async def cluster_groups(self) -> list[GroupRoute]:
+        return [GroupRoute("g", "n0", {"n0": ("127.0.0.1", 1), "n1": ("127.0.0.1", 2)},
+                           0, 0, 6, 1, {})]
+
+    def group_client(self, g: GroupRoute) -> _DownThenUp:
+        return self.client
+
+
+def test_a_round_that_missed_a_node_is_repeated_within_a_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 5:
+            raise asyncio.CancelledError  # the loop's stop
+
+    monkeypatch.setattr(producer_group, "_pause", pause)
+    client = _DownThenUp(down=3)  # the start's round and the next two miss n1
+    reg = ProducerRegistration(_Routes(client), "pg", "p")  # type: ignore[arg-type]
+
+    async def main() -> None:
+        await reg.start()
+        assert reg.missed == 1
+        assert reg._task is not None
+        with pytest.raises(asyncio.CancelledError):
+            await reg._task
+    asyncio.run(main())
+    assert pauses == [RETRY_S, RETRY_S, RETRY_S, HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S]
+    assert client.beats.count("n1") == 5 and reg.missed == 0

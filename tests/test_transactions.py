@@ -150,22 +150,30 @@ def test_a_leader_killed_around_the_commit_publishes_each_committed_message_once
         leader = [await _wait_leader(client, cluster)]
         listener = KillingListener(cluster, leader)
         sent: list[bytes] = []
+        results: list[Any] = []
         async with TransactionProducer(ns, "kpg", listener, send_timeout_s=15.0) as p:
             for round_, mode in enumerate(["before", "during", "before", "during"]):
                 body = f"c{round_}-kill".encode()
                 (listener.kill_before if mode == "before" else listener.kill_during).add(body)
                 for b in [f"c{round_}-x".encode(), body, f"rb{round_}".encode(),
                           f"c{round_}-y".encode()]:
-                    await p.send(Message("KTopic", b))
+                    results.append((await p.send(Message("KTopic", b))))
                     sent.append(b)
                 killed = leader[0]
                 leader[0] = await _wait_leader(client, cluster)
                 cluster.restart(killed)  # (the group keeps a majority for the next round)
             committed = [b for b in sent if not b.startswith(b"rb")]
 
+            seen: list[bytes] = []
+
             async def all_visible() -> bool:
-                return len(await consumed(ns, "KTopic")) >= len(committed)
-            await wait_until(all_visible, 60, "every committed message visible")
+                seen[:] = [m.body for m in await consumed(ns, "KTopic")]
+                return len(seen) >= len(committed)
+            try:
+                await wait_until(all_visible, 60, "every committed message visible")
+            except AssertionError as err:
+                raise AssertionError(f"{err}; missing {set(committed) - set(seen)}, "
+                                     f"results {results}") from None
             counts = Counter(m.body for m in await consumed(ns, "KTopic"))
             assert counts == Counter(committed), counts  # once each, no rolled-back one
         # the COMMIT's answer lost: the same END again, to the new leader, publishes nothing
