@@ -106,13 +106,19 @@ def _follow(ns: str, *args: str) -> tuple[subprocess.Popen[str], _Lines]:
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    """The exit code and standard error of ``proc`` once it ends (killed if it has not within
+    the deadline). Its standard output is left to its ``_Lines`` reader: communicate() would
+    read it too, and a line it took would never reach the test."""
+    assert proc.stderr is not None
+    err = _Lines(proc.stderr)  # read as it runs: a full pipe would stall the process
     try:
-        _, err = proc.communicate(timeout=LINE_TIMEOUT_S)
+        proc.wait(timeout=LINE_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=LINE_TIMEOUT_S)
-    return proc.returncode, err
+    err.thread.join(timeout=LINE_TIMEOUT_S)
+    return proc.returncode, "".join(err.lines)
 
 
 def test_follow_prints_new_messages_until_ctrl_c(ns: str) -> None:
