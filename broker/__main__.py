@@ -16,6 +16,7 @@ from broker.index import IndexConfig
 from broker.server import BROKER_CANARIES, BrokerConfig, BrokerServer
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger import evloop
+from dledger.node_config import Address
 from dledger.node_cli import (
     client_limits,
     node_config,
@@ -49,8 +50,13 @@ def main() -> None:
               help="NameServers to register with: host[:port] separated by ';' or ',' "
                    "(port 9876 if none is given).")
 @click.option("--register-interval-s", type=float, default=30.0, show_default=True)
-@click.option("--advertise", default=None,
-              help="Client address to register instead of --listen's (NAT, a proxy).")
+@click.option("--advertise", default=None, metavar="HOST[:PORT]",
+              help="Client address to register instead of --listen's (NAT, a proxy, a listener "
+                   "on 0.0.0.0); a host alone keeps the bound port. The gRPC endpoint is "
+                   "registered at this host too.")
+@click.option("--admin-advertise", default=None, metavar="HOST[:PORT]",
+              help="Admin address to register instead of --admin-listen's (by default the "
+                   "bound one, or its port at --advertise's host if bound to every interface).")
 @click.option("--grpc-listen", default=None,
               help="Serve RocketMQ 5 clients (gRPC, apache.rocketmq.v2) at HOST:PORT "
                    "(off unless given; needs --namesrv).")
@@ -97,7 +103,8 @@ def main() -> None:
               help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
-          checkpoint_interval_s: float, advertise: str | None, grpc_listen: str | None,
+          checkpoint_interval_s: float, advertise: str | None, admin_advertise: str | None,
+          grpc_listen: str | None,
           grpc_max_delivery_attempts: int,
           delay_levels: str,
           max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
@@ -125,26 +132,45 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
     if acl and grpc_listen:
         raise click.BadParameter("the gRPC endpoint does not sign the requests it forwards yet: "
                                  "it cannot run with --acl", param_hint="'--grpc-listen'")
-    config = BrokerConfig(node_config(opts), parse_address(client_listen),
-                          auto_create_topics=auto_create, default_queues=default_queues,
-                          max_message_bytes=max_message_bytes,
-                          admin_listen=parse_address(admin_listen),
-                          namesrv=names, register_interval_s=register_interval_s,
-                          checkpoint_interval_s=checkpoint_interval_s,
-                          advertise_client=parse_address(advertise) if advertise else None,
-                          grpc_listen=parse_address(grpc_listen) if grpc_listen else None,
-                          grpc_max_delivery_attempts=grpc_max_delivery_attempts,
-                          max_connections=limits.connections_max,
-                          input_buffer_bytes_max=limits.input_bytes_max,
-                          delay_levels_ms=levels_ms, max_delay_ms=max_delay_ms,
-                          transaction_timeout_s=transaction_timeout_s,
-                          transaction_check_interval_s=transaction_check_interval_s,
-                          transaction_check_max=transaction_check_max,
-                          canaries=frozenset(broker_canaries),
-                          acl=acl, acl_admins=admins,
-                          acl_replay_window_ms=int(acl_replay_window_s * 1000),
-                          index=IndexConfig(index_slots, index_entries_per_file, index_files_max))
+    try:
+        config = BrokerConfig(node_config(opts), parse_address(client_listen),
+                              auto_create_topics=auto_create, default_queues=default_queues,
+                              max_message_bytes=max_message_bytes,
+                              admin_listen=parse_address(admin_listen),
+                              namesrv=names, register_interval_s=register_interval_s,
+                              checkpoint_interval_s=checkpoint_interval_s,
+                              advertise_client=_advertised(advertise, "--advertise"),
+                              advertise_admin=_advertised(admin_advertise,
+                                                          "--admin-advertise"),
+                              grpc_listen=parse_address(grpc_listen) if grpc_listen else None,
+                              grpc_max_delivery_attempts=grpc_max_delivery_attempts,
+                              max_connections=limits.connections_max,
+                              input_buffer_bytes_max=limits.input_bytes_max,
+                              delay_levels_ms=levels_ms, max_delay_ms=max_delay_ms,
+                              transaction_timeout_s=transaction_timeout_s,
+                              transaction_check_interval_s=transaction_check_interval_s,
+                              transaction_check_max=transaction_check_max,
+                              canaries=frozenset(broker_canaries),
+                              acl=acl, acl_admins=admins,
+                              acl_replay_window_ms=int(acl_replay_window_s * 1000),
+                              index=IndexConfig(index_slots, index_entries_per_file,
+                                                index_files_max))
+    except ValueError as err:  # the configuration's own checks, named
+        raise click.UsageError(str(err)) from err
     evloop.run(_serve(config), server=True)
+
+
+def _advertised(text: str | None, option: str) -> Address | None:
+    """``HOST[:PORT]`` (IPv6 in brackets) -> (host, port), port 0 if none: the bound one."""
+    if text is None:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or "]" in port:  # a host alone
+        host, port = text, "0"
+    if not host or (":" in host and not host.startswith("[")) or not port.isdigit() \
+            or not 0 <= int(port) < 65536:
+        raise click.BadParameter(f"expected HOST or HOST:PORT, got {text!r}", param_hint=option)
+    return host, int(port)
 
 
 async def _serve(config: BrokerConfig) -> None:

@@ -20,7 +20,9 @@ from dledger.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials
 from dledger.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
 from dledger.node_config import Address, NodeConfig
 
-__all__ = ["BROKER_CANARIES", "BrokerConfig"]
+__all__ = ["BROKER_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})  # bind every interface: no one dials it
 
 BROKER_CANARIES = (STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES | TXN_CANARIES
                    | QUEUE_CANARIES | ACL_CANARIES)
@@ -38,7 +40,11 @@ class BrokerConfig:
     checkpoint_interval_s: float = 10.0  # persist the state machine this often (0: never)
     namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
     register_interval_s: float = 30.0
-    advertise_client: Address | None = None  # client address told to NameServers (e.g. a proxy)
+    # Addresses told to NameServers instead of the bound ones (NAT, a proxy, every interface
+    # bound); port 0: the bound port. The gRPC listener takes advertise_client's host, and so
+    # does the admin one when bound to every interface (``registered``).
+    advertise_client: Address | None = None
+    advertise_admin: Address | None = None
     max_connections: int = CONNECTIONS_MAX_DEFAULT  # client connections open at once
     input_buffer_bytes_max: int = INPUT_BUFFER_BYTES_MAX_DEFAULT  # partial frames, all clients
     delay_levels_ms: tuple[int, ...] = parse_levels(DEFAULT_LEVELS)  # RocketMQ's 18 levels
@@ -76,6 +82,45 @@ class BrokerConfig:
             raise ValueError("the replay window is at least 1000 ms (clocks differ)")
         if self.grpc_listen is not None and not self.namesrv:
             raise ValueError("the gRPC endpoint routes through the NameServers: give --namesrv")
+        if self.namesrv:
+            self._check_advertised()
         if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
             raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
                              f"not {self.max_message_bytes}")
+
+    def _check_advertised(self) -> None:
+        """A listener bound to every interface has no address a NameServer could hand out:
+        refused unless an advertised one is given."""
+        def every(address: Address | None) -> bool:
+            return address is not None and address[0] in WILDCARD_HOSTS
+        if every(self.client_listen) and self.advertise_client is None:
+            raise ValueError(f"--listen {_fmt(self.client_listen)} binds every interface, which "
+                             "no client can dial: give --advertise HOST:PORT, the address the "
+                             "NameServers hand to clients")
+        if every(self.grpc_listen) and self.advertise_client is None:
+            raise ValueError(f"--grpc-listen {_fmt(self.grpc_listen)} binds every interface: "
+                             "give --advertise HOST:PORT (the gRPC endpoint is registered at its "
+                             "host)")
+        if every(self.admin_listen) and self.advertise_admin is None \
+                and self.advertise_client is None:
+            raise ValueError(f"--admin-listen {_fmt(self.admin_listen)} binds every interface, "
+                             "which the NameServers and the console cannot dial: give "
+                             "--admin-advertise HOST:PORT (or --advertise, whose host it takes)")
+
+    def registered(self, listener: str, bound: Address) -> Address:
+        """The address to register for ``listener`` ("client", "admin" or "grpc") bound at
+        ``bound``: its advertised one (a port 0 there is the bound port), else the bound port
+        at ``advertise_client``'s host (the clients' listeners always, the admin one when bound
+        to every interface), else the bound address."""
+        advertised = self.advertise_admin if listener == "admin" else None
+        if advertised is None and (listener != "admin" or bound[0] in WILDCARD_HOSTS):
+            advertised = self.advertise_client
+            if advertised is not None and listener != "client":
+                advertised = (advertised[0], 0)
+        if advertised is None:
+            return bound
+        return advertised[0], advertised[1] or bound[1]
+
+
+def _fmt(address: Address | None) -> str:
+    return f"{address[0]}:{address[1]}" if address else ""

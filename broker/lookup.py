@@ -12,30 +12,19 @@ of this node: a follower answers from what it has applied, which may lag its lea
 from __future__ import annotations
 
 import bisect
-import re
 from typing import TYPE_CHECKING, Any, Iterable
 
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC
 from broker.entries import StoredTopics, decode_for_apply, message_at, stored_topics_and_messages
 from broker.errors import BadEntryError, MessageNotFoundError
 from broker.index import key_hash, unique_hash
-from broker.protocol import offset_msg_id
+from broker.protocol import offset_msg_id, parse_offset_msg_id
 from dledger.errors import DLedgerError
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
 
 QUERY_MESSAGES_MAX = 1024  # messages one query answers at most
-_MSG_ID = re.compile(r"(.+)-([0-9A-F]{16})-([0-9]{1,6})")
-
-
-def parse_offset_msg_id(text: str) -> tuple[str, int, int]:
-    """(group, commitlog position, slot) of ``broker.protocol.offset_msg_id``'s form; a
-    ValueError saying why if it is not one."""
-    m = _MSG_ID.fullmatch(text)
-    if m is None:
-        raise ValueError(f"is not an offset msg id (GROUP-<16 hex digits>-SLOT): {text[:80]!r}")
-    return m.group(1), int(m.group(2), 16), int(m.group(3))
 
 
 class Lookup:

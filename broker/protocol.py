@@ -101,6 +101,7 @@ naming the field. A pull's ``max_messages`` is capped at MAX_PULL_MESSAGES and i
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from broker.errors import BrokerError
@@ -198,3 +199,15 @@ def _utf8(text: str) -> int:
 def offset_msg_id(group: str, position: int, slot: int) -> str:
     """Names a stored message on any replica: group, commitlog position, slot in the entry."""
     return f"{group}-{position:016X}-{slot}"
+
+
+_OFFSET_MSG_ID = re.compile(r"(.+)-([0-9A-F]{16})-([0-9]{1,6})")
+
+
+def parse_offset_msg_id(text: str) -> tuple[str, int, int]:
+    """(group, commitlog position, slot) of ``offset_msg_id``'s form; a ValueError saying why
+    if it is not one (the broker's and the client's one reading of it)."""
+    m = _OFFSET_MSG_ID.fullmatch(text)
+    if m is None:
+        raise ValueError(f"is not an offset msg id (GROUP-<16 hex digits>-SLOT): {text[:80]!r}")
+    return m.group(1), int(m.group(2), 16), int(m.group(3))

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.handlers import handles, integer, readable_topic
-from broker.lookup import QUERY_MESSAGES_MAX, Lookup, parse_offset_msg_id
-from broker.protocol import QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VIEW_MESSAGE
+from broker.lookup import QUERY_MESSAGES_MAX, Lookup
+from broker.protocol import QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VIEW_MESSAGE, parse_offset_msg_id
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

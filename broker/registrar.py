@@ -123,8 +123,10 @@ class Registrar:
         raft = s.node.status().raft
         role = {"pre_candidate": "candidate"}.get(raft.role.value, raft.role.value)
         return {"group": node.group, "node_id": node.node_id,
-                "client_address": _fmt(s.config.advertise_client or s.client_address),
-                "admin_address": _fmt(s.admin_address),
+                "client_address": _fmt(s.config.registered("client", s.client_address)
+                                       if s.client_address else None),
+                "admin_address": _fmt(s.config.registered("admin", s.admin_address)
+                                      if s.admin_address else None),
                 "role": role, "term": raft.term, "instance": self.instance,
                 "members": sorted(raft.voters + raft.learners),
                 **({"grpc_address": _fmt(s.grpc_address)} if s.grpc_address else {}),

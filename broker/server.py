@@ -86,6 +86,9 @@ log = logging.getLogger("broker.server")
 SERVED_KINDS = served_kinds()
 ACCEPTED_KINDS = SERVED_KINDS | {SIGNED}  # a signed envelope wraps one of the served kinds
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
+OFFSET_GROUPS_SHOWN = 1000  # consumer groups with committed offsets named in the status
+
+
 class _Connection(FramedProtocol):
     def __init__(self, server: BrokerServer) -> None:
         super().__init__(limits=server.limits)
@@ -181,9 +184,7 @@ class BrokerServer:
         if self.config.grpc_listen is not None:
             from broker.grpc_gateway import GrpcGateway
             self._gateway = GrpcGateway(self, self.config.grpc_listen)
-            host, port = await self._gateway.start()
-            advertised = self.config.advertise_client
-            self.grpc_address = (advertised[0] if advertised else host, port)
+            self.grpc_address = self.config.registered("grpc", await self._gateway.start())
         if self.config.namesrv:
             self.registrar.start()
         self.checkpoints.start()
@@ -373,6 +374,7 @@ class BrokerServer:
         st["caught_up"] = self.caught_up()  # what /readyz answers: its state is the group's
         st["admin_address"] = list(self.admin_address or ())
         st["consumer_groups"] = self.members.snapshot(time.monotonic())
+        st["offset_groups"] = sorted({k[0] for k in self.state.offsets})[:OFFSET_GROUPS_SHOWN]
         st["client_connections"] = self.limits.stats()
         st["timers"] = self.delays.status()
         st["retries"] = self.retries.status()

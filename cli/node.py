@@ -42,7 +42,7 @@ def node_list(data_dir: str) -> None:
     for rec in ctl["nodes"]:
         state = f"pid {rec['pid']}" if _running(rec) else f"not running{_ended(rec)}"
         click.echo(f"{rec['group']} {rec['node']}: {state}  client {rec['client']}  "
-                   f"admin http://{rec['admin']}/status  log {rec['log']}")
+                   f"admin {ctl.get('scheme', 'http')}://{rec['admin']}/status  log {rec['log']}")
 
 
 def _node_arguments(f: F) -> F:
@@ -83,7 +83,7 @@ def node_restart(data_dir: str, group: str, node_id: str) -> None:
     if not reply.get("ok"):
         raise click.ClickException(f"{group}-{node_id} did not start: {reply.get('error')}")
     click.echo(f"started {group}-{node_id}: pid {reply['pid']}, admin "
-               f"http://{reply['admin']}/status")
+               f"{ctl.get('scheme', 'http')}://{reply['admin']}/status")
 
 
 def _control(data_dir: str) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
                                          client_port + 10 * g if client_port else 0,
                                          grpc_port + 10 * g if grpc_port else 0,
                                          namesrv.address, up_tls))
-        supervisor = Supervisor(data_dir, namesrv, clusters)
+        supervisor = Supervisor(data_dir, namesrv, clusters, "https" if up_tls else "http")
         supervisor.write()
         asyncio.run(_wait_leaders(namesrv.address, [c.group for c in clusters], LEADERS_TIMEOUT_S))
         _print_up(namesrv, clusters, flush_mode, data_dir, up_tls)
@@ -203,8 +203,10 @@ async def _wait_leaders(ns: str, groups: list[str], timeout_s: float) -> None:
 class Supervisor:
     """The watch of a running ``up``: requests of ``dledger node``, exits, ``up.json``."""
 
-    def __init__(self, data_dir: str, namesrv: NameSrvProcess, clusters: list[LocalCluster]):
+    def __init__(self, data_dir: str, namesrv: NameSrvProcess, clusters: list[LocalCluster],
+                 scheme: str = "http"):
         self.data_dir = data_dir
+        self.scheme = scheme  # of the admin listeners (https under --tls)
         self.namesrv = namesrv
         self.nodes = {(c.group, nid): (c, s) for c in clusters for nid, s in c.servers.items()}
         self.expected: dict[tuple[str, str], tuple[int, str]] = {}  # from dledger node: pid, how
@@ -269,7 +271,7 @@ class Supervisor:
         self.ended.pop((group, node), None)
         self.write()
         click.echo(f"broker {group}-{node} started again: pid {s.pid}, admin "
-                   f"http://{admin_of(s)}/status")
+                   f"{self.scheme}://{admin_of(s)}/status")
         return {"ok": True, "pid": s.pid, "admin": admin_of(s)}
 
     def write(self) -> None:
@@ -281,4 +283,5 @@ class Supervisor:
                  for (g, nid), (cluster, s) in self.nodes.items()]
         control.write_json_atomic(control.control_path(self.data_dir), {
             "version": control.VERSION, "up_pid": os.getpid(), "up_argv": self.argv,
-            "namesrv": self.namesrv.address, "namesrv_pid": self.namesrv.proc.pid, "nodes": nodes})
+            "namesrv": self.namesrv.address, "namesrv_pid": self.namesrv.proc.pid,
+            "scheme": self.scheme, "nodes": nodes})

@@ -79,7 +79,8 @@ async def node_status(session: aiohttp.ClientSession, n: dict[str, Any],
                 "membership": st.get("membership") if isinstance(st.get("membership"), dict) else {},
                 "last_index": raft["last_index"], "commit_index": raft["commit_index"],
                 "applied_index": st["applied_index"],
-                "consumer_groups": sorted(st.get("consumer_groups") or {}),
+                "consumer_groups": sorted({*(st.get("consumer_groups") or {}),
+                                           *(st.get("offset_groups") or ())}),
                 "followers": {f["node_id"]: {"lag": raft["last_index"] - f["match_index"],
                                              "last_contact_ticks": f["last_contact_ticks"]}
                               for f in raft["followers"]}}

@@ -58,11 +58,7 @@ def _found(row: list[Any]) -> FoundMessage:
 
 def group_of(offset_msg_id: str) -> str:
     """The broker group an offset msg id names (``GROUP-<position hex>-<slot>``)."""
-    group, sep, rest = offset_msg_id.rpartition("-")
-    group, sep2, position = group.rpartition("-")
-    if not (sep and sep2 and group and rest.isdigit() and len(position) == 16):
-        raise ValueError(f"not an offset msg id (GROUP-<16 hex digits>-SLOT): {offset_msg_id!r}")
-    return group
+    return bp.parse_offset_msg_id(offset_msg_id)[0]
 
 
 class MessageQuery:

@@ -17,6 +17,7 @@ from dledger.client import LogClient
 from dledger.errors import DLedgerError
 from dledger.localcluster import ClusterError, LocalCluster
 from dledger.node_cli import parse_address, parse_peers
+from dledger.tls import ENV_CA, TlsConfigError, dial_context
 
 WATCH_MIN_S = 0.5  # each round asks every node: a shorter period only loads the group
 
@@ -106,8 +107,32 @@ def _nodes_arg(nodes: dict[str, tuple[str, int]]) -> str:
 NODES_HELP = "Client addresses of the group: n0=host:port,n1=host:port,..."
 
 
+def _take_tls_ca(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        if not os.path.isfile(value):
+            raise click.BadParameter(f"{value!r} is not a readable file", ctx, param)
+        os.environ[ENV_CA] = value  # what _client's dial_context reads
+
+
+def nodes_option(f: Any) -> Any:
+    """``--nodes`` and ``--tls-ca`` (log servers started with ``--tls-cert``: docs/tls.md)."""
+    f = click.option("--nodes", required=True, help=NODES_HELP)(f)
+    return click.option("--tls-ca", type=click.Path(dir_okay=False), envvar=ENV_CA,
+                        expose_value=False, is_eager=True, callback=_take_tls_ca,
+                        help="The group's CA file: speak TLS to it (default from "
+                             "$DLEDGER_TLS_CA).")(f)
+
+
+def _client(addrs: dict[str, tuple[str, int]], **kw: Any) -> LogClient:
+    """A client of the group: TLS when a CA is set (``--tls-ca``/DLEDGER_TLS_CA)."""
+    try:
+        return LogClient(addrs, ssl_context=dial_context(None), **kw)
+    except TlsConfigError as err:
+        raise click.ClickException(str(err)) from err
+
+
 @main.command()
-@click.option("--nodes", required=True, help=NODES_HELP)
+@nodes_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--watch", type=click.FloatRange(min=WATCH_MIN_S), default=None, metavar="SECONDS",
               help=f"Repeat every SECONDS (at least {WATCH_MIN_S}) until interrupted.")
@@ -130,7 +155,7 @@ def status(nodes: str, as_json: bool, watch: float | None) -> None:
 
 async def _statuses(addrs: dict[str, tuple[str, int]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    async with LogClient(addrs, timeout_s=2.0) as client:
+    async with _client(addrs, timeout_s=2.0) as client:
         for nid in addrs:
             try:
                 st = await client.status(nid)
@@ -163,12 +188,12 @@ def _status_table(rows: list[dict[str, Any]]) -> str:
 
 
 @main.command()
-@click.option("--nodes", required=True, help=NODES_HELP)
+@nodes_option
 @click.argument("data", nargs=-1, required=True)
 def propose(nodes: str, data: tuple[str, ...]) -> None:
     """Commit each DATA argument as one entry; prints index, term and position."""
     async def run() -> None:
-        async with LogClient(parse_peers(nodes)) as client:
+        async with _client(parse_peers(nodes)) as client:
             for item in data:
                 node, c = await client.propose(item.encode())
                 click.echo(f"committed index {c.index} term {c.term} position {c.position} (via {node})")
@@ -176,7 +201,7 @@ def propose(nodes: str, data: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--nodes", required=True, help=NODES_HELP)
+@nodes_option
 @click.option("--node", "node_id", default=None, help="Read from this node (default: the leader).")
 @click.option("--from-index", type=int, default=1, show_default=True)
 @click.option("--max", "max_entries", type=int, default=100, show_default=True)
@@ -185,7 +210,7 @@ def read(nodes: str, node_id: str | None, from_index: int, max_entries: int) -> 
     addrs = parse_peers(nodes)
 
     async def run() -> None:
-        async with LogClient(addrs) as client:
+        async with _client(addrs) as client:
             node = node_id
             if node is None:
                 rows = await _statuses(addrs)
@@ -201,14 +226,14 @@ def leader() -> None:
 
 
 @leader.command("transfer")
-@click.option("--nodes", required=True, help=NODES_HELP)
+@nodes_option
 @click.argument("to")
 def leader_transfer(nodes: str, to: str) -> None:
     """Hand leadership to node TO (it is caught up first)."""
     addrs = parse_peers(nodes)
 
     async def run() -> None:
-        async with LogClient(addrs) as client:
+        async with _client(addrs) as client:
             rows = await _statuses(addrs)
             current = next((r["node"] for r in rows if r.get("role") == "leader"), None)
             if current is None:

@@ -168,7 +168,8 @@ class ConsoleOps:
                 "queues_cut": len(queues) > QUEUES_SHOWN_MAX}
 
     def consumer_group_names(self, from_nodes: list[str]) -> list[str]:
-        """Groups with live members (as the nodes' statuses said) or retry / dead-letter topics."""
+        """Groups with live members or committed offsets (as the nodes' statuses said), or
+        retry / dead-letter topics."""
         names = set(from_nodes)
         for g in self._cluster_view():
             for topic in g["topics"]:

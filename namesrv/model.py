@@ -114,14 +114,24 @@ def parse_topic_name(name: object) -> str:
         raise BadRequestError(f"bad topic name: {exc}") from exc
 
 
+def _dialable(text: object, what: str) -> None:
+    """A registered address: host:port, and not a wildcard (a listener bound to every
+    interface registers what its operator advertised, never 0.0.0.0)."""
+    host, _ = parse_host_port(text, what)
+    if host in ("0.0.0.0", "::"):
+        raise BadRequestError(f"{what} {text!r} names every interface, not one a client can "
+                              "dial: the broker must advertise an address (--advertise, "
+                              "--admin-advertise)")
+
+
 def parse_registration(body: object) -> Registration:
     """Build a ``Registration`` from a decoded JSON body, or name the first thing wrong with it."""
     obj = _require_object(body, "the body")
     group, node_id = _parse_id(obj, "group"), _parse_id(obj, "node_id")
     client_address = _require(obj, "client_address")
     admin_address = _require(obj, "admin_address")
-    parse_host_port(client_address, "client_address")
-    parse_host_port(admin_address, "admin_address")
+    _dialable(client_address, "client_address")
+    _dialable(admin_address, "admin_address")
     role = _require(obj, "role")
     if role not in ROLES:
         raise BadRequestError(f"role must be one of {sorted(ROLES)}, not {role!r}")
@@ -129,7 +139,7 @@ def parse_registration(body: object) -> Registration:
     topics = _parse_topics(obj.get("topics", {}))
     grpc_address = obj.get("grpc_address", "")
     if grpc_address != "":
-        parse_host_port(grpc_address, "grpc_address")
+        _dialable(grpc_address, "grpc_address")
     return Registration(group, node_id, client_address, admin_address, role, term, topics,
                         _parse_instance(obj), _parse_members(obj), grpc_address)
 

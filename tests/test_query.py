@@ -217,3 +217,23 @@ async def _all_found(ns: str, cluster: LocalCluster, sent: list[_Sent]) -> None:
     await routed(ns)  # registered again
     async with MessageQuery(ns) as q:
         assert [m.body for m in await q.by_unique_key(sent[7].msg_id)] == [b"m7"]
+
+
+@pytest.mark.parametrize("text, group", [
+    ("a-00000000000000A0-0", "a"),
+    ("orders-east-00000000000000A0-12", "orders-east"),
+    ("a-00000000000000a0-0", None),  # lowercase hex: not a form the broker writes or reads
+    ("a-A0-0", None),
+    ("-00000000000000A0-0", None),
+    ("a-00000000000000A0-x", None),
+])
+def test_the_client_reads_an_offset_msg_id_as_the_broker_does(text: str,
+                                                              group: str | None) -> None:
+    from client.query import group_of
+    if group is None:
+        with pytest.raises(ValueError, match="not an offset msg id"):
+            group_of(text)
+        with pytest.raises(ValueError):
+            bp.parse_offset_msg_id(text)
+    else:
+        assert group_of(text) == group == bp.parse_offset_msg_id(text)[0]

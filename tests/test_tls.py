@@ -20,10 +20,12 @@ from typing import Any, Awaitable, Iterator
 
 import aiohttp
 import pytest
+from click.testing import CliRunner
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from broker import protocol as bp
+from cli import main as dledger_main
 from client import Message, Producer, PullConsumer, TlsError, UnavailableError
 from dledger.client import LogClient
 from dledger.errors import NodeStoppedError, OutcomeUnknownError
@@ -33,7 +35,8 @@ from dledger.tls import ENV_CA, TlsConfig, TlsConfigError, client_context, dial_
 from dledger.tls_certs import CA_CERT, make_ca, make_node_cert
 from dledger.transport import PeerTransport
 from dledger.wire import Hello, encode_frame, encode_message
-from tests.test_processes import wait_until
+from dledger.localcluster import LocalCluster
+from tests.test_processes import leader_of, wait_until
 from tests.up_process import UpProcess
 
 HOST = "127.0.0.1"
@@ -168,6 +171,27 @@ def test_peer_mtls_takes_only_peers_with_a_certificate_of_the_ca(tmp_path: Path)
     asyncio.run(asyncio.wait_for(main(), 20))
 
 
+@pytest.mark.slow
+def test_dledger_log_speaks_tls_to_a_bare_log_group(tmp_path: Path) -> None:
+    ca = make_ca(str(tmp_path / "ca"))
+    node = make_node_cert(str(tmp_path / "ca"), "node")  # 127.0.0.1 and localhost: every node
+    tls_args = ("--tls-cert", node.cert_file, "--tls-key", node.key_file, "--tls-ca", ca)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop(ENV_CA, None)
+    with LocalCluster(str(tmp_path / "g"), size=3, tick_ms=50, extra_args=tls_args) as cluster:
+        async def elected() -> None:
+            async with LogClient(cluster.client_addresses, ssl_context=client_context(ca)) as c:
+                await wait_until(lambda: leader_of(c, cluster), 20, "a leader")
+        _arun(elected())
+        nodes = ",".join(f"{n}={h}:{p}" for n, (h, p) in cluster.client_addresses.items())
+        cmd = [sys.executable, "-c", "import cli; cli.main()", "log", "status", "--nodes", nodes]
+        ok = subprocess.run([*cmd, "--tls-ca", ca], capture_output=True, text=True, env=env,
+                            timeout=60)
+        assert ok.returncode == 0 and " leader " in ok.stdout, ok.stdout + ok.stderr
+        plain = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+        assert plain.returncode == 2 and plain.stdout.count("unreachable") == 3, plain.stdout
+
+
 # -- a live cluster: dledger up --tls --------------------------------------------------------
 
 
@@ -207,6 +231,8 @@ def test_up_tls_serves_the_client_library_end_to_end(tls_up: tuple[UpProcess, st
     up, ca = tls_up
     monkeypatch.delenv(ENV_CA, raising=False)
     assert "admin https://" in up.output()
+    listed = CliRunner().invoke(dledger_main, ["node", "list", "--data-dir", str(up.data_dir)])
+    assert listed.exit_code == 0 and listed.output.count("admin https://") == 3, listed.output
 
     async def main() -> list[bytes]:
         async with Producer(up.namesrv, tls_ca=ca) as p:
