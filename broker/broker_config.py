@@ -93,6 +93,11 @@ class BrokerConfig:
         refused unless an advertised one is given."""
         def every(address: Address | None) -> bool:
             return address is not None and address[0] in WILDCARD_HOSTS
+        for option, advertised in (("--advertise", self.advertise_client),
+                                   ("--admin-advertise", self.advertise_admin)):
+            if every(advertised):
+                raise ValueError(f"{option} {_fmt(advertised)} is every interface, not an "
+                                 "address to dial")
         if every(self.client_listen) and self.advertise_client is None:
             raise ValueError(f"--listen {_fmt(self.client_listen)} binds every interface, which "
                              "no client can dial: give --advertise HOST:PORT, the address the "

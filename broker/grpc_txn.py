@@ -6,8 +6,8 @@ A RocketMQ 5 producer has no producer group; our transactions (``broker.txn``) b
 Each topic's gRPC transactions belong to the producer group ``%RMQ5_TXN%<topic>``, whose live
 members are the gateways that hold a telemetry session of a producer declaring that topic
 (``Settings.publishing.topics``): every ``HEARTBEAT_INTERVAL_S`` each such gateway heartbeats
-the group to every node of the cluster (``client.producer_group``; after ``RETRY_S`` when a
-round missed a node). A leader with an open
+the group to every node of the cluster (sooner after a round that missed a node, as
+``client.producer_group`` does). A leader with an open
 transaction past its timeout asks one of them; that gateway hands the question to one of its
 producers of the topic, whose checker answers with EndTransaction (``SOURCE_SERVER_CHECK``).
 
@@ -29,8 +29,8 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from broker import protocol as bp
 from broker.grpc_codec import GatewayError, outbound
 from client import errors
-from client.producer_group import (HEARTBEAT_INTERVAL_S, RETRY_S, CheckRequest,
-                                   ProducerRegistration, parse_check)
+from client.producer_group import (RETRY_S, CheckRequest, ProducerRegistration, next_pause_s,
+                                   parse_check)
 from client.routes import Routes
 
 log = logging.getLogger("broker.grpc")
@@ -88,14 +88,18 @@ class GatewayTransactions:
         self.published.pop(client_id, None)
 
     async def _loop(self) -> None:
+        backoff_s = RETRY_S
         while True:
-            with contextlib.suppress(errors.ClientError):
+            missed = 0
+            try:
                 if self.published:
                     await self.ensure_routes()
                     await self.beat()
-            missed = any(reg.missed for reg in self._registrations.values())
-            await asyncio.sleep(RETRY_S if missed or not self._registrations
-                                else HEARTBEAT_INTERVAL_S)  # (a node missed: soon again)
+                missed = sum(reg.missed for reg in self._registrations.values())
+            except errors.ClientError:  # no NameServer now: soon again
+                missed = 1
+            pause_s, backoff_s = next_pause_s(missed, backoff_s)
+            await asyncio.sleep(pause_s if self._registrations else RETRY_S)  # (none yet: 1 s)
 
     async def beat(self) -> None:
         """Heartbeat the groups of the topics live producers publish; leave the others."""

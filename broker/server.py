@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -86,7 +87,9 @@ log = logging.getLogger("broker.server")
 SERVED_KINDS = served_kinds()
 ACCEPTED_KINDS = SERVED_KINDS | {SIGNED}  # a signed envelope wraps one of the served kinds
 RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
-OFFSET_GROUPS_SHOWN = 1000  # consumer groups with committed offsets named in the status
+OFFSET_GROUPS_SHOWN_BYTES = 16 << 10  # consumer groups with committed offsets named in the
+#                                      status: the first names, as JSON, within this budget
+#                                      (the status stays far under a reader's 256 KiB bound)
 
 
 class _Connection(FramedProtocol):
@@ -374,7 +377,7 @@ class BrokerServer:
         st["caught_up"] = self.caught_up()  # what /readyz answers: its state is the group's
         st["admin_address"] = list(self.admin_address or ())
         st["consumer_groups"] = self.members.snapshot(time.monotonic())
-        st["offset_groups"] = sorted({k[0] for k in self.state.offsets})[:OFFSET_GROUPS_SHOWN]
+        st["offset_groups"] = _shown(sorted({k[0] for k in self.state.offsets}))
         st["client_connections"] = self.limits.stats()
         st["timers"] = self.delays.status()
         st["retries"] = self.retries.status()
@@ -384,3 +387,14 @@ class BrokerServer:
         st["snapshot"] = {**self.node.snapshot_status(),
                           "checkpoint_index": self.checkpoints.checkpointed_index}
         return st
+
+
+def _shown(names: list[str]) -> list[str]:
+    """The first of ``names`` whose JSON fits ``OFFSET_GROUPS_SHOWN_BYTES``."""
+    out, used = [], 0
+    for name in names:
+        used += len(json.dumps(name)) + 1
+        if used > OFFSET_GROUPS_SHOWN_BYTES:
+            break
+        out.append(name)
+    return out

@@ -4,11 +4,12 @@ group's live producers, and a leader holding an open transaction of the group ca
 them about it over that producer's own connection (a server-initiated CHECK_TRANSACTION frame,
 handed to ``on_check``). Owns one background task; its heartbeats are bounded by deadlines.
 
-A round that misses a node (down, restarting) is repeated after ``RETRY_S`` until one reaches
-every node, so that a node back from a crash knows the group's producers within about a second:
-it may lead next, and the check-backs it sends until it knows one go unanswered (and count
-toward the transaction's ``check_max``). A node that stays down is retried until the NameServer
-drops it (its lease expires), at one heartbeat a second.
+A round that misses a node (down, restarting; or no NameServer answers) is repeated after
+``RETRY_S``, the pause doubling while rounds keep missing up to the period, so that a node back
+from a short crash knows the group's producers within a few seconds: it may lead next, and the
+check-backs it sends until it knows one go unanswered (and count toward the transaction's
+``check_max``). A node that never answers this producer (down for good, or refusing it) costs a
+round per period, as before.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dledger.errors import DLedgerError
 HEARTBEAT_INTERVAL_S = 10.0
 HEARTBEAT_TTL_MS = 35_000  # three heartbeats and some: a producer that stops is gone soon
 HEARTBEAT_TIMEOUT_S = 2.0  # one node's answer
-RETRY_S = 1.0  # a round that missed a node is repeated this soon
+RETRY_S = 1.0  # a round that missed a node is repeated this soon, then 2, 4... s up to the period
 GROUP_MAX_CHARS = 255
 _pause = asyncio.sleep  # the loop's wait between rounds (a test records it)
 
@@ -99,13 +100,14 @@ class ProducerRegistration:
             await self.beat(ttl_ms=0)  # leave: the brokers ask the others from now on
 
     async def _loop(self) -> None:
+        pause_s, backoff_s = next_pause_s(self.missed, RETRY_S)
         while True:
-            # the heartbeat period, or sooner after a round that missed a node
-            await _pause(RETRY_S if self.missed else HEARTBEAT_INTERVAL_S)
+            await _pause(pause_s)  # the heartbeat period, or sooner after a round that missed
             try:
                 await self.beat()
             except errors.ClientError:  # no NameServer now: soon again
                 self.missed = 1
+            pause_s, backoff_s = next_pause_s(self.missed, backoff_s)
 
     async def beat(self, ttl_ms: int = HEARTBEAT_TTL_MS) -> set[str]:
         """Heartbeat every node of every broker group at once; the group's producers any node
@@ -138,4 +140,13 @@ class ProducerRegistration:
         self.on_check(check)
 
 
-__all__ = ["CheckRequest", "ProducerRegistration", "check_group", "new_client_id"]
+def next_pause_s(missed: int, backoff_s: float) -> tuple[float, float]:
+    """(the pause before the next round, the backoff after that one) once a round missed
+    ``missed`` nodes: the period if none, else ``backoff_s``, doubling up to the period."""
+    if missed == 0:
+        return HEARTBEAT_INTERVAL_S, RETRY_S
+    return backoff_s, min(2 * backoff_s, HEARTBEAT_INTERVAL_S)
+
+
+__all__ = ["CheckRequest", "ProducerRegistration", "check_group", "new_client_id",
+           "next_pause_s"]

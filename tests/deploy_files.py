@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 
+from broker.__main__ import _advertised
 from broker.__main__ import start as broker_start
+from broker.broker_config import BrokerConfig
 from broker.namesrv_addrs import parse_namesrv_list
 from dledger.node_cli import node_config, parse_address
 from dledger.node_config import NodeConfig
@@ -243,12 +245,19 @@ def parse_broker_command(argv: list[str]) -> BrokerArgs:
     assert argv[:2] == ["dledger-broker", "start"], f"not a `dledger-broker start` command: {argv}"
     ctx = broker_start.make_context("start", list(argv[2:]))
     p = ctx.params
-    return BrokerArgs(
+    args = BrokerArgs(
         node=node_config(p), listen=parse_address(p["client_listen"]),
         admin=parse_address(p["admin_listen"]),
-        advertise=parse_address(p["advertise"]) if p["advertise"] else None,
+        advertise=_advertised(p["advertise"], "--advertise"),
         grpc=parse_address(p["grpc_listen"]) if p["grpc_listen"] else None,
         namesrv=parse_namesrv_list(p["namesrv"]) if p["namesrv"].strip() else (), params=p)
+    # the broker's own checks of what it will register (a listener on every interface needs
+    # an advertised address): a ValueError here is a start the broker would refuse
+    BrokerConfig(args.node, args.listen, admin_listen=args.admin, namesrv=args.namesrv,
+                 advertise_client=args.advertise,
+                 advertise_admin=_advertised(p["admin_advertise"], "--admin-advertise"),
+                 grpc_listen=args.grpc)
+    return args
 
 
 def parse_namesrv_command(argv: list[str]) -> Address:

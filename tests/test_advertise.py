@@ -44,6 +44,13 @@ def test_a_listener_on_every_interface_needs_an_advertised_address(
     _config(tmp_path, namesrv=NS, advertise_client=("h", 0), advertise_admin=("h", 0), **kw)
 
 
+def test_an_advertised_address_is_not_a_wildcard_either(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--advertise 0.0.0.0:0 is every interface"):
+        _config(tmp_path, namesrv=NS, advertise_client=("0.0.0.0", 0))
+    with pytest.raises(ValueError, match="--admin-advertise"):
+        _config(tmp_path, namesrv=NS, advertise_admin=("::", 80))
+
+
 def test_each_listener_registers_its_advertised_or_bound_address(tmp_path: Path) -> None:
     plain = _config(tmp_path, namesrv=NS)
     assert plain.registered("client", ("127.0.0.1", 5)) == ("127.0.0.1", 5)
@@ -59,13 +66,19 @@ def test_each_listener_registers_its_advertised_or_bound_address(tmp_path: Path)
     assert nat.registered("client", ("127.0.0.1", 10911)) == ("203.0.113.7", 30911)
     assert nat.registered("grpc", ("127.0.0.1", 8081)) == ("203.0.113.7", 8081)
     assert nat.registered("admin", ("127.0.0.1", 8080)) == ("ops.example", 8080)
+    v6 = _config(tmp_path, namesrv=NS, client_listen=("::", 0), advertise_client=("[::1]", 0))
+    assert v6.registered("client", ("::", 10911)) == ("[::1]", 10911)
 
 
 @pytest.mark.parametrize("args, needle", [
     (["--listen", "0.0.0.0:0"], "--advertise HOST:PORT"),
     (["--admin-listen", "0.0.0.0:0"], "--admin-advertise"),
     (["--advertise", "::1"], "expected HOST or HOST:PORT"),
+    (["--advertise", "[::1"], "expected HOST or HOST:PORT"),
+    (["--advertise", "[::1:5"], "expected HOST or HOST:PORT"),
     (["--admin-advertise", "h:99999"], "expected HOST or HOST:PORT"),
+    (["--advertise", "0.0.0.0"], "is every interface"),
+    (["--admin-advertise", "[::]:8080"], "is every interface"),
 ])
 def test_the_command_line_refuses_an_address_no_one_can_dial(
         tmp_path: Path, args: list[str], needle: str) -> None:

@@ -198,3 +198,15 @@ def test_the_broker_options_refuse_values_no_broker_can_honour(tmp_path) -> None
                           ("--default-queues", 0)):
         result = CliRunner().invoke(main, [*base, option, str(value)])
         assert result.exit_code == 2 and option in result.output
+
+
+def test_the_status_names_offset_groups_within_a_byte_budget() -> None:
+    import json
+
+    from broker.server import OFFSET_GROUPS_SHOWN_BYTES, _shown
+
+    names = sorted(f"{'é' * 250}{k:05d}" for k in range(2000))  # escaped: ~1.5 KB each as JSON
+    shown = _shown(names)
+    assert shown == names[:len(shown)] and 0 < len(shown) < len(names)
+    assert len(json.dumps(shown)) <= OFFSET_GROUPS_SHOWN_BYTES
+    assert _shown(["a", "b"]) == ["a", "b"]

@@ -2,7 +2,8 @@
 (``broker.producers``: heartbeats, expiry, a closed connection's producers gone, round robin),
 the client's reading of a CHECK_TRANSACTION frame (``client.producer_group``), which takes
 garbage without raising, and its heartbeat rounds: one that missed a node is repeated within a
-second (a node back from a crash must know the producers before it leads and checks back)."""
+second, then 2, 4... up to the period (a node back from a crash must know the producers before
+it leads and checks back; one that never answers costs a round per period)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from client import producer_group
 from broker.members import MAX_MEMBERS
 from broker.producers import ProducerGroups
 from client.producer_group import (HEARTBEAT_INTERVAL_S, RETRY_S, ProducerRegistration,
-                                   check_group, parse_check)
+                                   check_group, next_pause_s, parse_check)
 from client.routes import GroupRoute
 from dledger.errors import DLedgerError
 
@@ -118,7 +119,7 @@ def test_a_round_that_missed_a_node_is_repeated_within_a_second(
 
     async def pause(seconds: float) -> None:
         pauses.append(seconds)
-        if len(pauses) == 5:
+        if len(pauses) == 6:
             raise asyncio.CancelledError  # the loop's stop
 
     monkeypatch.setattr(producer_group, "_pause", pause)
@@ -132,5 +133,15 @@ def test_a_round_that_missed_a_node_is_repeated_within_a_second(
         with pytest.raises(asyncio.CancelledError):
             await reg._task
     asyncio.run(main())
-    assert pauses == [RETRY_S, RETRY_S, RETRY_S, HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S]
-    assert client.beats.count("n1") == 5 and reg.missed == 0
+    assert pauses == [RETRY_S, 2 * RETRY_S, 4 * RETRY_S, HEARTBEAT_INTERVAL_S,
+                      HEARTBEAT_INTERVAL_S, HEARTBEAT_INTERVAL_S]
+    assert client.beats.count("n1") == 6 and reg.missed == 0
+
+
+def test_a_node_that_never_answers_costs_a_round_per_period_not_per_second() -> None:
+    pause_s, backoff_s, pauses = 0.0, RETRY_S, []
+    for _ in range(8):
+        pause_s, backoff_s = next_pause_s(1, backoff_s)
+        pauses.append(pause_s)
+    assert pauses == [1, 2, 4, 8, 10, 10, 10, 10]
+    assert next_pause_s(0, backoff_s) == (HEARTBEAT_INTERVAL_S, RETRY_S)  # reached: reset
