@@ -79,16 +79,22 @@ async def cluster_status(namesrv: Sequence[str]) -> list[dict[str, Any]]:
                                            for g in cluster["groups"])))
 
 
+def _contact(follower: dict[str, Any]) -> str:
+    ms = follower.get("last_contact_ms")
+    if follower["last_contact_ticks"] == -1:
+        return "never"
+    return f"{ms} ms" if isinstance(ms, int) else f"{follower['last_contact_ticks']} ticks"
+
+
 def status_table(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'group':<6} {'node':<5} {'role':<12} {'term':>5} {'last':>8} {'commit':>8} "
-             f"{'applied':>8}  followers (lag / last contact ticks)"]
+             f"{'applied':>8}  followers (lag / last contact)"]
     for g in rows:
         for n in g["nodes"]:
             if n["role"] == "unreachable":
                 lines.append(f"{g['group']:<6} {n['node']:<5} unreachable  ({n['error']})")
                 continue
-            fol = ", ".join(f"{k}: {v['lag']} / {v['last_contact_ticks']}"
-                            for k, v in n["followers"].items())
+            fol = ", ".join(f"{k}: {v['lag']} / {_contact(v)}" for k, v in n["followers"].items())
             lines.append(f"{g['group']:<6} {n['node']:<5} {n['role']:<12} {n['term']:>5} "
                          f"{n['last_index']:>8} {n['commit_index']:>8} {n['applied_index']:>8}  {fol}")
         change = "; a membership change in progress" if g.get("change_in_progress") else ""

@@ -46,6 +46,13 @@ def http_error_text(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
+def _contact_ms(ticks: Any, tick_ms: Any) -> int | None:
+    """A follower's last contact in milliseconds (-1: never; None: the node's tick unknown)."""
+    if not isinstance(ticks, int) or not isinstance(tick_ms, int):
+        return None
+    return -1 if ticks < 0 else ticks * tick_ms
+
+
 def group_health(members: int, reachable: int, has_leader: bool) -> str:
     """"ok" (a leader, every voter answers), "degraded" (a leader and a majority), "no leader"
     (a majority answers but none leads), "no quorum" (fewer than a majority answer)."""
@@ -82,7 +89,9 @@ async def node_status(session: aiohttp.ClientSession, n: dict[str, Any],
                 "consumer_groups": sorted({*(st.get("consumer_groups") or {}),
                                            *(st.get("offset_groups") or ())}),
                 "followers": {f["node_id"]: {"lag": raft["last_index"] - f["match_index"],
-                                             "last_contact_ticks": f["last_contact_ticks"]}
+                                             "last_contact_ticks": f["last_contact_ticks"],
+                                             "last_contact_ms": _contact_ms(
+                                                 f["last_contact_ticks"], st.get("tick_ms"))}
                               for f in raft["followers"]}}
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         return {"node": n["node_id"], "role": "unreachable", "error": http_error_text(err)}

@@ -211,6 +211,7 @@ def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
     # table shows it), and disk_full_error says which write failed.
     raft["role"] = "disk_full" if st.disk_full else st.raft.role.value
     return {"group": st.group, "flush_mode": st.flush_mode, "raft": raft,
+            "tick_ms": round(node.config.tick_interval_s * 1000),  # (last_contact_ticks' unit)
             "members": sorted(st.raft.voters + st.raft.learners),
             "membership": st.membership,
             "disk_full": st.disk_full, "disk_full_error": st.disk_full_error,

@@ -149,3 +149,15 @@ def test_log_status_refuses_a_watch_period_below_half_a_second(period: str) -> N
 
     res = CliRunner().invoke(log_main, ["status", "--nodes", "127.0.0.1:1", "--watch", period])
     assert res.exit_code == 2 and "--watch" in res.output and "Traceback" not in res.output, res.output
+
+
+def test_the_status_table_shows_last_contact_in_milliseconds() -> None:
+    from cli.status import status_table
+
+    follower = {"lag": 0, "last_contact_ticks": 2, "last_contact_ms": 200}
+    row = {"group": "a", "voters": ["n0", "n1", "n2"], "health": "ok", "nodes": [
+        {"node": "n0", "role": "leader", "term": 3, "last_index": 9, "commit_index": 9,
+         "applied_index": 9, "followers": {
+             "n1": follower, "n2": {"lag": 9, "last_contact_ticks": -1, "last_contact_ms": -1},
+             "n3": {"lag": 1, "last_contact_ticks": 4, "last_contact_ms": None}}}]}
+    assert "n1: 0 / 200 ms, n2: 9 / never, n3: 1 / 4 ticks" in status_table([row])

@@ -61,6 +61,7 @@ def test_the_snapshot_shows_every_node_with_one_leader(cluster: str) -> None:
             assert n["registration"]["admin_address"]
         for f in leader["followers"].values():
             assert f["lag"] >= 0 and isinstance(f["last_contact_ticks"], int)
+            assert f["last_contact_ms"] == f["last_contact_ticks"] * 50  # the group's tick_ms
     asyncio.run(main())
 
 

@@ -117,6 +117,13 @@ function showTab() {
 
 // -- cluster (live) ----------------------------------------------------------------------------
 
+function contact(follower) {  // a follower's last contact: ms when its tick is known
+  if (follower.last_contact_ticks === undefined) return undefined;
+  if (follower.last_contact_ticks === -1) return "never";
+  const ms = follower.last_contact_ms;
+  return ms === null || ms === undefined ? `${follower.last_contact_ticks} ticks` : `${ms} ms`;
+}
+
 function nodeRow(group, n, leaderLag) {
   const follower = leaderLag[n.node] || {};
   const reg = n.registration || {};
@@ -124,7 +131,7 @@ function nodeRow(group, n, leaderLag) {
   const row = el("tr", { class: "role-" + n.role, dataset: { node: n.node, role: n.role } },
     el("td", {}, n.node), el("td", { class: "role" }, n.role), num(n.term),
     num(n.last_index), num(n.commit_index), num(n.applied_index),
-    num(follower.lag), num(follower.last_contact_ticks === -1 ? "never" : follower.last_contact_ticks),
+    num(follower.lag), num(contact(follower)),
     el("td", {}, reg.last_seen_s_ago === undefined ? "not registered" : `${reg.last_seen_s_ago} s ago`),
     el("td", { class: "node-state" }, state));
   const cell = el("td");
@@ -143,7 +150,7 @@ function groupCard(g) {
   const lag = (leader && leader.followers) || {};
   const health = el("span", { class: "health " + g.health.replace(" ", "-") }, g.health);
   const head = el("tr", {}, ...["node", "role", "term", "last index", "commit", "applied",
-    "lag", "last contact (ticks)", "registration", "state", ""].map((h) => el("th", {}, h)));
+    "lag", "last contact", "registration", "state", ""].map((h) => el("th", {}, h)));
   return el("div", { class: "group", dataset: { group: g.group } },
     el("h2", {}, `group ${g.group} · leader `, el("span", { class: "leader" }, g.leader || "none"),
       ` · term ${g.term} · `, health,
