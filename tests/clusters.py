@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Awaitable, Callable, Iterator
 
 from client import Message, Producer, UnavailableError
 from client.routes import GroupRoute, Routes
@@ -41,6 +41,22 @@ async def registered_group(routes: Routes, nodes: int = 3, deadline_s: float = 3
         return len(groups) == 1 and len(groups[0].nodes) >= nodes
     await wait_until(all_there, deadline_s, f"{nodes} nodes registered")
     return found[0]
+
+
+async def console_ok(snapshot: Callable[[], Awaitable[dict[str, Any]]], nodes: int = 3,
+                     deadline_s: float = 30.0) -> dict[str, Any]:
+    """The console's first snapshot (from ``snapshot()``) of one group of ``nodes`` nodes, all
+    answering, with a leader: the fixtures wait only for a route to the leader, a follower may
+    register a moment later, and a node that misses one poll (1 s) is shown unreachable."""
+    seen: list[dict[str, Any]] = []
+
+    async def ok() -> bool:
+        seen[:] = [await snapshot()]
+        groups = seen[0]["groups"]
+        return len(groups) == 1 and len(groups[0]["nodes"]) == nodes \
+            and groups[0]["health"] == "ok" and groups[0]["leader"] is not None
+    await wait_until(ok, deadline_s, f"a console snapshot with {nodes} nodes answering")
+    return seen[0]
 
 
 @contextlib.contextmanager

@@ -63,7 +63,8 @@ def test_the_console_shows_a_leader_change_live_and_creates_a_topic(tmp_path: Pa
             expect(group.locator("tbody tr")).to_have_count(3, timeout=15_000)
             leader_row = group.locator('tbody tr[data-role="leader"]')
             expect(leader_row).to_have_count(1, timeout=15_000)
-            expect(group.locator('tbody tr[data-role="follower"]')).to_have_count(2)
+            expect(group.locator('tbody tr[data-role="follower"]')).to_have_count(
+                2, timeout=15_000)  # (a follower may register, or answer a poll, a moment later)
             old = leader_row.get_attribute("data-node")
             assert old in cluster.servers
             expect(group.locator(".leader")).to_have_text(old)
@@ -90,10 +91,10 @@ def test_the_console_shows_a_leader_change_live_and_creates_a_topic(tmp_path: Pa
                 f"topic {TOPIC}: created on a", timeout=30_000)
             row = page.locator(f'#topics-table tr[data-topic="{TOPIC}"]')
             expect(row).to_have_count(1, timeout=30_000)  # the table refreshes every 3 s
-            expect(row).to_contain_text("a/0: 0 … 0")
+            expect(row).to_contain_text("a/0: 0 … 0", timeout=30_000)
 
             page.click('nav a[data-tab="cluster"]')
-            expect(new_leader).to_have_count(1)
+            expect(new_leader).to_have_count(1, timeout=15_000)
             shot = tmp_path / "console.png"
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 10_000
