@@ -13,7 +13,6 @@ from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from broker.protocol import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
 from broker.index import IndexConfig
-from broker.broker_config import WILDCARD_HOSTS
 from broker.server import BROKER_CANARIES, BrokerConfig, BrokerServer
 from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger import evloop
@@ -173,10 +172,7 @@ def _advertised(text: str | None, option: str) -> Address | None:
             or not port.isdigit() or not 0 <= int(port) < 65536:
         raise click.BadParameter(f"expected HOST or HOST:PORT (IPv6 as [HOST]), got {text!r}",
                                  param_hint=option)
-    if host in WILDCARD_HOSTS:
-        raise click.BadParameter(f"{host} is every interface, not an address to dial",
-                                 param_hint=option)
-    return host, int(port)
+    return host, int(port)  # (a wildcard host: BrokerConfig refuses it, by name)
 
 
 async def _serve(config: BrokerConfig) -> None:

@@ -82,15 +82,15 @@ class BrokerConfig:
             raise ValueError("the replay window is at least 1000 ms (clocks differ)")
         if self.grpc_listen is not None and not self.namesrv:
             raise ValueError("the gRPC endpoint routes through the NameServers: give --namesrv")
-        if self.namesrv:
-            self._check_advertised()
+        self._check_advertised()
         if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
             raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
                              f"not {self.max_message_bytes}")
 
     def _check_advertised(self) -> None:
-        """A listener bound to every interface has no address a NameServer could hand out:
-        refused unless an advertised one is given."""
+        """An advertised address is one to dial, not a wildcard; and with NameServers, a
+        listener bound to every interface has no address they could hand out: refused unless
+        an advertised one is given."""
         def every(address: Address | None) -> bool:
             return address is not None and address[0] in WILDCARD_HOSTS
         for option, advertised in (("--advertise", self.advertise_client),
@@ -98,6 +98,8 @@ class BrokerConfig:
             if every(advertised):
                 raise ValueError(f"{option} {_fmt(advertised)} is every interface, not an "
                                  "address to dial")
+        if not self.namesrv:
+            return  # nothing is registered
         if every(self.client_listen) and self.advertise_client is None:
             raise ValueError(f"--listen {_fmt(self.client_listen)} binds every interface, which "
                              "no client can dial: give --advertise HOST:PORT, the address the "

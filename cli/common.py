@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import os
 import ssl
 from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
 
@@ -19,7 +18,8 @@ from client import ClientError
 from client.admin_views import http_error_text
 from client.routes import GroupRoute, Routes, client_error
 from dledger.errors import DLedgerError
-from dledger.tls import ENV_CA, HTTPS_PREFIX, TlsConfigError, dial_context, split_https
+from dledger.node_cli import tls_ca_option as node_tls_ca_option
+from dledger.tls import HTTPS_PREFIX, TlsConfigError, dial_context, split_https
 
 T = TypeVar("T")
 NAMESRV_DEFAULT = "127.0.0.1:9876"
@@ -42,20 +42,8 @@ def _parse_namesrv(ctx: click.Context, param: click.Parameter, value: str) -> tu
     return tuple(HTTPS_PREFIX + a for a in parsed) if https else parsed
 
 
-def _take_tls_ca(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """``--tls-ca FILE``: this command's connections (NameServers, brokers, admin endpoints)
-    are TLS, verified against FILE. Exported as DLEDGER_TLS_CA, the client library's own
-    setting, so that every client the command makes follows it."""
-    if value:
-        if not os.path.isfile(value):
-            raise click.BadParameter(f"{value!r} is not a readable file", ctx, param)
-        os.environ[ENV_CA] = value
-
-
-tls_ca_option = click.option(
-    "--tls-ca", type=click.Path(dir_okay=False), envvar=ENV_CA, expose_value=False,
-    is_eager=True, callback=_take_tls_ca,
-    help="The cluster's CA file: speak TLS to it (default from $DLEDGER_TLS_CA; docs/tls.md).")
+# --tls-ca FILE: every connection of the command (NameServers, brokers, admin endpoints)
+tls_ca_option = node_tls_ca_option("The cluster")
 
 
 def namesrv_option(f: F) -> F:

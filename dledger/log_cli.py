@@ -16,8 +16,8 @@ import click
 from dledger.client import LogClient
 from dledger.errors import DLedgerError
 from dledger.localcluster import ClusterError, LocalCluster
-from dledger.node_cli import parse_address, parse_peers
-from dledger.tls import ENV_CA, TlsConfigError, dial_context
+from dledger.node_cli import parse_address, parse_peers, tls_ca_option
+from dledger.tls import TlsConfigError, dial_context
 
 WATCH_MIN_S = 0.5  # each round asks every node: a shorter period only loads the group
 
@@ -107,20 +107,9 @@ def _nodes_arg(nodes: dict[str, tuple[str, int]]) -> str:
 NODES_HELP = "Client addresses of the group: n0=host:port,n1=host:port,..."
 
 
-def _take_tls_ca(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value:
-        if not os.path.isfile(value):
-            raise click.BadParameter(f"{value!r} is not a readable file", ctx, param)
-        os.environ[ENV_CA] = value  # what _client's dial_context reads
-
-
 def nodes_option(f: Any) -> Any:
     """``--nodes`` and ``--tls-ca`` (log servers started with ``--tls-cert``: docs/tls.md)."""
-    f = click.option("--nodes", required=True, help=NODES_HELP)(f)
-    return click.option("--tls-ca", type=click.Path(dir_okay=False), envvar=ENV_CA,
-                        expose_value=False, is_eager=True, callback=_take_tls_ca,
-                        help="The group's CA file: speak TLS to it (default from "
-                             "$DLEDGER_TLS_CA).")(f)
+    return tls_ca_option("The group")(click.option("--nodes", required=True, help=NODES_HELP)(f))
 
 
 def _client(addrs: dict[str, tuple[str, int]], **kw: Any) -> LogClient:

@@ -24,7 +24,7 @@ from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from dledger.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
-from dledger.tls import TlsConfig, TlsConfigError
+from dledger.tls import ENV_CA, TlsConfig, TlsConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,6 +34,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 # a core more when idle (over 3 nodes). NodeConfig keeps both off: nodes sharing one process
 # (the in-process tests) would poll against each other.
 DEFAULT_BUSY_POLL_US = 300
+
+
+def _take_tls_ca(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--tls-ca FILE``: this command's connections are TLS, verified against FILE. Exported
+    as DLEDGER_TLS_CA, the client libraries' own setting, so that every client the command
+    makes follows it."""
+    if value:
+        if not os.path.isfile(value):
+            raise click.BadParameter(f"{value!r} is not a readable file", ctx, param)
+        os.environ[ENV_CA] = value
+
+
+def tls_ca_option(what: str) -> Callable[[F], F]:
+    """A command's ``--tls-ca FILE`` (default $DLEDGER_TLS_CA): speak TLS to ``what``."""
+    return click.option("--tls-ca", type=click.Path(dir_okay=False), envvar=ENV_CA,
+                        expose_value=False, is_eager=True, callback=_take_tls_ca,
+                        help=f"{what}'s CA file: speak TLS to it (default from "
+                             "$DLEDGER_TLS_CA; docs/tls.md).")
 
 
 def parse_address(text: str) -> Address:
