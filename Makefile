@@ -25,8 +25,8 @@ up: install
 
 # The whole test suite, including the simulator sweep (time-boxed) and canaries.
 test: install-dev
-	$(BIN)/ruff check dledger broker namesrv client chaos cli tests examples
-	$(BIN)/mypy --strict client
+	$(BIN)/ruff check protocol dledger broker namesrv client chaos cli tests examples
+	$(BIN)/mypy --strict client protocol
 	$(BIN)/mypy dledger broker namesrv chaos cli examples
 	$(BIN)/python -m pytest
 

@@ -5,10 +5,10 @@ pulls, ``registrar``, ``admin``) are modules of their own."""
 
 from broker.consumequeue import CQUnit
 from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
-from broker.errors import BadEntryError, BrokerError, InvalidTopicError
+from protocol.broker_errors import BadEntryError, BrokerError, InvalidTopicError
 from broker.applied import ApplyResult
 from broker.state import BrokerState, StateConfig
-from broker.topics import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig, validate_topic_name
+from protocol.topics import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig, validate_topic_name
 
 __all__ = [
     "PERM_READ", "PERM_RW", "PERM_WRITE", "ApplyResult", "BadEntryError", "BrokerError",

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from broker.topics import TRACE_TOPIC, is_system_topic
-from dledger.auth_rules import check_access_key, check_secret_key
+from protocol.topics import TRACE_TOPIC, is_system_topic
+from protocol.auth_rules import check_access_key, check_secret_key
 
 __all__ = [
     "ACCOUNTS_MAX", "DENY", "PERMS_MAX", "PUB", "PUB_SUB", "SUB", "Account", "AclTable", "Need",

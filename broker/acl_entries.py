@@ -19,7 +19,7 @@ import cbor2
 
 import broker.entries as be
 from broker.acl import Account
-from dledger.auth_rules import check_access_key
+from protocol.auth_rules import check_access_key
 
 KIND_ACL_PUT = 16
 KIND_ACL_DELETE = 17

@@ -1,7 +1,7 @@
 """Access control at the door of every broker node: signatures checked, then permissions.
 
 Owns ``AclService.admit`` (run for each request a client connection brings, before dispatch: a
-SIGNED envelope opened, its signature, target node, clock and sequence checked (``dledger.auth``),
+SIGNED envelope opened, its signature, target node, clock and sequence checked (``protocol.auth``),
 and what the inner request needs (``NEEDS``, one line per request kind) checked against the
 account (``broker.acl``)), the refusal log (rate-limited, naming the account, never a secret),
 and the ACL's request handlers (ACL_PUT, ACL_DELETE: through the log on the leader; ACL_LIST:
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from broker.acl import ADMIN, PUB, SUB, Account, Need, permits
 from broker.acl_entries import AclDelete, AclPut, encode_acl
-from broker.errors import BadRequestError
+from protocol.broker_errors import BadRequestError
 from broker.handlers import handles
-from broker.protocol import (
+from protocol.broker_kinds import (
     ACL_DELETE,
     ACL_LIST,
     ACL_PUT,
@@ -62,7 +62,7 @@ from broker.protocol import (
     VIEW_MESSAGE,
     SendRefusedError,
 )
-from dledger.auth import (
+from protocol.auth import (
     SIGNED,
     AccessDeniedError,
     Credentials,
@@ -70,9 +70,9 @@ from dledger.auth import (
     SignatureError,
     parse_signed,
 )
-from dledger.auth_rules import check_access_key
-from dledger.errors import NotLeaderError, WireError
-from dledger.protocol import Request, decode_request
+from protocol.auth_rules import check_access_key
+from protocol.errors import NotLeaderError, WireError
+from protocol.envelope import Request, decode_request
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

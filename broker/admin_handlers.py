@@ -20,17 +20,15 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from broker.entries import INT_MAX, OffsetReset
-from broker.errors import BrokerError
+from broker.entries import OffsetReset
+from protocol.broker_errors import BrokerError
 from broker.handlers import _brief, handles, integer, readable_topic, text
-from broker.protocol import CONSUMER_STATUS, OFFSET_RESET, STATE_DIGEST, SendRefusedError
-from dledger.errors import DLedgerError
+from protocol.broker_kinds import CONSUMER_STATUS, OFFSET_RESET, STATE_DIGEST, SendRefusedError
+from protocol.errors import DLedgerError
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
 
-RESET_EARLIEST_MS = 0  # a reset "to the time 0": the first message the leader still holds
-RESET_LATEST_MS = INT_MAX  # ... "to the end of time": past the last message stored
 
 
 class GroupActiveError(BrokerError):

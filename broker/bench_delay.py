@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.bench import broker_group
 from dledger.bench.nodeflags import NodeFlags
 from dledger.client import LogClient

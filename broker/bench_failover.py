@@ -90,10 +90,10 @@ async def measure_failover(ns: str, cluster: LocalCluster, size: int, topic: str
 
 
 async def leader_of(cluster: LocalCluster) -> str:
-    from broker import protocol as bp
-    from dledger.auth import Credentials
+    from protocol import broker_kinds as bp
+    from protocol.auth import Credentials
     from dledger.client import LogClient
-    from dledger.tls import dial_context  # DLEDGER_TLS_CA: `dledger bench --tls`
+    from protocol.tls import dial_context  # DLEDGER_TLS_CA: `dledger bench --tls`
     # (signed when the environment names an account: a cluster with access control)
     async with LogClient(cluster.client_addresses, timeout_s=2, ssl_context=dial_context(None),
                          credentials=Credentials.from_env(), group=cluster.group) as lc:

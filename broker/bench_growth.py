@@ -26,12 +26,12 @@ from typing import Any, Awaitable, Callable
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.bench import broker_group
 from broker.bench_delay import PER_REQUEST, rss_mib, send_runs
 from dledger.bench.nodeflags import NodeFlags
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
 
 TOPIC = "growth"

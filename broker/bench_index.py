@@ -28,7 +28,7 @@ import time
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.bench import broker_group
 from broker.bench_delay import PER_REQUEST, rss_mib, send_runs
 from broker.entries import encode_runs

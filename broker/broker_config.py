@@ -11,13 +11,13 @@ from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, parse_levels
 from broker.delay_service import DELAY_CANARIES
 from broker.index import IndexConfig
 from broker.orderly_service import LOCK_CANARIES
-from broker.protocol import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
+from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from broker.retry_service import RETRY_CANARIES
 from broker.state import STATE_CANARIES
-from broker.topics import DEFAULT_QUEUES, MAX_QUEUES
+from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 from broker.txn_service import TXN_CANARIES
-from dledger.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials
-from dledger.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
+from protocol.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials
+from protocol.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
 from dledger.node_config import Address, NodeConfig
 
 __all__ = ["BROKER_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from broker.cq_files import FileConsumeQueue, FileQueues
 from broker.consumequeue import QueueStore
-from broker.errors import BadEntryError
+from protocol.broker_errors import BadEntryError
 from broker.state import BrokerState, StateConfig
 from broker.index import open_index
 from dledger.commitlog import FileLogStore

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC, timer_of
 from broker.entries import TimerDeliver, stored_messages
-from broker.errors import BrokerError
-from dledger.errors import DLedgerError
+from protocol.broker_errors import BrokerError
+from protocol.errors import DLedgerError
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

@@ -13,7 +13,8 @@ from typing import Any, Callable, Union
 
 import cbor2
 
-from broker.errors import BadEntryError
+from protocol.broker_errors import BadEntryError
+from protocol.broker_kinds import INT_MAX
 
 VERSION = 1
 KIND_SEND = 1
@@ -407,7 +408,6 @@ def check_message(m: Any) -> None:
         raise ValueError("a message must be a list")
 
 
-INT_MAX = 2**63 - 1  # every integer field fits the state's packed 64-bit columns
 
 
 def _int(v: Any, lo: int = 0, what: str = "the field") -> int:

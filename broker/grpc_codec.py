@@ -3,7 +3,7 @@ gateway (``broker.grpc_gateway`` is the shell).
 
 Owns:
 - ``inbound``: a protocol ``Message`` checked field by field and turned into our send row
-  (``[body, tags, keys, unique_key, [[name, value]...], born_ts_ms]``, ``broker.protocol``'s SEND)
+  (``[body, tags, keys, unique_key, [[name, value]...], born_ts_ms]``, ``protocol.broker_kinds``'s SEND)
   with its kind (NORMAL, FIFO, DELAY, TRANSACTION) and message group. What the protocol says
   in system properties and we keep as properties uses RocketMQ's own names where it has one:
   the message group is ``__SHARDINGKEY``, the delivery time ``TIMER_DELIVER_MS``; the born host
@@ -27,7 +27,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import errors
 
 __all__ = ["GatewayError", "Inbound", "inbound", "outbound", "code_of", "guarded", "status",

@@ -32,7 +32,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.grpc_codec import GatewayError, code_of, guarded, inbound, status
 from broker.grpc_consume import ConsumeCalls
 from broker.grpc_sends import GatewaySends
@@ -41,7 +41,7 @@ from client import errors
 from client.delivery import Delivery
 from client.routes import GroupRoute, Routes
 from client.types import MessageQueue
-from dledger.tls import TlsConfig
+from protocol.tls import TlsConfig
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

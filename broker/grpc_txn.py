@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.grpc_codec import GatewayError, outbound
 from client import errors
 from client.producer_group import (RETRY_S, CheckRequest, ProducerRegistration, next_pause_s,

@@ -16,7 +16,7 @@ topic to exist on the leader and the queue to be one of its read queues. SEARCH_
 OFFSET_QUERY read no message and, as in RocketMQ, check neither: a queue nobody committed on
 answers -1, one that holds nothing answers offset 0.
 
-Adding a request kind: its number in ``broker.protocol`` and one ``@handles(...)`` function here.
+Adding a request kind: its number in ``protocol.broker_kinds`` and one ``@handles(...)`` function here.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import reprlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-from broker.errors import BadRequestError
-from broker.protocol import (
+from protocol.broker_errors import BadRequestError
+from protocol.broker_kinds import (
     BROKER_STATUS,
     DLQ_RESEND,
     LOCK_BATCH,
@@ -45,12 +45,13 @@ from broker.protocol import (
     TRANSFER_LEADERSHIP,
     SendRefusedError,
 )
-from broker.entries import INT_MAX, OffsetCommit, TopicDelete, TopicPut
-from broker.filter_sql import SqlFilter, compile_sql
-from broker.retry import MAX_RECONSUME_TIMES_LIMIT
+from broker.entries import OffsetCommit, TopicDelete, TopicPut
+from protocol.broker_kinds import INT_MAX
+from protocol.filter_sql import SqlFilter, compile_sql
+from protocol.consume_rules import MAX_RECONSUME_TIMES_LIMIT
 from broker.txn import HALF_TOPIC
-from broker.topics import MAX_QUEUES, TopicConfig, validate_config, validate_topic_name
-from dledger.protocol import Request
+from protocol.topics import MAX_QUEUES, TopicConfig, validate_config, validate_topic_name
+from protocol.envelope import Request
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

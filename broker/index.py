@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from broker.delay import SCHEDULE_TOPIC
-from broker.topics import TRACE_TOPIC
+from protocol.topics import TRACE_TOPIC
 from broker.entries import StoredSend, decode_for_apply, stored_topics_and_messages
-from broker.errors import BadEntryError
+from protocol.broker_errors import BadEntryError
 from broker.index_file import IndexFile, IndexFileError
 
 log = logging.getLogger("broker.index")

@@ -29,7 +29,7 @@ import sys
 import zlib
 from typing import Any, Callable, Iterator
 
-from broker.errors import BrokerError
+from protocol.broker_errors import BrokerError
 
 assert sys.byteorder == "little", "the slot table is kept as native 32-bit words"
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from broker.delay import SCHEDULE_QUEUE, SCHEDULE_TOPIC
 from broker.entries import StoredTopics, decode_for_apply, message_at, stored_topics_and_messages
-from broker.errors import BadEntryError, MessageNotFoundError
+from protocol.broker_errors import BadEntryError, MessageNotFoundError
 from broker.index import key_hash, unique_hash
-from broker.protocol import offset_msg_id, parse_offset_msg_id
-from dledger.errors import DLedgerError
+from protocol.broker_kinds import offset_msg_id, parse_offset_msg_id
+from protocol.errors import DLedgerError
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

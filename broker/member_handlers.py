@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.handlers import handles, integer, text
-from broker.protocol import MEMBER_ADD, MEMBER_PROMOTE, MEMBER_REMOVE
+from protocol.broker_kinds import MEMBER_ADD, MEMBER_PROMOTE, MEMBER_REMOVE
 from dledger.membership_node import parse_address
 
 if TYPE_CHECKING:

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-LOCK_TTL_MS = 60_000  # RocketMQ's REBALANCE_LOCK_MAX_LIVE_TIME on the broker
-LOCK_RENEW_S = 20.0  # RocketMQ's lock renewal period
-LOCK_LEASE_S = 30.0  # how long after sending a lock request the client may rely on it
+from protocol.consume_rules import LOCK_LEASE_S, LOCK_RENEW_S, LOCK_TTL_MS
+
 QueueKey = tuple[str, str, int]  # (consumer group, topic, queue id)
 
 

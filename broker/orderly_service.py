@@ -13,7 +13,8 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.entries import LockQueues
-from broker.orderly import LOCK_TTL_MS, LockTable
+from broker.orderly import LockTable
+from protocol.consume_rules import LOCK_TTL_MS
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

@@ -9,11 +9,11 @@ from broker.handlers import (PULL_TAGS_MAX, _brief, handles, integer, queue_id, 
                              sql_filter, strings, text)
 from broker.pop import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
 from broker.pop_entries import POP_ITEMS_MAX
-from broker.protocol import MAX_PULL_MESSAGES, MAX_SUSPEND_MS, POP_ACK, POP_CHANGE, POP_DEAD, POP_RECEIVE
-from broker.retry import MAX_RECONSUME_TIMES_LIMIT
+from protocol.broker_kinds import MAX_PULL_MESSAGES, MAX_SUSPEND_MS, POP_ACK, POP_CHANGE, POP_DEAD, POP_RECEIVE
+from protocol.consume_rules import MAX_RECONSUME_TIMES_LIMIT
 
 if TYPE_CHECKING:
-    from broker.filter_sql import SqlFilter
+    from protocol.filter_sql import SqlFilter
     from broker.server import BrokerServer
 
 POLL_MS_MAX = 2 * MAX_SUSPEND_MS  # RocketMQ 5 clients long-poll for 30 s

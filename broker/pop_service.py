@@ -21,14 +21,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.entries import TopicPut
-from broker.filter_sql import SqlFilter
+from protocol.filter_sql import SqlFilter
 from broker.pop import INFLIGHT_MAX, PopKey
 from broker.pop_entries import PopAck, PopChange, PopDead, PopEntry, encode_pop
-from broker.protocol import SendRefusedError, offset_msg_id
+from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from broker.retry import DLQ_QUEUES, dlq_topic, send_back
 from broker.applied import ApplyResult, tag_hash
-from broker.topics import PERM_RW
-from dledger.errors import DLedgerError
+from protocol.topics import PERM_RW
+from protocol.errors import DLedgerError
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

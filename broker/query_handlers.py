@@ -1,4 +1,4 @@
-"""The query requests (``broker.protocol`` kinds 120-122): VIEW_MESSAGE, QUERY_BY_KEY and
+"""The query requests (``protocol.broker_kinds`` kinds 120-122): VIEW_MESSAGE, QUERY_BY_KEY and
 QUERY_BY_UNIQUE_KEY, registered in the request table of ``broker.handlers`` (each field
 checked there before the handler runs; a malformed offset msg id is a BAD_REQUEST naming it).
 Any replica answers, from what it has applied (``broker.lookup``)."""
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.handlers import handles, integer, readable_topic
 from broker.lookup import QUERY_MESSAGES_MAX, Lookup
-from broker.protocol import QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VIEW_MESSAGE, parse_offset_msg_id
+from protocol.broker_kinds import QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VIEW_MESSAGE, parse_offset_msg_id
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

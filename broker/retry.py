@@ -21,28 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.consume_rules import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    dlq_topic,
+    retry_topic,
+)
 from broker.delay import DELAY, REAL_QID, REAL_TOPIC, TIMER_PROPERTIES
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 RETRY_TOPIC = "RETRY_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 RECONSUME_TIME = "RECONSUME_TIME"
 UNIQ_KEY = "UNIQ_KEY"
-DEFAULT_MAX_RECONSUME_TIMES = 16
-MAX_RECONSUME_TIMES_LIMIT = 10_000
 FIRST_RETRY_LEVEL = 3  # RocketMQ's: the first retry waits level 3 (10 s)
 RETRY_QUEUES = 1  # RocketMQ's retryQueueNums
 DLQ_QUEUES = 1
 _DROPPED = frozenset({*TIMER_PROPERTIES, REAL_TOPIC, REAL_QID})
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 def reconsume_times(props: list[Any] | tuple[Any, ...]) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.entries import TopicPut, stored_messages
-from broker.protocol import SendRefusedError, offset_msg_id
+from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from broker.retry import (
     DLQ_QUEUES,
     RECONSUME_TIME,
@@ -26,8 +26,8 @@ from broker.retry import (
     retry_topic,
     send_back,
 )
-from broker.topics import PERM_RW
-from dledger.errors import DLedgerError
+from protocol.topics import PERM_RW
+from protocol.errors import DLedgerError
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

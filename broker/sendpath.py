@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.delay import DelayError, route_run
 from broker.entries import encode_runs, encode_send
-from broker.errors import BadDelayError, BadEntryError, BrokerError
-from broker.protocol import SEND, SendRefusedError
+from protocol.broker_errors import BadDelayError, BadEntryError, BrokerError
+from protocol.broker_kinds import SEND, SendRefusedError
 from broker.sendgroup import Run, RunKey, SendGroups
 from broker.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
-from broker.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
-from dledger.errors import DLedgerError
-from dledger.protocol import Request, encode_error, encode_result
+from protocol.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
+from protocol.errors import DLedgerError
+from protocol.envelope import Request, encode_error, encode_result
 from dledger.runtime import Committed
 
 if TYPE_CHECKING:

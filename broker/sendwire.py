@@ -13,15 +13,15 @@ from typing import Any
 from broker.delay import SCHEDULE_TOPIC
 from broker.entries import check_message
 from broker.txn import HALF_TOPIC
-from broker.errors import BadEntryError
-from broker.protocol import (
+from protocol.broker_errors import BadEntryError
+from protocol.broker_kinds import (
     MESSAGE_OVERHEAD_BYTES,
     MessageTooLargeError,
     message_bytes,
     offset_msg_id,
 )
 from broker.applied import ApplyResult
-from dledger.wire import DEFAULT_MAX_FRAME_BYTES
+from protocol.frames import DEFAULT_MAX_FRAME_BYTES
 
 # An entry larger than this could not travel to a follower in one peer frame (the append
 # request's own fields need the rest), and a group would stall on it: refused at the leader.

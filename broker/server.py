@@ -40,16 +40,16 @@ from broker.entries import (
     message_of,
     stored_messages,
 )
-from broker.errors import BadEntryError, BadRequestError, BrokerError
-from broker.filter_sql import SqlFilter
+from protocol.broker_errors import BadEntryError, BadRequestError, BrokerError
+from protocol.filter_sql import SqlFilter
 from broker.acl_service import AclService
 from broker.metrics import BrokerMetrics
-from dledger.auth import SIGNED, AccessDeniedError, SignatureError
+from protocol.auth import SIGNED, AccessDeniedError, SignatureError
 from broker.members import GroupMembers
 from broker.handlers import dispatch, served_kinds
 from broker.txn_service import TxnService
 from broker.index import KeyIndex, open_index
-from broker.protocol import (
+from protocol.broker_kinds import (
     FOUND,
     MAX_PULL_MESSAGES,
     MAX_SUSPEND_MS,
@@ -65,12 +65,12 @@ from broker.registrar import Registrar
 from broker.sendpath import SendPath
 from broker.applied import ApplyResult, tag_hash
 from broker.state import STATE_CANARIES, StateConfig
-from dledger.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
-from dledger.framed import (
+from protocol.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
+from protocol.framed import (
     ConnectionLimits,
     FramedProtocol,
 )
-from dledger.protocol import (
+from protocol.envelope import (
     Request,
     decode_request,
     encode_decode_error,
@@ -172,7 +172,7 @@ class BrokerServer:
         self.metrics.attach()
         loop = asyncio.get_running_loop()
         host, port = self.config.client_listen
-        tls = self.config.node.tls  # (dledger.tls) on the client, admin and gRPC listeners too
+        tls = self.config.node.tls  # (protocol.tls) on the client, admin and gRPC listeners too
         self._server = await loop.create_server(lambda: _Connection(self), host, port,
                                                 ssl=tls.server_context() if tls else None)
         sock = self._server.sockets[0].getsockname()

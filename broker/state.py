@@ -35,14 +35,14 @@ from broker.entries import (
     TxnEnd,
     decode_for_apply,
 )
-from broker.errors import BadEntryError, BrokerError
+from protocol.broker_errors import BadEntryError, BrokerError
 from broker.acl import AclTable
 from broker.acl_entries import AclDelete, AclPut
 from broker.orderly import LockTable
 from broker.pop import POP_CANARIES, PopTable
 from broker.pop_apply import apply_pop
 from broker.pop_entries import PopAck, PopChange, PopDead, PopEntry
-from broker.topics import TopicConfig, validate_config
+from protocol.topics import TopicConfig, validate_config
 from broker.applied import ApplyResult, tag_hash
 from broker.txn import HALF_QUEUE, HALF_TOPIC, TxnTable
 from broker.txn_apply import apply_end, apply_half

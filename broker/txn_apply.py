@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from broker.applied import ApplyResult, tag_hash
 from broker.consumequeue import UnitQueue
 from broker.entries import StoredSend, TxnEnd
-from broker.errors import BrokerError
-from broker.topics import TopicConfig, validate_config
+from protocol.broker_errors import BrokerError
+from protocol.topics import TopicConfig, validate_config
 from broker.txn import CHECK_MAX_TOPIC, COMMIT, HALF_QUEUE, HALF_TOPIC, ROLLBACK, half_of
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.handlers import ID_MAX_CHARS, _brief, handles, integer, one_of, queue_id, text
 from broker.handlers import readable_topic, user_topic
-from broker.protocol import END_TRANSACTION, PRODUCER_HEARTBEAT, TXN_HALF
+from protocol.broker_kinds import END_TRANSACTION, PRODUCER_HEARTBEAT, TXN_HALF
 from broker.txn import COMMIT, HALVES_MAX, ROLLBACK, TXN_ID_MAX_CHARS
 
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from broker.delay import TIMER_PROPERTIES
 from broker.entries import TxnCheck, TxnEnd, stored_messages
-from broker.errors import BadTransactionError, BrokerError
+from protocol.broker_errors import BadTransactionError, BrokerError
 from broker.producers import ProducerGroups
-from broker.protocol import CHECK_TRANSACTION, SendRefusedError, offset_msg_id
+from protocol.broker_kinds import CHECK_TRANSACTION, SendRefusedError, offset_msg_id
 from broker.sendwire import check_entry_size, run_answers
 from broker.entries import encode_send
 from broker.txn import (
@@ -42,8 +42,8 @@ from broker.txn import (
     committed_message,
     half_message,
 )
-from dledger.errors import DLedgerError
-from dledger.wire import encode_payload
+from protocol.errors import DLedgerError
+from protocol.frames import encode_payload
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

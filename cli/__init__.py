@@ -28,7 +28,7 @@ from cli.tls import tls
 from cli.topic import topic
 from cli.up import up
 from dledger import log_cli
-from dledger.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 
 @click.group()

@@ -17,11 +17,11 @@ from typing import Any
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.acl import Account, parse_perm
 from cli.common import groups_of, namesrv_option, with_routes
 from client.routes import Routes
-from dledger.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 ACL_TIMEOUT_S = 10.0
 

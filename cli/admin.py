@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_option, run, with_routes
 from client import PullConsumer
 from client.routes import Routes

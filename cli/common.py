@@ -13,13 +13,13 @@ from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
 import aiohttp
 import click
 
-from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
+from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from client import ClientError
 from client.admin_views import http_error_text
 from client.routes import GroupRoute, Routes, client_error
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.node_cli import tls_ca_option as node_tls_ca_option
-from dledger.tls import HTTPS_PREFIX, TlsConfigError, dial_context, split_https
+from protocol.tls import HTTPS_PREFIX, TlsConfigError, dial_context, split_https
 
 T = TypeVar("T")
 NAMESRV_DEFAULT = "127.0.0.1:9876"
@@ -33,7 +33,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _parse_namesrv(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
     """The addresses, each written ``https://host:port`` when any was (the TLS rule of
-    ``dledger.tls.dial_context``, which ``Routes`` and ``namesrv_get`` follow)."""
+    ``protocol.tls.dial_context``, which ``Routes`` and ``namesrv_get`` follow)."""
     try:
         addresses, https = split_https([value])
         parsed = parse_namesrv_list(addresses)

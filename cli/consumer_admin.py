@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from broker import protocol as bp
-from broker.admin_handlers import RESET_EARLIEST_MS, RESET_LATEST_MS
+from protocol import broker_kinds as bp
+from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
 from cli.common import groups_of, iso_ms, namesrv_option, with_routes
 from client.admin_views import consumer_views, summarize_consumers
 from client.routes import Routes

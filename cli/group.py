@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_option, with_routes
 from client.routes import GroupRoute, Routes
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 
 STEP_TIMEOUT_S = 60.0
 

@@ -14,7 +14,7 @@ from typing import Any, Coroutine
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli.common import iso_ms, namesrv_option, run
 from client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage, RetriableError
 from client.errors import BadFilterError, compile_filter

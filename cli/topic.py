@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import click
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_get, namesrv_option, run, with_routes
 from client import PullConsumer
 from client.routes import Routes

@@ -21,7 +21,7 @@ from cli.common import http_session
 from cli.namesrv_proc import NameSrvProcess
 from cli.tls import UpTls
 from dledger import log_cli
-from dledger.tls import ENV_CA
+from protocol.tls import ENV_CA
 from dledger.localcluster import ClusterError, LocalCluster, ServerProcess, describe_exit
 
 GROUP_NAMES = "abcdefghi"

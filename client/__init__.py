@@ -58,7 +58,7 @@ from client.transaction import (
 from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
-from dledger.auth import Credentials
+from protocol.auth import Credentials
 
 __all__ = [
     "AccessDeniedError", "Credentials", "SignatureError",

@@ -18,10 +18,10 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client.routes import GroupRoute, Routes
-from dledger.errors import DLedgerError
-from dledger.tls import ENV_CA, tls_failure
+from protocol.errors import DLedgerError
+from protocol.tls import ENV_CA, tls_failure
 
 __all__ = ["group_health", "group_status", "consumer_views", "http_error_text", "node_status",
            "summarize_consumers"]

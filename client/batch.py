@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client.types import Message
 
 UNIQUE_KEY_CHARS = 32  # the producer's unique keys (``producer._UniqueKeys``): counted too

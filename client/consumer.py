@@ -8,15 +8,15 @@ import asyncio
 import time
 from typing import Any, Callable, Sequence
 
-from broker import protocol as bp
-from dledger.auth import Credentials
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from client import errors
 from client.errors import compile_filter
 from client.lifecycle import Lifecycle
 from client.routes import GroupRoute, Routes, client_error
 from client.types import MessageQueue, PullResult, ReceivedMessage
-from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.group_client import GroupClient
+from protocol.errors import DLedgerError
 
 ROUTE_RETRY_MAX_S = 1.0  # the longest back-off between two route questions of one call
 
@@ -130,7 +130,7 @@ class PullConsumer:
         self._life.check()
         return list(await self._route(topic))
 
-    def group_client(self, group: GroupRoute) -> LogClient:
+    def group_client(self, group: GroupRoute) -> GroupClient:
         """The connection pool to one group's nodes (it follows leader redirects)."""
         self._life.check()
         return self._routes.group_client(group)

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, TypeVar
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import errors
 from client.routes import GroupRoute, Routes, TopicRoute, client_error
 from client.types import MessageQueue, SendResult
-from dledger.errors import DLedgerError
-from dledger.protocol import RemoteError
+from protocol.errors import DLedgerError
+from protocol.envelope import RemoteError
 
 ISOLATE_S = 30.0  # a group that failed is skipped this long, unless no other group is left
 ATTEMPT_S = 1.0  # one attempt's share of the send deadline: a silent leader is left for the others

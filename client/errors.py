@@ -3,7 +3,7 @@ timeout whose commit outcome is unknown (DESIGN.md section 6)."""
 
 from __future__ import annotations
 
-from broker.filter_sql import SqlFilter, SqlFilterError, compile_sql
+from protocol.filter_sql import SqlFilter, SqlFilterError, compile_sql
 
 
 class ClientError(Exception):
@@ -72,7 +72,7 @@ class BadFilterError(NonRetriableError, ValueError):
 
 
 def compile_filter(sql: str) -> SqlFilter:
-    """``sql`` compiled as the broker will (``broker.filter_sql``); BadFilterError if malformed."""
+    """``sql`` compiled as the broker will (``protocol.filter_sql``); BadFilterError if malformed."""
     try:
         return compile_sql(sql)
     except SqlFilterError as err:

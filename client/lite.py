@@ -31,7 +31,7 @@ read ``%RETRY%<group>`` and sends nothing back (nor does RocketMQ's lite pull co
 the caller cannot handle it must handle itself (seek back, or not commit).
 
 Tags filter as the push consumer's (``"A || B"``, ``"*"``); ``sql=`` subscribes with a SQL92
-expression (``broker.filter_sql``) instead.
+expression (``protocol.filter_sql``) instead.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import time
 import uuid
 from typing import Sequence
 
-from broker import protocol as bp
-from dledger.auth import Credentials
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from client import checks, errors, membership
 from client.consumer import PullConsumer
 from client.errors import compile_filter

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import errors
 from client.consumer import PullConsumer
 from client.rebalance import Strategy
 from client.types import MessageQueue
-from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.group_client import GroupClient
+from protocol.errors import DLedgerError
 
 START_FROM = ("first", "last", "timestamp")  # RocketMQ's CONSUME_FROM_FIRST/LAST/TIMESTAMP
 HEARTBEAT_TIMEOUT_S = 2.0  # one node's answer to a heartbeat
@@ -48,7 +48,7 @@ async def heartbeat(pull: PullConsumer, client_id: str, group: str, subs: dict[s
     """Heartbeat (``ttl_ms`` 0: leave the group) at every node of every group serving the
     topics of ``subs``, all at once; the members any node knows of. A node that does not
     answer is skipped: the others do."""
-    async def one(client: LogClient, node: str) -> list[str]:
+    async def one(client: GroupClient, node: str) -> list[str]:
         try:
             got = await client.call(node, bp.HEARTBEAT, client_id, group, model, subs, ttl_ms,
                                     timeout_s=HEARTBEAT_TIMEOUT_S)
@@ -56,7 +56,7 @@ async def heartbeat(pull: PullConsumer, client_id: str, group: str, subs: dict[s
             return []
         return [str(m) for m in got]
 
-    targets: list[tuple[LogClient, str]] = []  # (coroutines made only once all are known: a
+    targets: list[tuple[GroupClient, str]] = []  # (coroutines made only once all are known: a
     for topic in subs:                         # cancel meanwhile would leave them unawaited)
         try:
             routes = await pull.groups(topic)

@@ -21,12 +21,12 @@ import logging
 import time
 from typing import Any, Sequence
 
-from broker import protocol as bp
-from broker.orderly import LOCK_LEASE_S, LOCK_RENEW_S
+from protocol import broker_kinds as bp
+from protocol.consume_rules import LOCK_LEASE_S, LOCK_RENEW_S
 from client import errors
 from client.push import ConsumeStatus, Listener, PushConsumer, _QueueState
 from client.types import MessageQueue, ReceivedMessage
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 
 log = logging.getLogger("client.orderly")
 

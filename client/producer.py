@@ -24,8 +24,8 @@ import time
 import zlib
 from typing import Any, Callable, Sequence
 
-from broker import protocol as bp
-from dledger.auth import Credentials
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from client import errors
 from client.batch import message_bytes
 from client.delivery import Attempt, Delivery, Sends, chunks

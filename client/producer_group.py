@@ -21,12 +21,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import errors
 from client.consumer import _message
 from client.routes import GroupRoute, Routes
 from client.types import MessageQueue, ReceivedMessage
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 
 HEARTBEAT_INTERVAL_S = 10.0
 HEARTBEAT_TTL_MS = 35_000  # three heartbeats and some: a producer that stops is gone soon

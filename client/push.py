@@ -49,8 +49,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence, Union
 
-from broker import protocol as bp
-from dledger.auth import Credentials
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from client import errors
 from client.consumer import PullConsumer
 from client.errors import compile_filter
@@ -60,7 +60,7 @@ from client.offset_store import LocalOffsetStore
 from client.rebalance import STRATEGIES
 from client.tracer import Tracer
 from client.types import MessageQueue, PullResult, ReceivedMessage
-from broker.retry import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
+from protocol.consume_rules import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
 
 log = logging.getLogger("client.push")
 

@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from broker import protocol as bp
-from dledger.auth import Credentials
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from client import errors
 from client.lifecycle import Lifecycle
 from client.routes import GroupRoute, Routes, client_error
 from client.sync import _LoopThread
-from dledger.errors import DLedgerError, ProposalTimeoutError
+from protocol.errors import DLedgerError, ProposalTimeoutError
 
 QUERY_MAX_MESSAGES = 1024  # the broker's bound on one answer
 

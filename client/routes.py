@@ -1,5 +1,5 @@
 """Routes from the NameServers: which groups serve a topic, their nodes and leader, their queue
-counts; and one connection pool (a ``LogClient``) per group that follows leader redirects.
+counts; and one connection pool (a ``GroupClient``) per group that follows leader redirects.
 
 Owns caching (a route is refreshed every 30 s, that of a topic no group serves yet every 1 s, and
 at once after an error; with no NameServer answering, the last known route is used) and the
@@ -17,23 +17,23 @@ from typing import Any, Sequence
 
 import aiohttp
 
-from broker.namesrv_addrs import parse_namesrv_list
+from protocol.namesrv_addrs import parse_namesrv_list
 from client import errors
-from dledger.client import LogClient
-from dledger.client import UnavailableError as LogUnavailableError
-from dledger.client import UnknownLeaderError
-from dledger.errors import DiskFullError, DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
-from dledger.errors import TlsError as LogTlsError
-from dledger.errors import OverloadedError as LogOverloadedError
-from dledger.auth import Credentials
-from dledger.protocol import BadRequestError, RemoteError
-from dledger.tls import dial_context, split_https, tls_failure
+from protocol.group_client import GroupClient
+from protocol.group_client import UnavailableError as LogUnavailableError
+from protocol.group_client import UnknownLeaderError
+from protocol.errors import DiskFullError, DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
+from protocol.errors import TlsError as LogTlsError
+from protocol.errors import OverloadedError as LogOverloadedError
+from protocol.auth import Credentials
+from protocol.envelope import BadRequestError, RemoteError
+from protocol.tls import dial_context, split_https, tls_failure
 
 ROUTE_REFRESH_S = 30.0
 NOT_FOUND_REFRESH_S = 1.0  # a topic no group serves yet may be auto-created any moment
 DEFAULT_QUEUES = 4
 # Seeded bugs for the chaos suite (tests only, never in production): "stale_leader" brings back
-# the leader tracking that kept dialling a silent old leader (issue 16 item 1), see LogClient.
+# the leader tracking that kept dialling a silent old leader (issue 16 item 1), see GroupClient.
 CANARIES = ("stale_leader",)
 
 
@@ -69,7 +69,7 @@ PLAIN_HINT = ("; a NameServer that speaks TLS closes plain connections: give the
 class Routes:
     """``tls_ca``: the CA file of a cluster that speaks TLS (else ``DLEDGER_TLS_CA``); with it,
     or with NameServer addresses written ``https://host:port``, every connection (NameServers
-    and brokers) is TLS, certificates and host names verified (``dledger.tls.dial_context``).
+    and brokers) is TLS, certificates and host names verified (``protocol.tls.dial_context``).
     ``ssl_context`` (instead of ``tls_ca``): a context made by the caller. ``from_env=False``: the
     environment is not read (a server's own client: its options alone say whether it speaks TLS
     and as whom it signs)."""
@@ -95,7 +95,7 @@ class Routes:
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._routes: dict[str, TopicRoute] = {}
-        self._groups: dict[str, LogClient] = {}
+        self._groups: dict[str, GroupClient] = {}
         self._stale: set[str] = set()
 
     async def start(self) -> None:
@@ -157,12 +157,12 @@ class Routes:
         """Refresh the route on its next use (kept meanwhile, for when no NameServer answers)."""
         self._stale.add(topic)
 
-    def group_client(self, g: GroupRoute) -> LogClient:
+    def group_client(self, g: GroupRoute) -> GroupClient:
         """The group's connection pool. The route's leader is only a suggestion: what the
-        group's own answers taught the pool wins over an older route (LogClient.suggest)."""
+        group's own answers taught the pool wins over an older route (GroupClient.suggest)."""
         client = self._groups.get(g.group)
         if client is None or client.nodes != g.nodes:
-            client = LogClient(g.nodes, timeout_s=3.0, stale_leader_canary=self._stale_leader_canary,
+            client = GroupClient(g.nodes, timeout_s=3.0, stale_leader_canary=self._stale_leader_canary,
                                credentials=self.credentials, ssl_context=self.ssl_context,
                                group=g.group)
             self._groups[g.group] = client

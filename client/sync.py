@@ -19,7 +19,7 @@ import threading
 from typing import (Any, Callable, Coroutine, Generic, Iterator, Protocol, Self, Sequence,
                     TypedDict, TypeVar, Unpack)
 
-from dledger.auth import Credentials
+from protocol.auth import Credentials
 from client.consumer import PullConsumer
 from client.errors import ClientClosedError, ClientNotStartedError
 from client.lite import LitePullConsumer

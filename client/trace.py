@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable
 
-from broker.topics import TRACE_TOPIC
+from protocol.topics import TRACE_TOPIC
 from client.types import Message
 
 CODEC_VERSION = 1

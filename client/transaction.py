@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Protocol, Sequence, Union
 
-from broker import protocol as bp
-from dledger.auth import Credentials
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from client import errors
 from client.lifecycle import Lifecycle
 from client.producer import _check_size, _encode
@@ -37,7 +37,7 @@ from client.routes import GroupRoute, Routes, client_error
 from client.tracer import Tracer
 from client.txn_batch import Transaction
 from client.types import Message, MessageQueue, ReceivedMessage, SendResult
-from dledger.errors import DLedgerError, OutcomeUnknownError
+from protocol.errors import DLedgerError, OutcomeUnknownError
 
 ATTEMPT_S_MAX = 3.0  # one attempt of a transaction's request, within its deadline
 CHECKS_IN_FLIGHT_MAX = 64  # check-backs answered at once; more are dropped (asked again later)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import errors
 from client.producer import _check_size, _encode
 from client.routes import GroupRoute

@@ -1,260 +1,36 @@
-"""An async client of log servers: propose with leader redirects, read, status, transfer.
-
-Owns connections (one per server, many requests in flight, matched by request id), deadlines
-and the retry rule: a proposal is retried on another node only when it certainly was not
-appended (NOT_LEADER, or the connection could not be made); when the outcome is unknown
-(timeout, leadership lost, connection lost after sending) the caller gets the named error.
-The broker's client library (``client/``) will build on the same rule.
+"""The log's client: propose with leader redirects, read, status, transfer, on the servers of
+one replicated-log group (``dledger.server``). Connections, deadlines and the retry rule are
+``protocol.group_client``'s: a proposal is retried on another node only when it certainly was not
+appended; when the outcome is unknown the caller gets the named error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import math
-import ssl
 import time
-from typing import Any, Callable
+from typing import Any
 
-from dledger.auth import Credentials, Signer
-from dledger.errors import (
-    DiskFullError,
-    DLedgerError,
-    NodeStoppedError,
-    NotLeaderError,
-    OutcomeUnknownError,
-    ProposalTimeoutError,
-    TlsError,
-    WireError,
-)
-from dledger.protocol import (
-    POWER_LOSS,
-    PROPOSE,
-    PROPOSE_BATCH,
-    READ,
-    STATUS,
-    TRANSFER,
-    Response,
-    decode_response,
-    encode_request,
-    error_from,
-)
-from dledger.runtime import Address, AppliedEntry, Committed
+from dledger.node_config import AppliedEntry, Committed
 from dledger.raft.types import EntryKind
-from dledger.framed import FramedProtocol
-from dledger.wire import decode_payload
+from protocol.envelope import POWER_LOSS, PROPOSE, PROPOSE_BATCH, READ, STATUS, TRANSFER
+from protocol.errors import DLedgerError
+from protocol.group_client import (
+    ConnectionLostError,
+    GroupClient,
+    UnavailableError,
+    UnknownLeaderError,
+    UnknownNodeError,
+)
+
+__all__ = ["ConnectionLostError", "LogClient", "UnavailableError", "UnknownLeaderError",
+           "UnknownNodeError"]
 
 
-# A silent node is dialled again (after the others) once it has been silent this long: the other
-# nodes elect a new leader within an election timeout (1-2 s by default) of a real silence, so
-# past that a node that only seemed silent (it was slow) is found again.
-SILENT_GRACE_S = 3.0
-CANARY_SUSPECT_S = 5.0  # the stale_leader canary only: a silent node is forgotten this soon
-
-class UnavailableError(DLedgerError):
-    """No server could be reached (or none knew a leader) before the deadline."""
-
-
-class UnknownLeaderError(UnavailableError):
-    """A node named a leader this client has no address for: refresh the membership and retry."""
-
-    def __init__(self, leader_hint: str) -> None:
-        super().__init__(f"the leader is {leader_hint!r}, which this client does not know")
-        self.leader_hint = leader_hint
-
-
-class UnknownNodeError(DLedgerError):
-    """The node id is not one of the client's nodes."""
-
-
-class ConnectionLostError(OutcomeUnknownError):
-    """The connection dropped after the request was sent: it may or may not have taken effect."""
-
-
-# A server-initiated frame (e.g. a broker's transaction check-back): its kind and fields.
-PushHandler = Callable[[int, list[Any]], None]
-PUSH_KINDS = range(150, 160)  # the kinds a server may send unasked (broker.protocol's)
-
-
-class _Connection(FramedProtocol):
-    """One server connection; many requests in flight, matched to responses by request id.
-    Frames of a ``PUSH_KINDS`` kind go to ``push_handler`` (dropped when there is none)."""
-
-    def __init__(self, push_handler: PushHandler | None = None, signer: Signer | None = None,
-                 target: str = "") -> None:
-        super().__init__()
-        self.signer = signer  # signs each request for ``target`` (a cluster with access control)
-        self.target = target  # "group/node"
-        self.waiting: dict[int, asyncio.Future[Response]] = {}
-        self.ids = itertools.count(1)
-        self.refusal: DLedgerError | None = None  # the server refused the connection itself
-        self.push_handler = push_handler
-
-    def payload_received(self, payload: bytes) -> None:
-        try:
-            resp = decode_response(payload)
-        except WireError as err:
-            if self._pushed(payload):
-                return
-            self.framing_failed(err)
-            if self.transport is not None:
-                self.transport.close()
-            return
-        if resp.request_id == -1 and resp.code == "OVERLOADED":  # the server refused this
-            self.refusal = error_from(resp)  # connection (too many): none of its requests ran
-            self._fail_all(self.refusal)
-            return
-        fut = self.waiting.pop(resp.request_id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(resp)
-
-    def _pushed(self, payload: bytes) -> bool:
-        """Whether ``payload`` is a server-initiated frame (handed on): not a bad response."""
-        try:
-            kind, fields = decode_payload(payload)
-        except WireError:
-            return False
-        if kind not in PUSH_KINDS:
-            return False
-        if self.push_handler is not None:
-            self.push_handler(kind, fields)
-        return True
-
-    def framing_failed(self, err: WireError) -> None:
-        self._fail_all(ConnectionLostError(f"bad response from server: {err}"))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self._fail_all(self.refusal or ConnectionLostError(f"connection lost: {exc or 'closed'}"))
-
-    def _fail_all(self, err: DLedgerError) -> None:
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self.waiting.clear()
-
-    def request(self, kind: int, *args: Any) -> tuple[int, asyncio.Future[Response]]:
-        rid = next(self.ids)
-        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        if self.refusal is not None:  # refused before this request was made: not sent
-            fut.set_exception(self.refusal)
-            return rid, fut
-        self.waiting[rid] = fut
-        payload = encode_request(kind, rid, *args)
-        signer = self.signer
-        self.send_payload(payload if signer is None else signer.wrap(rid, self.target, payload))
-        return rid, fut
-
-    def expire(self, rid: int, node: str) -> None:
-        """The request's deadline passed: fail it and forget it (a late answer is dropped)."""
-        fut = self.waiting.pop(rid, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(ProposalTimeoutError(f"no answer from {node} in time"))
-
-
-class LogClient:
-    """Talks to the servers of one group; ``nodes`` maps node id -> client address.
-
-    What it knows of the leader comes from the answers: a node that answers a leader-only
-    request leads, a NOT_LEADER answer names the leader at the answering node's term. ``term``
-    is the highest term any answer (or accepted route) showed; a hint at an older term is
-    stale and ignored. A node that let a request time out is *silent* (paused, cut off) until
-    it answers anything again: it is not taken as leader, from a hint at the term it went silent
-    in or from a route (``suggest``), and it is dialled only after the other nodes, once
-    ``silent_grace_s`` has passed.
-    ``stale_leader_canary`` (tests only) brings back the old rules the chaos suite must catch:
-    a success teaches nothing, the route re-seeds the leader, silence is forgotten after 5 s.
-    (The old code re-seeded only a client that knew no leader, so it kept dialling the silent
-    node only when its first success after the silence needed no redirect, about half of the
-    events; the canary re-seeds at every use of the route so that every run shows the bug.)
-    ``ssl_context``: speak TLS to every node (``dledger.tls.dial_context``), its certificate
-    checked against the host dialed; a failed handshake raises ``TlsError`` at once.
-    """
-
-    def __init__(self, nodes: dict[str, Address], timeout_s: float = 3.0,
-                 connect_timeout_s: float = 1.0, *, silent_grace_s: float = SILENT_GRACE_S,
-                 stale_leader_canary: bool = False, credentials: Credentials | None = None,
-                 ssl_context: ssl.SSLContext | None = None, group: str = "") -> None:
-        if not nodes:
-            raise ValueError("no nodes given")
-        self.nodes = dict(nodes)
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self.ssl_context = ssl_context
-        self.leader: str | None = None
-        self.term = 0
-        self._conns: dict[str, _Connection] = {}
-        self.redirects = 0
-        self.silent_grace_s = silent_grace_s
-        self._silent: dict[str, tuple[int, float]] = {}  # node -> (term known, since) when silent
-        self._canary = stale_leader_canary
-        self._canary_until: dict[str, float] = {}  # canary: node -> when it is trusted again
-        self.push_handler: PushHandler | None = None  # for connections made from now on
-        # Requests are signed with these, if given: a signing session per connection (frames on
-        # one connection arrive in order, so its sequence rises at the node), each signature
-        # naming "group/node" (the group of these nodes: a request is never good at another)
-        self._credentials = credentials
-        self.group = group
-
-    def set_push_handler(self, handler: PushHandler | None) -> None:
-        """Where server-initiated frames go, on the connections open and those to come."""
-        self.push_handler = handler
-        for conn in self._conns.values():
-            conn.push_handler = handler
-
-    async def close(self) -> None:
-        for conn in self._conns.values():
-            if conn.transport is not None:
-                conn.transport.close()
-        self._conns.clear()
+class LogClient(GroupClient):
+    """A ``GroupClient`` of a replicated-log group, with the log server's requests."""
 
     async def __aenter__(self) -> LogClient:
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    # -- requests to one node ---------------------------------------------------------------------
-
-    async def _conn(self, node: str, deadline: float) -> _Connection:
-        conn = self._conns.get(node)
-        if conn is not None and conn.alive:
-            return conn
-        if node not in self.nodes:
-            raise UnknownNodeError(f"unknown node {node!r} (known: {', '.join(sorted(self.nodes))})")
-        host, port = self.nodes[node]
-        loop = asyncio.get_running_loop()
-        budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
-        signer = Signer(self._credentials) if self._credentials is not None else None
-        try:
-            _, fresh = await asyncio.wait_for(loop.create_connection(
-                lambda: _Connection(self.push_handler, signer, f"{self.group}/{node}"), host, port,
-                ssl=self.ssl_context,
-                server_hostname=host if self.ssl_context is not None else None), budget)
-        except ssl.SSLError as err:  # (an OSError) retrying elsewhere cannot help
-            raise TlsError(f"TLS to {node} at {host}:{port} failed: {err}") from err
-        except (OSError, TimeoutError) as err:
-            raise NodeStoppedError(f"cannot connect to {node} at {host}:{port}: {err}") from err
-        self._conns[node] = fresh
-        return fresh
-
-    async def call(self, node: str, kind: int, *args: Any, timeout_s: float | None = None) -> Any:
-        """One request to one node; raises the named error of an error response."""
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
-        conn = await self._conn(node, deadline)
-        rid, fut = conn.request(kind, *args)
-        # A timer on the request itself: cheaper than wait_for on the hot path of every request.
-        timer = asyncio.get_running_loop().call_later(
-            max(0.001, deadline - time.monotonic()), conn.expire, rid, node)
-        try:
-            resp = await fut
-        finally:
-            timer.cancel()
-        if not self._canary:
-            self._silent.pop(node, None)  # it answered: no longer silent
-        if not resp.ok:
-            raise error_from(resp)
-        return resp.result
 
     # -- proposals with redirects -------------------------------------------------------------------
 
@@ -267,109 +43,6 @@ class LogClient:
                             timeout_s: float | None = None) -> tuple[str, list[Committed]]:
         node, result = await self.call_leader(PROPOSE_BATCH, items, timeout_s=timeout_s)
         return node, [Committed(*r) for r in result]
-
-    async def call_leader(self, kind: int, *args: Any,
-                          timeout_s: float | None = None) -> tuple[str, Any]:
-        """One request to the leader, following NOT_LEADER redirects until the deadline. Only
-        a request that certainly was not acted on (redirected, or never sent) is retried.
-
-        The known leader is asked first, else the nodes in turn, a silent one only after its
-        grace (see the class)."""
-        now = time.monotonic()
-        deadline = now + (timeout_s or self.timeout_s)
-        tried: list[str] = []
-        last_err: DLedgerError | None = None
-        while now < deadline:
-            node = self._next_node(len(tried), now)
-            tried.append(node)
-            try:
-                result = await self.call(node, kind, *args, timeout_s=max(0.001, deadline - now))
-            except ProposalTimeoutError:  # silent (paused, partitioned, overloaded): outcome unknown
-                self.suspect(node)
-                raise
-            except NotLeaderError as err:  # certainly not appended: follow the hint at once
-                last_err = err
-                self.redirects += 1
-                if err.leader_hint and err.leader_hint not in self.nodes:
-                    raise UnknownLeaderError(err.leader_hint) from err
-                self._not_leader(node, err.leader_hint, err.term)
-                if self.leader is None:
-                    await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-            except (NodeStoppedError, DiskFullError) as err:  # not appended: could not
-                last_err = err  # connect, the node refused, or its disk is full
-                if isinstance(err, DiskFullError):
-                    self.suspect(node)  # it takes no part until its disk has room again
-                self.leader = None
-                await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
-            else:
-                if not self._canary:
-                    self.leader = node  # it answered a leader-only request: it leads
-                return node, result
-            now = time.monotonic()
-        raise UnavailableError(f"no leader answered within the deadline (tried {tried[-6:]}): "
-                               f"{last_err}")
-
-    def _not_leader(self, node: str, hint: str | None, term: int) -> None:
-        """``node`` says it does not lead, and that ``hint`` leads at ``term`` (0: not said)."""
-        if self.leader == node:
-            self.leader = None
-        if self._canary:
-            self.leader = hint
-            return
-        if term and term < self.term:
-            return  # that node has not heard of the latest election: its hint is stale
-        self.term = max(self.term, term)
-        if hint is not None and hint in self._silent and (not term or term <= self._silent[hint][0]):
-            return  # the silent node, at the term it went silent in: an election is under way
-        self.leader = hint
-
-    def suggest(self, leader: str | None, term: int) -> None:
-        """A route names ``leader`` at ``term``. Taken only when it tells more than the answers
-        did: a newer term, or the same term while no leader is known; never a silent node."""
-        if leader not in self.nodes:
-            return
-        if self._canary:
-            self.leader = leader  # the route's word wins, every time it is read
-            return
-        if leader in self._silent or term < self.term or (term == self.term and self.leader):
-            return
-        self.leader, self.term = leader, term
-
-    def suspect(self, node: str) -> None:
-        """``node`` did not answer in time: stop assuming it leads, and try the others first
-        until it answers again (a paused or cut-off leader would otherwise hold every request
-        until its deadline)."""
-        if self.leader == node:
-            self.leader = None
-        if self._canary:
-            self._canary_until[node] = time.monotonic() + CANARY_SUSPECT_S
-        self._silent[node] = (self.term, time.monotonic())
-
-    def is_silent(self, node: str) -> bool:
-        if self._canary:
-            return self._canary_until.get(node, 0.0) > time.monotonic()
-        return node in self._silent
-
-    def candidates(self) -> list[str]:
-        """The nodes in the order to try them: the known leader, the others, the silent ones."""
-        leader = self.leader
-        rest = sorted(self.nodes, key=lambda n: (self.is_silent(n), n))
-        if leader is not None and leader in self.nodes:
-            rest.remove(leader)
-            rest.insert(0, leader)
-        return rest
-
-    def _next_node(self, k: int, now: float) -> str:
-        """The node for a call_leader's ``k``-th try."""
-        leader = self.leader
-        if leader is not None and leader in self.nodes:
-            return leader
-        order = self.candidates()
-        if not self._canary:
-            grace_over = now - self.silent_grace_s
-            ready = [n for n in order if self._silent.get(n, (0, -math.inf))[1] <= grace_over]
-            order = ready or order  # every node silent: the least bad choice is still a choice
-        return order[k % len(order)]
 
     async def wait_for_leader(self, timeout_s: float) -> str:
         """Wait until the group commits (an empty entry, proving it works); returns the leader."""

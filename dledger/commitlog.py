@@ -66,7 +66,7 @@ from dledger.commitlog_faults import PowerLossFaults
 from dledger.commitlog_recovery import LogRecovery
 from dledger.commitlog_writes import LogWrites
 from dledger.entry_codec import HEADER_BYTES, FrameError, encode_meta
-from dledger.errors import CorruptLogError, StorageError
+from protocol.errors import CorruptLogError, StorageError
 from dledger.hardstate import make_dirs_durably, storage_error, write_file_atomically
 from dledger.segment import META_NAME, ZERO_FILL_STEP_BYTES, SyncToken
 

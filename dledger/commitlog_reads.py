@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from dledger.entry_codec import DATA_SUFFIX, HEADER_BYTES, INDEX_SUFFIX, FrameError, decode_entry, \
     segment_file_name
-from dledger.errors import CompactedError, CorruptLogError, StorageError
+from protocol.errors import CompactedError, CorruptLogError, StorageError
 from dledger.hardstate import storage_error
 from dledger.log_store import slice_positions
 from dledger.raft.types import Entry

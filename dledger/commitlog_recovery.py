@@ -17,7 +17,7 @@ from dledger.commitlog_reads import LogReads
 from dledger.entry_codec import DATA_SUFFIX, INDEX_RECORD_BYTES, INDEX_SUFFIX, FrameError, Records, \
     common_record_count, decode_meta, durable_claim_after, encode_index_records, parse_index, \
     scan_entries, segment_file_name, shows_crash_marks
-from dledger.errors import CorruptLogError
+from protocol.errors import CorruptLogError
 from dledger.hardstate import TEMP_SUFFIX
 from dledger.segment import META_NAME, SECTOR_BYTES, Segment, bases_named, pread_exact, pwrite_all
 

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from dledger.commitlog_reads import LogReads
 from dledger.entry_codec import INDEX_RECORD_BYTES, Chunk, plan_chunks
-from dledger.errors import StorageError
+from protocol.errors import StorageError
 from dledger.hardstate import storage_error
 from dledger.raft.types import Entry
 from dledger.segment import ZERO_FILL_STEP_BYTES, ZEROS, Segment, SyncToken, cut_zero_tail, \

@@ -28,7 +28,7 @@ import random
 
 from dledger.aiofsync import open_aio_fsync, open_spin_sync
 from dledger.commitlog import FileLogStore
-from dledger.errors import DiskFullError, LeadershipLostError
+from protocol.errors import DiskFullError, LeadershipLostError
 from dledger.flush import Flusher
 from dledger.proposals import Proposals
 from dledger.raft.core import RaftCore

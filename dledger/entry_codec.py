@@ -35,7 +35,7 @@ import zlib
 from array import array
 from typing import Sequence
 
-from dledger.errors import StorageError
+from protocol.errors import StorageError
 from dledger.raft.types import Entry, EntryKind
 
 ENTRY_MAGIC = 0xD1ED6E12

@@ -19,7 +19,7 @@ import time
 from typing import Callable
 
 from dledger.commitlog import FileLogStore, SyncToken
-from dledger.errors import StorageError
+from protocol.errors import StorageError
 from dledger.aiofsync import AioFsync, SpinSync
 from dledger.node_stats import NodeStats
 

@@ -19,7 +19,7 @@ import os
 import struct
 import zlib
 
-from dledger.errors import CorruptLogError, DiskFullError, StorageError
+from protocol.errors import CorruptLogError, DiskFullError, StorageError
 from dledger.raft.types import HardState
 
 _MAGIC = b"DLHS"

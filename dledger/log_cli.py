@@ -14,10 +14,10 @@ from typing import Any
 import click
 
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import ClusterError, LocalCluster
 from dledger.node_cli import parse_address, parse_peers, tls_ca_option
-from dledger.tls import TlsConfigError, dial_context
+from protocol.tls import TlsConfigError, dial_context
 
 WATCH_MIN_S = 0.5  # each round asks every node: a shorter period only loads the group
 

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Callable
 
-from dledger.errors import MembershipChangeError, ProposalTimeoutError
+from protocol.errors import MembershipChangeError, ProposalTimeoutError
 from dledger.node_base import NodeBase
 from dledger.node_config import Address, Committed
 from dledger.raft.progress import ProgressState

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from dledger.errors import CompactedError
+from protocol.errors import CompactedError
 from dledger.log_store import slice_positions
 from dledger.raft.types import Entry, HardState
 

@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from dledger.commitlog import FileLogStore
-from dledger.errors import DiskFullError, NodeStoppedError
+from protocol.errors import DiskFullError, NodeStoppedError
 from dledger.flush import Flusher
 from dledger.hardstate import FileHardStateStore
 from dledger.node_config import Address, ApplyListener, Committed, NodeConfig

@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import click
 
-from dledger.framed import (
+from protocol.framed import (
     CONNECTIONS_MAX_DEFAULT,
     INPUT_BUFFER_BYTES_MAX_DEFAULT,
     ConnectionLimits,
@@ -24,7 +24,7 @@ from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from dledger.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
-from dledger.tls import ENV_CA, TlsConfig, TlsConfigError
+from protocol.tls import ENV_CA, TlsConfig, TlsConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -13,7 +13,7 @@ from typing import Callable, Literal, Sequence
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.types import EntryKind, Status
 from dledger.retention import RetentionPolicy
-from dledger.tls import TlsConfig
+from protocol.tls import TlsConfig
 
 __all__ = ["Address", "AppliedEntry", "ApplyListener", "Committed", "FlushMode", "MAX_BUSY_POLL_US",
            "NodeConfig", "NodeStatus"]
@@ -77,7 +77,7 @@ class NodeConfig:
     test_crash_in_install: str | None = None
     trace_path: str | None = None  # append an event trace (JSON lines) here: tests, chaos runs
     # TLS on the peer listener and peer dials (and, in a server process, its client and HTTP
-    # listeners): dledger.tls. None: plain TCP.
+    # listeners): protocol.tls. None: plain TCP.
     tls: TlsConfig | None = None
     # A node whose disk is full waits without taking part (dledger.disk_full), looking at the
     # free space this often, and rebuilds from disk once there is this much.

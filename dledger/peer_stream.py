@@ -15,7 +15,7 @@ import asyncio
 from collections import deque
 from typing import Protocol
 
-from dledger.errors import WireError
+from protocol.errors import WireError
 
 __all__ = ["PeerStream", "StreamClosedError", "QUEUE_MAX"]
 

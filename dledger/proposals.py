@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import Sequence
 
-from dledger.errors import (
+from protocol.errors import (
     DiskFullError,
     LeadershipLostError,
     NodeStoppedError,

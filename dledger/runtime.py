@@ -29,7 +29,7 @@ from typing import Callable
 
 from dledger.busy_poll import BUSY_POLL_PENDING_MAX
 from dledger.disk_full import DiskFullRecovery
-from dledger.errors import (
+from protocol.errors import (
     DiskFullError,
     DLedgerError,
     NodeStoppedError,

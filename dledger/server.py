@@ -22,8 +22,8 @@ import click
 
 from dledger import evloop
 from dledger.bench.load import chained_loop
-from dledger.errors import DLedgerError, WireError
-from dledger.protocol import (
+from protocol.errors import DLedgerError, WireError
+from protocol.envelope import (
     LOCAL_LOAD,
     MAX_PROPOSAL_BYTES,
     POWER_LOSS,
@@ -48,7 +48,7 @@ from dledger.node_cli import (
     setup_logging,
 )
 from dledger.runtime import Address, Committed, Node, NodeConfig
-from dledger.framed import ConnectionLimits, FramedProtocol
+from protocol.framed import ConnectionLimits, FramedProtocol
 
 log = logging.getLogger("dledger.server")
 

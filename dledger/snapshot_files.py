@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import cbor2
 
-from dledger.errors import StorageError
+from protocol.errors import StorageError
 from dledger.hardstate import fsync_directory, write_file_atomically
 from dledger.raft.types import Membership, SnapshotMeta
 from dledger.snapshot_wire import Offer, valid_file_name

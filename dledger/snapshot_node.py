@@ -25,7 +25,7 @@ from typing import Protocol, Sequence
 import cbor2
 
 from dledger.commitlog import FileLogStore
-from dledger.errors import DLedgerError, StorageError
+from protocol.errors import DLedgerError, StorageError
 from dledger.hardstate import write_file_atomically
 from dledger.node_base import NodeBase
 from dledger.peer_stream import PeerStream

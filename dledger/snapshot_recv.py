@@ -16,7 +16,7 @@ import logging
 import zlib
 from typing import Callable
 
-from dledger.errors import StorageError, WireError
+from protocol.errors import StorageError, WireError
 from dledger.peer_stream import PeerStream
 from dledger.raft.types import InstallSnapshot
 from dledger.snapshot_files import Staging

@@ -19,7 +19,7 @@ import zlib
 from typing import Any
 from dataclasses import dataclass, field
 
-from dledger.errors import DLedgerError, WireError
+from protocol.errors import DLedgerError, WireError
 from dledger.raft.types import SnapshotMeta
 from dledger.snapshot_wire import (
     Chunk,
@@ -31,7 +31,8 @@ from dledger.snapshot_wire import (
     decode_snapshot_frame,
     encode_snapshot_frame,
 )
-from dledger.wire import FrameDecoder, SnapshotHello, encode_frame, encode_message
+from dledger.wire import SnapshotHello, encode_message
+from protocol.frames import FrameDecoder, encode_frame
 
 __all__ = ["SnapshotSendError", "SnapshotSource", "SourceFile", "send_snapshot"]
 

@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from dledger.errors import WireError
+from protocol.errors import WireError
 from dledger.raft.types import Membership, SnapshotMeta
-from dledger.wire import decode_payload, encode_frame, encode_payload
+from protocol.frames import decode_payload, encode_frame, encode_payload
 
 __all__ = ["Chunk", "Done", "FILES_MAX", "Have", "Offer", "Refuse", "SnapshotFrame", "Staged",
            "decode_snapshot_frame", "encode_snapshot_frame", "valid_file_name"]

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from dledger.tls import ENV_CA
+from protocol.tls import ENV_CA
 
 __all__ = ["CA_CERT", "CA_KEY", "DEFAULT_HOSTS", "LoopbackClusterTls", "NodeCert", "make_ca",
            "loopback_tls_env", "make_loopback_cluster_tls", "make_node_cert"]

@@ -27,19 +27,11 @@ import socket
 import ssl
 from typing import Any, Callable, cast
 
-from dledger.errors import WireError
+from protocol.errors import WireError
 from dledger.peer_stream import PeerStream
 from dledger.raft.types import Message
-from dledger.wire import (
-    DEFAULT_MAX_FRAME_BYTES,
-    FRAME_HEADER_BYTES,
-    FrameDecoder,
-    Hello,
-    SnapshotHello,
-    decode_message,
-    encode_frame,
-    encode_message,
-)
+from dledger.wire import Hello, SnapshotHello, decode_message, encode_message
+from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER_BYTES, FrameDecoder, encode_frame
 
 __all__ = ["UNATTRIBUTED", "PeerTransport"]
 
@@ -269,7 +261,7 @@ class PeerTransport:
         self._connect_timeout_s = connect_timeout_s
         self._backoff_min_s = backoff_min_s
         self._backoff_max_s = backoff_max_s
-        # TLS (dledger.tls): the listener's context (requiring a client certificate with mutual
+        # TLS (protocol.tls): the listener's context (requiring a client certificate with mutual
         # TLS) and the dialer's, which checks the peer's certificate against the dialed host.
         self._server_ssl = server_ssl
         self._dial_ssl = dial_ssl

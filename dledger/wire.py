@@ -1,19 +1,12 @@
-"""Wire format of every dledger TCP protocol: framing, versioning and the Raft message codec.
-
-Owns:
-- framing: a frame is a 4-byte big-endian unsigned length followed by that many payload bytes
-  (``encode_frame``, ``FrameDecoder``);
-- the payload envelope shared by all protocols: a CBOR array ``[VERSION, KIND, *fields]``
-  (``encode_payload`` / ``decode_payload``). Kinds 1..15 are the Raft peer protocol (below);
-  other protocols (the client-facing service) use kinds >= 64 and reuse the envelope;
-- the Raft peer codec (``encode_message`` / ``decode_message``) for the seven Raft messages and
-  ``Hello``, the first frame on every peer connection. Fields follow the dataclass order
-  (``_SCHEMAS`` is the table); AppendRequest's entries are one flat array
-  ``[index, term, kind, data, index, term, kind, data, ...]`` (see ``_entries_array`` for why).
+"""The Raft peer codec: the seven Raft messages, ``Hello`` (the first frame on every peer
+connection) and ``SnapshotHello`` (the first frame of a snapshot stream), in the envelope of
+``protocol.frames`` (kinds 1..15). Fields follow the dataclass order (``_SCHEMAS`` is the
+table); AppendRequest's entries are one flat array ``[index, term, kind, data, index, term,
+kind, data, ...]`` (see ``_entries_array`` for why).
 
 Pure: no asyncio, no sockets, no clock. Everything read from the network is validated strictly:
-a malformed frame or payload raises ``WireError`` (``FrameTooLargeError`` for an oversized length
-prefix) with a message saying what was wrong, never a bare TypeError/KeyError/assert.
+a malformed payload raises ``WireError`` with a message saying what was wrong, never a bare
+TypeError/KeyError/assert.
 
 Speed matters (this is the replication hot path), hence the shape of the decoder: one C-level
 ``cbor2`` decode, then one tuple comparison of the field types against the kind's schema
@@ -23,15 +16,11 @@ unsigned fields. Only when that fast check fails do we walk the fields to say wh
 
 from __future__ import annotations
 
-import io
-import reprlib
-import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 import cbor2
 
-from dledger.errors import FrameTooLargeError, WireError
 from dledger.raft.types import (
     AppendRequest,
     AppendResponse,
@@ -45,10 +34,10 @@ from dledger.raft.types import (
     VoteResponse,
     build_entries,
 )
+from protocol.errors import WireError
+from protocol.frames import U64_MAX, VERSION, brief, load_envelope
 
 __all__ = [
-    "DEFAULT_MAX_FRAME_BYTES",
-    "FRAME_HEADER_BYTES",
     "KIND_APPEND_REQUEST",
     "KIND_APPEND_RESPONSE",
     "KIND_HEARTBEAT",
@@ -58,25 +47,13 @@ __all__ = [
     "KIND_TIMEOUT_NOW",
     "KIND_VOTE_REQUEST",
     "KIND_VOTE_RESPONSE",
-    "FIRST_APP_KIND",
-    "RAFT_KIND_MAX",
-    "VERSION",
-    "FrameDecoder",
     "Hello",
     "PeerMessage",
     "SnapshotHello",
     "decode_message",
-    "decode_payload",
-    "encode_frame",
     "encode_message",
-    "encode_payload",
 ]
 
-VERSION = 1
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
-FRAME_HEADER_BYTES = 4
-_FRAME_LENGTH_MAX = 0xFFFF_FFFF
-_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
 # Raft peer protocol kinds (1..15). Never renumber: they are on the wire.
 KIND_VOTE_REQUEST = 1
@@ -88,8 +65,6 @@ KIND_HEARTBEAT_RESPONSE = 6
 KIND_TIMEOUT_NOW = 7
 KIND_HELLO = 8
 KIND_SNAPSHOT_HELLO = 9  # first frame of a snapshot stream (dledger.snapshot_wire): not Raft
-RAFT_KIND_MAX = 15
-FIRST_APP_KIND = 64  # other protocols sharing the envelope number their kinds from here
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,128 +91,6 @@ class SnapshotHello:
 
 PeerMessage = Union[Message, Hello, SnapshotHello]
 
-_HEADER = struct.Struct(">I")
-_pack_header = _HEADER.pack
-_unpack_header_from = _HEADER.unpack_from
-
-
-# --- framing ---------------------------------------------------------------------------------
-
-
-def encode_frame(payload: bytes) -> bytes:
-    """Length-prefix one payload (one copy: header and payload in a single bytes object)."""
-    size = len(payload)
-    if size == 0 or size > _FRAME_LENGTH_MAX:
-        raise WireError(f"cannot frame a payload of {size} bytes")
-    return _pack_header(size) + payload
-
-
-class FrameDecoder:
-    """Incremental frame splitter: ``feed`` any chunking of the byte stream, get whole payloads.
-
-    After it raised, the stream is out of sync: the caller must drop the connection (a decoder
-    that raised keeps raising).
-    """
-
-    __slots__ = ("_buf", "_max_frame_bytes", "_error")
-
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        if not 0 < max_frame_bytes <= _FRAME_LENGTH_MAX:
-            raise ValueError(f"max_frame_bytes must be in 1..{_FRAME_LENGTH_MAX}")
-        self._buf = bytearray()
-        self._max_frame_bytes = max_frame_bytes
-        self._error: WireError | None = None
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes of an incomplete frame held until more data arrives."""
-        return len(self._buf)
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Consume ``data``; return every payload completed by it, in order."""
-        if self._error is not None:
-            raise self._error
-        buf = self._buf
-        if not buf:
-            # Fast path: parse straight from the chunk; keep only an incomplete tail.
-            frames, pos = self._split(data)
-            if pos < len(data):
-                buf += memoryview(data)[pos:]
-            return frames
-        buf += data
-        with memoryview(buf) as view:
-            frames, pos = self._split(view)
-        del buf[:pos]
-        return frames
-
-    def _split(self, src: Any) -> tuple[list[bytes], int]:
-        """Cut whole frames out of ``src`` (bytes or a memoryview); return them and the end."""
-        frames: list[bytes] = []
-        pos = 0
-        end_of_data = len(src)
-        max_frame_bytes = self._max_frame_bytes
-        while end_of_data - pos >= FRAME_HEADER_BYTES:
-            (size,) = _unpack_header_from(src, pos)
-            if size > max_frame_bytes or size == 0:
-                self._error = self._framing_error(size)
-                raise self._error
-            end = pos + FRAME_HEADER_BYTES + size
-            if end > end_of_data:
-                break
-            frames.append(bytes(src[pos + FRAME_HEADER_BYTES : end]))
-            pos = end
-        return frames, pos
-
-    def _framing_error(self, size: int) -> WireError:
-        if size == 0:
-            return WireError("zero-length frame")
-        return FrameTooLargeError(
-            f"frame of {size} bytes exceeds the maximum of {self._max_frame_bytes} bytes"
-        )
-
-
-# --- payload envelope ----------------------------------------------------------------------
-
-# What cbor2 may raise on hostile input besides CBORDecodeError (semantic decoders of tags such
-# as datetime, decimal or ipaddress can leak their own errors; deep nesting can recurse).
-_CBOR_ERRORS = (
-    cbor2.CBORError, ValueError, TypeError, LookupError, ArithmeticError, RecursionError
-)
-
-
-def encode_payload(kind: int, fields: list[Any]) -> bytes:
-    """Encode ``[VERSION, kind, *fields]`` as CBOR (for protocols other than Raft, kind >= 64)."""
-    return cbor2.dumps([VERSION, kind, *fields])
-
-
-def decode_payload(payload: bytes) -> tuple[int, list[Any]]:
-    """Decode and version-check an envelope; return (kind, fields after the kind)."""
-    array = _load_envelope(payload)
-    return array[1], array[2:]
-
-
-def _load_envelope(payload: bytes) -> list[Any]:
-    """Decode exactly one CBOR item (trailing bytes rejected) and check version and kind."""
-    stream = io.BytesIO(payload)
-    try:
-        array = cbor2.CBORDecoder(stream).decode()
-    except _CBOR_ERRORS as exc:
-        raise WireError(f"undecodable CBOR payload: {exc}") from exc
-    if stream.tell() != len(payload):
-        raise WireError(f"{len(payload) - stream.tell()} trailing bytes after the CBOR payload")
-    if type(array) is not list or len(array) < 2:
-        raise WireError(f"payload must be a CBOR array [version, kind, ...], got {_brief(array)}")
-    version = array[0]
-    if type(version) is not int or version != VERSION:
-        raise WireError(f"unsupported wire version {_brief(version)} (this node speaks {VERSION})")
-    kind = array[1]
-    if type(kind) is not int or kind < 0:
-        raise WireError(f"payload kind must be a non-negative integer, got {_brief(kind)}")
-    return array
-
-
-def _brief(value: Any) -> str:
-    return f"{type(value).__name__} {reprlib.repr(value)}"  # bounded, even for 16 MiB input
 
 
 # --- Raft peer codec ------------------------------------------------------------------------
@@ -343,14 +196,14 @@ def encode_message(msg: PeerMessage) -> bytes:
 
 def decode_message(payload: bytes) -> PeerMessage:
     """Decode and validate one payload of the Raft peer protocol; WireError if malformed."""
-    array = _load_envelope(payload)
+    array = load_envelope(payload)
     schema = _SCHEMAS.get(array[1])
     if schema is None:
         raise WireError(f"unknown Raft message kind {array[1]}")
     if tuple(map(type, array)) != schema.types:
         raise _field_error(schema, array)
     for pos in schema.unsigned:
-        if not 0 <= array[pos] <= _U64_MAX:
+        if not 0 <= array[pos] <= U64_MAX:
             raise _range_error(schema, pos - 2, array[pos])
     if schema.kind == KIND_APPEND_REQUEST:
         array[_ENTRIES_POS] = _decode_entries(array[_ENTRIES_POS])
@@ -378,7 +231,7 @@ def _decode_entries(flat: list[Any]) -> tuple[Entry, ...]:
         set(map(type, numbers)) != _ONLY_INT
         or set(map(type, datas)) != _ONLY_BYTES
         or min(numbers) < 0
-        or max(numbers) > _U64_MAX
+        or max(numbers) > U64_MAX
         or max(kinds) >= len(_ENTRY_KINDS)
     ):
         raise _entry_error(flat)
@@ -400,7 +253,7 @@ def _decode_few_entries(flat: list[Any]) -> tuple[Entry, ...]:
             or type(term) is not int
             or type(kind) is not int
             or type(data) is not bytes
-            or not (0 <= index <= _U64_MAX and 0 <= term <= _U64_MAX and 0 <= kind < n_kinds)
+            or not (0 <= index <= U64_MAX and 0 <= term <= U64_MAX and 0 <= kind < n_kinds)
         ):
             raise _entry_error(flat)
         entries.append(Entry(index, term, _ENTRY_KINDS[kind], data))
@@ -414,10 +267,10 @@ def _entry_error(flat: list[Any]) -> WireError:
         if tuple(map(type, item)) != _ENTRY_TYPES:
             return WireError(
                 f"AppendRequest entry {pos // 4} must be index: int, term: int, kind: int, "
-                f"data: bytes; got {_brief(item)}"
+                f"data: bytes; got {brief(item)}"
             )
         index, term, kind, _ = item
-        if not (0 <= index <= _U64_MAX and 0 <= term <= _U64_MAX):
+        if not (0 <= index <= U64_MAX and 0 <= term <= U64_MAX):
             return WireError(
                 f"AppendRequest entry {pos // 4}: index {index} or term {term} out of range"
             )
@@ -436,7 +289,7 @@ def _field_error(schema: _Schema, array: list[Any]) -> WireError:
     for field_name, typ, value in zip(schema.names, schema.types[2:], array[2:]):
         if type(value) is not typ:
             return WireError(
-                f"{name}.{field_name} must be {typ.__name__}, got {_brief(value)}"
+                f"{name}.{field_name} must be {typ.__name__}, got {brief(value)}"
             )
     return WireError(f"{name}: malformed fields")  # unreachable: the types differed somewhere
 

@@ -20,7 +20,7 @@ import click
 
 from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
-from dledger.tls import TlsConfig, TlsConfigError
+from protocol.tls import TlsConfig, TlsConfigError
 from namesrv.errors import BadRequestError
 from namesrv.model import parse_host_port
 from namesrv.registry import LEASE_S_DEFAULT

@@ -35,7 +35,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from client import errors as client_errors
-from dledger.auth import Credentials
+from protocol.auth import Credentials
 from namesrv.console_model import parse_reset, parse_search, parse_topic_action, parse_transfer
 from namesrv.console_ops import OP_TIMEOUT_S, Clock, ClusterView, ConsoleOps
 from namesrv.console_poll import ClusterPoller, ConsoleBusyError

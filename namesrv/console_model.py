@@ -4,7 +4,7 @@ failure a ``BadRequestError`` naming the field; the message rate of a queue deri
 successive max-offset samples (``RateTracker``); a stored message as JSON.
 
 The cluster's own rules are reused, not restated: topic names and queue counts are the broker's
-(``broker.topics``), node and group ids the NameServer's (``namesrv.model``).
+(``protocol.topics``), node and group ids the NameServer's (``namesrv.model``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from broker.entries import INT_MAX
-from broker.errors import InvalidTopicError
-from broker.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
+from protocol.broker_kinds import INT_MAX
+from protocol.broker_errors import InvalidTopicError
+from protocol.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
 from client import FoundMessage, ReceivedMessage
 from namesrv.errors import BadRequestError
 from namesrv.model import ID_MAX_CHARS

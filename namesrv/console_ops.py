@@ -17,14 +17,14 @@ import contextlib
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
-from broker import protocol as bp
-from broker.admin_handlers import RESET_EARLIEST_MS, RESET_LATEST_MS
+from protocol import broker_kinds as bp
+from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
 from client import ClientError, MessageQuery, MessageQueue, PullConsumer
 from client.admin_views import consumer_views, summarize_consumers
 from client.routes import GroupRoute, Routes, client_error
-from dledger.auth import Credentials
-from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.auth import Credentials
+from protocol.group_client import GroupClient
+from protocol.errors import DLedgerError
 from namesrv.console_model import (
     MessageSearch,
     RateTracker,
@@ -55,7 +55,7 @@ async def _bounded(work: Awaitable[T]) -> T:
         return await work
 
 
-async def _leader(client: LogClient, kind: int, *args: Any,
+async def _leader(client: GroupClient, kind: int, *args: Any,
                   timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
     """A request to the group's leader; a transport or broker error as the client library's."""
     try:

@@ -4,7 +4,7 @@ them from untrusted JSON.
 Owns the registration record (``Registration``, ``TopicRoute``), the "host:port" rule and every
 input check, each failure a ``BadRequestError`` whose message names the field. Pure: no I/O, no
 clock. It does not decide leadership or liveness (that is ``registry``) nor speak HTTP.
-Topic names and queue/permission rules are the broker's (``broker.topics``), so a topic the broker
+Topic names and queue/permission rules are the broker's (``protocol.topics``), so a topic the broker
 accepts is one the NameServer routes.
 """
 
@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from broker.errors import InvalidTopicError
-from broker.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
+from protocol.broker_errors import InvalidTopicError
+from protocol.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
 from namesrv.errors import BadRequestError
 
 __all__ = [

@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from namesrv.console import add_console
-from dledger.tls import TlsConfig
+from protocol.tls import TlsConfig
 from namesrv.corroborate import Corroborator
 from namesrv.errors import (
     BadRequestError,
@@ -235,7 +235,7 @@ class NameServer:
         self.registry = Registry(lease_s)
         self._clock = clock
         self.console_read_only = console_read_only
-        self.tls = tls  # serve https; reach the brokers' admin endpoints over TLS (dledger.tls)
+        self.tls = tls  # serve https; reach the brokers' admin endpoints over TLS (protocol.tls)
         self._runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self._address: tuple[str, int] | None = None

@@ -23,7 +23,7 @@ import yaml
 from broker.__main__ import _advertised
 from broker.__main__ import start as broker_start
 from broker.broker_config import BrokerConfig
-from broker.namesrv_addrs import parse_namesrv_list
+from protocol.namesrv_addrs import parse_namesrv_list
 from dledger.node_cli import node_config, parse_address
 from dledger.node_config import NodeConfig
 from namesrv.__main__ import cli as namesrv_cli

@@ -1,4 +1,4 @@
-"""Access control's pure parts: signatures and the replay guard (``dledger.auth``), accounts and
+"""Access control's pure parts: signatures and the replay guard (``protocol.auth``), accounts and
 permissions (``broker.acl``), its log entries and checkpoint, and the request table
 (``broker.acl_service.NEEDS``) covering every kind a broker serves."""
 
@@ -10,10 +10,10 @@ from broker.acl import DENY, PUB, PUB_SUB, SUB, Account, AclTable, Need, parse_p
 from broker.acl_entries import AclDelete, AclPut, encode_acl
 from broker.acl_service import NEEDS
 from broker.entries import decode
-from broker.errors import BadEntryError
+from protocol.broker_errors import BadEntryError
 from broker.handlers import served_kinds
 from broker.state import BrokerState
-from dledger.auth import (
+from protocol.auth import (
     SIGNED,
     Credentials,
     ReplayGuard,
@@ -21,8 +21,8 @@ from dledger.auth import (
     Signer,
     parse_signed,
 )
-from dledger.protocol import encode_request
-from dledger.wire import decode_payload
+from protocol.envelope import encode_request
+from protocol.frames import decode_payload
 
 ALICE = Credentials("alice", "alice-secret-1")
 

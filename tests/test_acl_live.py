@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.acl import PUB, SUB, Account
 from client import (
     AccessDeniedError,
@@ -28,10 +28,10 @@ from client import (
     SignatureError,
 )
 from client.routes import GroupRoute, Routes
-from dledger.auth import SIGNED, Signer
+from protocol.auth import SIGNED, Signer
 from dledger.localcluster import LocalCluster
-from dledger.protocol import Response, decode_response, encode_request
-from dledger.wire import encode_frame, encode_payload
+from protocol.envelope import Response, decode_response, encode_request
+from protocol.frames import encode_frame, encode_payload
 from tests.clusters import namesrv_group, registered_group
 
 pytestmark = pytest.mark.slow

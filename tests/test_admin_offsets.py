@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from broker import protocol as bp
-from broker.admin_handlers import RESET_EARLIEST_MS
+from protocol import broker_kinds as bp
+from protocol.broker_kinds import RESET_EARLIEST_MS
 from broker.entries import OffsetReset, TopicPut, decode, encode
 from broker.state import BrokerState
 from cli import main as cli_main

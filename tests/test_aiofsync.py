@@ -26,7 +26,7 @@ from dledger.aiofsync import (
     open_spin_sync,
 )
 from dledger.commitlog import FileLogStore
-from dledger.errors import StorageError
+from protocol.errors import StorageError
 from dledger.flush import Flusher
 from dledger.raft.types import Entry, EntryKind
 from tests.test_runtime import configs, leader_of, running, wait_for

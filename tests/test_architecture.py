@@ -10,14 +10,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PURE_PACKAGES = [ROOT / "dledger" / "raft"]
 # The broker's state machine and what it is made of (its server, the shell, is not pure).
-PURE_BROKER_MODULES = ("broker.state", "broker.entries", "broker.topics", "broker.errors",
+PURE_BROKER_MODULES = ("broker.state", "broker.entries",
                        "broker.consumequeue", "broker.dedup", "broker.delay",
-                       "broker.orderly", "broker.retry", "broker.filter_sql", "broker.applied",
+                       "broker.orderly", "broker.retry", "broker.applied",
                        "broker.txn", "broker.txn_apply", "broker.pop", "broker.pop_entries",
                        "broker.pop_apply", "broker.acl", "broker.acl_entries")
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).
-PURE_FIRST_PARTY = {"dledger.errors", "dledger.auth_rules"}
+PURE_FIRST_PARTY = {"protocol.errors", "protocol.auth_rules", "protocol.topics", "protocol.broker_errors",
+                    "protocol.filter_sql", "protocol.broker_kinds", "protocol.consume_rules"}
 ALLOWED_STDLIB = {"__future__", "collections", "dataclasses", "enum", "typing", "abc", "functools",
                   "itertools", "bisect", "heapq", "math", "operator", "re", "zlib", "struct",
                   "array", "hashlib",  # (hashlib: digests of bytes, e.g. the dedup fingerprints)
@@ -58,7 +59,7 @@ def violations(path: Path) -> list[str]:
     bad = []
     for name, line in _runtime_imports(tree):
         top = name.split(".")[0]
-        if top in ("dledger", "broker"):
+        if top in ("dledger", "broker", "protocol"):
             ok = name.startswith(PURE_PACKAGE_NAMES) or name in PURE_FIRST_PARTY
         else:
             ok = top in ALLOWED_STDLIB

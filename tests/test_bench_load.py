@@ -8,7 +8,7 @@ from typing import Awaitable, Callable
 import pytest
 
 from dledger.bench.load import chained_loop, closed_loop, paced_loop
-from dledger.errors import NotLeaderError, OverloadedError
+from protocol.errors import NotLeaderError, OverloadedError
 
 
 class FakeNode:

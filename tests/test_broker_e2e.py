@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import ClientError, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from client.types import MessageQueue, ReceivedMessage
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
 from tests.test_broker_processes import BROKER, _start_namesrv, _wait_leader
 from tests.test_processes import wait_until

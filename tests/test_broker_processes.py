@@ -18,11 +18,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from dledger.client import LogClient
-from dledger.errors import DLedgerError, NotLeaderError
+from protocol.errors import DLedgerError, NotLeaderError
 from dledger.localcluster import LocalCluster
-from dledger.protocol import RemoteError
+from protocol.envelope import RemoteError
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow

@@ -12,12 +12,12 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.handlers import HANDLERS
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
-from dledger.protocol import BadRequestError, RemoteError
+from protocol.envelope import BadRequestError, RemoteError
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow

@@ -20,10 +20,10 @@ from broker.entries import (
     decode_for_apply,
     stored_messages,
 )
-from broker.errors import BadEntryError
-from broker.protocol import MessageTooLargeError, message_bytes, offset_msg_id
+from protocol.broker_errors import BadEntryError
+from protocol.broker_kinds import MessageTooLargeError, message_bytes, offset_msg_id
 from broker.sendwire import run_answers, wire_messages
-from broker.topics import PERM_READ
+from protocol.topics import PERM_READ
 from tests.test_broker_state import Log, decoders_agree
 
 
@@ -183,7 +183,7 @@ def test_the_broker_options_refuse_values_no_broker_can_honour(tmp_path) -> None
     from click.testing import CliRunner
 
     from broker.__main__ import main
-    from broker.protocol import MAX_MESSAGE_BYTES_CEILING
+    from protocol.broker_kinds import MAX_MESSAGE_BYTES_CEILING
     from broker.server import BrokerConfig
     from dledger.runtime import NodeConfig
 

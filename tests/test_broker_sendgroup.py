@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from broker.errors import BrokerError
+from protocol.broker_errors import BrokerError
 from broker.sendgroup import SendGroups
-from dledger.errors import NotLeaderError
+from protocol.errors import NotLeaderError
 
 
 class Leader:
@@ -151,5 +151,5 @@ def test_an_entry_refused_as_a_whole_refuses_each_of_its_runs() -> None:
 
 
 def test_message_ids_of_an_entry_name_its_group_position_and_slot() -> None:
-    from broker.protocol import offset_msg_id
+    from protocol.broker_kinds import offset_msg_id
     assert offset_msg_id("g1", 0x2A, 3) == "g1-000000000000002A-3"

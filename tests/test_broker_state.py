@@ -22,7 +22,7 @@ from broker import (
     validate_topic_name,
 )
 from broker.entries import SendRun, SendRunsEntry
-from broker.topics import PERM_READ, PERM_RW, PERM_WRITE
+from protocol.topics import PERM_READ, PERM_RW, PERM_WRITE
 
 
 class Log:

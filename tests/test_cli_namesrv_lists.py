@@ -20,12 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 import cli
-from broker.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
+from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from cli.common import describe
 from cli.status import exit_code, group_health
 from client import Message, Producer, SyncProducer
 from dledger.localcluster import LocalCluster
-from dledger.protocol import RemoteError
+from protocol.envelope import RemoteError
 
 REGISTER_TIMEOUT_S = 30.0
 DEAD = "127.0.0.1:1"  # nothing listens on port 1

@@ -99,7 +99,7 @@ def test_producers_and_a_pull_consumer_through_a_leader_kill(tmp_path: Path) -> 
 
 def _is_leader(cluster: LocalCluster, node: str) -> bool:
     """Asked from a thread: the test's own event loop is busy running the producers."""
-    from broker import protocol as bp
+    from protocol import broker_kinds as bp
     from dledger.client import LogClient
 
     async def ask() -> bool:

@@ -17,9 +17,9 @@ import pytest
 
 from client.routes import GroupRoute, Routes
 from dledger.client import LogClient, UnavailableError
-from dledger.errors import NotLeaderError, ProposalTimeoutError
-from dledger.framed import FramedProtocol
-from dledger.protocol import PROPOSE, decode_request, encode_error, encode_result
+from protocol.errors import NotLeaderError, ProposalTimeoutError
+from protocol.framed import FramedProtocol
+from protocol.envelope import PROPOSE, decode_request, encode_error, encode_result
 
 SILENT_S = 0.3  # the deadline of a request to a silent node
 

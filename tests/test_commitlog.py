@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 from dledger import commitlog
 from dledger.commitlog import FileLogStore
 from dledger.entry_codec import HEADER_BYTES, INDEX_RECORD_BYTES
-from dledger.errors import CompactedError, CorruptLogError, DiskFullError, StorageError
+from protocol.errors import CompactedError, CorruptLogError, DiskFullError, StorageError
 from dledger.memstore import ENTRY_HEADER_BYTES, MemoryLogStore
 from dledger.raft.types import Entry, EntryKind
 

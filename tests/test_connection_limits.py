@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from dledger.client import LogClient
-from dledger.errors import DLedgerError, OverloadedError
+from protocol.errors import DLedgerError, OverloadedError
 from dledger.localcluster import LocalCluster
-from dledger.protocol import PROPOSE, STATUS, decode_response
-from dledger.wire import FrameDecoder
+from protocol.envelope import PROPOSE, STATUS, decode_response
+from protocol.frames import FrameDecoder
 from tests.test_processes import wait_until
 
 pytestmark = pytest.mark.slow

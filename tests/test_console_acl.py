@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from broker.acl import SUB, Account
 from client import Credentials
 from client.routes import Routes

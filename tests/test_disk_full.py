@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.protocol import FOUND
+from protocol.broker_kinds import FOUND
 from broker.server import CHECKPOINT_FILE, BrokerConfig, BrokerServer
-from dledger.errors import DiskFullError, DLedgerError, NotLeaderError
+from protocol.errors import DiskFullError, DLedgerError, NotLeaderError
 from dledger.raft.types import Role
 from dledger.runtime import Node, NodeConfig
 from tests.test_runtime import configs, leader_of, running, wait_for

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
 from tests.test_processes import wait_until
 

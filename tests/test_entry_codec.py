@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dledger.entry_codec import HEADER_BYTES, encode_entry, encode_index_record, plan_chunks
-from dledger.errors import StorageError
+from protocol.errors import StorageError
 from dledger.raft.types import Entry, EntryKind
 
 

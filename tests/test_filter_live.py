@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli import main as cli_main
 from client import BadFilterError, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from client.orderly import OrderlyPushConsumer
 from dledger.client import LogClient
-from dledger.protocol import BadRequestError
+from protocol.envelope import BadRequestError
 from tests.clusters import namesrv_group
 from tests.test_processes import wait_until
 

@@ -1,4 +1,4 @@
-"""The SQL92 message filter (broker/filter_sql.py): RocketMQ's semantics case by case, the errors
+"""The SQL92 message filter (protocol/filter_sql.py): RocketMQ's semantics case by case, the errors
 and where they point, the input bounds, and fuzzing that nothing but SqlFilterError escapes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import handlers
-from broker.errors import BadRequestError
-from broker.filter_sql import (
+from protocol.broker_errors import BadRequestError
+from protocol.filter_sql import (
     EXPRESSION_MAX_CHARS,
     NESTING_MAX,
     SqlFilter,

@@ -11,7 +11,7 @@ import pytest
 
 from dledger import commitlog
 from dledger.commitlog import FileLogStore
-from dledger.errors import DiskFullError
+from protocol.errors import DiskFullError
 from dledger.flush import Flusher
 from dledger.raft.types import Entry, EntryKind
 

@@ -21,7 +21,7 @@ from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExp
                       Message as RmqMessage, MessageListener, Producer as RmqProducer,
                       PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import Message, Producer, PullConsumer, ReceivedMessage
 from dledger.client import LogClient
 from tests.clusters import namesrv_group

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dledger import hardstate
-from dledger.errors import CorruptLogError, DiskFullError
+from protocol.errors import CorruptLogError, DiskFullError
 from dledger.hardstate import FileHardStateStore, encode_hard_state
 from dledger.raft.types import HardState
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli import main as dledger_main
 from client import Message, Producer, UnavailableError
 from client.errors import ClientError

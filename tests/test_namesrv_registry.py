@@ -322,7 +322,7 @@ def test_the_node_and_group_bounds_raise_a_named_error_and_tombstones_make_room(
 
 PURE_MODULES = ("namesrv/registry.py", "namesrv/model.py", "namesrv/errors.py")
 PURE_IMPORTS = {"__future__", "dataclasses", "typing", "re", "namesrv.errors", "namesrv.model",
-                "broker.errors", "broker.topics"}
+                "protocol.broker_errors", "protocol.topics"}
 
 
 def test_the_routing_table_and_model_import_nothing_with_io_or_a_clock() -> None:

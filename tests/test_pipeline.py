@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import Message, Producer, PullConsumer
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster

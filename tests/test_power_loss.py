@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
 from tests.test_processes import _wait_leader, wait_until
 

@@ -17,7 +17,7 @@ import pytest
 
 from chaos import traces
 from dledger.client import LogClient
-from dledger.errors import DLedgerError, NotLeaderError
+from protocol.errors import DLedgerError, NotLeaderError
 from dledger.localcluster import LocalCluster
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import aiohttp
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import Message, NoPermissionError, Producer, SendTimeoutError, UnavailableError
 from client.delivery import Delivery
 from client.routes import GroupRoute, Routes, TopicRoute

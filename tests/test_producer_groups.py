@@ -19,7 +19,7 @@ from broker.producers import ProducerGroups
 from client.producer_group import (HEARTBEAT_INTERVAL_S, RETRY_S, ProducerRegistration,
                                    check_group, next_pause_s, parse_check)
 from client.routes import GroupRoute
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 
 
 def test_heartbeats_expire_leave_and_fall_with_their_connection() -> None:

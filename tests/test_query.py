@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli import main as dledger_main
 from client import (Message, MessageNotFoundError, MessageQuery, NonRetriableError, Producer,
                     PullConsumer, SyncMessageQuery)
 from client.types import MessageQueue, SendResult
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
-from dledger.protocol import BadRequestError
+from protocol.envelope import BadRequestError
 from tests.clusters import namesrv_group, routed
 from tests.test_processes import wait_until
 

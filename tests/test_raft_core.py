@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from dledger.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
+from protocol.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.types import (
     AppendRequest,

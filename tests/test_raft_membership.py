@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from dledger.errors import MembershipChangeError
+from protocol.errors import MembershipChangeError
 from dledger.raft.config import RaftConfig
 from dledger.raft.types import (AppendRequest, Entry, EntryKind, Heartbeat, HeartbeatResponse,
                                 Membership, Role, VoteRequest, VoteResponse)

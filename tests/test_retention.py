@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.protocol import FOUND, OFFSET_OUT_OF_RANGE
+from protocol.broker_kinds import FOUND, OFFSET_OUT_OF_RANGE
 from broker.server import BrokerConfig, BrokerServer
 from dledger.retention import RetentionPolicy, SegmentAge, policy_target, retain_target
 from dledger.runtime import NodeConfig

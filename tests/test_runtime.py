@@ -10,7 +10,7 @@ from typing import AsyncIterator, Callable
 
 import pytest
 
-from dledger.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
+from protocol.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 from dledger.localcluster import free_ports
 from dledger.runtime import BUSY_POLL_PENDING_MAX, MAX_BUSY_POLL_US, Node, NodeConfig
 

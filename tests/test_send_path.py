@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import (
     Message,
     MessageTooLargeError,
@@ -21,7 +21,7 @@ from client import (
 from client.types import MessageQueue, SendResult
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from dledger.protocol import BadRequestError
+from protocol.envelope import BadRequestError
 from tests.test_broker_e2e import _wait_route
 from tests.clusters import namesrv_group, routed as _routed
 from tests.test_broker_processes import BROKER, _start_namesrv, _wait_leader

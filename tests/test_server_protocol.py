@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from dledger.client import LogClient
-from dledger.errors import WireError
+from protocol.errors import WireError
 from dledger.localcluster import LocalCluster
-from dledger.protocol import (
+from protocol.envelope import (
     MAX_PROPOSAL_BYTES,
     PROPOSE,
     READ,
@@ -21,7 +21,7 @@ from dledger.protocol import (
     decode_response,
     encode_request,
 )
-from dledger.wire import FrameDecoder, encode_frame, encode_payload
+from protocol.frames import FrameDecoder, encode_frame, encode_payload
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def test_bad_requests_get_named_errors_and_nothing_is_lost(tmp_path: Path) -> No
 
 
 def test_request_codec_rejects_malformed_payloads() -> None:
-    from dledger.protocol import decode_request
+    from protocol.envelope import decode_request
     with pytest.raises(WireError):
         decode_request(encode_payload(PROPOSE, []))  # no request id
     with pytest.raises(WireError):

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dledger.commitlog import FileLogStore
-from dledger.errors import StorageError, WireError
+from protocol.errors import StorageError, WireError
 from dledger.peer_stream import PeerStream
 from dledger.raft.types import Entry, EntryKind, InstallSnapshot, Membership, SnapshotMeta
 from dledger.snapshot_files import (INSTALL_DIR, STAGING_DIR, Staging, commit_install,
@@ -29,7 +29,8 @@ from dledger.snapshot_recv import SnapshotReceiver
 from dledger.snapshot_send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
 from dledger.snapshot_wire import (Chunk, Done, Have, Offer, Refuse, Staged,
                                    decode_snapshot_frame, encode_snapshot_frame, valid_file_name)
-from dledger.wire import FrameDecoder, SnapshotHello, decode_message
+from dledger.wire import SnapshotHello, decode_message
+from protocol.frames import FrameDecoder
 
 META = SnapshotMeta(42, 3, Membership(("n0", "n1", "n2")))
 MEMBERS = META.membership.encode()

@@ -17,11 +17,11 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import Message, Producer, PullConsumer
 from client.types import MessageQueue
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
 from tests.clusters import namesrv_group, routed
 from tests.test_broker_processes import BROKER, _start_namesrv

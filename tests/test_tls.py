@@ -24,17 +24,18 @@ from click.testing import CliRunner
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli import main as dledger_main
 from client import Message, Producer, PullConsumer, TlsError, UnavailableError
 from dledger.client import LogClient
-from dledger.errors import NodeStoppedError, OutcomeUnknownError
-from dledger.errors import TlsError as LogTlsError
+from protocol.errors import NodeStoppedError, OutcomeUnknownError
+from protocol.errors import TlsError as LogTlsError
 from dledger.raft.types import Heartbeat, Message as RaftMessage
-from dledger.tls import ENV_CA, TlsConfig, TlsConfigError, client_context, dial_context, split_https
+from protocol.tls import ENV_CA, TlsConfig, TlsConfigError, client_context, dial_context, split_https
 from dledger.tls_certs import CA_CERT, make_ca, make_node_cert
 from dledger.transport import PeerTransport
-from dledger.wire import Hello, encode_frame, encode_message
+from dledger.wire import Hello, encode_message
+from protocol.frames import encode_frame
 from dledger.localcluster import LocalCluster
 from tests.clusters import console_ok
 from tests.test_processes import leader_of, wait_until

@@ -38,7 +38,7 @@ from client.trace import (
 )
 from client.tracer import Tracer
 from client.types import MessageQueue
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster, free_ports
 from tests.test_broker_processes import BROKER

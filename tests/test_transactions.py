@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from cli import main as cli_main
 from client import (
     BadTransactionError,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dledger.errors import FrameTooLargeError, WireError
+from protocol.errors import FrameTooLargeError, WireError
 from dledger.raft.types import (
     AppendRequest,
     AppendResponse,
@@ -23,17 +23,19 @@ from dledger.raft.types import (
     VoteResponse,
 )
 from dledger.wire import (
-    DEFAULT_MAX_FRAME_BYTES,
     KIND_APPEND_REQUEST,
     KIND_HEARTBEAT,
     KIND_HELLO,
-    VERSION,
-    FrameDecoder,
     Hello,
     decode_message,
+    encode_message,
+)
+from protocol.frames import (
+    DEFAULT_MAX_FRAME_BYTES,
+    VERSION,
+    FrameDecoder,
     decode_payload,
     encode_frame,
-    encode_message,
     encode_payload,
 )
 

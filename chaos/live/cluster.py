@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from dledger.localcluster import Address, ClusterError, LocalCluster, free_ports
-from dledger.tls import ENV_CA
+from protocol.tls import ENV_CA
 
 if TYPE_CHECKING:  # imported where used: `dledger chaos run --help` needs no dev extra
     from chaos.toxiproxy.client import ToxiproxyClient

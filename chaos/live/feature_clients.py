@@ -29,7 +29,7 @@ from client.orderly import OrderlyPushConsumer
 from client.producer import Producer
 from client.push import ConsumeStatus, PushConsumer
 from client.types import Message, ReceivedMessage
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 
 DELAY_TOPIC = "chaos-delay"
 ORDER_TOPIC = "chaos-orders"

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker import protocol as bp
-from dledger.errors import DLedgerError
+from protocol import broker_kinds as bp
+from protocol.errors import DLedgerError
 
 __all__ = ["s17_membership"]
 

@@ -15,14 +15,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from chaos.live.cluster import ChaosCluster
 from chaos.live.silence import FAULT as SILENCE_FAULT
 from chaos.live.membership import s17_membership
 from chaos.live.silence import SilenceBound
 from chaos.live.workload import History
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 from dledger.localcluster import ClusterError
 
 

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from chaos import traces
 from chaos.live.checker import check_run
 from chaos.live.cluster import ChaosCluster
@@ -34,8 +34,8 @@ from chaos.live.feature_clients import SEND_ERRORS
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from dledger.client import LogClient
-from dledger.tls import client_context
-from dledger.errors import DLedgerError
+from protocol.tls import client_context
+from protocol.errors import DLedgerError
 from dledger.localcluster import ClusterError
 from chaos.toxiproxy.errors import ToxiproxyError
 from client.routes import CANARIES as CLIENT_CANARIES

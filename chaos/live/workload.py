@@ -23,13 +23,13 @@ import random
 import time
 from typing import IO, Any, Iterator
 
-from broker import protocol as bp
+from protocol import broker_kinds as bp
 from client import errors
 from client.consumer import PullConsumer
 from client.producer import Producer
 from client.types import Message, MessageQueue
 from dledger.client import LogClient
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 
 TOPIC = "chaos"
 QUEUES = 4

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dledger.errors import ProposalError
+from protocol.errors import ProposalError
 from dledger.raft.types import Membership
 
 if TYPE_CHECKING:

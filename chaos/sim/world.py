@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from chaos.sim.membership import MembershipSettings, MembershipShell
 from chaos.sim.observer import Observer, Violation
 from chaos.sim.snapshots import SnapshotSettings, SnapshotShell
-from dledger.errors import ProposalError
+from protocol.errors import ProposalError
 from dledger.memstore import MemoryHardStateStore, MemoryLogStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore

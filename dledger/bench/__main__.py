@@ -41,7 +41,7 @@ from dledger.bench.nodeflags import NodeFlags, node_flag_options
 from dledger.bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from dledger.protocol import LOCAL_LOAD
+from protocol.envelope import LOCAL_LOAD
 
 
 # The benchmark's node options unless told otherwise: the node's own defaults, as `dledger bench`

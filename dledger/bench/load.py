@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Awaitable, Callable, Sequence
 
-from dledger.errors import DLedgerError
+from protocol.errors import DLedgerError
 
 
 async def closed_loop(call: Callable[[], Awaitable[object]], count: int, concurrency: int,

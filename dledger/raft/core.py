@@ -15,7 +15,7 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from dledger.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
+from protocol.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
 from dledger.raft.config import RaftConfig
 from dledger.raft.leader import LeaderRole
 from dledger.raft.log import RaftLog

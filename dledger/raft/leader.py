@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Sequence
 
-from dledger.errors import NotLeaderError
+from protocol.errors import NotLeaderError
 from dledger.raft.config import RaftConfig
 from dledger.raft.log import RaftLog
 from dledger.raft.progress import Progress, ProgressState

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from dledger.errors import (LeadershipTransferInProgressError, MembershipChangeError,
+from protocol.errors import (LeadershipTransferInProgressError, MembershipChangeError,
                             NotLeaderError)
 from dledger.raft.config import RaftConfig
 from dledger.raft.log import RaftLog

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.errors import BadRequestError
+from protocol.broker_errors import BadRequestError
 
 __all__ = ["EXPRESSION_MAX_CHARS", "NESTING_MAX", "SqlFilter", "SqlFilterError", "compile_sql"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dledger.errors import (
+from protocol.errors import (
     DiskFullError,
     DLedgerError,
     LeadershipLostError,
@@ -23,7 +23,7 @@ from dledger.errors import (
     ProposalTimeoutError,
     WireError,
 )
-from dledger.wire import decode_payload, encode_payload
+from protocol.frames import decode_payload, encode_payload
 
 PROPOSE = 64
 PROPOSE_BATCH = 65

@@ -1,4 +1,4 @@
-"""The rules of access keys and secrets, shared by the signer (``dledger.auth``) and the broker's
+"""The rules of access keys and secrets, shared by the signer (``protocol.auth``) and the broker's
 replicated ACL (``broker.acl``, which must stay pure): what a valid one looks like."""
 
 from __future__ import annotations

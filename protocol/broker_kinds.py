@@ -1,6 +1,6 @@
 """The broker's client protocol: request kinds and the shape of their arguments and results.
 
-Frames, request ids, versioning and error responses are the log server's (``dledger.protocol``);
+Frames, request ids, versioning and error responses are the log server's (``protocol.envelope``);
 the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``):
 
 - SEND ``topic, queue_id, [[body, tags, keys, unique_key, [[k, v]...], born_ts_ms], ...]`` ->
@@ -17,7 +17,7 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   ``[queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id]``
   (any replica: only committed messages exist there)
 - PULL_SQL ``topic, queue_id, offset, max_messages, max_bytes, suspend_ms, sql`` -> PULL's answer,
-  holding only the messages whose properties match the SQL92 expression (``broker.filter_sql``);
+  holding only the messages whose properties match the SQL92 expression (``protocol.filter_sql``);
   ``next_offset`` moves past the skipped ones too. A malformed expression: BAD_REQUEST naming
   its character offset
 - TOPIC_PUT ``name, read_queues, write_queues, perm`` / TOPIC_DELETE ``name`` -> status (leader)
@@ -89,7 +89,7 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   their secrets (any replica; ``broker.acl_service``). Admin only.
 
 With access control on (``--acl``), every request comes in a SIGNED envelope
-(``dledger.auth``); an unsigned one, a bad signature, a stale or replayed one is
+(``protocol.auth``); an unsigned one, a bad signature, a stale or replayed one is
 SIGNATURE_REFUSED, a request the account may not make ACCESS_DENIED (``broker.acl_service``).
 
 The broker checks every request itself (``broker.handlers``): the argument count, each field's
@@ -104,7 +104,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from broker.errors import BrokerError
+from protocol.broker_errors import BrokerError
 
 SEND = 100
 PULL = 101
@@ -157,6 +157,9 @@ MAX_MESSAGE_BYTES = 4 << 20  # the broker's default maximum of a message or a ba
 MAX_MESSAGE_BYTES_CEILING = 8 << 20
 MESSAGE_OVERHEAD_BYTES = 20  # per message, in the size count (RocketMQ's batch splitter's)
 MAX_PULL_MESSAGES = 1024
+INT_MAX = 2**63 - 1  # every integer field a broker takes fits a signed 64-bit column
+RESET_EARLIEST_MS = 0  # OFFSET_RESET "to the time 0": the first message the leader still holds
+RESET_LATEST_MS = INT_MAX  # ... "to the end of time": past the last message stored
 MAX_SUSPEND_MS = 15_000  # long polling waits at most this long (RocketMQ's default)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from broker.errors import InvalidTopicError
+from protocol.broker_errors import InvalidTopicError
 
 PERM_WRITE = 2
 PERM_READ = 4

@@ -27,9 +27,9 @@ from typing import Any, Callable, Mapping
 
 import cbor2
 
-from dledger.auth_rules import check_access_key, check_secret_key
-from dledger.errors import DLedgerError
-from dledger.wire import encode_payload
+from protocol.auth_rules import check_access_key, check_secret_key
+from protocol.errors import DLedgerError
+from protocol.frames import encode_payload
 
 __all__ = [
     "ACCESS_KEY_ENV", "SECRET_KEY_ENV", "SIGNED", "AccessDeniedError", "Credentials",

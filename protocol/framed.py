@@ -12,11 +12,11 @@ import asyncio
 import logging
 from typing import cast
 
-from dledger.errors import OverloadedError, WireError
-from dledger.protocol import encode_error
-from dledger.wire import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from protocol.errors import OverloadedError, WireError
+from protocol.envelope import encode_error
+from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 
-log = logging.getLogger("dledger.framed")
+log = logging.getLogger("protocol.framed")
 
 CONNECTIONS_MAX_DEFAULT = 4096
 INPUT_BUFFER_BYTES_MAX_DEFAULT = 128 << 20  # 32 batches of 4 MiB arriving at once
