@@ -25,16 +25,16 @@ up: install
 
 # The whole test suite, including the simulator sweep (time-boxed) and canaries.
 test: install-dev
-	$(BIN)/ruff check protocol dledger broker namesrv client chaos cli tests examples
+	$(BIN)/ruff check protocol bench dledger broker namesrv client chaos cli tests examples
 	$(BIN)/mypy --strict client protocol
-	$(BIN)/mypy dledger broker namesrv chaos cli examples
+	$(BIN)/mypy dledger broker namesrv chaos cli bench examples
 	$(BIN)/python -m pytest
 
 sim: install-dev
 	$(BIN)/python -m chaos.sim --seeds 0-999 --nodes 3,5
 
 bench: install-dev
-	$(BIN)/python -m dledger.bench
+	$(BIN)/python -m bench.log
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""``dledger bench``: a thin command over ``broker.bench``, which owns the workloads, the options,
+"""``dledger bench``: a thin command over ``bench.broker``, which owns the workloads, the options,
 the NATS peer, the measurements and the charts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from broker import bench as broker_bench  # light at import: the peers load when a run starts
+from bench import broker as broker_bench  # light at import: the peers load when a run starts
 
 
 @click.command()
@@ -16,5 +16,5 @@ from broker import bench as broker_bench  # light at import: the peers load when
 def bench(**opts: Any) -> None:
     """Benchmark a 3-node broker group (both flush modes) against NATS JetStream R3, side by side:
     sync, 64 concurrent, 64 concurrent over 64 topics, batch, consume, failover. The replicated log
-    alone: python -m dledger.bench."""
+    alone: python -m bench.log."""
     sys.exit(broker_bench.main(**opts))

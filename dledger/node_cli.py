@@ -29,7 +29,7 @@ from protocol.tls import ENV_CA, TlsConfig, TlsConfigError
 F = TypeVar("F", bound=Callable[..., Any])
 
 # A node started from the command line polls for up to 300 us when a message is due and
-# replicates quorum first: measured with `python -m broker.bench_flags` (docs/performance.md),
+# replicates quorum first: measured with `python -m bench.flags` (docs/performance.md),
 # both lowered one producer's p50 by 10-17 % at the same or less CPU per message, for 0.1 % of
 # a core more when idle (over 3 nodes). NodeConfig keeps both off: nodes sharing one process
 # (the in-process tests) would poll against each other.

@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from dataclasses import asdict
 from typing import Any
 
 import click
 
 from dledger import evloop
-from dledger.bench.load import chained_loop
+from dledger.local_load import run_local_load
 from protocol.errors import DLedgerError, WireError
 from protocol.envelope import (
     LOCAL_LOAD,
@@ -176,19 +175,6 @@ class LogServer:
             _exit_soon()
             return discarded
         raise BadRequestError(f"unknown request kind {req.kind}")
-
-
-async def run_local_load(node: Node, payload_bytes: int, count: int, concurrency: int,
-                         warmup: int) -> dict[str, Any]:
-    """Benchmark hook: ``concurrency`` proposals in flight inside this (leader) process, each
-    commit's callback submitting the next, the way pysyncobj is driven (it has no network client,
-    and its driver refills from its completion callback). Returns the latencies."""
-    payload = os.urandom(payload_bytes)
-    cpu0 = time.process_time()
-    latencies_ms, elapsed, failures = await chained_loop(lambda: node.submit(payload), count,
-                                                        concurrency, warmup)
-    return {"latencies_ms": latencies_ms, "elapsed_s": elapsed, "failures": failures,
-            "leader_cpu_s": time.process_time() - cpu0}
 
 
 def _bytes_arg(data: Any) -> bytes:

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from dledger.bench.__main__ import Figure, render_disk, sync_estimates, targets, write_markdown
-from dledger.bench.disk import (
+from bench.log import Figure, render_disk, sync_estimates, targets, write_markdown
+from bench.disk import (
     FlushFigure,
     FlushProbeError,
     _next_result,
@@ -57,7 +57,7 @@ def test_the_markdown_report_carries_the_disk_table_and_sync_estimates(tmp_path)
     disk = [FlushFigure(w, 1024, 10, 0.1 * w, 0.3 * w, 10 * w) for w in (1, 2, 3)]
     path = tmp_path / "bench.md"
     shipped = [_one("pysyncobj 0.3.17", "memory", 1024, 0.600)]
-    write_markdown(str(path), figs, "python -m dledger.bench", disk, shipped)
+    write_markdown(str(path), figs, "python -m bench.log", disk, shipped)
     text = path.read_text()
     assert render_disk(disk) in text
     assert ("pysyncobj with glibc's default malloc, one proposer: p50 0.600 ms (kept memory: "

@@ -7,7 +7,8 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from dledger.bench.load import chained_loop, closed_loop, paced_loop
+from bench.load import closed_loop, paced_loop
+from dledger.local_load import chained_loop
 from protocol.errors import NotLeaderError, OverloadedError
 
 

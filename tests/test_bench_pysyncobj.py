@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("pysyncobj")
 
-from dledger.bench.pysyncobj_peer import SYSTEM, PeerBenchError, run_pysyncobj  # noqa: E402
+from bench.pysyncobj_peer import SYSTEM, PeerBenchError, run_pysyncobj  # noqa: E402
 
 
 def _peer_children() -> list[int]:
@@ -26,7 +26,7 @@ def _peer_children() -> list[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if b"dledger.bench.pysyncobj_peer" in cmd:
+        if b"bench.pysyncobj_peer" in cmd:
             found.append(pid)
     return found
 

@@ -3,7 +3,7 @@ for pysyncobj, and the targets show every round's ratio."""
 
 from __future__ import annotations
 
-from dledger.bench.__main__ import Figure, median_figures, targets
+from bench.log import Figure, median_figures, targets
 
 
 def _inflight(system: str, mode: str, eps: float, p50_ms: float = 1.0) -> Figure:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from broker.bench import Row, Servers, render, topics_workload
+from bench.broker import render, topics_workload
+from bench.harness import Row, Servers
 
 
 def test_rows_carry_ratios_cpu_and_memory_of_the_server_processes() -> None:

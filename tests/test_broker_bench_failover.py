@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.bench_failover import first_ack_ms, first_fresh_ack_ms
+from bench.failover import first_ack_ms, first_fresh_ack_ms
 
 KILL_S = 100.0
 

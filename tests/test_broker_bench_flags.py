@@ -8,10 +8,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from broker.bench_flags import METRICS, Reading, plan, render, summarize, variant_flags
+from bench.flags import METRICS, Reading, plan, render, summarize, variant_flags
 from cli import main as dledger
-from dledger.bench.__main__ import main as log_bench
-from dledger.bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
+from bench.log import main as log_bench
+from bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
 from dledger.localcluster import LocalCluster
 from dledger.node_cli import node_config, node_options
 
@@ -70,10 +70,10 @@ def test_both_benchmarks_take_the_node_options_with_their_own_defaults() -> None
 
 
 def test_the_node_defaults_are_the_measured_ones_and_both_benchmarks_run_with_them() -> None:
-    """Decided from `python -m broker.bench_flags` (docs/performance.md): a node started from
+    """Decided from `python -m bench.flags` (docs/performance.md): a node started from
     the command line busy-polls 300 us and replicates quorum first; both benchmarks start their
     servers with no option of their own, i.e. as a user's node runs."""
-    from dledger.bench.__main__ import BENCH_FLAGS
+    from bench.log import BENCH_FLAGS
 
     assert (NODE_BUSY_POLL_US, NODE_QUORUM_FIRST) == (300, True)
     assert BENCH_FLAGS == NodeFlags() and BENCH_FLAGS.args() == ()

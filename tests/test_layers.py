@@ -30,7 +30,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "client": ("protocol", "client"),
     "namesrv": (*LOG, "namesrv", "client", "broker"),
     "chaos": (*LOG, "broker", "namesrv", "client", "chaos"),
-    "cli": (*LOG, "broker", "namesrv", "client", "chaos", "cli", "bench"),
+    "cli": (*LOG, "broker", "namesrv", "client", "chaos", "cli"),
+    "cli.bench": (*LOG, "broker", "namesrv", "client", "chaos", "cli", "bench"),  # dledger bench
     "bench": (*LOG, "broker", "namesrv", "client", "chaos", "cli", "bench"),
     "examples": ("client", "protocol", "examples"),
     "tests": PACKAGES,
@@ -39,7 +40,6 @@ RULES: dict[str, tuple[str, ...]] = {
 KNOWN_CIRCLES: set[tuple[str, ...]] = {
     ('broker.acl_entries', 'broker.entries', 'broker.pop_entries'),
     ('broker.acl_service', 'broker.admin', 'broker.admin_handlers', 'broker.broker_config', 'broker.checkpoint', 'broker.delay_service', 'broker.grpc_gateway', 'broker.handlers', 'broker.lookup', 'broker.member_handlers', 'broker.metrics', 'broker.orderly_service', 'broker.pop_handlers', 'broker.pop_service', 'broker.query_handlers', 'broker.registrar', 'broker.retry_service', 'broker.sendpath', 'broker.server', 'broker.txn_handlers', 'broker.txn_service'),
-    ('broker.bench', 'broker.bench_grpc'),
     ('broker.pop_apply', 'broker.state', 'broker.txn_apply'),
     ('chaos.sim.membership', 'chaos.sim.observer', 'chaos.sim.snapshots', 'chaos.sim.world'),
     ('chaos.toxiproxy.behaviours', 'chaos.toxiproxy.link', 'chaos.toxiproxy.stage'),

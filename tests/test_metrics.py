@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.bench import broker_group
+from bench.harness import broker_group
 from client import Message, Producer, PullConsumer
-from dledger.bench.load import closed_loop
-from dledger.bench.nodeflags import NodeFlags
+from bench.load import closed_loop
+from bench.nodeflags import NodeFlags
 from dledger.localcluster import LocalCluster
 from tests.test_processes import wait_until
 

@@ -1,16 +1,16 @@
 """The replicated-log benchmark: a 3-process dledger group on loopback against pysyncobj 0.3.17
 (3 processes, the same payload, a replicated append), side by side in one run.
 
-    python -m dledger.bench                       # full run: 128 B and 1 KiB, both flush modes
-    python -m dledger.bench --quick               # a short smoke run
-    python -m dledger.bench --json out.json       # also save the figures
-    python -m dledger.bench --repeats 5           # each row the median of 5 alternating runs
+    python -m bench.log                       # full run: 128 B and 1 KiB, both flush modes
+    python -m bench.log --quick               # a short smoke run
+    python -m bench.log --json out.json       # also save the figures
+    python -m bench.log --repeats 5           # each row the median of 5 alternating runs
 
 Workloads (BENCH.md): "one" = one proposer awaiting each commit; "inflight" = 64 proposers in
 flight for dledger, 1,000 calls in flight for pysyncobj (its best case). Prints a table with
 ratios to pysyncobj and checks the targets of the replicated-log issue. It also measures the
 disk (one entry's write and fdatasync with 1, 2 and 3 processes flushing at once, see
-``dledger.bench.disk``) and prints, for the ``sync`` one-proposer rows, what two concurrent
+``bench.disk``) and prints, for the ``sync`` one-proposer rows, what two concurrent
 flushes leave of the target and an estimate of the best to expect. A tool, not a test.
 
 The box is shared and its speed drifts within minutes, and a drift that hits one system's run and
@@ -35,10 +35,10 @@ from typing import Any, Sequence
 import click
 
 from dledger import evloop
-from dledger.bench.disk import FlushFigure, measure_flushes, sync_estimate_ms
-from dledger.bench.load import closed_loop, percentile, processes_cpu_s
-from dledger.bench.nodeflags import NodeFlags, node_flag_options
-from dledger.bench.pysyncobj_peer import run_pysyncobj
+from bench.disk import FlushFigure, measure_flushes, sync_estimate_ms
+from bench.load import closed_loop, percentile, processes_cpu_s
+from bench.nodeflags import NodeFlags, node_flag_options
+from bench.pysyncobj_peer import run_pysyncobj
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from protocol.envelope import LOCAL_LOAD
@@ -306,7 +306,7 @@ def write_markdown(path: str, figs: list[Figure], command: str,
         "with its fastest setting per workload (appendEntriesUseBatch off for `one`, on for "
         "`inflight`), and with glibc told to keep freed memory (with glibc's defaults each "
         "message's zlib state is handed back to the kernel; on this box that made one-at-a-time "
-        "calls about three times slower: see below and dledger/bench/pysyncobj_peer.py). "
+        "calls about three times slower: see below and bench/pysyncobj_peer.py). "
         "dledger's servers run on uvloop, with a leader's background fsyncs through Linux AIO (a "
         f"follower fsyncs a batch with a plain fdatasync), with {flags.prose()}.", "",
         f"dledger's {flags.describe()}.", "",
@@ -383,7 +383,7 @@ def main(quick: bool, payloads: str, repeats: int | None, json_path: str | None,
     for text in sync_estimates(figs, disk):
         click.echo(f"  [disk] {text}")
     if md_path:
-        write_markdown(md_path, figs, " ".join(["python -m dledger.bench", *sys.argv[1:]]), disk,
+        write_markdown(md_path, figs, " ".join(["python -m bench.log", *sys.argv[1:]]), disk,
                        shipped, probe_us, repeats, flags)
     if json_path:
         with open(json_path, "w") as f:

@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Any
 
-from broker.bench import Row, Servers, _closed, _pct, broker_group
+from bench.harness import Row, Servers, broker_group, closed, pct
 from client import Message, Producer
-from dledger.bench.nodeflags import NodeFlags
+from bench.nodeflags import NodeFlags
 
 RMQ = "RocketMQ 5 client"
 OURS = "dledger client"
@@ -35,7 +35,7 @@ async def _ours(ns: str, servers: Servers, topic: str, body: bytes, n: int) -> l
         await p.send(Message(topic, body))
         for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", CONCURRENCY, n)):
             cpu0 = servers.cpu_s()
-            tput, p50, p99 = await _closed(lambda: p.send(Message(topic, body)), count, k)
+            tput, p50, p99 = await closed(lambda: p.send(Message(topic, body)), count, k)
             rows.append(servers.measured(Row(OURS, "sync", name, len(body), tput, p50, p99), cpu0,
                                          count))
     return rows
@@ -66,7 +66,7 @@ def _rocketmq(endpoints: str, servers: Servers, topic: str, body: bytes, n: int)
             lat.append((time.perf_counter() - s) * 1000)
         elapsed = time.perf_counter() - t0
         rows.append(servers.measured(Row(RMQ, "sync", "sync", len(body), count / elapsed,
-                                         _pct(lat, 50), _pct(lat, 99)), cpu0, count))
+                                         pct(lat, 50), pct(lat, 99)), cpu0, count))
         cpu0 = servers.cpu_s()
         slots = threading.Semaphore(CONCURRENCY)
         done = threading.Event()
@@ -91,7 +91,7 @@ def _rocketmq(endpoints: str, servers: Servers, topic: str, body: bytes, n: int)
         done.wait(600)
         elapsed = time.perf_counter() - t0
         rows.append(servers.measured(Row(RMQ, "sync", "concurrent", len(body), len(lat2) / elapsed,
-                                         _pct(lat2, 50), _pct(lat2, 99)), cpu0, n))
+                                         pct(lat2, 50), pct(lat2, 99)), cpu0, n))
     finally:
         producer.shutdown()
     return rows

@@ -25,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Barrier
 from multiprocessing.queues import Queue
 
-from dledger.bench.load import percentile
+from bench.load import percentile
 from dledger.entry_codec import HEADER_BYTES
 
 _START_TIMEOUT_S = 30.0  # for every writer process to be up

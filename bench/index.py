@@ -1,5 +1,5 @@
 """What the key index costs a broker, and how fast it answers:
-``python -m broker.bench_index --messages 1000000`` (issue 18, item 4; a tool, not a test).
+``python -m bench.index --messages 1000000`` (issue 18, item 4; a tool, not a test).
 
 Starts a NameServer and a 3-node broker group (async flush, node defaults), reads each node's
 memory, sends N messages of ``--bytes`` each, every one with a key (``key-<i>``) and a unique
@@ -29,12 +29,12 @@ import time
 import click
 
 from protocol import broker_kinds as bp
-from broker.bench import broker_group
-from broker.bench_delay import PER_REQUEST, rss_mib, send_runs
+from bench.harness import broker_group
+from bench.delay import PER_REQUEST, rss_mib, send_runs
 from broker.entries import encode_runs
 from broker.index import IndexConfig, KeyIndex, key_hash
 from broker.state import BrokerState
-from dledger.bench.nodeflags import NodeFlags
+from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
 
 TOPIC = "keyed"

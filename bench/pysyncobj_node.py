@@ -1,4 +1,4 @@
-"""One pysyncobj member of the benchmark: ``python -m dledger.bench.pysyncobj_peer node ...`` runs
+"""One pysyncobj member of the benchmark: ``python -m bench.pysyncobj_peer node ...`` runs
 ``node_main`` here, in its own process, driven by the parent (``pysyncobj_peer``) with one JSON
 object per line: commands on stdin (``status``, ``phase``, ``wait_applied``, ``exit``), events
 on stdout (``ready``, ``status``, ``phase``, ``applied``, ``error``).

@@ -9,9 +9,9 @@ both flush modes. Per run, in this order:
 - one producer awaiting each acknowledgement: p50, p99 and the nodes' CPU per 10,000 messages;
 - 64 concurrent producers (one ``Producer``): messages/s and CPU per 10,000 messages.
 
-    python -m broker.bench_flags                    # 3 rounds, 1 KiB: about 10 minutes
-    python -m broker.bench_flags --variants off,busy,quorum-first,both  # each option alone too
-    python -m broker.bench_flags --quick            # a smoke run: its figures measure nothing
+    python -m bench.flags                    # 3 rounds, 1 KiB: about 10 minutes
+    python -m bench.flags --variants off,busy,quorum-first,both  # each option alone too
+    python -m bench.flags --quick            # a smoke run: its figures measure nothing
 
 Each round runs every variant in each mode, the order of the variants rotating from round to
 round, so that no variant always runs first while the box's speed drifts. A figure is the median
@@ -31,10 +31,10 @@ from typing import Awaitable, Sequence
 
 import click
 
-from broker.bench import broker_group
+from bench.harness import broker_group
 from client import ClientError, Message, Producer
-from dledger.bench.load import closed_loop, paced_loop, percentile, processes_cpu_s
-from dledger.bench.nodeflags import NodeFlags
+from bench.load import closed_loop, paced_loop, percentile, processes_cpu_s
+from bench.nodeflags import NodeFlags
 from dledger.localcluster import LocalCluster
 from dledger.runtime import MAX_BUSY_POLL_US
 

@@ -2,7 +2,7 @@
 modes, and NATS JetStream R3 (three ``nats-server`` processes, a file stream with 3 replicas) side
 by side in one run, over the workloads of BENCH.md: sync, 64 concurrent, batch/pipelined, consume,
 64 concurrent over N topics (BENCH.md's growth workload; NATS: one stream with N subjects, as
-our N topics share one group's log), and (ours) failover (``broker.bench_failover``). Our servers
+our N topics share one group's log), and (ours) failover (``bench.failover``). Our servers
 run with the node options given (``--busy-poll-us``, ``--quorum-first``; by default the node's
 defaults), stated in the output. Prints a table with ratios to NATS, the server processes' CPU
 seconds per 10,000 messages (warm-up included) and their peak resident memory, saves JSON and, when
@@ -14,7 +14,6 @@ within one run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -22,15 +21,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Awaitable, Callable, Iterator, Sequence, TypeVar
+from dataclasses import asdict, replace
+from typing import Any, Callable, TypeVar
 
 import click
 
-from broker.bench_failover import measure_failover
+from bench.failover import measure_failover
 from client import Message, MessageQueue, Producer, PullConsumer
-from dledger.bench.load import closed_loop, processes_cpu_s
-from dledger.bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
+from bench.harness import Row, Servers, broker_group, closed
+from bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
 from dledger.localcluster import LocalCluster, free_ports
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -40,60 +39,6 @@ BATCH = 64  # messages per send_batch request (one log entry)
 BATCHES_IN_FLIGHT = 16  # our fastest publish path: pipelined batches, as NATS's publish_async
 PULL_BATCH = 1024  # messages per pull (the broker's maximum)
 TOPICS = 64  # the many-topics row: 64 concurrent producers, producer i sending to topic i % TOPICS
-
-
-@dataclass
-class Row:
-    system: str
-    mode: str
-    workload: str
-    payload_bytes: int
-    msgs_per_s: float
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    note: str = ""
-    cpu_s_per_10k: float | None = None  # CPU seconds of the 3 server processes per 10,000 msgs
-    peak_rss_mib: float | None = None  # the largest server process's peak resident memory so far
-
-
-class Servers:
-    """The CPU and memory of a system's server processes, read from /proc (Linux)."""
-
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = pids
-
-    def cpu_s(self) -> float:
-        return processes_cpu_s(self.pids)
-
-    def peak_rss_mib(self) -> float | None:
-        peaks = []
-        for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/status") as f:
-                    peaks += [int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:")]
-            except (OSError, IndexError, ValueError):
-                continue
-        return round(max(peaks), 1) if peaks else None
-
-    def measured(self, row: Row, cpu0_s: float, count: int) -> Row:
-        """``row`` with the CPU used since ``cpu0_s`` per 10,000 of ``count`` messages."""
-        row.cpu_s_per_10k = round((self.cpu_s() - cpu0_s) / max(1, count) * 10_000, 3)
-        row.peak_rss_mib = self.peak_rss_mib()
-        return row
-
-
-def _pct(lat: list[float], p: float) -> float | None:
-    if not lat:
-        return None
-    lat = sorted(lat)
-    return lat[min(len(lat) - 1, round(p / 100 * (len(lat) - 1)))]
-
-
-async def _closed(call: Callable[[], Awaitable[object]], n: int, k: int,
-                  per_caller: Sequence[Callable[[], Awaitable[object]]] = (),
-                  ) -> tuple[float, float | None, float | None]:
-    lat, elapsed, _ = await closed_loop(call, n, k, warmup=min(200, n // 5), per_caller=per_caller)
-    return len(lat) / elapsed if elapsed else 0.0, _pct(lat, 50), _pct(lat, 99)
 
 
 # -- ours -----------------------------------------------------------------------------------------------
@@ -117,7 +62,7 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int, to
         await p.send(Message(topic, body))
         for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
             cpu0 = servers.cpu_s()
-            tput, p50, p99 = await _closed(lambda: p.send(Message(topic, body)), count, k)
+            tput, p50, p99 = await closed(lambda: p.send(Message(topic, body)), count, k)
             rows.append(servers.measured(Row("dledger", mode, name, size, tput, p50, p99), cpu0,
                                          count + min(200, count // 5)))  # with the warm-up
         batch = [Message(topic, body) for _ in range(BATCH)]
@@ -168,7 +113,7 @@ async def _ours_over_topics(ns: str, servers: Servers, mode: str, topic: str, bo
             await p.send(Message(name, body))
         calls = [lambda name=name: p.send(Message(name, body)) for name in names]
         cpu0 = servers.cpu_s()
-        tput, p50, p99 = await _closed(calls[0], n, 64, per_caller=calls)
+        tput, p50, p99 = await closed(calls[0], n, 64, per_caller=calls)
         return servers.measured(Row("dledger", mode, topics_workload(topics), len(body), tput, p50,
                                     p99, note=_topics_note(topics, nats=False)), cpu0,
                                 n + min(200, n // 5))
@@ -183,36 +128,6 @@ def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topic
     if "--acl" in extra:
         rows = [replace(r, mode=f"{r.mode}+acl") for r in rows]
     return rows
-
-
-@contextlib.contextmanager
-def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
-                 extra: tuple[str, ...] = (), tls: bool = False) -> Iterator[tuple[str, LocalCluster]]:
-    """A fresh NameServer and 3-node broker group in flush mode ``mode``, with the node options
-    ``flags``: (the NameServer's address, the group). Stopped on leaving. ``tls``: TLS everywhere
-    (mutual on peer links), the clients of this process pointed at the CA (DLEDGER_TLS_CA)."""
-    with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d, \
-            contextlib.ExitStack() as stack:
-        files = None
-        if tls:
-            from dledger.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
-            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
-        ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
-                                    *(files.namesrv_args if files else ())],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        try:
-            assert ns_proc.stdout is not None
-            host, port = json.loads(ns_proc.stdout.readline())["listen"]
-            ns = f"{host}:{port}"
-            program = ("-m", "broker", "start", "--namesrv", ns,
-                       "--register-interval-s", f"{register_interval_s:g}")
-            with LocalCluster(d, size=3, flush_mode=mode, program=program,
-                              extra_args=(*flags.args(), *extra,
-                                          *(files.broker_args if files else ()))) as cluster:
-                yield ns, cluster
-        finally:
-            ns_proc.terminate()
-            ns_proc.wait(timeout=10)
 
 
 # -- NATS JetStream R3 ------------------------------------------------------------------------------
@@ -267,7 +182,7 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: in
     rows = []
     for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
         cpu0 = servers.cpu_s()
-        tput, p50, p99 = await _closed(lambda: js.publish("bench.x", body), count, k)
+        tput, p50, p99 = await closed(lambda: js.publish("bench.x", body), count, k)
         rows.append(servers.measured(Row("NATS JetStream R3", "-", name, size, tput, p50, p99),
                                      cpu0, count + min(200, count // 5)))
     cpu0 = servers.cpu_s()
@@ -290,7 +205,7 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: in
     if topics:  # after the consume row, which drains bench.x alone and counts the whole stream
         calls = [lambda i=i: js.publish(f"bench.t{i}", body) for i in range(topics)]
         cpu0 = servers.cpu_s()
-        tput, p50, p99 = await _closed(calls[0], n, 64, per_caller=calls)
+        tput, p50, p99 = await closed(calls[0], n, 64, per_caller=calls)
         rows.append(servers.measured(Row("NATS JetStream R3", "-", topics_workload(topics), size,
                                          tput, p50, p99, note=_topics_note(topics, nats=True)),
                                      cpu0, n + min(200, n // 5)))
@@ -395,7 +310,7 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
                            item_show_func=lambda s: f"{s[0]} {s[1]} B" if s else "") as bar:
         for what, size in bar:
             if what == "grpc":
-                from broker.bench_grpc import run_grpc
+                from bench.grpc import run_grpc
                 rows += run_grpc(size, n // 4, flags)
             elif what == "nats":
                 if missing:

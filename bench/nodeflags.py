@@ -1,5 +1,5 @@
 """The node options a benchmark starts its servers with (``--busy-poll-us``, ``--quorum-first``),
-shared by both benchmarks (``python -m dledger.bench`` and ``dledger bench``) so that they can run
+shared by both benchmarks (``python -m bench.log`` and ``dledger bench``) so that they can run
 the same way and each says in its output which way it ran.
 
 The node's own defaults are read from its command line (``dledger.node_cli``), and only an option

@@ -2,10 +2,10 @@
 
 Two faces:
 
-* ``run_pysyncobj(...)`` (and ``python -m dledger.bench.pysyncobj_peer run ...``): the parent.
+* ``run_pysyncobj(...)`` (and ``python -m bench.pysyncobj_peer run ...``): the parent.
   It starts three node processes, waits until they form a cluster with one agreed leader,
   drives the workload through the leader and returns one dict of figures.
-* ``python -m dledger.bench.pysyncobj_peer node --self ADDR --partners ADDR,ADDR``: one member
+* ``python -m bench.pysyncobj_peer node --self ADDR --partners ADDR,ADDR``: one member
   (``pysyncobj_node``). It talks to the parent with one JSON object per line (commands on stdin,
   events on stdout).
 
@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dledger.bench.pysyncobj_node import CONNECTION_RETRY_S, node_main
+from bench.pysyncobj_node import CONNECTION_RETRY_S, node_main
 from dledger.localcluster import free_ports
 
 SYSTEM = "pysyncobj 0.3.17"
@@ -94,7 +94,7 @@ class _Member:
         if malloc == "tuned":
             env.update(MALLOC_ENV)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dledger.bench.pysyncobj_peer", "node",
+            [sys.executable, "-m", "bench.pysyncobj_peer", "node",
              "--self", addr, "--partners", ",".join(partners),
              "--batch", "1" if batch else "0",
              "--max-life-s", f"{max_life_s:.1f}",
@@ -319,7 +319,7 @@ def run_pysyncobj(workload: str, payload_bytes: int, count: int, inflight: int =
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m dledger.bench.pysyncobj_peer", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.pysyncobj_peer", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="mode", required=True)
 
     node = sub.add_parser("node", help="run one cluster member (driven over stdin/stdout by the parent)")

@@ -1,5 +1,5 @@
 """What a backlog costs a broker (BENCH.md's growth workload, issue 19 item 5; a tool, not a
-test): ``python -m broker.bench_growth --messages 100000,1000000``.
+test): ``python -m bench.growth --messages 100000,1000000``.
 
 For each backlog size: a fresh NameServer and 3-node group (async flush, to fill it quickly;
 memory does not depend on the flush mode), N messages of ``--bytes`` each, every one with a
@@ -27,9 +27,9 @@ from typing import Any, Awaitable, Callable
 import click
 
 from protocol import broker_kinds as bp
-from broker.bench import broker_group
-from broker.bench_delay import PER_REQUEST, rss_mib, send_runs
-from dledger.bench.nodeflags import NodeFlags
+from bench.harness import broker_group
+from bench.delay import PER_REQUEST, rss_mib, send_runs
+from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
 from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster

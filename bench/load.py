@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from protocol.errors import DLedgerError
 
@@ -64,59 +64,6 @@ async def paced_loop(call: Callable[[], Awaitable[object]], rate_per_s: float, d
             failures += 1
             continue
         latencies_ms.append((time.perf_counter() - start) * 1000)
-    return latencies_ms, time.perf_counter() - t0, failures
-
-
-async def chained_loop(submit: Callable[[], asyncio.Future[Any]], count: int, concurrency: int,
-                       warmup: int) -> tuple[list[float], float, int]:
-    """As ``closed_loop``, for proposers inside the leader: each commit's done callback submits
-    the next proposal, with no task hop in between (the way pysyncobj's driver refills from its
-    completion callback). Returns (latencies in ms, elapsed seconds of the measured part,
-    failures)."""
-    latencies_ms: list[float] = []
-    failures = 0
-
-    async def phase(total: int, measure: bool) -> None:
-        nonlocal failures
-        done = asyncio.get_running_loop().create_future()
-        left, running = total, 0
-
-        def issue() -> None:
-            nonlocal left, running, failures
-            while left > 0 and not done.done():
-                left -= 1
-                t0 = time.perf_counter()
-                try:
-                    fut = submit()
-                except DLedgerError:
-                    failures += 1
-                    continue
-                except Exception as err:  # handed to the phase (a callback cannot raise it)
-                    if not done.done():
-                        done.set_exception(err)
-                    return
-                running += 1
-                fut.add_done_callback(lambda f: finished(t0, f))
-                return
-            if running == 0 and not done.done():
-                done.set_result(None)
-
-        def finished(t0: float, fut: asyncio.Future[object]) -> None:
-            nonlocal running, failures
-            running -= 1
-            if fut.cancelled() or fut.exception() is not None:
-                failures += 1
-            elif measure:
-                latencies_ms.append((time.perf_counter() - t0) * 1000)
-            issue()
-
-        for _ in range(max(1, min(concurrency, total))):
-            issue()
-        await done
-
-    await phase(max(1, warmup), False)
-    t0 = time.perf_counter()
-    await phase(count, True)
     return latencies_ms, time.perf_counter() - t0, failures
 
 

@@ -1,4 +1,4 @@
-"""What pending delayed messages cost a broker: ``python -m broker.bench_delay --messages 1000000``.
+"""What pending delayed messages cost a broker: ``python -m bench.delay --messages 1000000``.
 
 Starts a NameServer and a 3-node broker group (the node defaults, async flush so that the run
 takes a minute rather than ten), reads each node's resident memory, sends N messages of
@@ -23,8 +23,8 @@ from typing import Any, Callable
 import click
 
 from protocol import broker_kinds as bp
-from broker.bench import broker_group
-from dledger.bench.nodeflags import NodeFlags
+from bench.harness import broker_group
+from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
 
 PER_REQUEST = 256

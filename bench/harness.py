@@ -1,0 +1,104 @@
+"""What the broker benchmarks share: a fresh NameServer and broker group (``broker_group``), the
+server processes' CPU and memory (``Servers``), a result row (``Row``) and a closed-loop run's
+rate and percentiles (``closed``, ``pct``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Iterator, Sequence
+
+from bench.load import closed_loop, processes_cpu_s
+from bench.nodeflags import NodeFlags
+from dledger.localcluster import LocalCluster
+
+__all__ = ["Row", "Servers", "broker_group", "closed", "pct"]
+
+
+@dataclass
+class Row:
+    system: str
+    mode: str
+    workload: str
+    payload_bytes: int
+    msgs_per_s: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    note: str = ""
+    cpu_s_per_10k: float | None = None  # CPU seconds of the 3 server processes per 10,000 msgs
+    peak_rss_mib: float | None = None  # the largest server process's peak resident memory so far
+
+
+class Servers:
+    """The CPU and memory of a system's server processes, read from /proc (Linux)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def cpu_s(self) -> float:
+        return processes_cpu_s(self.pids)
+
+    def peak_rss_mib(self) -> float | None:
+        peaks = []
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    peaks += [int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:")]
+            except (OSError, IndexError, ValueError):
+                continue
+        return round(max(peaks), 1) if peaks else None
+
+    def measured(self, row: Row, cpu0_s: float, count: int) -> Row:
+        """``row`` with the CPU used since ``cpu0_s`` per 10,000 of ``count`` messages."""
+        row.cpu_s_per_10k = round((self.cpu_s() - cpu0_s) / max(1, count) * 10_000, 3)
+        row.peak_rss_mib = self.peak_rss_mib()
+        return row
+
+
+def pct(lat: list[float], p: float) -> float | None:
+    if not lat:
+        return None
+    lat = sorted(lat)
+    return lat[min(len(lat) - 1, round(p / 100 * (len(lat) - 1)))]
+
+
+async def closed(call: Callable[[], Awaitable[object]], n: int, k: int,
+                  per_caller: Sequence[Callable[[], Awaitable[object]]] = (),
+                  ) -> tuple[float, float | None, float | None]:
+    lat, elapsed, _ = await closed_loop(call, n, k, warmup=min(200, n // 5), per_caller=per_caller)
+    return len(lat) / elapsed if elapsed else 0.0, pct(lat, 50), pct(lat, 99)
+
+
+@contextlib.contextmanager
+def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
+                 extra: tuple[str, ...] = (), tls: bool = False) -> Iterator[tuple[str, LocalCluster]]:
+    """A fresh NameServer and 3-node broker group in flush mode ``mode``, with the node options
+    ``flags``: (the NameServer's address, the group). Stopped on leaving. ``tls``: TLS everywhere
+    (mutual on peer links), the clients of this process pointed at the CA (DLEDGER_TLS_CA)."""
+    with tempfile.TemporaryDirectory(prefix="dledger-broker-bench-") as d, \
+            contextlib.ExitStack() as stack:
+        files = None
+        if tls:
+            from dledger.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
+            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
+        ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
+                                    *(files.namesrv_args if files else ())],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert ns_proc.stdout is not None
+            host, port = json.loads(ns_proc.stdout.readline())["listen"]
+            ns = f"{host}:{port}"
+            program = ("-m", "broker", "start", "--namesrv", ns,
+                       "--register-interval-s", f"{register_interval_s:g}")
+            with LocalCluster(d, size=3, flush_mode=mode, program=program,
+                              extra_args=(*flags.args(), *extra,
+                                          *(files.broker_args if files else ()))) as cluster:
+                yield ns, cluster
+        finally:
+            ns_proc.terminate()
+            ns_proc.wait(timeout=10)
