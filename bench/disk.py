@@ -26,7 +26,7 @@ from multiprocessing.synchronize import Barrier
 from multiprocessing.queues import Queue
 
 from bench.load import percentile
-from dledger.entry_codec import HEADER_BYTES
+from dledger.storage.entry_codec import HEADER_BYTES
 
 _START_TIMEOUT_S = 30.0  # for every writer process to be up
 _RUN_TIMEOUT_S = 120.0  # for a writer's rounds, once started

@@ -36,7 +36,7 @@ from client import ClientError, Message, Producer
 from bench.load import closed_loop, paced_loop, percentile, processes_cpu_s
 from bench.nodeflags import NodeFlags
 from dledger.localcluster import LocalCluster
-from dledger.runtime import MAX_BUSY_POLL_US
+from dledger.node.runtime import MAX_BUSY_POLL_US
 
 WARMUP = 200  # sends before anything is measured: the topic exists, connections are up
 SETTLE_S = 1.0  # then this long, for the warm-up's replication and flushes to end

@@ -84,7 +84,7 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
             contextlib.ExitStack() as stack:
         files = None
         if tls:
-            from dledger.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
+            from dledger.network.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
             files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
         ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
                                     *(files.namesrv_args if files else ())],

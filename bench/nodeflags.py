@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 import click
 
 from dledger.node_cli import node_config, node_options
-from dledger.runtime import MAX_BUSY_POLL_US
+from dledger.node.runtime import MAX_BUSY_POLL_US
 
 F = TypeVar("F", bound=Callable[..., object])
 

@@ -16,7 +16,7 @@ from broker.index import IndexConfig
 from broker.server import BROKER_CANARIES, BrokerConfig, BrokerServer
 from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger import evloop
-from dledger.node_config import Address
+from dledger.node.config import Address
 from dledger.node_cli import (
     client_limits,
     node_config,

@@ -18,7 +18,7 @@ from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 from broker.txn_service import TXN_CANARIES
 from protocol.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials
 from protocol.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
-from dledger.node_config import Address, NodeConfig
+from dledger.node.config import Address, NodeConfig
 
 __all__ = ["BROKER_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]
 

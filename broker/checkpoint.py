@@ -1,4 +1,4 @@
-"""The broker's checkpoints, and its side of Raft snapshots (``dledger.snapshot_node``'s
+"""The broker's checkpoints, and its side of Raft snapshots (``dledger.snapshots.shell``'s
 ``SnapshotProvider``).
 
 A checkpoint is the state machine at an applied index, so that a restart replays only the log
@@ -26,9 +26,9 @@ from broker.consumequeue import QueueStore
 from protocol.broker_errors import BadEntryError
 from broker.state import BrokerState, StateConfig
 from broker.index import open_index
-from dledger.commitlog import FileLogStore
-from dledger.hardstate import write_file_atomically
-from dledger.heap import release_free_heap
+from dledger.storage.commitlog import FileLogStore
+from dledger.storage.hardstate import write_file_atomically
+from dledger.node.heap import release_free_heap
 from dledger.raft.types import SnapshotMeta
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Checkpoints:
                 await self.write()
 
     async def _trim_heap(self) -> None:
-        """Freed heap back to the system every second (``dledger.heap``: a fraction of a
+        """Freed heap back to the system every second (``dledger.node.heap``: a fraction of a
         millisecond each), so that RSS follows what the node holds, not its busiest moment."""
         while True:
             await asyncio.sleep(HEAP_TRIM_INTERVAL_S)

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from broker.consumequeue import UNIT, UNIT_BYTES, UnitQueue
-from dledger.hardstate import fsync_directory
+from dledger.storage.hardstate import fsync_directory
 
 log = logging.getLogger("broker.cq_files")
 

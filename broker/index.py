@@ -330,7 +330,7 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
     checkpoint: the node replays only what follows it). Entries log retention deleted are
     skipped. ``opened``: the node's log store, open (else the directory is opened here).
     Returns how many entries were read."""
-    from dledger.commitlog import FileLogStore  # (the broker's pure modules import no storage)
+    from dledger.storage.commitlog import FileLogStore  # (the broker's pure modules import no storage)
     from dledger.raft.types import EntryKind
 
     if index.applied_index >= upto or (opened is None and not os.path.isdir(log_dir)):

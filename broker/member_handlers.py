@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.handlers import handles, integer, text
 from protocol.broker_kinds import MEMBER_ADD, MEMBER_PROMOTE, MEMBER_REMOVE
-from dledger.membership_node import parse_address
+from dledger.membership.shell import parse_address
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

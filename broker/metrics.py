@@ -28,7 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dledger.node_config import Committed
+from dledger.node.config import Committed
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

@@ -23,7 +23,7 @@ from broker.sendwire import SEND_OK, check_entry_size, run_answers, wire_message
 from protocol.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
 from protocol.errors import DLedgerError
 from protocol.envelope import Request, encode_error, encode_result
-from dledger.runtime import Committed
+from dledger.node.runtime import Committed
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

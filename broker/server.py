@@ -78,8 +78,8 @@ from protocol.envelope import (
     encode_result,
 )
 from dledger.raft.types import EntryKind
-from dledger.snapshot_files import finish_install
-from dledger.runtime import Address, AppliedEntry, Node
+from dledger.snapshots.files import finish_install
+from dledger.node.runtime import Address, AppliedEntry, Node
 from dledger.server import status_dict
 
 log = logging.getLogger("broker.server")

@@ -1,4 +1,4 @@
-"""Checks Raft's invariants on the event traces of real nodes (``dledger.trace``): the same
+"""Checks Raft's invariants on the event traces of real nodes (``dledger.node.trace``): the same
 properties the simulator's observer checks, replayed offline from JSON lines.
 
 - at most one leader per term, over the whole run and across restarts;

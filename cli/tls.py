@@ -1,9 +1,9 @@
 """``dledger tls make-ca DIR`` and ``dledger tls make-cert DIR NAME``: a test CA and the
-certificates it signs (``dledger.tls_certs``); and ``UpTls``, the CA and certificates that
+certificates it signs (``dledger.network.tls_certs``); and ``UpTls``, the CA and certificates that
 ``dledger up --tls`` makes under its data directory and the options each process gets.
 
 Owns the commands and the file layout of ``up --tls``; the certificates themselves are
-``dledger.tls_certs``'s. Test CAs only: a production cluster brings its own (docs/tls.md)."""
+``dledger.network.tls_certs``'s. Test CAs only: a production cluster brings its own (docs/tls.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import click
 
-from dledger.tls_certs import CA_CERT, DEFAULT_HOSTS, NodeCert, make_ca, make_node_cert
+from dledger.network.tls_certs import CA_CERT, DEFAULT_HOSTS, NodeCert, make_ca, make_node_cert
 
 UP_TLS_DIR = "tls"  # under dledger up's --data-dir
 

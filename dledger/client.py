@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import Any
 
-from dledger.node_config import AppliedEntry, Committed
+from dledger.node.config import AppliedEntry, Committed
 from dledger.raft.types import EntryKind
 from protocol.envelope import POWER_LOSS, PROPOSE, PROPOSE_BATCH, READ, STATUS, TRANSFER
 from protocol.errors import DLedgerError

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any, Callable
 
-from dledger.runtime import Node
+from dledger.node.runtime import Node
 from protocol.errors import DLedgerError
 
 __all__ = ["chained_loop", "run_local_load"]

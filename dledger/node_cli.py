@@ -23,7 +23,7 @@ from protocol.framed import (
 from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
-from dledger.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
+from dledger.node.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 from protocol.tls import ENV_CA, TlsConfig, TlsConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -46,7 +46,7 @@ from dledger.node_cli import (
     serve_until_signal,
     setup_logging,
 )
-from dledger.runtime import Address, Committed, Node, NodeConfig
+from dledger.node.runtime import Address, Committed, Node, NodeConfig
 from protocol.framed import ConnectionLimits, FramedProtocol
 
 log = logging.getLogger("dledger.server")

@@ -25,7 +25,7 @@ from broker.__main__ import start as broker_start
 from broker.broker_config import BrokerConfig
 from protocol.namesrv_addrs import parse_namesrv_list
 from dledger.node_cli import node_config, parse_address
-from dledger.node_config import NodeConfig
+from dledger.node.config import NodeConfig
 from namesrv.__main__ import cli as namesrv_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from dledger.memstore import MemoryHardStateStore, MemoryLogStore
+from dledger.storage.memstore import MemoryHardStateStore, MemoryLogStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Entry, EntryKind, HardState, Message, Role, SnapshotMeta

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from broker.__main__ import main
 from broker.broker_config import BrokerConfig
 from client import Message, Producer, PullConsumer
-from dledger.runtime import NodeConfig
+from dledger.node.runtime import NodeConfig
 from tests.clusters import console_ok, namesrv_group
 
 NS = ("127.0.0.1:9876",)

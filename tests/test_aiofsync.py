@@ -1,4 +1,4 @@
-"""fsync through Linux AIO (dledger.aiofsync): requests complete through the kernel's AIO
+"""fsync through Linux AIO (dledger.storage.aiofsync): requests complete through the kernel's AIO
 context, waited for by polling (SpinSync) or by the event loop (AioFsync); the kernel's errors
 arrive as OSError like the plain calls'; a refused request falls back to the plain call; both
 are absent (None) where they cannot work. A node uses them for its group commits."""
@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from dledger.aiofsync import (
+from dledger.storage.aiofsync import (
     _IOCB_CMD_FDSYNC,
     AioFsync,
     SpinSync,
@@ -25,9 +25,9 @@ from dledger.aiofsync import (
     open_aio_fsync,
     open_spin_sync,
 )
-from dledger.commitlog import FileLogStore
+from dledger.storage.commitlog import FileLogStore
 from protocol.errors import StorageError
-from dledger.flush import Flusher
+from dledger.storage.flush import Flusher
 from dledger.raft.types import Entry, EntryKind
 from tests.test_runtime import configs, leader_of, running, wait_for
 

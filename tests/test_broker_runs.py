@@ -185,7 +185,7 @@ def test_the_broker_options_refuse_values_no_broker_can_honour(tmp_path) -> None
     from broker.__main__ import main
     from protocol.broker_kinds import MAX_MESSAGE_BYTES_CEILING
     from broker.server import BrokerConfig
-    from dledger.runtime import NodeConfig
+    from dledger.node.runtime import NodeConfig
 
     node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 1)},
                       data_dir=str(tmp_path))

@@ -197,7 +197,7 @@ def test_deleting_a_topic_forgets_its_offsets_and_unique_keys() -> None:
 
 def test_checkpoints_round_trip_and_a_bad_or_early_one_is_set_aside(tmp_path) -> None:
     from broker.server import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
-    from dledger.commitlog import FileLogStore
+    from dledger.storage.commitlog import FileLogStore
     from dledger.raft.types import Entry, EntryKind
 
     log = Log()

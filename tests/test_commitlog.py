@@ -1,7 +1,7 @@
-"""The file-backed commitlog (``dledger.commitlog.FileLogStore``).
+"""The file-backed commitlog (``dledger.storage.commitlog.FileLogStore``).
 
 A stateful property test runs random appends, suffix truncations, syncs, retention, reopens,
-process crashes and power losses against the in-memory model (``dledger.memstore.MemoryLogStore``);
+process crashes and power losses against the in-memory model (``dledger.storage.memstore.MemoryLogStore``);
 example tests cover corruption, torn tails, positions, reads by position, a full disk and the
 append cost.
 """
@@ -26,11 +26,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from dledger import commitlog
-from dledger.commitlog import FileLogStore
-from dledger.entry_codec import HEADER_BYTES, INDEX_RECORD_BYTES
+from dledger.storage import commitlog
+from dledger.storage.commitlog import FileLogStore
+from dledger.storage.entry_codec import HEADER_BYTES, INDEX_RECORD_BYTES
 from protocol.errors import CompactedError, CorruptLogError, DiskFullError, StorageError
-from dledger.memstore import ENTRY_HEADER_BYTES, MemoryLogStore
+from dledger.storage.memstore import ENTRY_HEADER_BYTES, MemoryLogStore
 from dledger.raft.types import Entry, EntryKind
 
 SEGMENT_BYTES_MAX = 4096

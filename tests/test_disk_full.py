@@ -22,7 +22,7 @@ from protocol.broker_kinds import FOUND
 from broker.server import CHECKPOINT_FILE, BrokerConfig, BrokerServer
 from protocol.errors import DiskFullError, DLedgerError, NotLeaderError
 from dledger.raft.types import Role
-from dledger.runtime import Node, NodeConfig
+from dledger.node.runtime import Node, NodeConfig
 from tests.test_runtime import configs, leader_of, running, wait_for
 
 

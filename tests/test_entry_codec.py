@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.entry_codec import HEADER_BYTES, encode_entry, encode_index_record, plan_chunks
+from dledger.storage.entry_codec import HEADER_BYTES, encode_entry, encode_index_record, plan_chunks
 from protocol.errors import StorageError
 from dledger.raft.types import Entry, EntryKind
 

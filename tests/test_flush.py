@@ -1,4 +1,4 @@
-"""The node's flusher (``dledger.flush.Flusher``) against a real commitlog."""
+"""The node's flusher (``dledger.storage.flush.Flusher``) against a real commitlog."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger import commitlog
-from dledger.commitlog import FileLogStore
+from dledger.storage import commitlog
+from dledger.storage.commitlog import FileLogStore
 from protocol.errors import DiskFullError
-from dledger.flush import Flusher
+from dledger.storage.flush import Flusher
 from dledger.raft.types import Entry, EntryKind
 
 

@@ -1,4 +1,4 @@
-"""The file-backed hard-state store (``dledger.hardstate.FileHardStateStore``)."""
+"""The file-backed hard-state store (``dledger.storage.hardstate.FileHardStateStore``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dledger import hardstate
+from dledger.storage import hardstate
 from protocol.errors import CorruptLogError, DiskFullError
-from dledger.hardstate import FileHardStateStore, encode_hard_state
+from dledger.storage.hardstate import FileHardStateStore, encode_hard_state
 from dledger.raft.types import HardState
 
 

@@ -136,7 +136,7 @@ def test_keys_index_topic_and_key_unique_keys_alone_and_time_ranges(tmp_path: Pa
 
 
 def test_a_damaged_file_is_deleted_with_later_ones_and_rebuilt_from_the_log(tmp_path: Path) -> None:
-    from dledger.commitlog import FileLogStore
+    from dledger.storage.commitlog import FileLogStore
     from dledger.raft.types import Entry, EntryKind
 
     log_dir = tmp_path / "log"

@@ -45,7 +45,6 @@ KNOWN_CIRCLES: set[tuple[str, ...]] = {
     ('chaos.toxiproxy.behaviours', 'chaos.toxiproxy.link', 'chaos.toxiproxy.stage'),
     ('client.producer', 'client.push', 'client.tracer'),
     ('client.transaction', 'client.txn_batch'),
-    ('dledger.node_base', 'dledger.snapshot_node'),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.memstore import MemoryLogStore
+from dledger.storage.memstore import MemoryLogStore
 from dledger.raft.log import RaftLog
 from dledger.raft.types import Entry, EntryKind
 

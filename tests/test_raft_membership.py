@@ -210,7 +210,7 @@ def _wipe(c: Cluster, nid: str) -> None:
     """The node restarts on an empty disk, recovering (as a node finding no term and vote)."""
     import random as _random
 
-    from dledger.memstore import MemoryHardStateStore, MemoryLogStore
+    from dledger.storage.memstore import MemoryHardStateStore, MemoryLogStore
     node = c.nodes[nid]
     node.store, node.hard_state, node.applied = MemoryLogStore(), MemoryHardStateStore(), []
     node.core = type(node.core)(node.config, node.store, node.hard_state.load(),

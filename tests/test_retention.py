@@ -17,8 +17,8 @@ import pytest
 
 from protocol.broker_kinds import FOUND, OFFSET_OUT_OF_RANGE
 from broker.server import BrokerConfig, BrokerServer
-from dledger.retention import RetentionPolicy, SegmentAge, policy_target, retain_target
-from dledger.runtime import NodeConfig
+from dledger.storage.retention import RetentionPolicy, SegmentAge, policy_target, retain_target
+from dledger.node.runtime import NodeConfig
 from tests.test_processes import wait_until
 
 NOW = 1_000_000.0

@@ -12,7 +12,7 @@ import pytest
 
 from protocol.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 from dledger.localcluster import free_ports
-from dledger.runtime import BUSY_POLL_PENDING_MAX, MAX_BUSY_POLL_US, Node, NodeConfig
+from dledger.node.runtime import BUSY_POLL_PENDING_MAX, MAX_BUSY_POLL_US, Node, NodeConfig
 
 
 async def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:

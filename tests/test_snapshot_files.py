@@ -19,17 +19,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.commitlog import FileLogStore
+from dledger.storage.commitlog import FileLogStore
 from protocol.errors import StorageError, WireError
-from dledger.peer_stream import PeerStream
+from dledger.network.peer_stream import PeerStream
 from dledger.raft.types import Entry, EntryKind, InstallSnapshot, Membership, SnapshotMeta
-from dledger.snapshot_files import (INSTALL_DIR, STAGING_DIR, Staging, commit_install,
+from dledger.snapshots.files import (INSTALL_DIR, STAGING_DIR, Staging, commit_install,
                                     finish_install, staged_meta)
-from dledger.snapshot_recv import SnapshotReceiver
-from dledger.snapshot_send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
-from dledger.snapshot_wire import (Chunk, Done, Have, Offer, Refuse, Staged,
+from dledger.snapshots.receive import SnapshotReceiver
+from dledger.snapshots.send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
+from dledger.snapshots.wire import (Chunk, Done, Have, Offer, Refuse, Staged,
                                    decode_snapshot_frame, encode_snapshot_frame, valid_file_name)
-from dledger.wire import SnapshotHello, decode_message
+from dledger.network.wire import SnapshotHello, decode_message
 from protocol.frames import FrameDecoder
 
 META = SnapshotMeta(42, 3, Membership(("n0", "n1", "n2")))
@@ -94,7 +94,7 @@ def test_garbage_is_a_wire_error_never_a_crash(data: bytes) -> None:
 
 
 def test_the_stream_hello_is_a_peer_message_of_its_own() -> None:
-    from dledger.wire import encode_message
+    from dledger.network.wire import encode_message
     assert decode_message(encode_message(SnapshotHello("a", "n0"))) == SnapshotHello("a", "n0")
 
 
@@ -132,7 +132,7 @@ def test_a_new_offer_resumes_what_is_held_and_drops_the_rest(tmp_path: Path) -> 
 def test_two_different_meta_records_are_not_taken_for_one_another(tmp_path: Path) -> None:
     """A record that ends with its own CRC32 (the log's meta) has the CRC32 of any other such
     record: resuming by CRC32 installed a stale meta once. Digests tell them apart."""
-    from dledger.entry_codec import encode_meta
+    from dledger.storage.entry_codec import encode_meta
     old, new = encode_meta(118, 1, 130558), encode_meta(176, 1, 195808)
     assert zlib.crc32(old) == zlib.crc32(new)  # (why CRC32 will not do)
     _stage(tmp_path, {"log/meta": old})

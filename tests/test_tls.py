@@ -32,9 +32,9 @@ from protocol.errors import NodeStoppedError, OutcomeUnknownError
 from protocol.errors import TlsError as LogTlsError
 from dledger.raft.types import Heartbeat, Message as RaftMessage
 from protocol.tls import ENV_CA, TlsConfig, TlsConfigError, client_context, dial_context, split_https
-from dledger.tls_certs import CA_CERT, make_ca, make_node_cert
-from dledger.transport import PeerTransport
-from dledger.wire import Hello, encode_message
+from dledger.network.tls_certs import CA_CERT, make_ca, make_node_cert
+from dledger.network.transport import PeerTransport
+from dledger.network.wire import Hello, encode_message
 from protocol.frames import encode_frame
 from dledger.localcluster import LocalCluster
 from tests.clusters import console_ok

@@ -13,8 +13,8 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from dledger.raft.types import AppendRequest, Entry, EntryKind, Heartbeat, Message
-from dledger.transport import HELLO_BYTES_MAX, UNATTRIBUTED, PeerTransport
-from dledger.wire import Hello, encode_message
+from dledger.network.transport import HELLO_BYTES_MAX, UNATTRIBUTED, PeerTransport
+from dledger.network.wire import Hello, encode_message
 from protocol.frames import encode_frame
 
 HOST = "127.0.0.1"

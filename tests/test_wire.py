@@ -22,7 +22,7 @@ from dledger.raft.types import (
     VoteRequest,
     VoteResponse,
 )
-from dledger.wire import (
+from dledger.network.wire import (
     KIND_APPEND_REQUEST,
     KIND_HEARTBEAT,
     KIND_HELLO,

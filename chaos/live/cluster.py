@@ -173,7 +173,7 @@ class ChaosCluster:
     def _make_tls(self) -> dict[str, tuple[str, ...]]:
         """A test CA and a certificate for the NameServer and the brokers (every process
         listens on 127.0.0.1); their command-line options by process."""
-        from dledger.tls_certs import make_loopback_cluster_tls  # (cryptography: with TLS only)
+        from dledger.network.tls_certs import make_loopback_cluster_tls  # (cryptography: with TLS only)
 
         files = make_loopback_cluster_tls(os.path.join(self.base_dir, "tls"))
         self.tls_ca = files.ca_file

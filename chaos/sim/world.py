@@ -5,7 +5,7 @@ Owns the node shell (the same Ready contract as the runtime: persist, fsync, sen
 advance), the network (drop, delay, duplicate, reorder, partitions of several shapes), crashes
 that lose unsynced writes (sometimes tearing the last), restarts from durable state only, writes
 that fail for want of space (the node stops taking part and later rebuilds its core from disk,
-as ``dledger.disk_full`` does), tick skew, and simulated clients whose acknowledged proposals
+as ``dledger.node.disk_full`` does), tick skew, and simulated clients whose acknowledged proposals
 are checked at the end.
 """
 
@@ -21,7 +21,7 @@ from chaos.sim.membership import MembershipSettings, MembershipShell
 from chaos.sim.observer import Observer, Violation
 from chaos.sim.snapshots import SnapshotSettings, SnapshotShell
 from protocol.errors import ProposalError
-from dledger.memstore import MemoryHardStateStore, MemoryLogStore
+from dledger.storage.memstore import MemoryHardStateStore, MemoryLogStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Entry, EntryKind, InstallSnapshot, Message, Ready, Role, SnapshotMeta

@@ -4,7 +4,7 @@ group commit (``sync``, and the runtime's background ``sync_begin`` / ``sync_end
 Owns how entries reach the segment files (one pwrite per file touched, into the zero-filled
 tail; a new segment only after the last one is sealed) and how a cut is made durable at once
 (later segments deleted, the holding one cut, each step fsynced). The rules are in
-``dledger.commitlog``; byte layouts in ``entry_codec``. It must not decide when to sync (the
+``dledger.storage.commitlog``; byte layouts in ``entry_codec``. It must not decide when to sync (the
 runtime does) nor interpret entry bodies.
 """
 
@@ -14,12 +14,12 @@ import errno
 import os
 from typing import Callable, Sequence
 
-from dledger.commitlog_reads import LogReads
-from dledger.entry_codec import INDEX_RECORD_BYTES, Chunk, plan_chunks
+from dledger.storage.commitlog_reads import LogReads
+from dledger.storage.entry_codec import INDEX_RECORD_BYTES, Chunk, plan_chunks
 from protocol.errors import StorageError
-from dledger.hardstate import storage_error
+from dledger.storage.hardstate import storage_error
 from dledger.raft.types import Entry
-from dledger.segment import ZERO_FILL_STEP_BYTES, ZEROS, Segment, SyncToken, cut_zero_tail, \
+from dledger.storage.segment import ZERO_FILL_STEP_BYTES, ZEROS, Segment, SyncToken, cut_zero_tail, \
     pwrite_all, write_index
 
 __all__ = ["LogWrites"]
@@ -181,7 +181,7 @@ class LogWrites(LogReads):
 
     def sync(self, datasync: Callable[[int], None] | None = None) -> None:
         """Group commit: fsync every file written since the last sync (and the directory).
-        ``datasync`` replaces os.fdatasync for the data files (``dledger.aiofsync``)."""
+        ``datasync`` replaces os.fdatasync for the data files (``dledger.storage.aiofsync``)."""
         self._check_usable()
         try:
             for seg in self._dirty:

@@ -2,7 +2,7 @@
 and turned into the Raft core's ``RaftConfig``), ``Committed`` (where a proposal landed),
 ``AppliedEntry`` (what apply listeners and reads of committed entries get) and ``NodeStatus``.
 
-Plain frozen values: no I/O, nothing that runs. The node that uses them is ``dledger.runtime``.
+Plain frozen values: no I/O, nothing that runs. The node that uses them is ``dledger.node.runtime``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Callable, Literal, Sequence
 
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.types import EntryKind, Status
-from dledger.retention import RetentionPolicy
+from dledger.storage.retention import RetentionPolicy
 from protocol.tls import TlsConfig
 
 __all__ = ["Address", "AppliedEntry", "ApplyListener", "Committed", "FlushMode", "MAX_BUSY_POLL_US",
@@ -48,7 +48,7 @@ class NodeConfig:
     # what a lagging member still needs only while it is within this many entries of the log's
     # end; a member further behind is sent a snapshot instead.
     retention_lag_entries: int = 1_000_000
-    # RocketMQ's rules (dledger.retention), with snapshots only; off here, RocketMQ's defaults
+    # RocketMQ's rules (dledger.storage.retention), with snapshots only; off here, RocketMQ's defaults
     # on the command line (72 h, at 04, 75% and 85% of the disk).
     file_reserved_hours: float | None = None
     delete_hours: tuple[int, ...] = (4,)
@@ -59,12 +59,12 @@ class NodeConfig:
     # long after its last turn: a leader with proposals awaiting commit, a follower that just
     # acknowledged entries (the next append usually follows). A message is then read as it
     # lands, not after the CPU wakes from idle. Any node also polls this long for its inline
-    # group commits to end (dledger.aiofsync), rather than sleeping in fdatasync. Costs that
+    # group commits to end (dledger.storage.aiofsync), rather than sleeping in fdatasync. Costs that
     # much CPU per idle gap; 0 (default) sleeps at once.
     busy_poll_us: int = 0
     quorum_first: bool = False  # see RaftConfig.quorum_first
     # Run the fsyncs that the loop does not do inline through Linux AIO, where available
-    # (dledger.aiofsync), rather than on a thread: no thread hand-off per group commit.
+    # (dledger.storage.aiofsync), rather than on a thread: no thread hand-off per group commit.
     aio_fsync: bool = True
     canaries: Canaries = field(default_factory=Canaries)
     # A node joining a running group (a new member, or one whose disk was replaced): it has no
@@ -79,7 +79,7 @@ class NodeConfig:
     # TLS on the peer listener and peer dials (and, in a server process, its client and HTTP
     # listeners): protocol.tls. None: plain TCP.
     tls: TlsConfig | None = None
-    # A node whose disk is full waits without taking part (dledger.disk_full), looking at the
+    # A node whose disk is full waits without taking part (dledger.node.disk_full), looking at the
     # free space this often, and rebuilds from disk once there is this much.
     disk_probe_interval_s: float = 1.0
     disk_resume_free_bytes: int = 8 << 20
@@ -143,10 +143,10 @@ class NodeStatus:
     transport: dict[str, dict[str, int]]
     storage_first_index: int
     storage_last_index: int
-    disk_full: bool = False  # a write failed for want of space: not taking part (dledger.disk_full)
+    disk_full: bool = False  # a write failed for want of space: not taking part (dledger.node.disk_full)
     disk_full_error: str | None = None
-    snapshot: dict[str, int | list[str]] = field(default_factory=dict)  # dledger.snapshot_node
-    membership: dict[str, object] = field(default_factory=dict)  # dledger.membership_node
+    snapshot: dict[str, int | list[str]] = field(default_factory=dict)  # dledger.snapshots.shell
+    membership: dict[str, object] = field(default_factory=dict)  # dledger.membership.shell
 
 
 ApplyListener = Callable[[Sequence[AppliedEntry]], None]

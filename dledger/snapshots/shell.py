@@ -1,4 +1,4 @@
-"""Snapshots in a node (``SnapshotShell``, a part of ``dledger.runtime.Node``): the shell around the
+"""Snapshots in a node (``SnapshotShell``, a part of ``dledger.node.runtime.Node``): the shell around the
 core's snapshot messages (Raft section 7, ``dledger.raft.snapshots``).
 
 A node has snapshots once its application gives it a ``SnapshotProvider`` (the broker does): the
@@ -6,11 +6,11 @@ application tells the node whenever it has made its state durable at an applied 
 (``snapshot_taken``), and the node's snapshot is then that state plus the log up to there. So a
 follower that receives one holds the same log (every retained message) and state as the leader.
 This module owns: telling the core of snapshots; streaming one to a follower when the core sends
-``InstallSnapshot`` (``dledger.snapshot_send``; one transfer per follower at a time, the outcome
-reported to the core); taking transfers in (``dledger.snapshot_recv``) and stepping the core
+``InstallSnapshot`` (``dledger.snapshots.send``; one transfer per follower at a time, the outcome
+reported to the core); taking transfers in (``dledger.snapshots.receive``) and stepping the core
 when one is staged; and installing a snapshot when a Ready hands it out: the install is
 committed by one rename, the log store closed, replaced and reopened, the application told to
-reload (``dledger.snapshot_files``; a crash at any point is finished at the next start).
+reload (``dledger.snapshots.files``; a crash at any point is finished at the next start).
 It must not interpret the application's files.
 """
 
@@ -20,19 +20,19 @@ import asyncio
 import contextlib
 import logging
 import os
-from typing import Protocol, Sequence
 
 import cbor2
 
-from dledger.commitlog import FileLogStore
+from dledger.storage.commitlog import FileLogStore
 from protocol.errors import DLedgerError, StorageError
-from dledger.hardstate import write_file_atomically
-from dledger.node_base import NodeBase
-from dledger.peer_stream import PeerStream
+from dledger.storage.hardstate import write_file_atomically
+from dledger.node.base import NodeBase
+from dledger.snapshots.provider import SnapshotProvider
+from dledger.network.peer_stream import PeerStream
 from dledger.raft.types import InstallSnapshot, Membership, SnapshotMeta
-from dledger.snapshot_files import commit_install, finish_install
-from dledger.snapshot_recv import SnapshotReceiver
-from dledger.snapshot_send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
+from dledger.snapshots.files import commit_install, finish_install
+from dledger.snapshots.receive import SnapshotReceiver
+from dledger.snapshots.send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
 
 __all__ = ["SnapshotProvider", "SnapshotShell"]
 
@@ -41,33 +41,8 @@ log = logging.getLogger("dledger.snapshot")
 MEMBERSHIP_FILE = "membership"  # the membership as of the latest snapshot (CBOR [index, bytes])
 
 
-class SnapshotProvider(Protocol):
-    """What an application gives a node for snapshots (the broker's ``BrokerServer``)."""
-
-    def snapshot_source(self) -> tuple[int, list[tuple[str, int]]] | None:
-        """The applied index of its latest durable state and that state's files, as (name in
-        the data directory, a file descriptor opened now, which the node closes); None if it
-        has none yet. Called on the event loop."""
-        ...
-
-    def snapshot_derived(self) -> Sequence[str]:
-        """Names in the data directory it rebuilds from its state and the log (deleted when a
-        snapshot is installed)."""
-        ...
-
-    async def snapshot_installing(self) -> None:
-        """A snapshot is about to replace its files: finish (and hold off) writing them."""
-        ...
-
-    def snapshot_installed(self, meta: SnapshotMeta) -> None:
-        """A snapshot was installed: its files replaced the application's and the log now
-        starts where the snapshot's does; reload from them. Called on the event loop, always
-        after ``snapshot_installing``."""
-        ...
-
-
 class SnapshotShell(NodeBase):
-    """Snapshot transfers and installs (a part of ``dledger.runtime.Node``)."""
+    """Snapshot transfers and installs (a part of ``dledger.node.runtime.Node``)."""
 
     def set_snapshot_provider(self, provider: SnapshotProvider) -> None:
         """Before ``start``: the application's snapshots (without one the node has none)."""

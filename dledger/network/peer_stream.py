@@ -1,6 +1,6 @@
 """A stream on the peer port: an inbound peer connection that opened with ``SnapshotHello`` rather
 than ``Hello`` is handed over as a ``PeerStream``, a two-way channel of whole payloads for a
-protocol of its own (the snapshot stream of ``dledger.snapshot_recv``), so that a snapshot
+protocol of its own (the snapshot stream of ``dledger.snapshots.receive``), so that a snapshot
 travels the same route as the group's Raft traffic (and through the same fault proxies).
 
 Owns the bounded hand-over: payloads wait in a queue of at most ``QUEUE_MAX``; past that the

@@ -1,4 +1,4 @@
-"""Membership changes in a node (``MembershipShell``, a part of ``dledger.runtime.Node``): the
+"""Membership changes in a node (``MembershipShell``, a part of ``dledger.node.runtime.Node``): the
 shell around ``dledger.raft.membership``.
 
 Owns the operations an operator asks of a group's leader (add a learner, promote it once it has
@@ -20,8 +20,8 @@ import time
 from typing import Callable
 
 from protocol.errors import MembershipChangeError, ProposalTimeoutError
-from dledger.node_base import NodeBase
-from dledger.node_config import Address, Committed
+from dledger.node.base import NodeBase
+from dledger.node.config import Address, Committed
 from dledger.raft.progress import ProgressState
 from dledger.raft.types import Membership
 
@@ -41,7 +41,7 @@ def parse_address(text: str) -> Address:
 
 
 class MembershipShell(NodeBase):
-    """Membership changes and the peer links (a part of ``dledger.runtime.Node``)."""
+    """Membership changes and the peer links (a part of ``dledger.node.runtime.Node``)."""
 
     # -- operations (on the leader) ----------------------------------------------------------------
 

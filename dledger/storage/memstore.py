@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from protocol.errors import CompactedError
-from dledger.log_store import slice_positions
+from dledger.storage.seams import slice_positions
 from dledger.raft.types import Entry, HardState
 
 # Same per-entry overhead the file store's header has; only used to model positions.

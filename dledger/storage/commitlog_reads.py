@@ -1,5 +1,5 @@
 """The commitlog's state in memory, its file handling and its reads: the base that the other
-parts of ``FileLogStore`` (writes, recovery, test faults; ``dledger.commitlog``) build on.
+parts of ``FileLogStore`` (writes, recovery, test faults; ``dledger.storage.commitlog``) build on.
 
 Owns the in-memory view of one log directory (the segment list, and two ``array('q')`` holding
 the position and term of every entry held, so ``term_at`` and ``position_of`` cost one lookup),
@@ -16,17 +16,17 @@ import os
 from array import array
 from typing import Callable, Sequence
 
-from dledger.entry_codec import DATA_SUFFIX, HEADER_BYTES, INDEX_SUFFIX, FrameError, decode_entry, \
+from dledger.storage.entry_codec import DATA_SUFFIX, HEADER_BYTES, INDEX_SUFFIX, FrameError, decode_entry, \
     segment_file_name
 from protocol.errors import CompactedError, CorruptLogError, StorageError
-from dledger.hardstate import storage_error
-from dledger.log_store import slice_positions
+from dledger.storage.hardstate import storage_error
+from dledger.storage.seams import slice_positions
 from dledger.raft.types import Entry
-from dledger.segment import Segment, cut_zero_tail, open_fd, pread_exact, write_index
+from dledger.storage.segment import Segment, cut_zero_tail, open_fd, pread_exact, write_index
 
 __all__ = ["LogReads"]
 
-log = logging.getLogger("dledger.commitlog")
+log = logging.getLogger("dledger.storage.commitlog")
 
 _ENTRY_OVERHEAD_BYTES = 24  # what Entry.size_bytes adds to the body: max_bytes counts that size
 

@@ -27,8 +27,8 @@ import random
 import time
 from typing import Callable
 
-from dledger.busy_poll import BUSY_POLL_PENDING_MAX
-from dledger.disk_full import DiskFullRecovery
+from dledger.node.busy_poll import BUSY_POLL_PENDING_MAX
+from dledger.node.disk_full import DiskFullRecovery
 from protocol.errors import (
     DiskFullError,
     DLedgerError,
@@ -37,8 +37,8 @@ from protocol.errors import (
     ProposalTimeoutError,
     StorageError,
 )
-from dledger.hardstate import FileHardStateStore
-from dledger.node_config import (
+from dledger.storage.hardstate import FileHardStateStore
+from dledger.node.config import (
     MAX_BUSY_POLL_US,
     Address,
     AppliedEntry,
@@ -49,14 +49,14 @@ from dledger.node_config import (
     NodeStatus,
 )
 from dledger.raft.types import Message, Role
-from dledger.ready_pipeline import AWAIT, ReadyPipeline
-from dledger.snapshot_files import finish_install
-from dledger.membership_node import MembershipShell
-from dledger.snapshot_node import SnapshotShell
-from dledger.trace import NodeTrace
-from dledger.transport import PeerTransport
+from dledger.node.ready_pipeline import AWAIT, ReadyPipeline
+from dledger.snapshots.files import finish_install
+from dledger.membership.shell import MembershipShell
+from dledger.snapshots.shell import SnapshotShell
+from dledger.node.trace import NodeTrace
+from dledger.network.transport import PeerTransport
 
-log = logging.getLogger("dledger.runtime")
+log = logging.getLogger("dledger.node.runtime")
 
 RETAIN_INTERVAL_S = 1.0
 TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
@@ -303,7 +303,7 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
                         next_retain = now + RETAIN_INTERVAL_S
                     if self._inbox or self._proposals:
                         await asyncio.sleep(0)  # let the transport read before the next batch
-                except DiskFullError as err:  # the node stays up, riding it out (dledger.disk_full)
+                except DiskFullError as err:  # the node stays up, riding it out (dledger.node.disk_full)
                     self._enter_disk_full(err)
         except asyncio.CancelledError:
             self._fail_all(NodeStoppedError("node loop cancelled"))
@@ -371,7 +371,7 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
                 self._advance(rd, self._do_ready(rd, plan))
             self._check_leadership()
             self._follow_membership()
-        except DiskFullError as err:  # the node stays up, riding it out (dledger.disk_full)
+        except DiskFullError as err:  # the node stays up, riding it out (dledger.node.disk_full)
             self._enter_disk_full(err)
         except Exception as err:  # recorded, logged and stops the node, as in the loop task
             self._fail(err)

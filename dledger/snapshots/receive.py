@@ -1,8 +1,8 @@
 """The follower's side of a snapshot transfer: take a stream handed over by the peer transport
-(``dledger.peer_stream``), stage its files (``dledger.snapshot_files``), verify them, and once the
+(``dledger.network.peer_stream``), stage its files (``dledger.snapshots.files``), verify them, and once the
 whole snapshot is staged and fsynced step the node's Raft core with ``InstallSnapshot``.
 
-Owns the receiver's half of the protocol in ``dledger.snapshot_wire``: one transfer at a time (a
+Owns the receiver's half of the protocol in ``dledger.snapshots.wire``: one transfer at a time (a
 new stream replaces the one running), none while a staged snapshot waits to be installed;
 offers for another node or from an older term refused; every chunk's CRC checked as it comes
 and every file's at the end. A stream that stalls past its deadline, or sends anything
@@ -17,10 +17,10 @@ import zlib
 from typing import Callable
 
 from protocol.errors import StorageError, WireError
-from dledger.peer_stream import PeerStream
+from dledger.network.peer_stream import PeerStream
 from dledger.raft.types import InstallSnapshot
-from dledger.snapshot_files import Staging
-from dledger.snapshot_wire import (
+from dledger.snapshots.files import Staging
+from dledger.snapshots.wire import (
     Chunk,
     Done,
     Have,

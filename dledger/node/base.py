@@ -1,4 +1,4 @@
-"""The state of one node (``NodeBase``): what the parts of ``dledger.runtime.Node`` share.
+"""The state of one node (``NodeBase``): what the parts of ``dledger.node.runtime.Node`` share.
 
 Owns the fields every part reads and writes (inbox, proposals and pending futures, the loop's
 flags, the stores, the core, the transport) and the accessors that name a node not started. The
@@ -14,20 +14,20 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
-from dledger.commitlog import FileLogStore
+from dledger.storage.commitlog import FileLogStore
 from protocol.errors import DiskFullError, NodeStoppedError
-from dledger.flush import Flusher
-from dledger.hardstate import FileHardStateStore
-from dledger.node_config import Address, ApplyListener, Committed, NodeConfig
-from dledger.node_stats import NodeStats
+from dledger.storage.flush import Flusher
+from dledger.storage.hardstate import FileHardStateStore
+from dledger.node.config import Address, ApplyListener, Committed, NodeConfig
+from dledger.node.stats import NodeStats
 from dledger.raft.core import RaftCore
 from dledger.raft.types import InstallSnapshot, Membership, Message, Ready, SnapshotMeta
-from dledger.trace import NodeTrace
-from dledger.transport import PeerTransport
+from dledger.node.trace import NodeTrace
+from dledger.network.transport import PeerTransport
 
 if TYPE_CHECKING:  # (the snapshot modules build on this one)
-    from dledger.snapshot_node import SnapshotProvider
-    from dledger.snapshot_recv import SnapshotReceiver
+    from dledger.snapshots.provider import SnapshotProvider
+    from dledger.snapshots.receive import SnapshotReceiver
 
 __all__ = ["NodeBase"]
 
@@ -72,7 +72,7 @@ class NodeBase:
         self._leader_term: int | None = None  # term in which we lead, if we do
         self.failure: BaseException | None = None
         self._disk_full: DiskFullError | None = None  # the failed write, while riding it out
-        # Snapshots (dledger.snapshot_node): the application's, the latest the core knows,
+        # Snapshots (dledger.snapshots.shell): the application's, the latest the core knows,
         # transfers out (one task per follower) and in, and counters.
         self._snapshot_provider: SnapshotProvider | None = None
         self._snapshot_meta: SnapshotMeta | None = None
@@ -82,7 +82,7 @@ class NodeBase:
         self.snapshot_send_failures = 0
         self.snapshot_resumed_bytes = 0  # not sent again: the follower held them
         self.snapshots_installed = 0
-        # Membership (dledger.membership_node): the membership the peer links were set up for,
+        # Membership (dledger.membership.shell): the membership the peer links were set up for,
         # and whether the recovering marker is on disk.
         self._linked_membership: Membership | None = None
         self._retention = config.retention_policy()

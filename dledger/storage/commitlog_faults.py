@@ -2,7 +2,7 @@
 would leave it (unsynced bytes gone, or torn a sector at a time), then closes the store.
 
 Owns what may survive of bytes written since the last fsync, as recovery must expect it (see
-``dledger.commitlog``). Used by the tests and, through the node's test-only ``power_loss``
+``dledger.storage.commitlog``). Used by the tests and, through the node's test-only ``power_loss``
 (behind ``test_faults``), the live chaos suite's power-loss fault; never on a production path.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import random
 
-from dledger.commitlog_reads import LogReads
-from dledger.entry_codec import INDEX_RECORD_BYTES
-from dledger.segment import SECTOR_BYTES, ZEROS, Segment, pwrite_all
+from dledger.storage.commitlog_reads import LogReads
+from dledger.storage.entry_codec import INDEX_RECORD_BYTES
+from dledger.storage.segment import SECTOR_BYTES, ZEROS, Segment, pwrite_all
 
 __all__ = ["PowerLossFaults"]
 

@@ -2,7 +2,7 @@
 connection of its own to the follower's peer address (the address Raft traffic is dialed at,
 so through the same proxies), in chunks, resuming where an earlier broken transfer left off.
 
-Owns the sender's half of the protocol in ``dledger.snapshot_wire``. Memory is bounded by one
+Owns the sender's half of the protocol in ``dledger.snapshots.wire``. Memory is bounded by one
 chunk in flight plus the socket's write buffer (``drain`` after every chunk). Every wait has a
 deadline: a follower that stops reading or answering fails the transfer (``SnapshotSendError``),
 and the node tells its Raft core, which retries at the pace of heartbeats.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from protocol.errors import DLedgerError, WireError
 from dledger.raft.types import SnapshotMeta
-from dledger.snapshot_wire import (
+from dledger.snapshots.wire import (
     Chunk,
     Done,
     Have,
@@ -31,7 +31,7 @@ from dledger.snapshot_wire import (
     decode_snapshot_frame,
     encode_snapshot_frame,
 )
-from dledger.wire import SnapshotHello, encode_message
+from dledger.network.wire import SnapshotHello, encode_message
 from protocol.frames import FrameDecoder, encode_frame
 
 __all__ = ["SnapshotSendError", "SnapshotSource", "SourceFile", "send_snapshot"]

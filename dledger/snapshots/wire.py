@@ -1,5 +1,5 @@
 """The snapshot stream's frames: what a leader and a follower say on a connection that opened with
-``SnapshotHello`` (``dledger.wire``), in the same length-prefixed CBOR envelope as Raft traffic.
+``SnapshotHello`` (``dledger.network.wire``), in the same length-prefixed CBOR envelope as Raft traffic.
 
     leader                                   follower
     Offer(term, meta, files: name, size)  ->

@@ -50,7 +50,7 @@ Rules that keep recovery simple and safe:
 - A failed fsync is not retried (the kernel may have marked the unwritten pages clean, so a
   retry could "succeed" without the data): the store refuses further work (``StorageError``)
   and must be reopened, as after a crash. The node does that itself when the disk was full
-  (``DiskFullError``, see ``dledger.disk_full``); on any other failure it stops.
+  (``DiskFullError``, see ``dledger.node.disk_full``); on any other failure it stops.
 - The directory is locked (``flock``) while a store has it open.
 
 In memory the store keeps two ``array('q')`` (position and term of every entry held), so
@@ -62,13 +62,13 @@ from __future__ import annotations
 import fcntl
 import os
 
-from dledger.commitlog_faults import PowerLossFaults
-from dledger.commitlog_recovery import LogRecovery
-from dledger.commitlog_writes import LogWrites
-from dledger.entry_codec import HEADER_BYTES, FrameError, encode_meta
+from dledger.storage.commitlog_faults import PowerLossFaults
+from dledger.storage.commitlog_recovery import LogRecovery
+from dledger.storage.commitlog_writes import LogWrites
+from dledger.storage.entry_codec import HEADER_BYTES, FrameError, encode_meta
 from protocol.errors import CorruptLogError, StorageError
-from dledger.hardstate import make_dirs_durably, storage_error, write_file_atomically
-from dledger.segment import META_NAME, ZERO_FILL_STEP_BYTES, SyncToken
+from dledger.storage.hardstate import make_dirs_durably, storage_error, write_file_atomically
+from dledger.storage.segment import META_NAME, ZERO_FILL_STEP_BYTES, SyncToken
 
 __all__ = ["FileLogStore", "DEFAULT_SEGMENT_BYTES_MAX", "SyncToken", "ZERO_FILL_STEP_BYTES"]
 

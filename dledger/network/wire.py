@@ -64,7 +64,7 @@ KIND_HEARTBEAT = 5
 KIND_HEARTBEAT_RESPONSE = 6
 KIND_TIMEOUT_NOW = 7
 KIND_HELLO = 8
-KIND_SNAPSHOT_HELLO = 9  # first frame of a snapshot stream (dledger.snapshot_wire): not Raft
+KIND_SNAPSHOT_HELLO = 9  # first frame of a snapshot stream (dledger.snapshots.wire): not Raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotHello:
-    """First frame of a connection that streams a snapshot (``dledger.snapshot_send``) rather
+    """First frame of a connection that streams a snapshot (``dledger.snapshots.send``) rather
     than carrying Raft messages: the acceptor hands the connection to its snapshot receiver."""
 
     group: str

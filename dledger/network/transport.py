@@ -1,6 +1,6 @@
 """Peer transport: the asyncio TCP links between the members of one Raft group.
 
-Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.wire``'s):
+Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.network.wire``'s):
 - one *outbound* connection per peer, dialed by this node at ``dial[peer]``, write-only;
 - any number of *inbound* connections accepted on ``listen``, read-only; one that has not yet
   identified itself with a Hello may hold at most ``HELLO_BYTES_MAX`` of a partial frame (the
@@ -28,9 +28,9 @@ import ssl
 from typing import Any, Callable, cast
 
 from protocol.errors import WireError
-from dledger.peer_stream import PeerStream
+from dledger.network.peer_stream import PeerStream
 from dledger.raft.types import Message
-from dledger.wire import Hello, SnapshotHello, decode_message, encode_message
+from dledger.network.wire import Hello, SnapshotHello, decode_message, encode_message
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER_BYTES, FrameDecoder, encode_frame
 
 __all__ = ["UNATTRIBUTED", "PeerTransport"]

@@ -4,7 +4,7 @@ Owns ``Segment`` (a data file and its index file, with the sizes this process wr
 made durable), the ``SyncToken`` of a background group commit, and the small helpers every part
 of ``FileLogStore`` writes and reads through: whole-buffer pwrite and pread, writing the pending
 index records, cutting the zero-filled tail, naming and opening segment files. The rules these
-files follow (layout, what may be torn, why the tail is zero-filled) are in ``dledger.commitlog``.
+files follow (layout, what may be torn, why the tail is zero-filled) are in ``dledger.storage.commitlog``.
 It must not decide what to write or when to sync: the store does.
 """
 
@@ -15,7 +15,7 @@ import errno
 import os
 from dataclasses import dataclass, field
 
-from dledger.entry_codec import INDEX_RECORD_BYTES, FrameError, parse_segment_file_name
+from dledger.storage.entry_codec import INDEX_RECORD_BYTES, FrameError, parse_segment_file_name
 
 __all__ = ["Segment", "SyncToken", "ZERO_FILL_STEP_BYTES", "ZEROS", "SECTOR_BYTES", "META_NAME",
            "pwrite_all", "write_index", "cut_zero_tail", "pread_exact", "bases_named", "open_fd"]

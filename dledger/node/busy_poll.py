@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from dledger.node_base import NodeBase
+from dledger.node.base import NodeBase
 
 __all__ = ["BUSY_POLL_PENDING_MAX", "BusyPolling"]
 
@@ -24,7 +24,7 @@ BUSY_POLL_PENDING_MAX = 4
 
 
 class BusyPolling(NodeBase):
-    """The node's busy polling (a part of ``dledger.runtime.Node``)."""
+    """The node's busy polling (a part of ``dledger.node.runtime.Node``)."""
 
     def _note_ack(self) -> None:
         """A follower answered an append of entries. It polls for the next one only if the last

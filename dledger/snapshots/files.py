@@ -5,7 +5,7 @@ Layout under the node's data directory:
 - ``snapshot.staging/``: the transfer in progress or the last broken one: ``offer`` (what is
   coming, CBOR), the files under their snapshot names (``log/...``, ``app/...``), and once all
   of them are in, verified and fsynced, ``complete`` (which snapshot they make up). A new offer
-  keeps the files it names again (their bytes are resumed, see ``dledger.snapshot_wire``) and
+  keeps the files it names again (their bytes are resumed, see ``dledger.snapshots.wire``) and
   deletes the rest.
 - ``snapshot.install/``: the staging directory renamed, the one step that commits an install. From
   there ``finish_install`` moves ``log/`` over the node's log directory and each ``app/`` entry
@@ -28,9 +28,9 @@ from typing import Any, Sequence
 import cbor2
 
 from protocol.errors import StorageError
-from dledger.hardstate import fsync_directory, write_file_atomically
+from dledger.storage.hardstate import fsync_directory, write_file_atomically
 from dledger.raft.types import Membership, SnapshotMeta
-from dledger.snapshot_wire import Offer, valid_file_name
+from dledger.snapshots.wire import Offer, valid_file_name
 
 __all__ = ["INSTALL_DIR", "STAGING_DIR", "Staging", "commit_install", "finish_install"]
 

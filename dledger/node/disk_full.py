@@ -1,4 +1,4 @@
-"""A node whose disk is full stays up (``DiskFullRecovery``, a part of ``dledger.runtime.Node``).
+"""A node whose disk is full stays up (``DiskFullRecovery``, a part of ``dledger.node.runtime.Node``).
 
 When a write the Raft core asked for fails for want of space (``DiskFullError``: an append, the
 hard state, a group commit, retention's meta file), the core's in-memory state has already moved
@@ -26,21 +26,21 @@ import logging
 import os
 import random
 
-from dledger.aiofsync import open_aio_fsync, open_spin_sync
-from dledger.commitlog import FileLogStore
+from dledger.storage.aiofsync import open_aio_fsync, open_spin_sync
+from dledger.storage.commitlog import FileLogStore
 from protocol.errors import DiskFullError, LeadershipLostError
-from dledger.flush import Flusher
-from dledger.proposals import Proposals
+from dledger.storage.flush import Flusher
+from dledger.node.proposals import Proposals
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Role, Status
 
 __all__ = ["DiskFullRecovery"]
 
-log = logging.getLogger("dledger.runtime")
+log = logging.getLogger("dledger.node.runtime")
 
 
 class DiskFullRecovery(Proposals):
-    """Riding out a full disk (a part of ``dledger.runtime.Node``)."""
+    """Riding out a full disk (a part of ``dledger.node.runtime.Node``)."""
 
     @property
     def disk_full(self) -> DiskFullError | None:

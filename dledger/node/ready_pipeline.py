@@ -5,7 +5,7 @@ sync, before any of its messages leaves; committed entries are applied in order 
 Owns how each Ready's fsync happens (``_sync_plan``: none, inline, spin-waited, awaited while
 the loop runs, or the leader's background group commit, whose copy counts once it is durable),
 applying committed entries (resolving the proposals' futures, calling the apply listeners) and
-retention. It must not take inputs nor decide when a turn runs: ``dledger.runtime`` does.
+retention. It must not take inputs nor decide when a turn runs: ``dledger.node.runtime`` does.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import os
 import time
 from typing import Sequence
 
-from dledger.busy_poll import BusyPolling
-from dledger.node_config import AppliedEntry, Committed
+from dledger.node.busy_poll import BusyPolling
+from dledger.node.config import AppliedEntry, Committed
 from dledger.raft.types import Entry, InstallSnapshot, Ready, Role
-from dledger.retention import SegmentAge, policy_target, retain_target
+from dledger.storage.retention import SegmentAge, policy_target, retain_target
 
 __all__ = ["AWAIT", "DEFER", "INLINE", "NO_SYNC", "ReadyPipeline", "SPIN"]
 
@@ -30,7 +30,7 @@ SPIN = 4  # on the loop thread, spin-waited (see Flusher.sync_inline), before th
 
 
 class ReadyPipeline(BusyPolling):
-    """Persist, send, apply and advance one Ready (a part of ``dledger.runtime.Node``)."""
+    """Persist, send, apply and advance one Ready (a part of ``dledger.node.runtime.Node``)."""
 
     def _sync_plan(self, rd: Ready) -> int:
         """How the fsync of rd's writes happens, decided before any of rd is done."""
@@ -99,7 +99,7 @@ class ReadyPipeline(BusyPolling):
         assert transport is not None
         for m in rd.messages:
             if type(m) is InstallSnapshot:
-                self._start_snapshot_send(m)  # streamed (dledger.snapshot_node), not sent as is
+                self._start_snapshot_send(m)  # streamed (dledger.snapshots.shell), not sent as is
             else:
                 transport.send(m)
         if self.config.busy_poll_us and rd.entries and rd.messages and self._core().role is Role.FOLLOWER:

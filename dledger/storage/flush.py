@@ -5,7 +5,7 @@ whose completion is reported back as (index, term, generation) targets for
 
 Owns the one background fsync in flight and where fsyncs that the loop does not wait for
 inline run: through Linux AIO where there is an ``AioFsync`` (the kernel runs them, the loop
-watches for their completion: no thread hand-offs, see ``dledger.aiofsync``), else on the
+watches for their completion: no thread hand-offs, see ``dledger.storage.aiofsync``), else on the
 fsync thread. It must not touch the core: the node's loop collects ``take_durable()`` and hands
 it to the core between Readies.
 """
@@ -18,12 +18,12 @@ import logging
 import time
 from typing import Callable
 
-from dledger.commitlog import FileLogStore, SyncToken
+from dledger.storage.commitlog import FileLogStore, SyncToken
 from protocol.errors import StorageError
-from dledger.aiofsync import AioFsync, SpinSync
-from dledger.node_stats import NodeStats
+from dledger.storage.aiofsync import AioFsync, SpinSync
+from dledger.node.stats import NodeStats
 
-log = logging.getLogger("dledger.flush")
+log = logging.getLogger("dledger.storage.flush")
 
 Target = tuple[int, int, int]  # (index, term, write generation) made durable
 

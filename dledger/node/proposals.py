@@ -23,8 +23,8 @@ from protocol.errors import (
     ProposalError,
     ProposalTimeoutError,
 )
-from dledger.node_base import NodeBase
-from dledger.node_config import Committed
+from dledger.node.base import NodeBase
+from dledger.node.config import Committed
 from dledger.raft.types import Role
 
 log = logging.getLogger("dledger.node")
@@ -33,7 +33,7 @@ __all__ = ["Proposals"]
 
 
 class Proposals(NodeBase):
-    """Proposals and their futures (a part of ``dledger.runtime.Node``)."""
+    """Proposals and their futures (a part of ``dledger.node.runtime.Node``)."""
 
     async def propose(self, data: bytes, timeout_s: float = 3.0) -> Committed:
         """Replicate data; returns once it is committed and applied here.
@@ -65,7 +65,7 @@ class Proposals(NodeBase):
             raise NodeStoppedError("node is not running")
         core = self._core()
         if core.role is not Role.LEADER or self._disk_full is not None:
-            if self._disk_full is not None:  # (its core is frozen: dledger.disk_full)
+            if self._disk_full is not None:  # (its core is frozen: dledger.node.disk_full)
                 raise DiskFullError(f"{self.config.node_id} cannot write: {self._disk_full}")
             raise NotLeaderError(core.leader_id, core.term)
         if len(self._pending) + len(self._proposals) >= self.config.max_pending_proposals:

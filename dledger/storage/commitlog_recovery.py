@@ -4,7 +4,7 @@ and cut back to a durable log prefix.
 Owns the steps of ``FileLogStore.open`` after the directory is locked: temp files and segments
 that retention had not finished deleting are removed, the ``meta`` file is read, the last
 segment (every one with ``verify_all``) is verified entry by entry, a torn tail is told from
-damage (the rules are in ``dledger.commitlog``) and cut, index files are rebuilt or cut back
+damage (the rules are in ``dledger.storage.commitlog``) and cut, index files are rebuilt or cut back
 from their data, and the result is fsynced. It must not write entries.
 """
 
@@ -13,17 +13,17 @@ from __future__ import annotations
 import logging
 import os
 
-from dledger.commitlog_reads import LogReads
-from dledger.entry_codec import DATA_SUFFIX, INDEX_RECORD_BYTES, INDEX_SUFFIX, FrameError, Records, \
+from dledger.storage.commitlog_reads import LogReads
+from dledger.storage.entry_codec import DATA_SUFFIX, INDEX_RECORD_BYTES, INDEX_SUFFIX, FrameError, Records, \
     common_record_count, decode_meta, durable_claim_after, encode_index_records, parse_index, \
     scan_entries, segment_file_name, shows_crash_marks
 from protocol.errors import CorruptLogError
-from dledger.hardstate import TEMP_SUFFIX
-from dledger.segment import META_NAME, SECTOR_BYTES, Segment, bases_named, pread_exact, pwrite_all
+from dledger.storage.hardstate import TEMP_SUFFIX
+from dledger.storage.segment import META_NAME, SECTOR_BYTES, Segment, bases_named, pread_exact, pwrite_all
 
 __all__ = ["LogRecovery"]
 
-log = logging.getLogger("dledger.commitlog")
+log = logging.getLogger("dledger.storage.commitlog")
 
 
 class LogRecovery(LogReads):
