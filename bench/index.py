@@ -31,9 +31,9 @@ import click
 from protocol import broker_kinds as bp
 from bench.harness import broker_group
 from bench.delay import PER_REQUEST, rss_mib, send_runs
-from broker.entries import encode_runs
-from broker.index import IndexConfig, KeyIndex, key_hash
-from broker.state import BrokerState
+from broker.core.entries import encode_runs
+from broker.features.query.index import IndexConfig, KeyIndex, key_hash
+from broker.core.state import BrokerState
 from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
 

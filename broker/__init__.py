@@ -3,11 +3,11 @@ applied to committed entries of the replicated log (``dledger``). This package e
 core (``topics``, ``entries``, ``state``); the leader's services (``server``, the send path,
 pulls, ``registrar``, ``admin``) are modules of their own."""
 
-from broker.consumequeue import CQUnit
-from broker.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
+from broker.core.consumequeue import CQUnit
+from broker.core.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
 from protocol.broker_errors import BadEntryError, BrokerError, InvalidTopicError
-from broker.applied import ApplyResult
-from broker.state import BrokerState, StateConfig
+from broker.core.applied import ApplyResult
+from broker.core.state import BrokerState, StateConfig
 from protocol.topics import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig, validate_topic_name
 
 __all__ = [

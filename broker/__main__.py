@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from broker.acl_service import credentials_of
+from broker.features.acl.service import credentials_of
 from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
-from broker.delay import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
-from broker.index import IndexConfig
+from broker.features.delay.model import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
+from broker.features.query.index import IndexConfig
 from broker.server import BROKER_CANARIES, BrokerConfig, BrokerServer
 from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 from dledger import evloop

@@ -19,10 +19,10 @@ from typing import Any, Sequence
 
 from aiohttp import web
 
-from broker.admin import make_app
-from broker.broker_config import BROKER_CANARIES as BROKER_CANARIES  # (re-exported)
-from broker.broker_config import BrokerConfig as BrokerConfig
-from broker.checkpoint import (  # noqa: F401 - (CHECKPOINT_FILE, save_checkpoint: re-exported)
+from broker.shell.http import make_app
+from broker.config import BROKER_CANARIES as BROKER_CANARIES  # (re-exported)
+from broker.config import BrokerConfig as BrokerConfig
+from broker.shell.checkpoint import (  # noqa: F401 - (CHECKPOINT_FILE, save_checkpoint: re-exported)
     CHECKPOINT_FILE,
     QUEUE_CANARIES,
     SNAPSHOT_DERIVED,
@@ -30,11 +30,11 @@ from broker.checkpoint import (  # noqa: F401 - (CHECKPOINT_FILE, save_checkpoin
     load_checkpoint,
     save_checkpoint,
 )
-from broker.delay import SCHEDULE_TOPIC
-from broker.delay_service import DelayService
-from broker.orderly_service import LockService
-from broker.retry_service import RetryService
-from broker.entries import (
+from broker.features.delay.model import SCHEDULE_TOPIC
+from broker.features.delay.service import DelayService
+from broker.features.orderly.service import LockService
+from broker.features.retry.service import RetryService
+from broker.core.entries import (
     Message,
     encode,
     message_of,
@@ -42,13 +42,13 @@ from broker.entries import (
 )
 from protocol.broker_errors import BadEntryError, BadRequestError, BrokerError
 from protocol.filter_sql import SqlFilter
-from broker.acl_service import AclService
-from broker.metrics import BrokerMetrics
+from broker.features.acl.service import AclService
+from broker.shell.metrics import BrokerMetrics
 from protocol.auth import SIGNED, AccessDeniedError, SignatureError
-from broker.members import GroupMembers
-from broker.handlers import dispatch, served_kinds
-from broker.txn_service import TxnService
-from broker.index import KeyIndex, open_index
+from broker.core.members import GroupMembers
+from broker.core.requests import dispatch, served_kinds
+from broker.features.txn.service import TxnService
+from broker.features.query.index import KeyIndex, open_index
 from protocol.broker_kinds import (
     FOUND,
     MAX_PULL_MESSAGES,
@@ -60,11 +60,11 @@ from protocol.broker_kinds import (
     SendRefusedError,
     offset_msg_id,
 )
-from broker.pop_service import PopService
-from broker.registrar import Registrar
-from broker.sendpath import SendPath
-from broker.applied import ApplyResult, tag_hash
-from broker.state import STATE_CANARIES, StateConfig
+from broker.features.pop.service import PopService
+from broker.shell.registrar import Registrar
+from broker.api.sendpath import SendPath
+from broker.core.applied import ApplyResult, tag_hash
+from broker.core.state import STATE_CANARIES, StateConfig
 from protocol.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
 from protocol.framed import (
     ConnectionLimits,
@@ -115,7 +115,7 @@ class _Connection(FramedProtocol):
         if acl.enabled or req.kind == SIGNED:
             try:
                 req = acl.admit(req)
-            except NotLeaderError as err:  # a new leader still applying (broker.acl_service)
+            except NotLeaderError as err:  # a new leader still applying (broker.features.acl.service)
                 self.send_payload(encode_error(req.request_id, err))
                 return
             except (SignatureError, AccessDeniedError, BadRequestError) as err:
@@ -185,7 +185,7 @@ class BrokerServer:
             host, port = self._admin.addresses[0][:2]
             self.admin_address = (host, port)
         if self.config.grpc_listen is not None:
-            from broker.grpc_gateway import GrpcGateway
+            from broker.frontends.grpc.gateway import GrpcGateway
             self._gateway = GrpcGateway(self, self.config.grpc_listen)
             self.grpc_address = self.config.registered("grpc", await self._gateway.start())
         if self.config.namesrv:
@@ -258,7 +258,7 @@ class BrokerServer:
         a = req.args
         if req.kind == SEND:
             return await self.send(a[0], a[1], a[2])
-        return await dispatch(self, req, conn)  # every other kind: the table in broker.handlers
+        return await dispatch(self, req, conn)  # every other kind: the table in broker.core.requests
 
     def require_leader(self) -> None:
         core = self.node.core

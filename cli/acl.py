@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from protocol import broker_kinds as bp
-from broker.acl import Account, parse_perm
+from broker.features.acl.model import Account, parse_perm
 from cli.common import groups_of, namesrv_option, with_routes
 from client.routes import Routes
 from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV

@@ -1,7 +1,7 @@
 """``dledger consumer reset-offset`` and ``dledger consumer status``: a consumer group's offsets
 set to a time on every queue of a topic (RocketMQ's ``mqadmin resetOffsetByTime``), and a
 group's live members, their subscriptions and its per-queue progress, through the brokers'
-OFFSET_RESET and CONSUMER_STATUS requests (``broker.admin_handlers``)."""
+OFFSET_RESET and CONSUMER_STATUS requests (``broker.features.admin.handlers``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The orderly push consumer (RocketMQ's ``MessageListenerOrderly``): each queue's messages one at
 a time, in offset order, by the one member of the group that holds the queue's lock.
 
-The member locks its queues at their group's leader (``broker.orderly``: a replicated lock of
+The member locks its queues at their group's leader (``broker.features.orderly.model``: a replicated lock of
 60 s), renews every 20 s, and processes a queue only within ``LOCK_LEASE_S`` (30 s) of sending
 its last granted lock request; a queue it cannot lock waits. On a rebalance it stops, commits
 and unlocks a queue it gives away, and the next holder starts from the committed offset: so at

@@ -7,7 +7,7 @@ and commits progress (the lowest offset not yet consumed per queue) every few se
 A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None, or an
 async listener does not answer within ``consume_timeout_s``, 15 min by default: all LATER). In
 clustering a failed message is sent back to the broker (RocketMQ's send-back,
-``broker.retry``): it comes again from ``%RETRY%<group>``, which every member subscribes to
+``broker.features.retry.model``): it comes again from ``%RETRY%<group>``, which every member subscribes to
 itself, after 10 s, 30 s, 1 m ... (delay level 3 + its reconsume times), and after
 ``max_reconsume_times`` reconsumes (16) it goes to ``%DLQ%<group>`` instead. The queue's offset
 moves on once the message is consumed or sent back; a send-back that fails (no leader

@@ -67,7 +67,7 @@ class Registration:
     # empty from a broker that does not say. The leader's list decides which registered nodes
     # the routes show (a removed node that still runs is not routed to).
     members: tuple[str, ...] = ()
-    # Where the node serves RocketMQ 5 clients (gRPC, ``broker.grpc_gateway``); "" when it
+    # Where the node serves RocketMQ 5 clients (gRPC, ``broker.frontends.grpc.gateway``); "" when it
     # does not, or a broker that does not say.
     grpc_address: str = ""
 

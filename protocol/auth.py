@@ -3,7 +3,7 @@
 Owns ``Credentials`` (an access key and its secret; never shown by ``repr``), the ``Signer`` a
 client connection uses, the SIGNED frame's layout and its parsing, and the pure parts of the
 check a server makes: the HMAC, the clock window, and the per-session sequence that refuses a
-replay (``ReplayGuard``). Who may do what is the broker's ACL (``broker.acl``).
+replay (``ReplayGuard``). Who may do what is the broker's ACL (``broker.features.acl.model``).
 
 A SIGNED frame is ``[VERSION, SIGNED, request_id, access_key, target, session, seq, ts_ms,
 signature, inner]``: ``inner`` is the request's own frame payload, byte for byte, under the same

@@ -1,5 +1,5 @@
 """The rules of access keys and secrets, shared by the signer (``protocol.auth``) and the broker's
-replicated ACL (``broker.acl``, which must stay pure): what a valid one looks like."""
+replicated ACL (``broker.features.acl.model``, which must stay pure): what a valid one looks like."""
 
 from __future__ import annotations
 

@@ -33,14 +33,14 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - SEND_BACK ``group, topic, queue_id, offset, delay_level, max_reconsume_times`` -> ``[status,
   topic, reconsume_times, dead]``: a consumer of ``group`` failed that message; the leader
   stores its copy in ``%RETRY%<group>`` (delayed; level 0: 3 + reconsume times) or, past
-  ``max_reconsume_times`` (or with level -1), in ``%DLQ%<group>`` (``broker.retry``)
+  ``max_reconsume_times`` (or with level -1), in ``%DLQ%<group>`` (``broker.features.retry.model``)
 - DLQ_RESEND ``group, offset`` -> ``[status, topic]``: the dead letter at that offset of
   ``%DLQ%<group>`` back into ``%RETRY%<group>`` with its reconsume count reset (leader)
 - LOCK_BATCH ``group, client_id, [[topic, queue_id]...]`` -> the queues granted (locked or
-  renewed for 60 s; ``broker.orderly``); UNLOCK_BATCH the same -> true (leader)
+  renewed for 60 s; ``broker.features.orderly.model``); UNLOCK_BATCH the same -> true (leader)
 - TXN_HALF ``producer_group, transaction_id, topic, queue_id, [message...]`` -> SEND's answer
   (queue offsets in the half queue): half messages of that transaction, invisible until it
-  commits (``broker.txn``; leader). A delayed one is BAD_TRANSACTION.
+  commits (``broker.features.txn.model``; leader). A delayed one is BAD_TRANSACTION.
 - END_TRANSACTION ``producer_group, transaction_id, decision, from_check, [[group, topic,
   queue_id, expected, new]...]`` -> ``[decision, [[topic, queue_id, queue_offset,
   offset_msg_id]...]]``: COMMIT (the half messages become visible, the consumer offsets set if
@@ -52,7 +52,7 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   transaction_id, checks, [message...]]`` (a message as PULL's, its offset the half queue's)
 - OFFSET_RESET ``group, topic, timestamp_ms, force`` -> ``[[queue_id, old, new]...]``: every read
   queue's offset of ``group`` set to the first one stored at or after the time (0: the first
-  retained, INT_MAX: the max offset), in one entry (leader; ``broker.admin_handlers``).
+  retained, INT_MAX: the max offset), in one entry (leader; ``broker.features.admin.handlers``).
   Refused (GROUP_ACTIVE) while live members of the group subscribe to the topic, unless ``force``
 - CONSUMER_STATUS ``group`` -> ``{"node", "leader", "members": [...], "queues": [[topic,
   queue_id, committed, max]...]}``: this node's view of the group's live members (client id,
@@ -60,17 +60,17 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - STATE_DIGEST -> ``[applied_index, crc32, log_first_index, log_last_index]``: a CRC32 of this
   node's whole state machine (topics, consume queues, offsets, dedup table, timers, locks,
   transactions) as its checkpoint would write it, so that replicas at the same applied index
-  can be compared (any replica; ``broker.admin_handlers``)
+  can be compared (any replica; ``broker.features.admin.handlers``)
 - MEMBER_ADD ``node_id, peer_address, timeout_ms`` / MEMBER_PROMOTE ``node_id, timeout_ms`` /
   MEMBER_REMOVE ``node_id, timeout_ms`` -> ``{"voters", "learners", "config_index",
   "change_in_progress", "recovering"}`` once the change is committed: a node joins as a learner,
   a caught-up learner becomes a voter (PROMOTE waits for it to catch up), a member leaves
-  (leader; ``broker.member_handlers``). A change the group's rules refuse is
+  (leader; ``broker.features.membership.handlers``). A change the group's rules refuse is
   MembershipChangeError, by name
 - POP_RECEIVE ``group, topic, queue_id (-1: any), max_messages, invisible_ms, tags, sql ("":
   none), poll_ms, max_attempts`` -> ``[[queue_id, queue_offset, body, tags, keys, unique_key,
   [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id, epoch, attempt]...]``: messages handed
-  out to ``group``, invisible to its other receives for ``invisible_ms`` (``broker.pop``;
+  out to ``group``, invisible to its other receives for ``invisible_ms`` (``broker.features.pop.model``;
   leader; long-polls up to ``poll_ms``). POP_ACK ``group, topic, queue_id, [[offset,
   epoch]...]`` -> per receipt true (acknowledged, or already) or false (stale: redelivered or
   changed since); POP_CHANGE ``group, topic, queue_id, offset, epoch, invisible_ms`` -> the new
@@ -78,7 +78,7 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   max_attempts`` -> the dead-letter topic the message went to (leader)
 - VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
   max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
-  of them, newest first (``broker.lookup``): ``[offset_msg_id, group, topic, queue_id,
+  of them, newest first (``broker.features.query.lookup``): ``[offset_msg_id, group, topic, queue_id,
   queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
   [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
   answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
@@ -86,13 +86,13 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   perm]...], [[group, perm]...]]`` (perm 0 DENY, 1 PUB, 2 SUB, 3 PUB|SUB; each list sorted by
   name) -> "OK" once committed: the account added or replaced; ACL_DELETE ``access_key`` -> "OK"
   or ACCOUNT_NOT_FOUND (leader); ACL_LIST ``access_key`` ("": all) -> the accounts without
-  their secrets (any replica; ``broker.acl_service``). Admin only.
+  their secrets (any replica; ``broker.features.acl.service``). Admin only.
 
 With access control on (``--acl``), every request comes in a SIGNED envelope
 (``protocol.auth``); an unsigned one, a bad signature, a stale or replayed one is
-SIGNATURE_REFUSED, a request the account may not make ACCESS_DENIED (``broker.acl_service``).
+SIGNATURE_REFUSED, a request the account may not make ACCESS_DENIED (``broker.features.acl.service``).
 
-The broker checks every request itself (``broker.handlers``): the argument count, each field's
+The broker checks every request itself (``broker.core.requests``): the argument count, each field's
 type and range (integers are never negative; a bool is not an integer), reserved topic names,
 and the read rules (read permission, read-queue count). Anything else is a BAD_REQUEST error
 naming the field. A pull's ``max_messages`` is capped at MAX_PULL_MESSAGES and its
@@ -145,7 +145,7 @@ ACL_LIST = 136
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
-# The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.handlers``).
+# The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.core.requests``).
 
 FOUND = "FOUND"
 NO_NEW_MSG = "NO_NEW_MSG"

@@ -40,7 +40,7 @@ from protocol.broker_errors import BadRequestError
 
 __all__ = ["EXPRESSION_MAX_CHARS", "NESTING_MAX", "SqlFilter", "SqlFilterError", "compile_sql"]
 
-EXPRESSION_MAX_CHARS = 4096  # the same bound as broker.handlers' (a test keeps them equal)
+EXPRESSION_MAX_CHARS = 4096  # the same bound as broker.core.requests' (a test keeps them equal)
 NESTING_MAX = 64  # '(' and NOT levels: bounds the parser's and the evaluator's recursion
 LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
 

@@ -22,7 +22,7 @@ import yaml
 
 from broker.__main__ import _advertised
 from broker.__main__ import start as broker_start
-from broker.broker_config import BrokerConfig
+from broker.config import BrokerConfig
 from protocol.namesrv_addrs import parse_namesrv_list
 from dledger.node_cli import node_config, parse_address
 from dledger.node.config import NodeConfig

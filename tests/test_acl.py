@@ -1,18 +1,18 @@
 """Access control's pure parts: signatures and the replay guard (``protocol.auth``), accounts and
-permissions (``broker.acl``), its log entries and checkpoint, and the request table
-(``broker.acl_service.NEEDS``) covering every kind a broker serves."""
+permissions (``broker.features.acl.model``), its log entries and checkpoint, and the request table
+(``broker.features.acl.service.NEEDS``) covering every kind a broker serves."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.acl import DENY, PUB, PUB_SUB, SUB, Account, AclTable, Need, parse_perm, permits
-from broker.acl_entries import AclDelete, AclPut, encode_acl
-from broker.acl_service import NEEDS
-from broker.entries import decode
+from broker.features.acl.model import DENY, PUB, PUB_SUB, SUB, Account, AclTable, Need, parse_perm, permits
+from broker.features.acl.entries import AclDelete, AclPut, encode_acl
+from broker.features.acl.service import NEEDS
+from broker.core.entries import decode
 from protocol.broker_errors import BadEntryError
-from broker.handlers import served_kinds
-from broker.state import BrokerState
+from broker.core.requests import served_kinds
+from broker.core.state import BrokerState
 from protocol.auth import (
     SIGNED,
     Credentials,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from protocol import broker_kinds as bp
-from broker.acl import DENY, PUB, Account
+from broker.features.acl.model import DENY, PUB, Account
 from chaos.live.acl_checker import AclVerdict, PermChange, SendAttempt, check_acl
 from client import AccessDeniedError, ClientError, Credentials, Message, Producer, SignatureError
 from client.routes import Routes

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from protocol import broker_kinds as bp
-from broker.acl import PUB, SUB, Account
+from broker.features.acl.model import PUB, SUB, Account
 from client import (
     AccessDeniedError,
     Credentials,

@@ -17,8 +17,8 @@ from click.testing import CliRunner, Result
 
 from protocol import broker_kinds as bp
 from protocol.broker_kinds import RESET_EARLIEST_MS
-from broker.entries import OffsetReset, TopicPut, decode, encode
-from broker.state import BrokerState
+from broker.core.entries import OffsetReset, TopicPut, decode, encode
+from broker.core.state import BrokerState
 from cli import main as cli_main
 from client import (
     ConsumeStatus,

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from broker.__main__ import main
-from broker.broker_config import BrokerConfig
+from broker.config import BrokerConfig
 from client import Message, Producer, PullConsumer
 from dledger.node.runtime import NodeConfig
 from tests.clusters import console_ok, namesrv_group

@@ -10,11 +10,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PURE_PACKAGES = [ROOT / "dledger" / "raft"]
 # The broker's state machine and what it is made of (its server, the shell, is not pure).
-PURE_BROKER_MODULES = ("broker.state", "broker.entries",
-                       "broker.consumequeue", "broker.dedup", "broker.delay",
-                       "broker.orderly", "broker.retry", "broker.applied",
-                       "broker.txn", "broker.txn_apply", "broker.pop", "broker.pop_entries",
-                       "broker.pop_apply", "broker.acl", "broker.acl_entries")
+PURE_BROKER_MODULES = ("broker.core.state", "broker.core.entries",
+                       "broker.core.consumequeue", "broker.core.dedup", "broker.features.delay.model",
+                       "broker.features.orderly.model", "broker.features.retry.model", "broker.core.applied",
+                       "broker.features.txn.model", "broker.features.txn.apply", "broker.features.pop.model", "broker.features.pop.entries",
+                       "broker.features.pop.apply", "broker.features.acl.model", "broker.features.acl.entries")
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).
 PURE_FIRST_PARTY = {"protocol.errors", "protocol.auth_rules", "protocol.topics", "protocol.broker_errors",

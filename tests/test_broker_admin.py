@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from broker.admin import make_app
+from broker.shell.http import make_app
 
 
 async def _get(server: Any, path: str) -> tuple[int, Any]:

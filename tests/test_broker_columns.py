@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
-from broker.dedup import COMPACT_MIN, ROW_BYTES, TS_SPAN, DedupTable, fingerprint
-from broker.state import BrokerState
+from broker.core.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
+from broker.core.dedup import COMPACT_MIN, ROW_BYTES, TS_SPAN, DedupTable, fingerprint
+from broker.core.state import BrokerState
 
 
 def test_a_consume_queue_reads_like_a_list_of_units() -> None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import BrokerState, Message, SendEntry, TopicPut, decode, encode
-from broker.entries import (
+from broker.core.entries import (
     KIND_SEND_RUNS,
     VERSION,
     SendRun,
@@ -22,7 +22,7 @@ from broker.entries import (
 )
 from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import MessageTooLargeError, message_bytes, offset_msg_id
-from broker.sendwire import run_answers, wire_messages
+from broker.api.sendwire import run_answers, wire_messages
 from protocol.topics import PERM_READ
 from tests.test_broker_state import Log, decoders_agree
 
@@ -143,7 +143,7 @@ def test_entries_in_todays_send_format_still_apply_the_same_way() -> None:
     assert (unit.position, unit.slot, unit.size, unit.store_ts_ms) == (0, 0, 4, 1234)
 
 
-# -- the leader's checks of a send's messages (broker.sendwire) ------------------------------------
+# -- the leader's checks of a send's messages (broker.api.sendwire) ------------------------------------
 
 
 @pytest.mark.parametrize("message, field", [

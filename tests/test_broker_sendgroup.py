@@ -1,4 +1,4 @@
-"""Group commit of sends on the leader (``broker.sendgroup``): the requests of one loop turn
+"""Group commit of sends on the leader (``broker.api.sendgroup``): the requests of one loop turn
 become one entry, whatever their topics and queues (one run per queue); each request gets its own
 slices of the entry's answer, one per run of its own, in order; bounds split groups; a refused
 run fails only the requests that sent to it; failures reach every request of the group."""
@@ -9,7 +9,7 @@ import asyncio
 from typing import Any
 
 from protocol.broker_errors import BrokerError
-from broker.sendgroup import SendGroups
+from broker.api.sendgroup import SendGroups
 from protocol.errors import NotLeaderError
 
 

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from protocol import broker_kinds as bp
-from broker.acl import SUB, Account
+from broker.features.acl.model import SUB, Account
 from client import Credentials
 from client.routes import Routes
 from dledger.localcluster import LocalCluster

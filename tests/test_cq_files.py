@@ -1,4 +1,4 @@
-"""Consume queues in files (``broker.cq_files``): they read like the in-memory queues across file
+"""Consume queues in files (``broker.core.cq_files``): they read like the in-memory queues across file
 boundaries and unwritten units, a checkpoint records where they end, a restore cuts back what
 was written after it and refuses files that are short, deleted topics' files go only after a
 checkpoint without them, and retention deletes whole files from the front."""
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.checkpoint import CHECKPOINT_FILE, QUEUES_DIR, load_checkpoint, save_checkpoint
-from broker.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
-from broker.cq_files import ConsumeQueueFilesError, FileConsumeQueue, FileQueues
-from broker.entries import TopicDelete, encode, encode_send
-from broker.state import BrokerState
+from broker.shell.checkpoint import CHECKPOINT_FILE, QUEUES_DIR, load_checkpoint, save_checkpoint
+from broker.core.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
+from broker.core.cq_files import ConsumeQueueFilesError, FileConsumeQueue, FileQueues
+from broker.core.entries import TopicDelete, encode, encode_send
+from broker.core.state import BrokerState
 
 
 class _Log:

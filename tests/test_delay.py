@@ -1,4 +1,4 @@
-"""Delayed and timed messages, the pure part (``broker.delay``) and the state machine's use of it:
+"""Delayed and timed messages, the pure part (``broker.features.delay.model``) and the state machine's use of it:
 the levels, the leader's rewrite, the index of pending timers (bounded bytes per timer, the same
 snapshot on every replica), schedule and delivery entries (a timer delivered once however many
 deliveries name it; the canary that stores it again), checkpoints with timers."""
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import BrokerState, StateConfig, encode
-from broker.delay import (
+from broker.features.delay.model import (
     BUCKET_MS,
     DEFAULT_LEVELS,
     RECORD,
@@ -24,9 +24,9 @@ from broker.delay import (
     route_run,
     timer_of,
 )
-from broker.delay_service import MAX_WAIT_S, look_again_s
-from broker.entries import TimerDeliver, encode_runs, stored_messages
-from broker.sendwire import run_answers
+from broker.features.delay.service import MAX_WAIT_S, look_again_s
+from broker.core.entries import TimerDeliver, encode_runs, stored_messages
+from broker.api.sendwire import run_answers
 
 LEVELS = parse_levels(DEFAULT_LEVELS)
 WEEK_MS = 7 * 24 * 3600 * 1000

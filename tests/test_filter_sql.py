@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import handlers
+from broker.core import requests as handlers
 from protocol.broker_errors import BadRequestError
 from protocol.filter_sql import (
     EXPRESSION_MAX_CHARS,

@@ -1,4 +1,4 @@
-"""The gateway's pure half (``broker.grpc_codec``): RocketMQ 5 protocol messages checked field by
+"""The gateway's pure half (``broker.frontends.grpc.codec``): RocketMQ 5 protocol messages checked field by
 field and mapped onto our send rows and back."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.grpc_codec import (PROP_BORN_HOST, PROP_DELIVER_MS, PROP_MESSAGE_GROUP, GatewayError,
+from broker.frontends.grpc.codec import (PROP_BORN_HOST, PROP_DELIVER_MS, PROP_MESSAGE_GROUP, GatewayError,
                                code_of, inbound, outbound)
 from client import errors
 
@@ -114,7 +114,7 @@ def test_an_unexpected_failure_is_answered_internal_server_error_not_unknown() -
 
     from rocketmq.grpc_protocol import service_pb2 as sv
 
-    from broker.grpc_codec import guarded
+    from broker.frontends.grpc.codec import guarded
 
     class Broken:
         @guarded(sv.HeartbeatResponse)

@@ -1,4 +1,4 @@
-"""The key index on disk (broker.index_file, broker.index): chains and collisions, rotation by
+"""The key index on disk (broker.features.query.index_file, broker.features.query.index): chains and collisions, rotation by
 entry count named by log index, the count bound, checkpoints that survive a reopen, damaged
 superblocks and files rebuilt from the log."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.entries import KIND_TOPIC_PUT, VERSION, encode_runs, encode_send
-from broker.index import IndexConfig, KeyIndex, catch_up, decoded, key_hash, unique_hash
-from broker.index_file import SUPER_AT, IndexFile, IndexFileError
+from broker.core.entries import KIND_TOPIC_PUT, VERSION, encode_runs, encode_send
+from broker.features.query.index import IndexConfig, KeyIndex, catch_up, decoded, key_hash, unique_hash
+from broker.features.query.index_file import SUPER_AT, IndexFile, IndexFileError
 
 import cbor2
 

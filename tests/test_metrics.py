@@ -1,4 +1,4 @@
-"""``/metrics`` of brokers and NameServers (``broker.metrics``, ``namesrv.metrics``): the text parses
+"""``/metrics`` of brokers and NameServers (``broker.shell.metrics``, ``namesrv.metrics``): the text parses
 with ``prometheus_client.parser``; under the benchmark's load (its closed loop of sends, a batch
 pipeline, parallel pulls) the counters and histograms move as the work done says; an election
 shows on the new leader; the Grafana dashboard in ``deploy/`` reads only names that exist."""

@@ -1,4 +1,4 @@
-"""Ordered messages (the issue's item 3): the lock table's rules (``broker.orderly``), and on real
+"""Ordered messages (the issue's item 3): the lock table's rules (``broker.features.orderly.model``), and on real
 processes 10,000 messages over 1,000 order ids sent through a queue selector and consumed by two
 orderly consumers while one consumer restarts and the leader is killed, and a third member joins
 right after the kill: each order id's messages are processed in send order and no two members
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.orderly import LockTable
+from broker.features.orderly.model import LockTable
 from chaos.live.orderly_checker import Processing, check_orderly
 from client import ConsumeStatus, Message, Producer, ReceivedMessage
 from client.orderly import OrderlyPushConsumer

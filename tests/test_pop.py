@@ -1,4 +1,4 @@
-"""Pop consumption's pure part (``broker.pop``) and its entries applied by the state machine:
+"""Pop consumption's pure part (``broker.features.pop.model``) and its entries applied by the state machine:
 receipts, invisibility, acks, FIFO's one-at-a-time rule, dead letters, checkpoints, and a model
 check that no acknowledged offset is ever handed out again."""
 
@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from broker.entries import TopicPut, encode
-from broker.pop import INFLIGHT_MAX, PopConflict, PopTable
-from broker.pop_entries import PopAck, PopChange, PopDead, PopEntry, encode_pop
-from broker.state import BrokerState
-from broker.entries import encode_send
+from broker.core.entries import TopicPut, encode
+from broker.features.pop.model import INFLIGHT_MAX, PopConflict, PopTable
+from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry, encode_pop
+from broker.core.state import BrokerState
+from broker.core.entries import encode_send
 
 KEY = ("g", "t", 0)
 INV = 30_000

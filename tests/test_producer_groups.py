@@ -1,5 +1,5 @@
 """Producer groups: the broker's table of live producers and their connections
-(``broker.producers``: heartbeats, expiry, a closed connection's producers gone, round robin),
+(``broker.features.txn.producers``: heartbeats, expiry, a closed connection's producers gone, round robin),
 the client's reading of a CHECK_TRANSACTION frame (``client.producer_group``), which takes
 garbage without raising, and its heartbeat rounds: one that missed a node is repeated within a
 second, then 2, 4... up to the period (a node back from a crash must know the producers before
@@ -14,8 +14,8 @@ import pytest
 
 from client import producer_group
 
-from broker.members import MAX_MEMBERS
-from broker.producers import ProducerGroups
+from broker.core.members import MAX_MEMBERS
+from broker.features.txn.producers import ProducerGroups
 from client.producer_group import (HEARTBEAT_INTERVAL_S, RETRY_S, ProducerRegistration,
                                    check_group, next_pause_s, parse_check)
 from client.routes import GroupRoute

@@ -1,4 +1,4 @@
-"""Retry and dead letters (the issue's item 1): the send-back copy's rules (``broker.retry``), and
+"""Retry and dead letters (the issue's item 1): the send-back copy's rules (``broker.features.retry.model``), and
 on real processes a push consumer that fails a message three times then succeeds (four
 deliveries, delay levels 3, 4, 5, its offset moving on), one that always fails (the message in
 ``%DLQ%<group>`` after ``max_reconsume_times`` reconsumes with its topic and msg id kept), and
@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 from click.testing import CliRunner
 
-from broker.retry import resent_from_dlq, send_back
+from broker.features.retry.model import resent_from_dlq, send_back
 from cli import main as cli_main
 from client import (
     ConsumeStatus,

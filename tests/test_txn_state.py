@@ -1,4 +1,4 @@
-"""Transactions in the state machine (``broker.txn``, ``broker.txn_apply``): a half message is in
+"""Transactions in the state machine (``broker.features.txn.model``, ``broker.features.txn.apply``): a half message is in
 no consumer's queue; COMMIT makes it visible once, ROLLBACK never; a repeated END answers as the
 first, the other decision after one is refused; a commit whose consumer offsets moved rolls back;
 check-backs count once; the table survives a checkpoint, and older checkpoints still load."""
@@ -10,9 +10,9 @@ from typing import Any
 import cbor2
 import pytest
 
-from broker.entries import TxnCheck, TxnEnd, encode, encode_send
-from broker.state import BrokerState, StateConfig
-from broker.txn import (
+from broker.core.entries import TxnCheck, TxnEnd, encode, encode_send
+from broker.core.state import BrokerState, StateConfig
+from broker.features.txn.model import (
     CHECK_MAX_TOPIC,
     DECISIONS_KEPT,
     HALF_QUEUE,
@@ -41,7 +41,7 @@ class Group:
         return self.state.apply(self.index, self.index * 1000, data)
 
     def topic(self, name: str = "orders", queues: int = 2) -> None:
-        from broker.entries import TopicPut
+        from broker.core.entries import TopicPut
         assert self.apply(encode(TopicPut(name, queues, queues, 6))).status == "OK"
 
     def half(self, txn_id: str, key: str, body: bytes = b"b", group: str = "pg",
@@ -138,7 +138,7 @@ def test_an_end_that_missed_a_half_is_refused_as_changed(g: Group) -> None:
 
 
 def test_a_commit_whose_offsets_moved_rolls_back(g: Group) -> None:
-    from broker.entries import OffsetCommit
+    from broker.core.entries import OffsetCommit
     g.apply(encode(OffsetCommit("cg", "orders", 0, 5)))
     half_and_keep(g, "T1", "K1")
     conflict = g.end("T1", "COMMIT", offsets=(("cg", "orders", 0, 4, 6),))

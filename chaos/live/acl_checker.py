@@ -1,4 +1,4 @@
-"""The checker of access control (``broker.acl``) over a recorded history: the permission changes
+"""The checker of access control (``broker.features.acl.model``) over a recorded history: the permission changes
 an admin made (when each was acknowledged) and the sends an account attempted on a topic (when
 each began, how it ended).
 

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from protocol import broker_kinds as bp
-from broker.retry import ORIGIN_MESSAGE_ID, RECONSUME_TIME, UNIQ_KEY, dlq_topic
+from broker.features.retry.model import ORIGIN_MESSAGE_ID, RECONSUME_TIME, UNIQ_KEY, dlq_topic
 from chaos.live.delay_checker import Delivered, check_delayed
 from chaos.live.feature_clients import (
     DELAY_TOPIC,

@@ -425,7 +425,7 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "txn_forget": ("S6", {}),
     # a killed node's restart keeps the consume-queue units written after its checkpoint, and
     # the replay of the log appends them again: its queues hold messages twice, at offsets the
-    # other replicas give to other messages (broker.cq_files)
+    # other replicas give to other messages (broker.core.cq_files)
     "cq_keep_tail": ("S6", {}),
     # a restarted node forgets the membership changes its log holds (chaos.live.membership)
     "membership_forget_on_restart": ("S17", {}),

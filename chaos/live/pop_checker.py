@@ -1,4 +1,4 @@
-"""The checker of pop consumption (RocketMQ 5 clients at the gRPC endpoint, ``broker.pop``) over
+"""The checker of pop consumption (RocketMQ 5 clients at the gRPC endpoint, ``broker.features.pop.model``) over
 a recorded history: what the producers were told was sent, what the consumers received (when
 each receive call began), and which acks the brokers acknowledged (when each ack returned).
 
@@ -6,7 +6,7 @@ Judged:
 - loss: a send acknowledged to its producer never received by the group;
 - redelivery after ack: a message received by a receive call that began after an ack of that
   message had been acknowledged (an ack is answered only once its entry is applied, so no later
-  receive may return the message: ``broker.pop``'s guarantee);
+  receive may return the message: ``broker.features.pop.model``'s guarantee);
 - and counted, not judged: deliveries beyond the first of a message whose ack had not been
   acknowledged yet (invisible times ending, lost answers): RocketMQ's at-least-once.
 

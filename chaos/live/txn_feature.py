@@ -34,8 +34,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from broker.txn import CHECK_MAX_TOPIC, TRANSACTION_ID
-from broker.txn_service import CHECK_PERIOD_S
+from broker.features.txn.model import CHECK_MAX_TOPIC, TRANSACTION_ID
+from broker.features.txn.service import CHECK_PERIOD_S
 from chaos.live.feature_clients import SEND_ERRORS
 from chaos.live.txn_checker import (
     COMMITTING,

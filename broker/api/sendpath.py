@@ -1,0 +1,200 @@
+"""The leader's send path: SEND and SEND_RUNS requests checked (``sendwire``: every field, the
+sizes) and against the state machine's topics, grouped with the other sends of the loop turn
+(``sendgroup``), proposed as one entry, and answered per run once it is applied.
+
+The hot path of the broker: a request from the connection is handled without a task (``handle``)
+and the node's future always ends (committed, leadership lost, stopped); the client enforces
+its own deadline. Owns nothing replicated: it reads the server's state machine, node and
+configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.features.delay.model import DelayError, route_run
+from broker.core.entries import encode_runs, encode_send
+from protocol.broker_errors import BadDelayError, BadEntryError, BrokerError
+from protocol.broker_kinds import SEND, SendRefusedError
+from broker.api.sendgroup import Run, RunKey, SendGroups
+from broker.api.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
+from protocol.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
+from protocol.errors import DLedgerError
+from protocol.envelope import Request, encode_error, encode_result
+from dledger.node.runtime import Committed
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+
+class Connection(Protocol):
+    def send_payload(self, payload: bytes) -> None: ...
+
+
+class SendPath:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.groups = SendGroups(self._propose, self._answer)
+
+    def handle(self, req: Request, conn: Connection) -> bool:
+        """A SEND or SEND_RUNS request from ``conn``, answered on it when its entry is applied
+        (or at once with a named error). Returns True: the request is handled."""
+        rid = req.request_id
+        started_s = time.perf_counter()
+        try:
+            self.server.require_leader()
+            if req.kind == SEND:
+                if len(req.args) != 3:
+                    raise BadEntryError("SEND takes a topic, a queue id and messages")
+                topic, queue_id, raw = req.args
+                runs, answers = [self._run(topic, queue_id, raw, batch=True)], None
+            else:
+                runs, answers = self._runs(req.args)
+        except (DLedgerError, BrokerError) as err:
+            conn.send_payload(encode_error(rid, err))
+            return True
+
+        def reply(got: list[list[Any]] | None, err: BaseException | None) -> None:
+            try:
+                if got is None:
+                    raise err or BrokerError("send failed")
+                self.server.metrics.sent(runs, got, started_s)
+                conn.send_payload(encode_result(rid, _merge(answers, got) if answers is not None
+                                                else _sole_answer(got[0])))
+            except (DLedgerError, BrokerError) as failure:
+                conn.send_payload(encode_error(rid, failure))
+            except Exception as failure:  # noqa: BLE001 - the client must get an answer
+                conn.send_payload(encode_error(rid, BrokerError(f"send failed: {failure!r}")))
+
+        if runs:
+            self.groups.add(runs, reply)
+        else:  # every run refused before proposing
+            conn.send_payload(encode_result(rid, answers))
+        return True
+
+    async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+        """SEND through the group commit, awaited."""
+        self.server.require_leader()
+        return await self._await_run(self._run(topic, queue_id, raw, batch=True))
+
+    async def submit(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+        """Messages the broker stores on its own account (retries, dead letters) to a system
+        topic that exists: checked as any send's, delayed as their properties say."""
+        self.server.require_leader()
+        config = self.server.config
+        messages, size, _ = wire_messages(topic, raw, config.max_message_bytes, batch=False)
+        try:
+            topic, queue_id, messages = route_run(
+                topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
+                config.max_delay_ms, batch=False)
+        except DelayError as err:
+            raise BadDelayError(str(err)) from err
+        return await self._await_run((topic, queue_id, messages, size))
+
+    async def _await_run(self, run: Run) -> list[Any]:
+        fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
+        started_s = time.perf_counter()
+
+        def reply(answers: list[list[Any]] | None, err: BaseException | None) -> None:
+            if fut.done():
+                return
+            if answers is not None:
+                self.server.metrics.sent([run], answers, started_s)
+                fut.set_result(answers)
+            else:
+                fut.set_exception(err or BrokerError("send failed"))
+
+        self.groups.add([run], reply)
+        return _sole_answer((await fut)[0])
+
+    def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any]]:
+        """SEND_RUNS' runs checked one by one: the valid ones, and the answers so far (a
+        refused run's ``[code, detail]``, None where the entry will answer)."""
+        if len(args) != 1 or type(args[0]) is not list or not args[0]:
+            raise BadEntryError("SEND_RUNS takes one non-empty list of [topic, queue id, messages]")
+        runs: list[Run] = []
+        answers: list[Any] = []
+        for raw_run in args[0]:
+            try:
+                if type(raw_run) is not list or len(raw_run) != 3:
+                    raise BadEntryError("a run is [topic, queue id, messages]")
+                topic, queue_id, raw = raw_run
+                runs.append(self._run(topic, queue_id, raw, batch=False))
+                answers.append(None)
+            except BrokerError as err:
+                answers.append([err.code, getattr(err, "detail", str(err))])
+        return runs, answers
+
+    def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool) -> Run:
+        """One run of a send request checked (``check_run``), a delayed one routed to the
+        schedule topic."""
+        messages, size, with_props = self.check_run(topic, queue_id, raw, batch)
+        if with_props:  # only a message with properties can be delayed
+            config = self.server.config
+            try:
+                topic, queue_id, messages = route_run(
+                    topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
+                    config.max_delay_ms, batch)
+            except DelayError as err:
+                raise BadDelayError(str(err)) from err
+        return topic, queue_id, messages, size
+
+    def check_run(self, topic: Any, queue_id: Any, raw: Any,
+                  batch: bool) -> tuple[list[list[Any]], int, bool]:
+        """One run of a send request checked: every field, the sizes, the topic's state; its
+        messages, their size and whether any has properties (``sendwire.wire_messages``)."""
+        if type(queue_id) is not int:
+            raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
+        config = self.server.config
+        messages, size, with_props = wire_messages(
+            validate_topic_name(topic, reserved=SEND_RESERVED_TOPICS), raw,
+            config.max_message_bytes, batch)
+        if queue_id < 0:
+            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
+        cfg = self.server.state.topics.get(topic)
+        if cfg is None and not config.auto_create_topics and topic != TRACE_TOPIC:
+            raise SendRefusedError("TOPIC_NOT_FOUND", topic)
+        if cfg is not None and not cfg.writable:
+            raise SendRefusedError("NO_PERMISSION", f"{topic} is not writable")
+        if cfg is not None and queue_id >= cfg.write_queues:
+            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
+        return messages, size, with_props
+
+    def _propose(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:
+        ts_ms = int(time.time() * 1000)
+        config = self.server.config
+        auto, queues = config.auto_create_topics, config.default_queues
+        # (the trace topic is created by its first send whatever the broker's auto-create says)
+        if len(runs) == 1:  # one queue: the entry older replicas also read
+            (topic, queue_id), messages = runs[0]
+            data = encode_send(topic, queue_id, ts_ms, messages, auto or topic == TRACE_TOPIC,
+                               queues)
+        else:
+            data = encode_runs(ts_ms, [[t, q, msgs, auto or t == TRACE_TOPIC, queues]
+                                       for (t, q), msgs in runs])
+        fut = self.server.node.submit(check_entry_size(data))
+        self.server.metrics.proposed(fut)
+        return fut
+
+    def _answer(self, committed: Committed) -> list[list[Any]]:
+        result = self.server.results.pop(committed.index, None)
+        if result is None:
+            raise BrokerError(f"no apply result for entry {committed.index}")
+        store = self.server.node.store
+        position = store.position_of(result.index) if store else 0
+        return run_answers(self.server.group, position, result)
+
+
+def _sole_answer(answer: list[Any]) -> list[Any]:
+    """SEND's answer from its run's: the run's refusal becomes the request's error."""
+    if answer[0] != SEND_OK:
+        raise SendRefusedError(answer[0], answer[1])
+    return answer
+
+
+def _merge(answers: list[Any], got: list[list[Any]]) -> list[Any]:
+    """SEND_RUNS' answers: those refused before proposing, the entry's in the other places."""
+    it = iter(got)
+    return [a if a is not None else next(it) for a in answers]

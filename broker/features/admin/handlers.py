@@ -1,0 +1,110 @@
+"""The broker's admin requests about consumer groups (issue 18's admin part): OFFSET_RESET, a
+consumer group's offsets on every read queue of a topic set to a time, in one entry; and
+CONSUMER_STATUS, one node's view of a group (its live members with their subscriptions, as
+their heartbeats told this node, and its offsets against the queues' max offsets). Also
+STATE_DIGEST (issue 19): a CRC32 of this node's whole state machine, to compare replicas.
+
+Registers with ``broker.core.requests`` (``handles``); owns no state: it reads the server's state
+machine and membership and proposes through the server.
+
+A reset is refused (GROUP_ACTIVE) while live members of the group subscribe to the topic: the
+push and lite consumers keep their progress in memory and commit it every few seconds, so they
+would overwrite the reset (Kafka's rule: a reset needs an inactive group). ``force`` resets all
+the same. A consumer that assigns itself queues (``LitePullConsumer.assign``) sends no
+heartbeats, so it is not seen here: stop it first.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from broker.core.entries import OffsetReset
+from protocol.broker_errors import BrokerError
+from broker.core.requests import _brief, handles, integer, readable_topic, text
+from protocol.broker_kinds import CONSUMER_STATUS, OFFSET_RESET, STATE_DIGEST, SendRefusedError
+from protocol.errors import DLedgerError
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+
+
+class GroupActiveError(BrokerError):
+    """A consumer group's offsets cannot be reset while live members consume the topic (they
+    would overwrite it with their own progress); the message names them."""
+
+    code = "GROUP_ACTIVE"
+
+
+def boolean(v: Any) -> bool:
+    if type(v) is not bool:
+        raise ValueError(f"must be true or false, got {_brief(v)}")
+    return v
+
+
+def subscribers(server: BrokerServer, group: str, topic: str) -> list[str]:
+    """The live members of ``group`` on this node that subscribe to ``topic``."""
+    return [m.client_id for m in server.members.members(group, time.monotonic())
+            if any(t == topic for t, _ in m.subscriptions)]
+
+
+@handles(OFFSET_RESET, group=text(), topic=readable_topic, timestamp_ms=integer(),
+         force=boolean)
+async def offset_reset(server: BrokerServer, group: str, topic: str, timestamp_ms: int,
+                       force: bool) -> list[list[int]]:
+    server.require_leader()
+    await server.node.read_barrier()  # offsets and queues as every earlier commit left them
+    cfg = server.state.topics.get(topic)
+    if cfg is None:
+        raise SendRefusedError("TOPIC_NOT_FOUND", topic)
+    active = subscribers(server, group, topic)
+    if active and not force:
+        raise GroupActiveError(
+            f"consumer group {group!r} has {len(active)} live member(s) on {topic} "
+            f"({', '.join(active[:8])}{', ...' if len(active) > 8 else ''}), which would "
+            f"overwrite the reset with their own progress: stop them first (or force it)")
+    rows = []
+    for qid in range(cfg.read_queues):
+        new = max(server.state.offset_at(topic, qid, timestamp_ms),
+                  server._retained_offset(topic, qid))  # noqa: SLF001 - the server's own rule
+        rows.append([qid, server.state.offsets.get((group, topic, qid), -1), new])
+    if rows:
+        await server.leader_commit(OffsetReset(group, topic, tuple((q, n) for q, _, n in rows)))
+    return rows
+
+
+@handles(CONSUMER_STATUS, group=text())
+async def consumer_status(server: BrokerServer, group: str) -> dict[str, Any]:
+    leader = server.node.is_leader
+    if leader:
+        try:
+            await server.node.read_barrier()  # the leader's offsets: every commit included
+        except DLedgerError:
+            leader = False  # deposed meanwhile: this node's offsets may lag
+    now = time.monotonic()
+    members = server.members.members(group, now)
+    state = server.state
+    topics = {t for m in members for t, _ in m.subscriptions}
+    topics.update(t for g, t, _ in state.offsets if g == group)
+    queues = []
+    for topic in sorted(topics):
+        cfg = state.topics.get(topic)
+        for qid in range(cfg.read_queues if cfg is not None else 0):
+            queues.append([topic, qid, state.offsets.get((group, topic, qid), -1),
+                           state.queue_range(topic, qid)[1]])
+    return {"node": server.config.node.node_id, "leader": leader,
+            "members": [{"client_id": m.client_id, "model": m.model,
+                         "subscriptions": dict(m.subscriptions),
+                         "expires_in_ms": max(0, int((m.expires_at - now) * 1000))}
+                        for m in members],
+            "queues": queues}
+
+
+@handles(STATE_DIGEST)
+async def state_digest(server: BrokerServer) -> list[int]:
+    """This node's state machine as a CRC32 (of its checkpoint's bytes), to compare replicas."""
+    store = server.node.store
+    first, last = (store.first_index(), store.last_index()) if store is not None else (0, 0)
+    return [server.state.applied_index, zlib.crc32(server.state.snapshot()), first, last]

@@ -1,0 +1,248 @@
+"""The leader's side of pop consumption (``broker.features.pop.model``): receive, ack, change invisibility,
+dead letters. Plans each change from the applied state and the commitlog, proposes it as one
+entry, and answers from what its apply did. Owns nothing replicated; its only state is a lock
+per (group, topic, queue), so that this leader never plans two pops of one queue at once (a
+pop planned on a stale view would be refused at apply anyway: ``PopConflict``).
+
+A receive (POP_RECEIVE) looks at the queues of the topic in turn (or the one named): first the
+messages in flight whose invisible time is over (those past the group's maximum delivery
+attempts go to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model`` makes),
+then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
+pull passes it). A topic not created yet reads as empty (its first send may create it), as a
+pull reads it. It long-polls up to ``poll_ms`` for new messages or a message's invisible time
+to end. A message with a message group (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule
+is ``broker.features.pop.model``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker.core.entries import TopicPut
+from protocol.filter_sql import SqlFilter
+from broker.features.pop.model import INFLIGHT_MAX, PopKey
+from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry, encode_pop
+from protocol.broker_kinds import SendRefusedError, offset_msg_id
+from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
+from broker.core.applied import ApplyResult, tag_hash
+from protocol.topics import PERM_RW
+from protocol.errors import DLedgerError
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+MESSAGE_GROUP_PROPERTY = "__SHARDINGKEY"  # RocketMQ's sharding key: a FIFO message's group
+SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
+WAKE_S_MAX = 1.0  # a long poll looks again at least this often (messages coming visible)
+
+
+class PopService:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self._locks: dict[PopKey, asyncio.Lock] = {}
+        self._turn = 0  # rotates the queue a receive of "any queue" looks at first
+        self.popped = 0  # messages this node handed out as leader (for status)
+        self.dead = 0
+
+    # -- receive --------------------------------------------------------------------------------
+
+    async def receive(self, group: str, topic: str, queue_id: int, max_messages: int,
+                      invisible_ms: int, tags: list[str], sql: SqlFilter | None, poll_ms: int,
+                      max_attempts: int) -> list[Any]:
+        """POP_RECEIVE: up to ``max_messages`` messages of one queue, each
+        ``[queue id, queue offset, body, tags, keys, unique key, [[k, v]...], born ms, store ms,
+        offset msg id, epoch, attempt]``; [] when the long poll ends with none."""
+        server = self.server
+        server.require_leader()
+        await server.node.read_barrier()  # plan on everything committed before this term
+        deadline = time.monotonic() + poll_ms / 1000
+        while True:
+            cfg = server.state.topics.get(topic)
+            if cfg is None:  # not created yet (its first send auto-creates it): nothing to read
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                await self._wait(group, topic, [0], min(remaining, WAKE_S_MAX))
+                server.require_leader()
+                continue
+            if not cfg.readable:
+                raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable")
+            if queue_id >= cfg.read_queues:
+                raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
+            qids = [queue_id] if queue_id >= 0 else _rotated(cfg.read_queues, self._turn)
+            self._turn += 1
+            for qid in qids:
+                out = await self._receive_queue(group, topic, qid, max_messages, invisible_ms,
+                                                tags, sql, max_attempts)
+                if out:
+                    self.popped += len(out)
+                    return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            await self._wait(group, topic, qids, min(remaining, WAKE_S_MAX))
+            server.require_leader()
+
+    async def _wait(self, group: str, topic: str, qids: list[int], timeout_s: float) -> None:
+        """Until a message arrives in one of the queues, one in flight comes visible, or the
+        timeout."""
+        now_ms = int(time.time() * 1000)
+        pops = self.server.state.pops
+        for qid in qids:
+            due = pops.next_visible_ms((group, topic, qid))
+            if due is not None:
+                timeout_s = max(0.0, min(timeout_s, (due - now_ms) / 1000 + 0.001))
+        arrivals = self.server._arrivals
+        waits = [asyncio.ensure_future(arrivals.setdefault((topic, q), asyncio.Event()).wait())
+                 for q in qids]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _receive_queue(self, group: str, topic: str, qid: int, max_messages: int,
+                             invisible_ms: int, tags: list[str], sql: SqlFilter | None,
+                             max_attempts: int) -> list[Any]:
+        key = (group, topic, qid)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            state = self.server.state
+            now_ms = int(time.time() * 1000)
+            redeliver = []
+            for off, f in state.pops.due(key, now_ms)[:max_messages]:
+                if f.attempt >= max_attempts:
+                    await self._dead_letter(key, off, f.epoch, max_attempts)
+                else:
+                    redeliver.append(off)
+            q = state.pops.get(key)
+            first, length = self._range(topic, qid)
+            cursor = q.cursor if q is not None else state.offsets.get(key, first)
+            lo = max(cursor, first)
+            room = min(max_messages - len(redeliver), INFLIGHT_MAX - (len(q.inflight) if q else 0))
+            # an ordered message in flight (being redelivered or not) holds back the next
+            ordered_busy = q is not None and any(f.ordered for f in q.inflight.values())
+            fresh, hi = self._scan(topic, qid, lo, length, room, tags, sql, ordered_busy)
+            if not redeliver and hi == lo:
+                return []
+            entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
+                             lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh))
+            result = await self.server.commit(encode_pop(entry))
+            if result.status != "OK":
+                return []  # (a conflict: the next look plans again from the applied state)
+            return self._rows(topic, qid, result)
+
+    def _range(self, topic: str, qid: int) -> tuple[int, int]:
+        lo, hi = self.server.state.queue_range(topic, qid)
+        return max(lo, self.server._retained_offset(topic, qid)), hi
+
+    def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, tags: list[str],
+              sql: SqlFilter | None, ordered_busy: bool) -> tuple[list[tuple[int, bool]], int]:
+        """Fresh offsets from ``lo``: (offset, ordered) of each to hand out, and where the
+        cursor moves (past the messages filtered out; never past an ordered message that must
+        wait for the one in flight)."""
+        if room <= 0 or lo >= length:
+            return [], lo
+        wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
+        entries: dict[int, list[Any]] = {}
+        fresh: list[tuple[int, bool]] = []
+        hi = lo
+        for k, unit in enumerate(self.server.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
+            off = lo + k
+            if wanted is not None and unit.tag_hash not in wanted:
+                hi = off + 1
+                continue
+            m = self.server._read_message(unit.position, unit.slot, entries)
+            if (wanted is not None and m.tags not in tags) or \
+                    (sql is not None and not sql.matches(dict(m.properties), m.tags)):
+                hi = off + 1
+                continue
+            ordered = any(n == MESSAGE_GROUP_PROPERTY for n, _ in m.properties)
+            if ordered and ordered_busy:
+                break  # the queue's ordered messages wait for the one in flight
+            fresh.append((off, ordered))
+            hi = off + 1
+            if ordered:
+                ordered_busy = True
+            if len(fresh) >= room:
+                break
+        return fresh, hi
+
+    def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
+        entries: dict[int, list[Any]] = {}
+        out = []
+        for off, attempt in result.popped:
+            unit = self.server.state.units(topic, qid, off, 1)[0]
+            m = self.server._read_message(unit.position, unit.slot, entries)
+            out.append([qid, off, m.body, m.tags, list(m.keys), m.unique_key,
+                        [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
+                        offset_msg_id(self.server.group, unit.position, unit.slot),
+                        result.index, attempt])
+        return out
+
+    # -- ack, change, dead letters ------------------------------------------------------------
+
+    async def ack(self, group: str, topic: str, qid: int,
+                  receipts: list[tuple[int, int]]) -> list[bool]:
+        """POP_ACK: per (offset, epoch), acknowledged (or already) or a stale receipt."""
+        self.server.require_leader()
+        entry = PopAck(int(time.time() * 1000), group, topic, qid, tuple(receipts))
+        return list((await self._commit(entry)).acked)
+
+    async def change(self, group: str, topic: str, qid: int, offset: int, epoch: int,
+                     invisible_ms: int) -> int:
+        """POP_CHANGE: the offset invisible for ``invisible_ms`` from now; its new epoch."""
+        self.server.require_leader()
+        entry = PopChange(int(time.time() * 1000), group, topic, qid, offset, epoch, invisible_ms)
+        return (await self._commit(entry)).index
+
+    async def dead_letter(self, group: str, topic: str, qid: int, offset: int, epoch: int,
+                          max_attempts: int) -> str:
+        """POP_DEAD: the offset to the group's dead-letter queue at once (the consumer gave up
+        on it); the dead-letter topic."""
+        self.server.require_leader()
+        await self.server.node.read_barrier()
+        return await self._dead_letter((group, topic, qid), offset, epoch, max_attempts)
+
+    async def _dead_letter(self, key: PopKey, offset: int, epoch: int, max_attempts: int) -> str:
+        group, topic, qid = key
+        units = self.server.state.units(topic, qid, offset, 1)
+        if not units:
+            raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic} queue {qid} offset {offset}")
+        unit = units[0]
+        try:
+            m = self.server._read_message(unit.position, unit.slot, {})
+        except DLedgerError as err:  # retention deleted it: nothing to copy, it leaves flight
+            await self._commit(PopAck(int(time.time() * 1000), group, topic, qid, ((offset, epoch),)))
+            raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic}@{offset}: {err}") from err
+        raw = [m.body, m.tags, list(m.keys), m.unique_key, [list(p) for p in m.properties],
+               m.born_ts_ms]
+        msg_id = offset_msg_id(self.server.group, unit.position, unit.slot)
+        back = send_back(group, raw, topic, msg_id, -1, max_attempts)
+        target = dlq_topic(group)
+        if target not in self.server.state.topics:
+            await self.server.leader_commit(TopicPut(target, DLQ_QUEUES, DLQ_QUEUES, PERM_RW,
+                                                     system=True))
+        await self._commit(PopDead(int(time.time() * 1000), group, topic, qid, offset, epoch,
+                                   target, back.message))
+        self.dead += 1
+        return target
+
+    async def _commit(self, entry: Any) -> ApplyResult:
+        result = await self.server.commit(encode_pop(entry))
+        if result.status != "OK":
+            raise SendRefusedError(result.status, result.detail)
+        return result
+
+    def status(self) -> dict[str, int]:
+        return {"popped_here": self.popped, "pop_dead_lettered_here": self.dead}
+
+
+def _rotated(n: int, turn: int) -> list[int]:
+    start = turn % n if n else 0
+    return [(start + k) % n for k in range(n)]
+
+
+__all__ = ["MESSAGE_GROUP_PROPERTY", "PopService"]

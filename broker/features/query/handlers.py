@@ -1,0 +1,56 @@
+"""The query requests (``protocol.broker_kinds`` kinds 120-122): VIEW_MESSAGE, QUERY_BY_KEY and
+QUERY_BY_UNIQUE_KEY, registered in the request table of ``broker.core.requests`` (each field
+checked there before the handler runs; a malformed offset msg id is a BAD_REQUEST naming it).
+Any replica answers, from what it has applied (``broker.features.query.lookup``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker.core.requests import handles, integer, readable_topic
+from broker.features.query.lookup import QUERY_MESSAGES_MAX, Lookup
+from protocol.broker_kinds import QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VIEW_MESSAGE, parse_offset_msg_id
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+KEY_MAX_CHARS = 4096  # a key or unique key asked for
+
+
+def offset_msg_id(v: Any) -> str:
+    if type(v) is not str:
+        raise ValueError(f"must be a string, got {type(v).__name__}")
+    parse_offset_msg_id(v)
+    return v
+
+
+def key_text(v: Any) -> str:
+    if type(v) is not str or not 0 < len(v) <= KEY_MAX_CHARS:
+        raise ValueError(f"must be a string of 1..{KEY_MAX_CHARS} characters")
+    return v
+
+
+def any_or_topic(v: Any) -> str:
+    """A topic name, or "" for any topic."""
+    return "" if v == "" else readable_topic(v)
+
+
+max_messages = integer(1, QUERY_MESSAGES_MAX)
+
+
+@handles(VIEW_MESSAGE, offset_msg_id=offset_msg_id)
+async def view_message(server: BrokerServer, offset_id: str) -> list[Any]:
+    return Lookup(server).view(offset_id)
+
+
+@handles(QUERY_BY_KEY, topic=readable_topic, key=key_text, begin_ms=integer(), end_ms=integer(),
+         max_messages=max_messages)
+async def query_by_key(server: BrokerServer, topic: str, key: str, begin_ms: int, end_ms: int,
+                       limit: int) -> list[list[Any]]:
+    return Lookup(server).by_key(topic, key, begin_ms, end_ms, limit)
+
+
+@handles(QUERY_BY_UNIQUE_KEY, unique_key=key_text, topic=any_or_topic, max_messages=max_messages)
+async def query_by_unique_key(server: BrokerServer, unique_key: str, topic: str,
+                              limit: int) -> list[list[Any]]:
+    return Lookup(server).by_unique_key(unique_key, topic, limit)

@@ -1,0 +1,3 @@
+"""The broker's front ends: adapters from a client protocol to the broker API."""
+
+__all__: list[str] = []

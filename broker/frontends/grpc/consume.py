@@ -1,0 +1,251 @@
+"""The consuming calls of the gRPC endpoint (``broker.frontends.grpc.gateway``): QueryAssignment,
+ReceiveMessage, AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue, on
+pop consumption (``broker.features.pop.model``), each forwarded to the leader of the group that holds the
+queue.
+
+A receipt handle names that group, the queue, the offset and the receipt's epoch:
+``<group>/<queue id>/<offset>/<epoch>``. It is checked by the state machine (the epoch must be
+the offset's current one), so a forged or stale handle acknowledges nothing; it is not a
+credential (access control is another issue's).
+
+QueryAssignment gives a consumer one queue per group that serves the topic, with queue id -1:
+a receive there takes messages from any of the group's queues of the topic (RocketMQ 5's pop
+consumption); the instances of a consumer group share the queues message by message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Callable
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+
+from protocol import broker_kinds as bp
+from broker.frontends.grpc.codec import GatewayError, code_of, guarded, log, outbound, status
+from broker.features.pop.model import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
+from client import errors
+from client.routes import GroupRoute, Routes, TopicRoute, client_error
+from protocol.errors import DLedgerError
+from protocol.envelope import RemoteError
+
+DEFAULT_INVISIBLE_MS = 60_000  # a push consumer's receive (it names none; RocketMQ's default)
+POLL_MS_MAX = 30_000
+ACK_ENTRIES_MAX = 1024
+DEADLINE_MARGIN_S = 1.0  # a long poll answers this long before the client's deadline
+REMOTE_CODES = {
+    "INVALID_RECEIPT_HANDLE": pb.Code.INVALID_RECEIPT_HANDLE,
+    "TOPIC_NOT_FOUND": pb.Code.TOPIC_NOT_FOUND,
+    "QUEUE_NOT_FOUND": pb.Code.BAD_REQUEST,
+    "NO_PERMISSION": pb.Code.FORBIDDEN,
+    "MESSAGE_NOT_FOUND": pb.Code.MESSAGE_NOT_FOUND,
+    "BAD_REQUEST": pb.Code.BAD_REQUEST,
+}
+
+
+def handle_text(group: str, queue_id: int, offset: int, epoch: int) -> str:
+    return f"{group}/{queue_id}/{offset}/{epoch}"
+
+
+def parse_handle(text: str) -> tuple[str, int, int, int]:
+    parts = text.split("/")
+    if len(parts) != 4 or not parts[0] or not all(p.isdigit() and len(p) < 20 for p in parts[1:]):
+        raise GatewayError(pb.Code.INVALID_RECEIPT_HANDLE, f"not a receipt handle: {text[:80]!r}")
+    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+
+
+def _filter(expression: Any) -> tuple[list[str], str]:
+    """(tags, sql) of a FilterExpression: a TAG expression ``a || b`` or ``*``, or SQL92."""
+    text = expression.expression.strip()
+    if expression.type == pb.FilterType.SQL:
+        if not text:
+            raise GatewayError(pb.Code.ILLEGAL_FILTER_EXPRESSION, "an empty SQL92 expression")
+        return ["*"], text
+    if not text or text == "*":
+        return ["*"], ""
+    tags = [t.strip() for t in text.split("||")]
+    if any(not t for t in tags):
+        raise GatewayError(pb.Code.ILLEGAL_FILTER_EXPRESSION, f"bad tag expression {text!r}")
+    return tags, ""
+
+
+def _ms(duration: Any) -> int:
+    return int(duration.seconds) * 1000 + int(duration.nanos) // 1_000_000
+
+
+class ConsumeCalls:
+    """The consuming RPCs, mixed into ``GrpcGateway`` (which provides these)."""
+
+    routes: Routes
+    calls: int
+    max_delivery_attempts: int
+    accepted_types: tuple[int, ...]
+    endpoints_of: Callable[[GroupRoute], Any]
+
+    async def _ensure_routes(self) -> None:
+        raise NotImplementedError
+
+    async def _group_route(self, topic: str, group: str) -> GroupRoute:
+        try:
+            await self._ensure_routes()
+            route = await self.routes.route(topic)
+        except errors.ClientError as err:  # no NameServer answers, no group registered
+            raise GatewayError(code_of(err), str(err)) from err
+        for g in route.groups:
+            if g.group == group:
+                return g
+        raise GatewayError(pb.Code.NOT_FOUND, f"group {group!r} does not serve {topic!r}")
+
+    async def _leader_call(self, topic: str, group: str, kind: int, *args: Any,
+                           timeout_s: float = 5.0) -> Any:
+        g = await self._group_route(topic, group)
+        try:
+            _, res = await self.routes.group_client(g).call_leader(kind, *args, timeout_s=timeout_s)
+        except RemoteError as err:
+            code = pb.Code.INVALID_TRANSACTION_ID if err.code.startswith("TXN_") \
+                or err.code == "BAD_TRANSACTION" else REMOTE_CODES.get(err.code)
+            raise GatewayError(code or pb.Code.INTERNAL_SERVER_ERROR, str(err)) from err
+        except DLedgerError as err:
+            raise GatewayError(code_of(client_error(err)), str(err)) from err
+        return res
+
+    async def _fresh_route(self, topic: str) -> TopicRoute:
+        """The topic's route asked of the NameServers now (a client's route query)."""
+        self.calls += 1
+        await self._ensure_routes()
+        return await self.routes.route(topic, refresh=True)
+
+    def queue_of(self, topic: Any, g: GroupRoute, qid: int, permission: int,
+                 endpoints: Any) -> Any:
+        mq = pb.MessageQueue(id=qid, permission=permission,
+                             accept_message_types=self.accepted_types)
+        mq.topic.CopyFrom(topic)
+        mq.broker.name = g.group
+        mq.broker.endpoints.CopyFrom(endpoints)
+        return mq
+
+    @guarded(sv.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        topic = request.topic.name
+        try:
+            route = await self._fresh_route(topic)
+        except errors.ClientError as err:
+            return sv.QueryAssignmentResponse(status=status(code_of(err), str(err)))
+        out = []
+        for g in route.groups:
+            endpoints = self.endpoints_of(g)
+            if endpoints is None or not g.perm & 4 or g.read_queues == 0:
+                continue
+            out.append(pb.Assignment(message_queue=self.queue_of(
+                request.topic, g, -1, pb.Permission.READ_WRITE, endpoints)))
+        if not out:
+            return sv.QueryAssignmentResponse(status=status(
+                pb.Code.TOPIC_NOT_FOUND, f"no group serves {topic!r} to read over gRPC"))
+        return sv.QueryAssignmentResponse(status=status(), assignments=out)
+
+    async def ReceiveMessage(self, request: Any,
+                             context: Any) -> AsyncIterator[Any]:
+        self.calls += 1
+        mq = request.message_queue
+        topic, group = mq.topic.name, request.group.name
+        try:
+            if not group:
+                raise GatewayError(pb.Code.ILLEGAL_CONSUMER_GROUP, "the request names no group")
+            if not 0 < request.batch_size <= bp.MAX_PULL_MESSAGES:
+                raise GatewayError(pb.Code.BAD_REQUEST,
+                                   f"batch size must be 1..{bp.MAX_PULL_MESSAGES}")
+            invisible_ms = _ms(request.invisible_duration) if request.HasField(
+                "invisible_duration") else DEFAULT_INVISIBLE_MS
+            if not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
+                raise GatewayError(pb.Code.ILLEGAL_INVISIBLE_TIME,
+                                   f"invisible duration must be {INVISIBLE_MS_MIN}.."
+                                   f"{INVISIBLE_MS_MAX} ms")
+            tags, sql = _filter(request.filter_expression)
+            poll_ms = min(_ms(request.long_polling_timeout), POLL_MS_MAX)
+            remaining = context.time_remaining()
+            if remaining is not None:
+                poll_ms = max(0, min(poll_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
+            rows = await self._leader_call(
+                topic, mq.broker.name, bp.POP_RECEIVE, group, topic, -1, request.batch_size,
+                invisible_ms, tags, sql, poll_ms, self.max_delivery_attempts,
+                timeout_s=poll_ms / 1000 + 5.0)
+        except GatewayError as err:
+            yield sv.ReceiveMessageResponse(status=status(err.code, str(err)))
+            return
+        except Exception as err:  # noqa: BLE001 - any bug: a named status, logged
+            log.exception("gRPC ReceiveMessage failed")
+            yield sv.ReceiveMessageResponse(status=status(pb.Code.INTERNAL_SERVER_ERROR,
+                                                          f"{type(err).__name__}: {err}"))
+            return
+        if rows:  # when they left the server (clients measure delivery latency from it)
+            delivered = sv.ReceiveMessageResponse()
+            delivered.delivery_timestamp.GetCurrentTime()
+            yield delivered
+        for qid, off, body, tags_, keys, key, props, born, store, _, epoch, attempt in rows:
+            handle = handle_text(mq.broker.name, qid, off, epoch)
+            yield sv.ReceiveMessageResponse(message=outbound(
+                topic, qid, off, body, tags_, tuple(keys), key, tuple(map(tuple, props)), born,
+                store, attempt, handle, invisible_ms))
+        if rows:
+            yield sv.ReceiveMessageResponse(status=status())
+        else:
+            yield sv.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND,
+                                                          "no new message"))
+
+    @guarded(sv.AckMessageResponse)
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        topic, group = request.topic.name, request.group.name
+        if not 0 < len(request.entries) <= ACK_ENTRIES_MAX:
+            return sv.AckMessageResponse(status=status(
+                pb.Code.BAD_REQUEST, f"an ack names 1..{ACK_ENTRIES_MAX} receipts"))
+        results = []
+        for entry in request.entries:
+            try:
+                broker, qid, off, epoch = parse_handle(entry.receipt_handle)
+                (ok,) = await self._leader_call(topic, broker, bp.POP_ACK, group, topic, qid,
+                                                [[off, epoch]])
+                st = status() if ok else status(pb.Code.INVALID_RECEIPT_HANDLE,
+                                                "the receipt is stale: delivered again since")
+            except GatewayError as err:
+                st = status(err.code, str(err))
+            results.append(sv.AckMessageResultEntry(message_id=entry.message_id,
+                                                    receipt_handle=entry.receipt_handle,
+                                                    status=st))
+        codes = {r.status.code for r in results}
+        overall = status() if codes == {pb.Code.OK} else (
+            results[0].status if len(codes) == 1 else status(pb.Code.MULTIPLE_RESULTS, "mixed"))
+        return sv.AckMessageResponse(status=overall, entries=results)
+
+    @guarded(sv.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        topic, group = request.topic.name, request.group.name
+        try:
+            broker, qid, off, epoch = parse_handle(request.receipt_handle)
+            invisible_ms = _ms(request.invisible_duration)
+            if not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
+                raise GatewayError(pb.Code.ILLEGAL_INVISIBLE_TIME,
+                                   f"invisible duration must be {INVISIBLE_MS_MIN}.."
+                                   f"{INVISIBLE_MS_MAX} ms")
+            new_epoch = await self._leader_call(topic, broker, bp.POP_CHANGE, group, topic, qid,
+                                                off, epoch, invisible_ms)
+        except GatewayError as err:
+            return sv.ChangeInvisibleDurationResponse(status=status(err.code, str(err)))
+        return sv.ChangeInvisibleDurationResponse(
+            status=status(), receipt_handle=handle_text(broker, qid, off, new_epoch))
+
+    @guarded(sv.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request: Any,
+                                              context: Any) -> Any:
+        self.calls += 1
+        topic, group = request.topic.name, request.group.name
+        try:
+            broker, qid, off, epoch = parse_handle(request.receipt_handle)
+            await self._leader_call(topic, broker, bp.POP_DEAD, group, topic, qid, off, epoch,
+                                    max(1, request.max_delivery_attempts or 1))
+        except GatewayError as err:
+            return sv.ForwardMessageToDeadLetterQueueResponse(status=status(err.code, str(err)))
+        return sv.ForwardMessageToDeadLetterQueueResponse(status=status())
+
+
+__all__ = ["ConsumeCalls", "handle_text", "parse_handle"]

@@ -1,0 +1,46 @@
+"""A broker node's admin HTTP endpoints (aiohttp): ``/status`` (JSON), ``/metrics`` (Prometheus
+text, ``broker.shell.metrics``), ``/livez`` and ``/readyz``. Read-only views of the node and its state
+machine."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from broker.shell.metrics import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+
+def make_app(server: BrokerServer) -> web.Application:
+    app = web.Application(client_max_size=64 << 10)
+
+    async def status(_: web.Request) -> web.Response:
+        return web.json_response(server.status())
+
+    async def livez(_: web.Request) -> web.Response:
+        # A node whose log stopped (a failed write or fsync) is not alive as a member: 503, so
+        # that a probe looking only at the status code (a supervisor, Kubernetes) restarts it.
+        failure = server.node.failure
+        if failure is None:
+            return web.json_response({"ok": True})
+        return web.json_response({"ok": False, "failure": f"{type(failure).__name__}: {failure}"},
+                                 status=503)
+
+    async def readyz(_: web.Request) -> web.Response:
+        ready = server.caught_up()
+        return web.json_response({"ready": ready, "leader": server.node.status().raft.leader_id},
+                                 status=200 if ready else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = server.metrics.render()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/status", status)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
