@@ -113,7 +113,7 @@ async def _measure(cluster: LocalCluster, n: int, size: int) -> None:
                    f"({n / took_s:,.0f} msg/s)")
         for nid in nodes:
             (r0, a0), (r1, a1) = before[nid], after[nid]
-            ckpt = os.path.join(cluster.servers[nid].data_dir, "broker.shell.checkpoint")
+            ckpt = os.path.join(cluster.servers[nid].data_dir, "broker.checkpoint")
             size_mib = os.path.getsize(ckpt) / 2**20 if os.path.exists(ckpt) else 0.0
             click.echo(f"  {nid}: RSS {r0:.1f} -> {r1:.1f} MiB ({(r1 - r0) * 2**20 / n:.0f} B "
                        f"per message), anonymous {a0:.1f} -> {a1:.1f} MiB "

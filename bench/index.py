@@ -33,7 +33,7 @@ from bench.harness import broker_group
 from bench.delay import PER_REQUEST, rss_mib, send_runs
 from broker.core.entries import encode_runs
 from broker.features.query.index import IndexConfig, KeyIndex, key_hash
-from broker.core.state import BrokerState
+from broker.machine.state import BrokerState
 from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
 
@@ -92,7 +92,7 @@ def _du_mib(path: str) -> float:
 def _apply_only(n: int, size: int, queries: int, with_index: bool) -> None:
     body = b"x" * size
     state = BrokerState()
-    index = KeyIndex.open(tempfile.mkdtemp(prefix="bench-index-"), IndexConfig()) \
+    index = KeyIndex.open(tempfile.mkdtemp(prefix="bench-index-"), state.registry, IndexConfig()) \
         if with_index else None
     anon0 = rss_mib(os.getpid(), "RssAnon")
     took_s, position = 0.0, 0

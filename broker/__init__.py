@@ -1,18 +1,12 @@
-"""The broker: topics, queues, consume queues, offsets and dedup, as a deterministic state machine
-applied to committed entries of the replicated log (``dledger``). This package exports the pure
-core (``topics``, ``entries``, ``state``); the leader's services (``server``, the send path,
-pulls, ``registrar``, ``admin``) are modules of their own."""
+"""The broker: topics, queues, consume queues, offsets and the messaging features, as a
+deterministic state machine applied to committed entries of the replicated log (``dledger``),
+served to clients by front ends over one in-process API.
 
-from broker.core.consumequeue import CQUnit
-from broker.core.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut, decode, encode
-from protocol.broker_errors import BadEntryError, BrokerError, InvalidTopicError
-from broker.core.applied import ApplyResult
-from broker.core.state import BrokerState, StateConfig
-from protocol.topics import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig, validate_topic_name
+Layers, bottom to top: ``core`` (the state machine's core, the entry registry, the request
+table), ``features`` (each feature's model, entries, apply, service and handlers), ``machine``
+(the state machine assembled), ``api`` (the in-process broker API), ``frontends`` (our protocol
+and RocketMQ 5's gRPC), ``shell`` (checkpoints, admin HTTP, metrics, registration), and the node
+itself (``config``, ``server``). docs/design.md says more.
+"""
 
-__all__ = [
-    "PERM_READ", "PERM_RW", "PERM_WRITE", "ApplyResult", "BadEntryError", "BrokerError",
-    "BrokerState", "CQUnit", "InvalidTopicError", "Message", "OffsetCommit", "SendEntry",
-    "StateConfig", "TopicConfig", "TopicDelete", "TopicPut", "decode", "encode",
-    "validate_topic_name",
-]
+__all__: list[str] = []

@@ -13,7 +13,7 @@ from broker.features.query.index import IndexConfig
 from broker.features.orderly.service import LOCK_CANARIES
 from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from broker.features.retry.service import RETRY_CANARIES
-from broker.core.state import STATE_CANARIES
+from broker.machine.parts import STATE_CANARIES
 from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 from broker.features.txn.service import TXN_CANARIES
 from protocol.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials

@@ -34,12 +34,9 @@ from broker.features.delay.model import SCHEDULE_TOPIC
 from broker.features.delay.service import DelayService
 from broker.features.orderly.service import LockService
 from broker.features.retry.service import RetryService
-from broker.core.entries import (
-    Message,
-    encode,
-    message_of,
-    stored_messages,
-)
+from broker.core.entries import Message
+from broker.machine.kinds import encode, stored_messages
+from broker.core.codec import message_of
 from protocol.broker_errors import BadEntryError, BadRequestError, BrokerError
 from protocol.filter_sql import SqlFilter
 from broker.features.acl.service import AclService
@@ -64,7 +61,8 @@ from broker.features.pop.service import PopService
 from broker.shell.registrar import Registrar
 from broker.api.sendpath import SendPath
 from broker.core.applied import ApplyResult, tag_hash
-from broker.core.state import STATE_CANARIES, StateConfig
+from broker.machine.parts import STATE_CANARIES
+from broker.core.state import StateConfig
 from protocol.errors import DiskFullError, DLedgerError, NotLeaderError, WireError
 from protocol.framed import (
     ConnectionLimits,
@@ -139,7 +137,7 @@ class BrokerServer:
         self.state = load_checkpoint(config.node.data_dir, not config.node.canaries.skip_checksum,
                                      self.state_config, queue_files=True, canaries=config.canaries)
         # The key index catches up with the checkpoint from the log, then follows the apply.
-        self.index: KeyIndex = open_index(config.node.data_dir, config.index,
+        self.index: KeyIndex = open_index(config.node.data_dir, config.index, self.state.registry,
                                           self.state.applied_index,
                                           not config.node.canaries.skip_checksum)
         # The log replays only what the checkpoint does not cover.

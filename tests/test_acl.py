@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 
 from broker.features.acl.model import DENY, PUB, PUB_SUB, SUB, Account, AclTable, Need, parse_perm, permits
-from broker.features.acl.entries import AclDelete, AclPut, encode_acl
+from broker.features.acl.entries import AclDelete, AclPut
+from broker.machine.kinds import encode
 from broker.features.acl.service import NEEDS
-from broker.core.entries import decode
+from broker.machine.kinds import decode
 from protocol.broker_errors import BadEntryError
 from broker.core.requests import served_kinds
-from broker.core.state import BrokerState
+from broker.machine.state import BrokerState
 from protocol.auth import (
     SIGNED,
     Credentials,
@@ -142,15 +143,15 @@ def test_permissions_follow_rocketmq_plain_acl() -> None:
 
 def test_acl_entries_apply_alike_and_survive_the_checkpoint() -> None:
     a = Account("alice", "alice-secret-1", False, DENY, SUB, (("orders", PUB),), ())
-    put = encode_acl(AclPut(5, a))
+    put = encode(AclPut(5, a))
     assert decode(put) == AclPut(5, a)
     state = BrokerState()
     assert state.apply(1, 0, put).status == "OK"
     assert state.acl.get("alice") == a
-    assert state.apply(2, 0, encode_acl(AclDelete(6, "bob"))).status == "ACCOUNT_NOT_FOUND"
+    assert state.apply(2, 0, encode(AclDelete(6, "bob"))).status == "ACCOUNT_NOT_FOUND"
     restored = BrokerState.restore(state.snapshot())
     assert restored.acl.get("alice") == a and restored.snapshot() == state.snapshot()
-    assert state.apply(3, 0, encode_acl(AclDelete(7, "alice"))).status == "OK"
+    assert state.apply(3, 0, encode(AclDelete(7, "alice"))).status == "OK"
     assert state.acl.get("alice") is None
     # a malformed entry is refused alike on every replica, never a crash
     bad = put.replace(b"alice-secret-1", b"short\x00\x00\x00\x00\x00\x00\x00\x00\x00")

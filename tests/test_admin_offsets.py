@@ -17,8 +17,10 @@ from click.testing import CliRunner, Result
 
 from protocol import broker_kinds as bp
 from protocol.broker_kinds import RESET_EARLIEST_MS
-from broker.core.entries import OffsetReset, TopicPut, decode, encode
-from broker.core.state import BrokerState
+from broker.features.admin.entries import OffsetReset
+from broker.core.entries import TopicPut
+from broker.machine.kinds import decode, encode
+from broker.machine.state import BrokerState
 from cli import main as cli_main
 from client import (
     ConsumeStatus,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from broker.core.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
 from broker.core.dedup import COMPACT_MIN, ROW_BYTES, TS_SPAN, DedupTable, fingerprint
-from broker.core.state import BrokerState
+from broker.machine.state import BrokerState
 
 
 def test_a_consume_queue_reads_like_a_list_of_units() -> None:

@@ -10,16 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import BrokerState, Message, SendEntry, TopicPut, decode, encode
-from broker.core.entries import (
-    KIND_SEND_RUNS,
-    VERSION,
-    SendRun,
-    SendRunsEntry,
-    StoredRuns,
-    decode_for_apply,
-    stored_messages,
-)
+from broker.machine.state import BrokerState
+
+from broker.core.entries import Message, SendEntry, TopicPut
+
+from broker.machine.kinds import decode, encode
+from broker.core.entries import KIND_SEND_RUNS, SendRun, SendRunsEntry, StoredRuns
+from broker.core.codec import VERSION
+from broker.machine.kinds import decode_for_apply, stored_messages
 from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import MessageTooLargeError, message_bytes, offset_msg_id
 from broker.api.sendwire import run_answers, wire_messages

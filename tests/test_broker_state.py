@@ -7,20 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import (
-    BadEntryError,
-    BrokerState,
-    InvalidTopicError,
-    Message,
-    OffsetCommit,
-    SendEntry,
-    StateConfig,
-    TopicDelete,
-    TopicPut,
-    decode,
-    encode,
-    validate_topic_name,
-)
+from protocol.broker_errors import BadEntryError, InvalidTopicError
+
+from broker.machine.state import BrokerState
+
+from broker.core.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut
+
+from broker.core.state import StateConfig
+
+from broker.machine.kinds import decode, encode
+
+from protocol.topics import validate_topic_name
 from broker.core.entries import SendRun, SendRunsEntry
 from protocol.topics import PERM_READ, PERM_RW, PERM_WRITE
 
@@ -249,7 +246,9 @@ entry_fields = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(ODD_VALUES)
 @given(messages=st.lists(shapes, max_size=3), spoilers=entry_fields)
 def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages, spoilers) -> None:
     import cbor2
-    from broker.core.entries import KIND_SEND, VERSION, StoredSend, decode_for_apply
+    from broker.core.entries import KIND_SEND, StoredSend
+    from broker.core.codec import VERSION
+    from broker.machine.kinds import decode_for_apply
     entry = [VERSION, KIND_SEND, "t", 0, 1, messages, True, 4]
     for k, v in spoilers:  # the kind or another field of the entry replaced by an odd value
         entry[1 + k] = v
@@ -275,7 +274,8 @@ def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages, 
 def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
     """A send the leader takes must never become an entry that replicas refuse: with group
     commit, that entry also holds other clients' messages."""
-    from broker.core.entries import StoredRuns, StoredSend, decode_for_apply, encode_runs, encode_send
+    from broker.core.entries import StoredRuns, StoredSend, encode_runs, encode_send
+    from broker.machine.kinds import decode_for_apply
     from broker.api.sendwire import wire_messages
     try:
         wire, _, _ = wire_messages("t", messages, 4 << 20, batch=True)
@@ -292,7 +292,8 @@ def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
 def test_an_odd_field_is_refused_the_same_way_by_both_decoders_and_never_crashes_apply(
         position: int, value: object) -> None:
     import cbor2
-    from broker.core.entries import KIND_SEND, VERSION
+    from broker.core.entries import KIND_SEND
+    from broker.core.codec import VERSION
     entry = [VERSION, KIND_SEND, "t", 0, 1, [[b"x", "", [], "K", [], 5]], True, 4]
     entry[position] = value
     decoders_agree(cbor2.dumps(entry))
@@ -301,7 +302,7 @@ def test_an_odd_field_is_refused_the_same_way_by_both_decoders_and_never_crashes
 def decoders_agree(payload: bytes) -> None:
     """Both decoders refuse the payload, or both take it; applying it never raises (every
     replica records the same result) and stores it exactly when they take it."""
-    from broker.core.entries import decode_for_apply
+    from broker.machine.kinds import decode_for_apply
     try:
         decode(payload)
         accepted = True

@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import BrokerState, StateConfig, encode
+from broker.machine.state import BrokerState
+
+from broker.core.state import StateConfig
+
+from broker.machine.kinds import encode
 from broker.features.delay.model import (
     BUCKET_MS,
     DEFAULT_LEVELS,
@@ -25,7 +29,9 @@ from broker.features.delay.model import (
     timer_of,
 )
 from broker.features.delay.service import MAX_WAIT_S, look_again_s
-from broker.core.entries import TimerDeliver, encode_runs, stored_messages
+from broker.features.delay.entries import TimerDeliver
+from broker.core.entries import encode_runs
+from broker.machine.kinds import stored_messages
 from broker.api.sendwire import run_answers
 
 LEVELS = parse_levels(DEFAULT_LEVELS)

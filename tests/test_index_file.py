@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.entries import KIND_TOPIC_PUT, VERSION, encode_runs, encode_send
-from broker.features.query.index import IndexConfig, KeyIndex, catch_up, decoded, key_hash, unique_hash
+from broker.core.codec import VERSION
+from broker.core.entries import KIND_TOPIC_PUT, encode_runs, encode_send
+from broker.features.query.index import IndexConfig, KeyIndex, catch_up, key_hash, unique_hash
+from broker.features.query.index import decoded as decoded_with
+from broker.machine.kinds import REGISTRY
 from broker.features.query.index_file import SUPER_AT, IndexFile, IndexFileError
 
 import cbor2
 
 
 def _send(topic: str, ts: int, *msgs: tuple[list[str], str]) -> object:
-    return decoded(_payload(topic, ts, *msgs))
+    return decoded_with(_payload(topic, ts, *msgs), REGISTRY)
 
 
 def _payload(topic: str, ts: int, *msgs: tuple[list[str], str]) -> bytes:
@@ -97,7 +100,7 @@ def test_a_damaged_entry_fails_the_checksum(tmp_path: Path) -> None:
 
 def test_files_rotate_by_count_named_by_log_index_and_keep_a_bound(tmp_path: Path) -> None:
     cfg = IndexConfig(slots=8, entries_per_file=4, files_max=3)
-    index = KeyIndex.open(str(tmp_path), cfg)
+    index = KeyIndex.open(str(tmp_path), REGISTRY, cfg)
     for i in range(1, 21):  # 20 entries of 2 keys each: 2 entries a file
         index.add(i, i * 100, _send("T", i, ([f"k{i}"], f"u{i}")))
     index.end_batch()
@@ -110,19 +113,20 @@ def test_files_rotate_by_count_named_by_log_index_and_keep_a_bound(tmp_path: Pat
     index.checkpoint()()
     index.checkpoint_done()
     index.close()
-    again = KeyIndex.open(str(tmp_path), cfg)
+    again = KeyIndex.open(str(tmp_path), REGISTRY, cfg)
     assert again.applied_index == 20 and again.rebuilt_files == 0
     assert _hits(again, key_hash("T", "k19")) == [(1900, 0)]
     again.close()
 
 
 def test_keys_index_topic_and_key_unique_keys_alone_and_time_ranges(tmp_path: Path) -> None:
-    index = KeyIndex.open(str(tmp_path), IndexConfig(slots=64, entries_per_file=100))
+    index = KeyIndex.open(str(tmp_path), REGISTRY, IndexConfig(slots=64, entries_per_file=100))
     index.add(1, 0, _send("A", 1000, (["k"], "u1"), (["k", "j"], "")))
-    index.add(2, 50, decoded(encode_runs(2000, [
+    index.add(2, 50, decoded_with(encode_runs(2000, [
         ["SCHEDULE_TOPIC_XXXX", 0, [[b"x", "", ["k"], "u3", [], 0]], True, 4],
-        ["B", 1, [[b"x", "", ["k"], "u2", [], 0]], True, 4]])))
-    index.add(3, 90, decoded(cbor2.dumps([VERSION, KIND_TOPIC_PUT, "C", 4, 4, 6, False])))
+        ["B", 1, [[b"x", "", ["k"], "u2", [], 0]], True, 4]]), REGISTRY))
+    index.add(3, 90, decoded_with(cbor2.dumps([VERSION, KIND_TOPIC_PUT, "C", 4, 4, 6, False]),
+                                  REGISTRY))
     index.end_batch()
     assert _hits(index, key_hash("A", "k")) == [(0, 1), (0, 0)]
     assert _hits(index, key_hash("A", "j")) == [(0, 1)]
@@ -147,7 +151,7 @@ def test_a_damaged_file_is_deleted_with_later_ones_and_rebuilt_from_the_log(tmp_
     positions = {i: store.position_of(i) for i in range(1, 11)}
     store.close()
     cfg = IndexConfig(slots=8, entries_per_file=3, files_max=0)
-    index = KeyIndex.open(str(tmp_path), cfg)
+    index = KeyIndex.open(str(tmp_path), REGISTRY, cfg)
     assert catch_up(index, str(log_dir), 10) == 10
     index.checkpoint()()
     index.checkpoint_done()
@@ -158,7 +162,7 @@ def test_a_damaged_file_is_deleted_with_later_ones_and_rebuilt_from_the_log(tmp_
         for at in SUPER_AT:
             f.seek(at)
             f.write(b"junk")
-    again = KeyIndex.open(str(tmp_path), cfg)
+    again = KeyIndex.open(str(tmp_path), REGISTRY, cfg)
     assert again.rebuilt_files == 3 and again.applied_index == 3
     assert catch_up(again, str(log_dir), 10) == 7
     assert sorted(os.listdir(tmp_path / "index")) == names  # the same files again

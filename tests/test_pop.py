@@ -8,10 +8,12 @@ import random
 
 import pytest
 
-from broker.core.entries import TopicPut, encode
+from broker.core.entries import TopicPut
+
+from broker.machine.kinds import encode
 from broker.features.pop.model import INFLIGHT_MAX, PopConflict, PopTable
-from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry, encode_pop
-from broker.core.state import BrokerState
+from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
+from broker.machine.state import BrokerState
 from broker.core.entries import encode_send
 
 KEY = ("g", "t", 0)
@@ -89,30 +91,30 @@ def _state_with_messages(n: int) -> BrokerState:
 
 def test_the_state_machine_applies_pops_keeps_offsets_and_survives_a_checkpoint() -> None:
     s = _state_with_messages(4)
-    res = s.apply(3, 0, encode_pop(PopEntry(1000, "g", "t", 0, INV, 0, (), 0, 3,
+    res = s.apply(3, 0, encode(PopEntry(1000, "g", "t", 0, INV, 0, (), 0, 3,
                                             ((0, False), (1, False), (2, False)))))
     assert res.status == "OK" and res.popped == ((0, 1), (1, 1), (2, 1))
-    res = s.apply(4, 0, encode_pop(PopAck(1001, "g", "t", 0, ((0, 3), (1, 99)))))
+    res = s.apply(4, 0, encode(PopAck(1001, "g", "t", 0, ((0, 3), (1, 99)))))
     assert res.acked == (True, False)
     assert s.offsets[KEY] == 1
-    assert s.apply(5, 0, encode_pop(PopChange(1002, "g", "t", 0, 1, 3, 5000))).status == "OK"
-    assert s.apply(6, 0, encode_pop(PopChange(1002, "g", "t", 0, 1, 3, 5000))).status \
+    assert s.apply(5, 0, encode(PopChange(1002, "g", "t", 0, 1, 3, 5000))).status == "OK"
+    assert s.apply(6, 0, encode(PopChange(1002, "g", "t", 0, 1, 3, 5000))).status \
         == "INVALID_RECEIPT_HANDLE"
     again = BrokerState.restore(s.snapshot())
     assert again.pops == s.pops and again.offsets == s.offsets
     # a conflicting pop (planned from the old cursor) is refused alike on every replica
-    assert s.apply(7, 0, encode_pop(PopEntry(1003, "g", "t", 0, INV, 0, (), 0, 1,
+    assert s.apply(7, 0, encode(PopEntry(1003, "g", "t", 0, INV, 0, (), 0, 1,
                                              ((0, False),)))).status == "POP_CONFLICT"
 
 
 def test_a_dead_letter_leaves_flight_and_is_stored_in_one_apply() -> None:
     s = _state_with_messages(1)
     s.apply(3, 0, encode(TopicPut("%DLQ%g", 1, 1, 6, system=True)))
-    s.apply(4, 0, encode_pop(PopEntry(1000, "g", "t", 0, INV, 0, (), 0, 1, ((0, False),))))
+    s.apply(4, 0, encode(PopEntry(1000, "g", "t", 0, INV, 0, (), 0, 1, ((0, False),))))
     copy = [b"m0", "", [], "k0#x", [["RETRY_TOPIC", "t"]], 1]
-    res = s.apply(5, 500, encode_pop(PopDead(2000, "g", "t", 0, 0, 4, "%DLQ%g", copy)))
+    res = s.apply(5, 500, encode(PopDead(2000, "g", "t", 0, 0, 4, "%DLQ%g", copy)))
     assert res.status == "OK" and s.queue_range("%DLQ%g", 0) == (0, 1)
-    again = s.apply(6, 600, encode_pop(PopDead(2000, "g", "t", 0, 0, 4, "%DLQ%g", copy)))
+    again = s.apply(6, 600, encode(PopDead(2000, "g", "t", 0, 0, 4, "%DLQ%g", copy)))
     assert again.status == "INVALID_RECEIPT_HANDLE" and s.queue_range("%DLQ%g", 0) == (0, 1)
 
 

@@ -44,7 +44,7 @@ def _payload(frame: Any) -> bytes:
 
 FRAMES = [
     Offer(3, "n0", "n1", META, (("log/meta", 36), ("log/00000000000000000000.data", 1 << 30),
-                                ("app/broker.shell.checkpoint", 0))),
+                                ("app/broker.checkpoint", 0))),
     Have(((0, hashlib.sha256().digest()), (17, b"d" * 32))),
     Chunk(1, 4096, b"abc", zlib.crc32(b"abc")),
     Done((b"\x00" * 32, b"\xff" * 32)),
@@ -116,7 +116,7 @@ def _stage(data_dir: Path, files: dict[str, bytes], upto: dict[str, int] | None 
 
 
 FILES = {"log/meta": b"M" * 36, "log/00000000000000000000.data": os.urandom(5000),
-         "app/broker.shell.checkpoint": b"C" * 300, "app/empty": b""}
+         "app/broker.checkpoint": b"C" * 300, "app/empty": b""}
 
 
 def test_a_new_offer_resumes_what_is_held_and_drops_the_rest(tmp_path: Path) -> None:
@@ -167,7 +167,7 @@ def _prepare(data_dir: Path) -> None:
     (data_dir / "log" / "old.data").write_bytes(b"old log")
     (data_dir / "index").mkdir()
     (data_dir / "index" / "1.idx").write_bytes(b"old index")
-    (data_dir / "broker.shell.checkpoint").write_bytes(b"old checkpoint")
+    (data_dir / "broker.checkpoint").write_bytes(b"old checkpoint")
     (data_dir / "hardstate").write_bytes(b"term and vote")
     staging = _stage(data_dir, FILES)
     staging.finish([hashlib.sha256(b).digest() for b in FILES.values()])
@@ -176,7 +176,7 @@ def _prepare(data_dir: Path) -> None:
 
 EXPECTED = {"log/meta": FILES["log/meta"],
             "log/00000000000000000000.data": FILES["log/00000000000000000000.data"],
-            "broker.shell.checkpoint": FILES["app/broker.shell.checkpoint"], "empty": b"",
+            "broker.checkpoint": FILES["app/broker.checkpoint"], "empty": b"",
             "hardstate": b"term and vote"}
 
 
@@ -222,7 +222,7 @@ def test_an_install_cut_short_at_any_step_is_finished_by_the_next_start(tmp_path
 
 
 def test_nothing_is_installed_without_a_complete_staging(tmp_path: Path) -> None:
-    _stage(tmp_path, FILES, upto={"app/broker.shell.checkpoint": 3})
+    _stage(tmp_path, FILES, upto={"app/broker.checkpoint": 3})
     with pytest.raises(StorageError, match="no complete staged snapshot"):
         commit_install(str(tmp_path), META)
     assert not (tmp_path / INSTALL_DIR).exists()

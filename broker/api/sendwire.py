@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.features.delay.model import SCHEDULE_TOPIC
-from broker.core.entries import check_message
+from broker.core.codec import check_message
 from broker.features.txn.model import HALF_TOPIC
 from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import (

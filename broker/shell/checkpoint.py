@@ -2,7 +2,7 @@
 ``SnapshotProvider``).
 
 A checkpoint is the state machine at an applied index, so that a restart replays only the log
-after it: ``broker.shell.checkpoint`` (CRC32 then the state's CBOR snapshot, written atomically) plus
+after it: ``broker.checkpoint`` (CRC32 then the state's CBOR snapshot, written atomically) plus
 the consume-queue files it counts (``broker.core.cq_files``: flushed and fsynced first; the checkpoint
 records where each queue ends). The key index is checkpointed alongside and never lags it.
 After a checkpoint is durable, the log may be retained up to it, the files of deleted topics'
@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from broker.core.cq_files import FileConsumeQueue, FileQueues
 from broker.core.consumequeue import QueueStore
 from protocol.broker_errors import BadEntryError
-from broker.core.state import BrokerState, StateConfig
+from broker.machine.state import BrokerState
+from broker.core.state import StateConfig
 from broker.features.query.index import open_index
 from dledger.storage.commitlog import FileLogStore
 from dledger.storage.hardstate import write_file_atomically
@@ -34,9 +35,9 @@ from dledger.raft.types import SnapshotMeta
 if TYPE_CHECKING:
     from broker.server import BrokerServer
 
-log = logging.getLogger("broker.shell.checkpoint")
+log = logging.getLogger("broker.checkpoint")
 
-CHECKPOINT_FILE = "broker.shell.checkpoint"
+CHECKPOINT_FILE = "broker.checkpoint"
 QUEUES_DIR = "consumequeue"
 QUEUE_CANARIES = frozenset({"cq_keep_tail"})  # seeded bugs (tests only), see cq_files.FileQueues
 SNAPSHOT_DERIVED = ("index",)  # rebuilt from the log when a snapshot is installed (key index)
@@ -200,8 +201,8 @@ class Checkpoints:
         self.checkpointed_index = meta.index
         server.results.clear()
         server.index.close()
-        server.index = open_index(data_dir, server.config.index, meta.index, verify,
-                                  server.node.store)
+        server.index = open_index(data_dir, server.config.index, state.registry, meta.index,
+                                  verify, server.node.store)
 
 
 def save_checkpoint(data_dir: str, blob: bytes) -> None:

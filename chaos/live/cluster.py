@@ -401,7 +401,7 @@ class ChaosCluster:
         data_dir = self.brokers.servers[nid].data_dir
         shutil.rmtree(os.path.join(data_dir, "log"), ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(data_dir, "broker.shell.checkpoint"))
+            os.unlink(os.path.join(data_dir, "broker.checkpoint"))
 
     def trace_paths(self) -> list[str]:
         return [p for p in (self.brokers.trace_path(n) for n in self.node_ids) if os.path.exists(p)]

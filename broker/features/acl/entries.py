@@ -1,6 +1,6 @@
 """The log entries that change the ACL (``broker.features.acl.model``): their shapes, encoding and strict
-decoding. Kinds 16-17 of the broker's entry envelope (``broker.core.entries``, whose decoder table
-includes these once this module is imported).
+decoding. Kinds 16-17 of the broker's entry envelope (``broker.core.codec``; registered by
+``broker.features.acl.apply``).
 
 - ACL_PUT ``[ts, account row]``: add or replace an account (``Account.row``: key, secret, admin,
   default topic and group permissions, topic and group permissions)
@@ -13,11 +13,9 @@ ACL file on each broker the same way). Views and logs never show it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-import cbor2
-
-import broker.core.entries as be
+from broker.core.codec import as_int, dump
 from broker.features.acl.model import Account
 from protocol.auth_rules import check_access_key
 
@@ -40,21 +38,23 @@ class AclDelete:
 AclEntries = AclPut | AclDelete
 
 
-def encode_acl(e: AclEntries) -> bytes:
-    if isinstance(e, AclPut):
-        return cbor2.dumps([be.VERSION, KIND_ACL_PUT, e.store_ts_ms, e.account.row()])
-    return cbor2.dumps([be.VERSION, KIND_ACL_DELETE, e.store_ts_ms, e.access_key])
+def encode_acl_put(e: AclPut) -> bytes:
+    return dump(KIND_ACL_PUT, [e.store_ts_ms, e.account.row()])
 
 
-def _put(f: list[Any]) -> AclPut:
+def encode_acl_delete(e: AclDelete) -> bytes:
+    return dump(KIND_ACL_DELETE, [e.store_ts_ms, e.access_key])
+
+
+def decode_acl_put(number: int, f: list[Any]) -> AclPut:
     ts, row = f
-    return AclPut(be._int(ts), Account.from_row(row))
+    return AclPut(as_int(ts), Account.from_row(row))
 
 
-def _delete(f: list[Any]) -> AclDelete:
+def decode_acl_delete(number: int, f: list[Any]) -> AclDelete:
     ts, key = f
-    return AclDelete(be._int(ts), check_access_key(key))
+    return AclDelete(as_int(ts), check_access_key(key))
 
 
-DECODERS: dict[int, Callable[[list[Any]], Any]] = {KIND_ACL_PUT: _put, KIND_ACL_DELETE: _delete}
-be._DECODERS.update(DECODERS)  # decode() and decode_for_apply() know the ACL kinds from here on
+__all__ = ["KIND_ACL_DELETE", "KIND_ACL_PUT", "AclDelete", "AclEntries", "AclPut",
+           "decode_acl_delete", "decode_acl_put", "encode_acl_delete", "encode_acl_put"]

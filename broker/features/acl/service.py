@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from broker.features.acl.model import ADMIN, PUB, SUB, Account, Need, permits
-from broker.features.acl.entries import AclDelete, AclPut, encode_acl
+from broker.features.acl.entries import AclDelete, AclPut
 from protocol.broker_errors import BadRequestError
 from broker.core.requests import handles
 from protocol.broker_kinds import (
@@ -297,7 +297,7 @@ async def _change(server: BrokerServer, entry: AclPut | AclDelete) -> str:
     if "acl_local_only" in server.config.canaries:  # the seeded bug: not through the log
         acl = server.state.acl
         return acl.put(entry.account) if isinstance(entry, AclPut) else acl.delete(entry.access_key)
-    result = await server.commit(encode_acl(entry))
+    result = await server.commit(server.state.registry.encode(entry))
     if result.status != "OK":
         raise SendRefusedError(result.status, "the ACL change was refused")
     return result.status

@@ -20,7 +20,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from broker.core.entries import OffsetReset
+from broker.features.admin.entries import OffsetReset
 from protocol.broker_errors import BrokerError
 from broker.core.requests import _brief, handles, integer, readable_topic, text
 from protocol.broker_kinds import CONSUMER_STATUS, OFFSET_RESET, STATE_DIGEST, SendRefusedError

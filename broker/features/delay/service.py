@@ -20,7 +20,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC, timer_of
-from broker.core.entries import TimerDeliver, stored_messages
+from broker.features.delay.entries import TimerDeliver
+from broker.machine.kinds import stored_messages
 from protocol.broker_errors import BrokerError
 from protocol.errors import DLedgerError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from broker.core.entries import LockQueues
+from broker.features.orderly.entries import LockQueues
 from broker.features.orderly.model import LockTable
 from protocol.consume_rules import LOCK_TTL_MS
 

@@ -2,7 +2,7 @@
 unique key (the client's msg id), on disk in rotating ``broker.features.query.index_file`` files under
 ``<data dir>/index/``.
 
-What is indexed comes from each log entry alone (``broker.core.entries.stored_topics_and_messages``:
+What is indexed comes from each log entry alone (the registry's ``stored_topics``:
 topic, slot, keys, unique key, store time), so that every replica derives the same files from
 the same entries: a file is full when the next entry's keys do not fit (never split), and the
 next file is named by that entry's log index. Copies in the schedule topic and the broker's
@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterator
 
 from broker.features.delay.model import SCHEDULE_TOPIC
 from protocol.topics import TRACE_TOPIC
-from broker.core.entries import StoredSend, decode_for_apply, stored_topics_and_messages
+from broker.core.entries import StoredSend
+from broker.core.registry import EntryRegistry
 from protocol.broker_errors import BadEntryError
 from broker.features.query.index_file import IndexFile, IndexFileError
 
@@ -70,14 +71,14 @@ def indexed_topic(topic: str) -> bool:
     return topic == TRACE_TOPIC or (topic != SCHEDULE_TOPIC and not topic.startswith("RMQ_SYS_"))
 
 
-def entry_hashes(entry: object) -> tuple[int, list[int]]:
+def entry_hashes(entry: object, registry: EntryRegistry) -> tuple[int, list[int]]:
     """(store time, [key hash, slot, key hash, slot...]) of what one decoded entry stores (flat:
     the replicas' apply path builds no tuple per key)."""
     if type(entry) is StoredSend:  # the hot path: a send of one run
         topic = entry.topic
         return entry.store_ts_ms, _run_hashes(topic, entry.messages, 0, []) \
             if indexed_topic(topic) else []
-    stored = stored_topics_and_messages(entry)
+    stored = registry.stored_topics(entry)
     if stored is None:
         return 0, []
     out: list[int] = []
@@ -105,19 +106,19 @@ def _run_hashes(topic: str, messages: list[Any], slot: int, out: list[int]) -> l
     return out
 
 
-def decoded(payload: bytes) -> object:
+def decoded(payload: bytes, registry: EntryRegistry) -> object:
     """A log entry's payload as the state machine decoded it at apply (None: it stored nothing)."""
     if not payload:
         return None
     try:
-        return decode_for_apply(payload)
+        return registry.decode_for_apply(payload)
     except BadEntryError:
         return None
 
 
 class KeyIndex:
-    def __init__(self, directory: str, config: IndexConfig) -> None:
-        self.dir, self.config = directory, config
+    def __init__(self, directory: str, config: IndexConfig, registry: EntryRegistry) -> None:
+        self.dir, self.config, self.registry = directory, config, registry
         self.files: list[IndexFile] = []
         self._unsynced: list[IndexFile] = []  # sealed since the last checkpoint
         self._dir_dirty = False
@@ -129,10 +130,11 @@ class KeyIndex:
         self._written: list[int] = []  # set by a job that finished (in its thread)
 
     @classmethod
-    def open(cls, data_dir: str, config: IndexConfig | None = None) -> KeyIndex:
+    def open(cls, data_dir: str, registry: EntryRegistry,
+             config: IndexConfig | None = None) -> KeyIndex:
         """The index under ``data_dir``: its valid files, a damaged one and those after it
         deleted (to be rebuilt from the log), and an active file to write into."""
-        index = cls(os.path.join(data_dir, INDEX_DIR), config or IndexConfig())
+        index = cls(os.path.join(data_dir, INDEX_DIR), config or IndexConfig(), registry)
         os.makedirs(index.dir, exist_ok=True)
         index._dir_fd = fd = os.open(index.dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -196,7 +198,7 @@ class KeyIndex:
         active.applied_index = index
         if entry is None:
             return
-        ts, hashes = entry_hashes(entry)
+        ts, hashes = entry_hashes(entry, self.registry)
         if not hashes:
             return
         if len(hashes) > 2 * active.capacity:
@@ -343,7 +345,7 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
         while lo <= hi:
             for e in store.entries(lo, hi + 1, 4 << 20):
                 index.add(e.index, store.position_of(e.index),
-                          decoded(e.data) if e.kind is EntryKind.NORMAL else None)
+                          decoded(e.data, index.registry) if e.kind is EntryKind.NORMAL else None)
                 lo = e.index + 1
                 read += 1
             index.end_batch()
@@ -353,11 +355,11 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
     return read
 
 
-def open_index(data_dir: str, config: IndexConfig, upto: int, verify_checksums: bool = True,
-               store: Any = None) -> KeyIndex:
+def open_index(data_dir: str, config: IndexConfig, registry: EntryRegistry, upto: int,
+               verify_checksums: bool = True, store: Any = None) -> KeyIndex:
     """The node's key index, caught up from its log to ``upto`` (the state's checkpoint);
     ``store``: the node's log store, if it is open."""
-    index = KeyIndex.open(data_dir, config)
+    index = KeyIndex.open(data_dir, registry, config)
     try:
         read = catch_up(index, os.path.join(data_dir, "log"), upto, verify_checksums, store)
     except BaseException:

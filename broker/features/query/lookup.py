@@ -15,7 +15,8 @@ import bisect
 from typing import TYPE_CHECKING, Any, Iterable
 
 from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC
-from broker.core.entries import StoredTopics, decode_for_apply, message_at, stored_topics_and_messages
+from broker.core.registry import StoredTopics, message_at
+from broker.machine.kinds import decode_for_apply, stored_topics_and_messages
 from protocol.broker_errors import BadEntryError, MessageNotFoundError
 from broker.features.query.index import key_hash, unique_hash
 from protocol.broker_kinds import offset_msg_id, parse_offset_msg_id

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.core.entries import TopicPut, stored_messages
+from broker.core.entries import TopicPut
+
+from broker.machine.kinds import stored_messages
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from broker.features.retry.model import (
     DLQ_QUEUES,

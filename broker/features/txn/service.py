@@ -26,7 +26,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.features.delay.model import TIMER_PROPERTIES
-from broker.core.entries import TxnCheck, TxnEnd, stored_messages
+from broker.features.txn.entries import TxnCheck, TxnEnd
+from broker.machine.kinds import stored_messages
 from protocol.broker_errors import BadTransactionError, BrokerError
 from broker.features.txn.producers import ProducerGroups
 from protocol.broker_kinds import CHECK_TRANSACTION, SendRefusedError, offset_msg_id

@@ -1,0 +1,141 @@
+"""The broker's state machine (``BrokerState``): the core state (``broker.core.state``) with every
+feature's part, each kept under its name (``PARTS``), applying entries through the registry of
+every kind (``broker.machine.kinds``). Pure and deterministic; ``snapshot``/``restore`` give the
+shell a checkpoint to persist.
+
+A checkpoint (version 8) is ``[8, applied index, core, {feature name: its state}]``: the core's
+topics, queues (by number, with their store's record), offsets, dedup table and queue count, and
+each feature's part under its name. A feature added later starts empty when an older checkpoint
+has no state for it; a name this broker does not know is refused. Versions 1-7 (fields by
+position) are read by ``broker.machine.legacy``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import cbor2
+
+from broker.core.consumequeue import QueueStore
+from broker.core.dedup import DedupTable
+from broker.core.state import CoreState, StateConfig
+from broker.features.acl.model import AclTable
+from broker.features.delay.model import DelayIndex
+from broker.features.orderly.model import LockTable
+from broker.features.pop.model import PopTable
+from broker.features.txn.model import TxnTable
+from broker.machine.kinds import REGISTRY, ROUTES
+from broker.machine.legacy import READ_VERSIONS, restore_legacy
+from broker.machine.parts import ACL, DELAY, ORDERLY, PARTS, POP, STATE_CANARIES, TXN
+from protocol.broker_errors import BadEntryError
+from protocol.topics import TopicConfig
+
+__all__ = ["CHECKPOINT_VERSION", "PARTS", "STATE_CANARIES", "BrokerState", "StateConfig"]
+
+CHECKPOINT_VERSION = 8  # 8: each feature's state under its name; 1-7: broker.machine.legacy
+
+
+class BrokerState(CoreState):
+    """The core state with every feature's part (see the module docstring)."""
+
+    def __init__(self, config: StateConfig | None = None, applied_index: int = 0) -> None:
+        super().__init__(config=config or StateConfig(), registry=REGISTRY,
+                         applied_index=applied_index, topic_routes=dict(ROUTES))
+        self.parts = {name: new(self.config) for name, (new, _) in PARTS.items()}
+        # The pop table follows topic deletions and offsets set by commits and resets.
+        self.on_topic_deleted.append(lambda topic: self.pops.forget_topic(topic))
+        self.on_offset_set.append(lambda key, offset: self.pops.reset(key, offset))
+
+    # The features' parts, typed, for the shell and the services.
+    @property
+    def timers(self) -> DelayIndex:
+        return self.part(DELAY, DelayIndex)
+
+    @property
+    def locks(self) -> LockTable:
+        return self.part(ORDERLY, LockTable)
+
+    @property
+    def txns(self) -> TxnTable:
+        return self.part(TXN, TxnTable)
+
+    @property
+    def pops(self) -> PopTable:
+        return self.part(POP, PopTable)
+
+    @property
+    def acl(self) -> AclTable:
+        return self.part(ACL, AclTable)
+
+    # -- checkpoint ------------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """Everything, in a canonical order: equal states give equal bytes."""
+        core = {
+            "topics": sorted([t.name, t.read_queues, t.write_queues, t.perm]
+                             for t in self.topics.values()),
+            "queues": sorted([t, q, units.no, self.queue_store.record(units)]
+                             for (t, q), units in self.queues.items()),
+            "offsets": sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
+            "dedup": self.dedup.snapshot(),
+            "next_queue_no": self.next_queue_no,
+        }
+        return cbor2.dumps([CHECKPOINT_VERSION, self.applied_index, core,
+                            {name: part.snapshot() for name, part in self.parts.items()}])
+
+    @staticmethod
+    def applied_of(blob: bytes) -> int:
+        """The applied index a checkpoint holds (nothing else restored)."""
+        fields = _load(blob)
+        if not (isinstance(fields, list) and len(fields) > 1 and isinstance(fields[1], int)):
+            raise BadEntryError("malformed checkpoint")
+        return fields[1]
+
+    @classmethod
+    def restore(cls, blob: bytes, config: StateConfig | None = None,
+                queue_store: QueueStore | None = None) -> BrokerState:
+        try:
+            fields = _load(blob)
+            version = fields[0] if isinstance(fields, list) and fields else None
+            if version != CHECKPOINT_VERSION and version not in READ_VERSIONS:
+                raise BadEntryError(f"unknown checkpoint version {version!r}")
+            state = cls(config, fields[1])
+            if queue_store is not None:
+                state.queue_store = queue_store
+            if version == CHECKPOINT_VERSION:
+                _restore(state, fields)
+            else:
+                restore_legacy(state, fields)
+        except (TypeError, ValueError, KeyError, IndexError, struct.error) as err:
+            raise BadEntryError(f"malformed checkpoint: {err}") from err
+        return state
+
+
+def _restore(state: BrokerState, fields: list[Any]) -> None:
+    _, _, core, features = fields
+    if not isinstance(core, dict) or not isinstance(features, dict):
+        raise ValueError("a version 8 checkpoint holds the core's and the features' state")
+    state.topics = {n: TopicConfig(n, r, w, p) for n, r, w, p in core["topics"]}
+    store = state.queue_store
+    state.queues = {(t, q): store.restore(no, record) for t, q, no, record in core["queues"]}
+    next_no = core["next_queue_no"]
+    if not isinstance(next_no, int):
+        raise ValueError("malformed queue count")
+    state.next_queue_no = next_no
+    state.offsets = {(g, t, q): o for g, t, q, o in core["offsets"]}
+    cfg = state.config
+    state.dedup = DedupTable.restore(cfg.dedup_window_ms, cfg.dedup_entries_max, core["dedup"])
+    unknown = sorted(set(features) - set(PARTS))
+    if unknown:
+        raise ValueError(f"state of features this broker does not have: {unknown}")
+    for name, (_, restore) in PARTS.items():
+        if name in features:
+            state.parts[name] = restore(features[name], cfg)
+
+
+def _load(blob: bytes) -> Any:
+    try:
+        return cbor2.loads(blob)
+    except Exception as err:  # noqa: BLE001 - any decode failure is a corrupt checkpoint
+        raise BadEntryError(f"corrupt checkpoint: {err}") from err
