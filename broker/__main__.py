@@ -9,12 +9,10 @@ from typing import Any
 import click
 
 from broker.features.acl.service import credentials_of
-from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
-from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from broker.features.delay.model import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
 from broker.features.query.index import IndexConfig
-from broker.server import BROKER_CANARIES, BrokerConfig, BrokerServer
-from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
+from broker.config import BROKER_CANARIES, BrokerConfig
+from broker.server import BrokerServer
 from dledger import evloop
 from dledger.node.config import Address
 from dledger.node_cli import (
@@ -25,6 +23,9 @@ from dledger.node_cli import (
     serve_until_signal,
     setup_logging,
 )
+from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
+from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
+from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 
 
 @click.group()

@@ -1,31 +1,31 @@
 """A broker node's configuration (``BrokerConfig``, checked when made) and the seeded bugs a test
-may turn on (``BROKER_CANARIES``: each feature's own set). ``broker.server`` re-exports both."""
+may turn on (``BROKER_CANARIES``: each feature's own set)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.features.acl.service import ACL_CANARIES
-from broker.shell.checkpoint import QUEUE_CANARIES
-from broker.features.delay.model import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, parse_levels
-from broker.features.delay.service import DELAY_CANARIES
+from broker.core.cq_files import QUEUE_CANARIES
+from broker.features.acl.model import ACL_CANARIES
+from broker.features.delay.model import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DELAY_CANARIES, parse_levels
+from broker.features.orderly.model import ORDERLY_CANARIES
+from broker.features.pop.model import POP_CANARIES
 from broker.features.query.index import IndexConfig
-from broker.features.orderly.service import LOCK_CANARIES
-from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
-from broker.features.retry.service import RETRY_CANARIES
-from broker.machine.parts import STATE_CANARIES
-from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
-from broker.features.txn.service import TXN_CANARIES
-from protocol.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials
-from protocol.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
+from broker.features.retry.model import RETRY_CANARIES
+from broker.features.txn.model import TXN_CANARIES
 from dledger.node.config import Address, NodeConfig
+from protocol.auth import REPLAY_WINDOW_MS_DEFAULT, Credentials
+from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
+from protocol.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
+from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 
 __all__ = ["BROKER_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})  # bind every interface: no one dials it
 
-BROKER_CANARIES = (STATE_CANARIES | DELAY_CANARIES | LOCK_CANARIES | RETRY_CANARIES | TXN_CANARIES
-                   | QUEUE_CANARIES | ACL_CANARIES)
+# Every seeded bug a test may turn on: each feature's own set.
+BROKER_CANARIES = (DELAY_CANARIES | ORDERLY_CANARIES | TXN_CANARIES | POP_CANARIES | RETRY_CANARIES
+                   | ACL_CANARIES | QUEUE_CANARIES)
 
 
 @dataclass(frozen=True)

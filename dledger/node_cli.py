@@ -284,7 +284,8 @@ async def _power_loss(server: NodeServer) -> None:
 
 
 class NodeServer(Protocol):
-    node: Node
+    @property
+    def node(self) -> Node: ...
 
     async def start(self) -> None: ...
 

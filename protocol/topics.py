@@ -19,6 +19,8 @@ _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 # RocketMQ's reserved topic names (its TopicValidator's system topics): the auto-create
 # template, delay levels, transactions, trace, benchmark, self test, offset-moved events. No
 # request may create, delete or send to one of these as a user topic.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here (one queue, 0)
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # transactions' half messages (one queue, 0)
 SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
                            "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "RMQ_SYS_TRACE_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",

@@ -12,7 +12,7 @@ from broker.machine.kinds import encode
 from broker.features.acl.service import NEEDS
 from broker.machine.kinds import decode
 from protocol.broker_errors import BadEntryError
-from broker.core.requests import served_kinds
+from broker.api.table import SERVED_KINDS
 from broker.machine.state import BrokerState
 from protocol.auth import (
     SIGNED,
@@ -169,4 +169,4 @@ def test_acl_table_rows_are_validated_on_restore() -> None:
 
 
 def test_every_request_kind_a_broker_serves_has_a_permission_rule() -> None:
-    assert set(served_kinds()) <= set(NEEDS), sorted(set(served_kinds()) - set(NEEDS))
+    assert set(SERVED_KINDS) <= set(NEEDS), sorted(set(SERVED_KINDS) - set(NEEDS))

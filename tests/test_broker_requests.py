@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from protocol import broker_kinds as bp
-from broker.core.requests import HANDLERS
+from broker.api.table import TABLE as HANDLERS
 from dledger.client import LogClient
 from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster

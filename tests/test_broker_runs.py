@@ -20,7 +20,7 @@ from broker.core.codec import VERSION
 from broker.machine.kinds import decode_for_apply, stored_messages
 from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import MessageTooLargeError, message_bytes, offset_msg_id
-from broker.api.sendwire import run_answers, wire_messages
+from broker.core.sendwire import run_answers, wire_messages
 from protocol.topics import PERM_READ
 from tests.test_broker_state import Log, decoders_agree
 
@@ -141,7 +141,7 @@ def test_entries_in_todays_send_format_still_apply_the_same_way() -> None:
     assert (unit.position, unit.slot, unit.size, unit.store_ts_ms) == (0, 0, 4, 1234)
 
 
-# -- the leader's checks of a send's messages (broker.api.sendwire) ------------------------------------
+# -- the leader's checks of a send's messages (broker.core.sendwire) ------------------------------------
 
 
 @pytest.mark.parametrize("message, field", [
@@ -182,7 +182,7 @@ def test_the_broker_options_refuse_values_no_broker_can_honour(tmp_path) -> None
 
     from broker.__main__ import main
     from protocol.broker_kinds import MAX_MESSAGE_BYTES_CEILING
-    from broker.server import BrokerConfig
+    from broker.config import BrokerConfig
     from dledger.node.runtime import NodeConfig
 
     node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 1)},

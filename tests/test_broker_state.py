@@ -193,7 +193,7 @@ def test_deleting_a_topic_forgets_its_offsets_and_unique_keys() -> None:
 
 
 def test_checkpoints_round_trip_and_a_bad_or_early_one_is_set_aside(tmp_path) -> None:
-    from broker.server import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+    from broker.shell.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
     from dledger.storage.commitlog import FileLogStore
     from dledger.raft.types import Entry, EntryKind
 
@@ -276,7 +276,7 @@ def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
     commit, that entry also holds other clients' messages."""
     from broker.core.entries import StoredRuns, StoredSend, encode_runs, encode_send
     from broker.machine.kinds import decode_for_apply
-    from broker.api.sendwire import wire_messages
+    from broker.core.sendwire import wire_messages
     try:
         wire, _, _ = wire_messages("t", messages, 4 << 20, batch=True)
     except BadEntryError:

@@ -32,7 +32,7 @@ from broker.features.delay.service import MAX_WAIT_S, look_again_s
 from broker.features.delay.entries import TimerDeliver
 from broker.core.entries import encode_runs
 from broker.machine.kinds import stored_messages
-from broker.api.sendwire import run_answers
+from broker.core.sendwire import run_answers
 
 LEVELS = parse_levels(DEFAULT_LEVELS)
 WEEK_MS = 7 * 24 * 3600 * 1000

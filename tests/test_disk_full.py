@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from protocol.broker_kinds import FOUND
-from broker.server import CHECKPOINT_FILE, BrokerConfig, BrokerServer
+from broker.shell.checkpoint import CHECKPOINT_FILE
+from broker.config import BrokerConfig
+from broker.server import BrokerServer
 from protocol.errors import DiskFullError, DLedgerError, NotLeaderError
 from dledger.raft.types import Role
 from dledger.node.runtime import Node, NodeConfig
@@ -225,25 +227,25 @@ def test_a_broker_on_a_full_disk_keeps_serving_pulls_and_checkpoints_later(
         ckpt_disk.full = True  # first only the checkpoint's writes fail
         await server.start()
         try:
-            await wait_for(lambda: server.node.is_leader, 10, "the node to lead")
+            await wait_for(lambda: server.broker.node.is_leader, 10, "the node to lead")
             for i in range(3):
-                await server.send("t", 0, _raw(b"m%d" % i))
+                await server.broker.sends.send("t", 0, _raw(b"m%d" % i))
             await wait_for(lambda: ckpt_disk.refused > 0, 5, "a checkpoint write to be refused")
-            await server.send("t", 0, _raw(b"m-after-a-refused-checkpoint"))
+            await server.broker.sends.send("t", 0, _raw(b"m-after-a-refused-checkpoint"))
             assert server.checkpoints._task is not None and not server.checkpoints._task.done()
             disk = FullDisk(monkeypatch, under(tmp_path))
             disk.full = True
             with pytest.raises(DLedgerError):
-                await server.send("t", 0, _raw(b"refused"))
-            await wait_for(lambda: server.node.disk_full is not None, 5, "the node to fail")
+                await server.broker.sends.send("t", 0, _raw(b"refused"))
+            await wait_for(lambda: server.broker.node.disk_full is not None, 5, "the node to fail")
             assert server.status()["disk_full"] and server.status()["raft"]["role"] == "disk_full"
             assert not server.caught_up()  # /readyz: not ready
-            status, nxt, _, _, rows = await server.pull("t", 0, 0, 10, 1 << 20, 0, ["*"])
+            status, nxt, _, _, rows = await server.broker.pull("t", 0, 0, 10, 1 << 20, 0, ["*"])
             assert status == FOUND and nxt == 4
             assert [r[1] for r in rows] == [b"m0", b"m1", b"m2", b"m-after-a-refused-checkpoint"]
             disk.full = ckpt_disk.full = False
-            await wait_for(lambda: server.node.is_leader, 10, "the node to lead again")
-            await server.send("t", 0, _raw(b"m3"))
+            await wait_for(lambda: server.broker.node.is_leader, 10, "the node to lead again")
+            await server.broker.sends.send("t", 0, _raw(b"m3"))
             await wait_for(checkpoint.exists, 10, "a checkpoint once there is room")
             assert not server.status()["disk_full"]
         finally:

@@ -38,7 +38,6 @@ RULES: dict[str, tuple[str, ...]] = {
 }
 # Import circles still to be undone (each a sorted tuple of its modules); to be emptied.
 KNOWN_CIRCLES: set[tuple[str, ...]] = {
-    ('broker.api.sendpath', 'broker.config', 'broker.core.requests', 'broker.features.acl.service', 'broker.features.admin.handlers', 'broker.features.delay.service', 'broker.features.membership.handlers', 'broker.features.orderly.service', 'broker.features.pop.handlers', 'broker.features.pop.service', 'broker.features.query.handlers', 'broker.features.query.lookup', 'broker.features.retry.service', 'broker.features.txn.handlers', 'broker.features.txn.service', 'broker.frontends.grpc.gateway', 'broker.server', 'broker.shell.checkpoint', 'broker.shell.http', 'broker.shell.metrics', 'broker.shell.registrar'),
     ('chaos.sim.membership', 'chaos.sim.observer', 'chaos.sim.snapshots', 'chaos.sim.world'),
     ('chaos.toxiproxy.behaviours', 'chaos.toxiproxy.link', 'chaos.toxiproxy.stage'),
     ('client.producer', 'client.push', 'client.tracer'),

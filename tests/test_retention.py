@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from protocol.broker_kinds import FOUND, OFFSET_OUT_OF_RANGE
-from broker.server import BrokerConfig, BrokerServer
+from broker.config import BrokerConfig
+from broker.server import BrokerServer
 from dledger.storage.retention import RetentionPolicy, SegmentAge, policy_target, retain_target
 from dledger.node.runtime import NodeConfig
 from tests.test_processes import wait_until
@@ -98,20 +99,20 @@ def retained_on_a_node(tmp_path: Path, **retention: object) -> None:
     async def run() -> None:
         await server.start()
         try:
-            await wait_until(lambda: server.node.is_leader, 10, "the node to lead")
+            await wait_until(lambda: server.broker.node.is_leader, 10, "the node to lead")
             for i in range(200):
-                await server.send("t", 0, _raw(b"m%03d" % i))
-            first_before = server.node.store.first_index() if server.node.store else 0
+                await server.broker.sends.send("t", 0, _raw(b"m%03d" % i))
+            first_before = server.broker.node.store.first_index() if server.broker.node.store else 0
 
             async def retained() -> bool:
-                return (await server.pull("t", 0, 0, 1, 1 << 20, 0, ["*"]))[0] == OFFSET_OUT_OF_RANGE
+                return (await server.broker.pull("t", 0, 0, 1, 1 << 20, 0, ["*"]))[0] == OFFSET_OUT_OF_RANGE
             await wait_until(retained, 15, "retention to delete old segments")
-            store = server.node.store
+            store = server.broker.node.store
             assert store is not None and store.first_index() > first_before
             assert len(store.segment_files()) >= 1
-            _, _, lo, hi, _ = await server.pull("t", 0, 0, 1, 1 << 20, 0, ["*"])
+            _, _, lo, hi, _ = await server.broker.pull("t", 0, 0, 1, 1 << 20, 0, ["*"])
             assert 0 < lo < hi == 200
-            status, nxt, _, _, rows = await server.pull("t", 0, lo, 500, 1 << 20, 0, ["*"])
+            status, nxt, _, _, rows = await server.broker.pull("t", 0, lo, 500, 1 << 20, 0, ["*"])
             assert status == FOUND and nxt == 200  # what is retained reads on from the new min
             assert [r[0] for r in rows] == list(range(lo, 200))
             assert [r[1] for r in rows] == [b"m%03d" % i for i in range(lo, 200)]

@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from protocol.errors import DLedgerError
 from protocol.broker_errors import BrokerError
+from protocol.errors import DLedgerError
 
 RunKey = tuple[str, int]  # (topic, queue id)
 # One run of a request: topic, queue id, its messages (entry form), their size in bytes

@@ -12,30 +12,64 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from broker.features.delay.model import DelayError, route_run
+from broker.api.sendgroup import Run, RunKey, SendGroups
+from broker.config import BrokerConfig
+from broker.core.applied import ApplyResult
 from broker.core.entries import encode_runs, encode_send
+from broker.core.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
+from broker.features.delay.model import DelayError, route_run
+from broker.machine.state import BrokerState
+from dledger.node.config import Committed
+from dledger.node.runtime import Node
 from protocol.broker_errors import BadDelayError, BadEntryError, BrokerError
 from protocol.broker_kinds import SEND, SendRefusedError
-from broker.api.sendgroup import Run, RunKey, SendGroups
-from broker.api.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
-from protocol.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
-from protocol.errors import DLedgerError
 from protocol.envelope import Request, encode_error, encode_result
-from dledger.node.runtime import Committed
-
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+from protocol.errors import DLedgerError
+from protocol.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
 
 
 class Connection(Protocol):
     def send_payload(self, payload: bytes) -> None: ...
 
 
+class SendMetrics(Protocol):
+    def sent(self, runs: Sequence[tuple[str, int, list[Any], int]], answers: Sequence[Any],
+             started_s: float) -> None: ...
+
+    def proposed(self, fut: asyncio.Future[Committed]) -> None: ...
+
+
+class SendHost(Protocol):
+    """What the send path uses of its broker (``broker.api.broker.Broker``)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def state(self) -> BrokerState: ...
+
+    @property
+    def node(self) -> Node: ...
+
+    @property
+    def results(self) -> OrderedDict[int, ApplyResult]: ...
+
+    @property
+    def metrics(self) -> SendMetrics: ...
+
+    def require_leader(self) -> None: ...
+
+
 class SendPath:
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, host: SendHost) -> None:
+        self.host = host
         self.groups = SendGroups(self._propose, self._answer)
 
     def handle(self, req: Request, conn: Connection) -> bool:
@@ -44,7 +78,7 @@ class SendPath:
         rid = req.request_id
         started_s = time.perf_counter()
         try:
-            self.server.require_leader()
+            self.host.require_leader()
             if req.kind == SEND:
                 if len(req.args) != 3:
                     raise BadEntryError("SEND takes a topic, a queue id and messages")
@@ -60,7 +94,7 @@ class SendPath:
             try:
                 if got is None:
                     raise err or BrokerError("send failed")
-                self.server.metrics.sent(runs, got, started_s)
+                self.host.metrics.sent(runs, got, started_s)
                 conn.send_payload(encode_result(rid, _merge(answers, got) if answers is not None
                                                 else _sole_answer(got[0])))
             except (DLedgerError, BrokerError) as failure:
@@ -74,16 +108,37 @@ class SendPath:
             conn.send_payload(encode_result(rid, answers))
         return True
 
+    async def send_runs(self, args: list[Any]) -> list[Any]:
+        """SEND_RUNS through the group commit, awaited: one answer per run."""
+        self.host.require_leader()
+        runs, answers = self._runs(args)
+        if not runs:
+            return answers
+        fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
+        started_s = time.perf_counter()
+
+        def reply(got: list[list[Any]] | None, err: BaseException | None) -> None:
+            if fut.done():
+                return
+            if got is not None:
+                self.host.metrics.sent(runs, got, started_s)
+                fut.set_result(got)
+            else:
+                fut.set_exception(err or BrokerError("send failed"))
+
+        self.groups.add(runs, reply)
+        return _merge(answers, await fut)
+
     async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
         """SEND through the group commit, awaited."""
-        self.server.require_leader()
+        self.host.require_leader()
         return await self._await_run(self._run(topic, queue_id, raw, batch=True))
 
     async def submit(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
         """Messages the broker stores on its own account (retries, dead letters) to a system
         topic that exists: checked as any send's, delayed as their properties say."""
-        self.server.require_leader()
-        config = self.server.config
+        self.host.require_leader()
+        config = self.host.config
         messages, size, _ = wire_messages(topic, raw, config.max_message_bytes, batch=False)
         try:
             topic, queue_id, messages = route_run(
@@ -101,7 +156,7 @@ class SendPath:
             if fut.done():
                 return
             if answers is not None:
-                self.server.metrics.sent([run], answers, started_s)
+                self.host.metrics.sent([run], answers, started_s)
                 fut.set_result(answers)
             else:
                 fut.set_exception(err or BrokerError("send failed"))
@@ -132,7 +187,7 @@ class SendPath:
         schedule topic."""
         messages, size, with_props = self.check_run(topic, queue_id, raw, batch)
         if with_props:  # only a message with properties can be delayed
-            config = self.server.config
+            config = self.host.config
             try:
                 topic, queue_id, messages = route_run(
                     topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
@@ -147,13 +202,13 @@ class SendPath:
         messages, their size and whether any has properties (``sendwire.wire_messages``)."""
         if type(queue_id) is not int:
             raise BadEntryError(f"the queue id must be an integer, not {queue_id!r}")
-        config = self.server.config
+        config = self.host.config
         messages, size, with_props = wire_messages(
             validate_topic_name(topic, reserved=SEND_RESERVED_TOPICS), raw,
             config.max_message_bytes, batch)
         if queue_id < 0:
             raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
-        cfg = self.server.state.topics.get(topic)
+        cfg = self.host.state.topics.get(topic)
         if cfg is None and not config.auto_create_topics and topic != TRACE_TOPIC:
             raise SendRefusedError("TOPIC_NOT_FOUND", topic)
         if cfg is not None and not cfg.writable:
@@ -164,7 +219,7 @@ class SendPath:
 
     def _propose(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:
         ts_ms = int(time.time() * 1000)
-        config = self.server.config
+        config = self.host.config
         auto, queues = config.auto_create_topics, config.default_queues
         # (the trace topic is created by its first send whatever the broker's auto-create says)
         if len(runs) == 1:  # one queue: the entry older replicas also read
@@ -174,17 +229,17 @@ class SendPath:
         else:
             data = encode_runs(ts_ms, [[t, q, msgs, auto or t == TRACE_TOPIC, queues]
                                        for (t, q), msgs in runs])
-        fut = self.server.node.submit(check_entry_size(data))
-        self.server.metrics.proposed(fut)
+        fut = self.host.node.submit(check_entry_size(data))
+        self.host.metrics.proposed(fut)
         return fut
 
     def _answer(self, committed: Committed) -> list[list[Any]]:
-        result = self.server.results.pop(committed.index, None)
+        result = self.host.results.pop(committed.index, None)
         if result is None:
             raise BrokerError(f"no apply result for entry {committed.index}")
-        store = self.server.node.store
+        store = self.host.node.store
         position = store.position_of(result.index) if store else 0
-        return run_answers(self.server.group, position, result)
+        return run_answers(self.host.group, position, result)
 
 
 def _sole_answer(answer: list[Any]) -> list[Any]:

@@ -29,6 +29,10 @@ from dledger.storage.hardstate import fsync_directory
 
 log = logging.getLogger("broker.core.cq_files")
 
+# Seeded bug (tests only): "cq_keep_tail" keeps, at a restore, the units a file holds past its
+# checkpoint (``FileQueues``).
+QUEUE_CANARIES = frozenset({"cq_keep_tail"})
+
 UNITS_PER_FILE = 1 << 18
 FDS_MAX = 256
 FLUSH_BYTES = 1 << 16  # a queue's unwritten units are written once this many pile up

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.core.registry import EntryRegistry, StoredTopics
-from broker.core.state import CORE_KINDS, TopicRoute
 import broker.features.acl.apply as acl
 import broker.features.admin.apply as admin
 import broker.features.delay.apply as delay
 import broker.features.orderly.apply as orderly
 import broker.features.pop.apply as pop
 import broker.features.txn.apply as txn
+from broker.core.registry import EntryRegistry, StoredTopics
+from broker.core.state import CORE_KINDS, TopicRoute
 
 __all__ = ["REGISTRY", "ROUTES", "decode", "decode_for_apply", "encode", "stored_messages",
            "stored_topics_and_messages"]

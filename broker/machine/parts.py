@@ -10,23 +10,24 @@ from typing import Any
 from broker.core.state import Part, StateConfig
 from broker.features.acl.apply import PART as ACL
 from broker.features.acl.model import AclTable
-from broker.features.delay.apply import DELAY_CANARIES
+from broker.features.delay.apply import DELAY_STATE_CANARIES
 from broker.features.delay.apply import PART as DELAY
 from broker.features.delay.model import DelayIndex
-from broker.features.orderly.apply import ORDERLY_CANARIES
+from broker.features.orderly.apply import ORDERLY_STATE_CANARIES
 from broker.features.orderly.apply import PART as ORDERLY
 from broker.features.orderly.model import LockTable
 from broker.features.pop.apply import PART as POP
 from broker.features.pop.model import POP_CANARIES, PopTable
 from broker.features.txn.apply import PART as TXN
-from broker.features.txn.apply import TXN_CANARIES
+from broker.features.txn.apply import TXN_STATE_CANARIES
 from broker.features.txn.model import TxnTable
 
 __all__ = ["ACL", "DELAY", "ORDERLY", "PARTS", "POP", "STATE_CANARIES", "TXN"]
 
 CHECKPOINT_VERSION = 8  # 8: each feature's state under its name; 1-7: broker.machine.legacy
 # Seeded bugs of the state machine (tests only, on every replica alike), by feature.
-STATE_CANARIES = DELAY_CANARIES | ORDERLY_CANARIES | TXN_CANARIES | POP_CANARIES
+STATE_CANARIES = (DELAY_STATE_CANARIES | ORDERLY_STATE_CANARIES | TXN_STATE_CANARIES
+                  | POP_CANARIES)
 
 # feature name -> (a new part, the part restored from its checkpoint state), in checkpoint order
 PARTS: dict[str, tuple[Callable[[StateConfig], Part], Callable[[Any, StateConfig], Part]]] = {

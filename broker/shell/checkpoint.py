@@ -19,36 +19,50 @@ import logging
 import os
 import time
 import zlib
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from typing import Protocol
 
-from broker.core.cq_files import FileConsumeQueue, FileQueues
+from broker.config import BrokerConfig
+from broker.core.applied import ApplyResult
 from broker.core.consumequeue import QueueStore
-from protocol.broker_errors import BadEntryError
-from broker.machine.state import BrokerState
+from broker.core.cq_files import FileConsumeQueue, FileQueues
 from broker.core.state import StateConfig
-from broker.features.query.index import open_index
+from broker.features.query.index import KeyIndex, open_index
+from broker.machine.state import BrokerState
+from dledger.node.heap import release_free_heap
+from dledger.node.runtime import Node
+from dledger.raft.types import SnapshotMeta
 from dledger.storage.commitlog import FileLogStore
 from dledger.storage.hardstate import write_file_atomically
-from dledger.node.heap import release_free_heap
-from dledger.raft.types import SnapshotMeta
-
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+from protocol.broker_errors import BadEntryError
 
 log = logging.getLogger("broker.checkpoint")
 
 CHECKPOINT_FILE = "broker.checkpoint"
 QUEUES_DIR = "consumequeue"
-QUEUE_CANARIES = frozenset({"cq_keep_tail"})  # seeded bugs (tests only), see cq_files.FileQueues
 SNAPSHOT_DERIVED = ("index",)  # rebuilt from the log when a snapshot is installed (key index)
 CHECKPOINT_DUTY = 50  # checkpoints are spaced at least 50x the time a snapshot took
 HEAP_TRIM_INTERVAL_S = 1.0
 
 
+class CheckpointHost(Protocol):
+    """What checkpoints use of their broker (``broker.api.broker.Broker``): its configuration,
+    its node, and its state machine and key index, which a snapshot install replaces."""
+
+    config: BrokerConfig
+    state_config: StateConfig
+    state: BrokerState
+    index: KeyIndex
+    results: OrderedDict[int, ApplyResult]
+
+    @property
+    def node(self) -> Node: ...
+
+
 class Checkpoints:
     """Writes the server's checkpoints on a period and serves snapshots of them."""
 
-    def __init__(self, server: BrokerServer, interval_s: float) -> None:
+    def __init__(self, server: CheckpointHost, interval_s: float) -> None:
         self.server = server
         self.interval_s = interval_s
         self.checkpointed_index = server.state.applied_index  # what the checkpoint file holds

@@ -4,17 +4,33 @@ machine."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from broker.shell.metrics import CONTENT_TYPE_LATEST
-
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+from dledger.node.runtime import Node
 
 
-def make_app(server: BrokerServer) -> web.Application:
+class Rendered(Protocol):
+    def render(self) -> bytes: ...
+
+
+class HttpHost(Protocol):
+    """What the admin endpoints read of a broker node (``broker.server.BrokerServer``)."""
+
+    @property
+    def node(self) -> Node: ...
+
+    @property
+    def metrics(self) -> Rendered: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def caught_up(self) -> bool: ...
+
+
+def make_app(server: HttpHost) -> web.Application:
     app = web.Application(client_max_size=64 << 10)
 
     async def status(_: web.Request) -> web.Response:

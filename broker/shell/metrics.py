@@ -22,16 +22,44 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from broker.config import BrokerConfig
+from broker.machine.state import BrokerState
 from dledger.node.config import Committed
+from dledger.node.runtime import Node
+from protocol.framed import ConnectionLimits
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+
+class Checkpointed(Protocol):
+    written: int
+    failed: int
+
+
+class MetricsHost(Protocol):
+    """What the metrics read of a broker node (``broker.server.BrokerServer``)."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def state(self) -> BrokerState: ...
+
+    @property
+    def node(self) -> Node: ...
+
+    @property
+    def limits(self) -> ConnectionLimits: ...
+
+    @property
+    def checkpoints(self) -> Checkpointed: ...
 
 __all__ = ["CONTENT_TYPE_LATEST", "QUEUE_SERIES_MAX", "BrokerMetrics"]
 
@@ -46,7 +74,7 @@ _BASE = ("group", "node")
 class BrokerMetrics:
     """The registry of one broker node, and the calls its paths make to count."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: MetricsHost) -> None:
         self.server = server
         self.base = (server.group, server.config.node.node_id)
         r = self.registry = CollectorRegistry(auto_describe=True)
@@ -135,7 +163,7 @@ class BrokerMetrics:
 class _StatusCollector(Collector):
     """Series read from the node's status at each scrape."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: MetricsHost) -> None:
         self.server = server
 
     def describe(self) -> Iterable[Metric]:
@@ -216,7 +244,7 @@ class _StatusCollector(Collector):
         return out
 
 
-def _queue_series(server: BrokerServer, base: list[str]) -> list[Metric]:
+def _queue_series(server: MetricsHost, base: list[str]) -> list[Metric]:
     """Per-queue max offsets and consumer lag by group and queue, bounded in count."""
     state = server.state
     omitted = 0

@@ -18,12 +18,14 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+from broker.config import BrokerConfig
+from broker.machine.state import BrokerState
+from dledger.node.config import Address
+from dledger.node.runtime import Node
 
 log = logging.getLogger("broker.shell.registrar")
 
@@ -31,8 +33,32 @@ BOOT_ID_HEADER = "X-NameServer-Boot-Id"  # namesrv.server's; the broker does not
 PROBE_S_DEFAULT = 1.0
 
 
+class RegistrarHost(Protocol):
+    """What registration uses of a broker node (``broker.server.BrokerServer``)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def node(self) -> Node: ...
+
+    @property
+    def state(self) -> BrokerState: ...
+
+    @property
+    def client_address(self) -> Address | None: ...
+
+    @property
+    def admin_address(self) -> Address | None: ...
+
+    @property
+    def grpc_address(self) -> Address | None: ...
+
+    def caught_up(self) -> bool: ...
+
+
 class Registrar:
-    def __init__(self, server: BrokerServer, namesrv: list[str], interval_s: float = 30.0,
+    def __init__(self, server: RegistrarHost, namesrv: list[str], interval_s: float = 30.0,
                  check_s: float = 0.1, request_timeout_s: float = 2.0,
                  probe_s: float = PROBE_S_DEFAULT) -> None:
         self.server = server

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from protocol.topics import TRACE_TOPIC, is_system_topic
 from protocol.auth_rules import check_access_key, check_secret_key
+from protocol.topics import TRACE_TOPIC, is_system_topic
 
 __all__ = [
     "ACCOUNTS_MAX", "DENY", "PERMS_MAX", "PUB", "PUB_SUB", "SUB", "Account", "AclTable", "Need",
@@ -54,6 +54,11 @@ def check_perm(perm: Any) -> int:
     if type(perm) is not int or perm not in _NAMES:
         raise ValueError(f"a permission is 0..3, not {perm!r}")
     return perm
+
+
+# Seeded bug (tests only): "acl_local_only" changes the ACL on the leader alone, not through
+# the log.
+ACL_CANARIES = frozenset({"acl_local_only"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ Owns ``AclService.admit`` (run for each request a client connection brings, befo
 SIGNED envelope opened, its signature, target node, clock and sequence checked (``protocol.auth``),
 and what the inner request needs (``NEEDS``, one line per request kind) checked against the
 account (``broker.features.acl.model``)), the refusal log (rate-limited, naming the account, never a secret),
-and the ACL's request handlers (ACL_PUT, ACL_DELETE: through the log on the leader; ACL_LIST:
-any replica, without secrets).
+and the bootstrap admins' credentials (``credentials_of``). The ACL's requests are
+``broker.features.acl.handlers``.
 
 Off (the default, no ``--acl``) a signed request is served as the request it wraps, unchecked;
 on, an unsigned one is refused. The accounts are the replicated table plus the bootstrap admins
@@ -18,12 +18,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from broker.features.acl.model import ADMIN, PUB, SUB, Account, Need, permits
-from broker.features.acl.entries import AclDelete, AclPut
+from broker.features.host import BrokerHost
+from protocol.auth import (
+    SIGNED,
+    AccessDeniedError,
+    Credentials,
+    ReplayGuard,
+    SignatureError,
+    parse_signed,
+)
+from protocol.auth_rules import check_access_key
 from protocol.broker_errors import BadRequestError
-from broker.core.requests import handles
 from protocol.broker_kinds import (
     ACL_DELETE,
     ACL_LIST,
@@ -60,30 +68,16 @@ from protocol.broker_kinds import (
     TXN_HALF,
     UNLOCK_BATCH,
     VIEW_MESSAGE,
-    SendRefusedError,
 )
-from protocol.auth import (
-    SIGNED,
-    AccessDeniedError,
-    Credentials,
-    ReplayGuard,
-    SignatureError,
-    parse_signed,
-)
-from protocol.auth_rules import check_access_key
-from protocol.errors import NotLeaderError, WireError
 from protocol.envelope import Request, decode_request
+from protocol.errors import NotLeaderError, WireError
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
-
-__all__ = ["ACL_CANARIES", "NEEDS", "AclService"]
+__all__ = ["NEEDS", "AclService", "credentials_of"]
 
 log = logging.getLogger("broker.features.acl.model")
 
 # A seeded bug (tests only): an ACL change is made on the leader's table alone, not through
 # the log, so a new leader does not know it (the live ACL checker must catch that).
-ACL_CANARIES = frozenset({"acl_local_only"})
 REFUSALS_LOGGED_PER_S = 10  # refusal lines a node writes per second (the rest are counted)
 
 NeedsOf = Callable[[list[Any]], list[Need]]
@@ -195,9 +189,9 @@ LEADER_ONLY = frozenset({
 class AclService:
     """Checks each request a node serves (``admit``) while ``--acl`` is on."""
 
-    def __init__(self, server: BrokerServer, served_kinds: frozenset[int]) -> None:
-        cfg = server.config
-        self.server = server
+    def __init__(self, host: BrokerHost, served_kinds: frozenset[int]) -> None:
+        cfg = host.config
+        self.host = host
         self.enabled = cfg.acl
         self.target = f"{cfg.node.group}/{cfg.node.node_id}"  # what a signature must name
         self.admins = {c.access_key: Account(c.access_key, c.secret_key, admin=True)
@@ -208,7 +202,7 @@ class AclService:
         self._logged = 0
 
     def account(self, access_key: str) -> Account | None:
-        return self.admins.get(access_key) or self.server.state.acl.get(access_key)
+        return self.admins.get(access_key) or self.host.state.acl.get(access_key)
 
     def admit(self, req: Request) -> Request:
         """The request to serve: ``req``, or the one its envelope wraps, checked when ACL is on.
@@ -262,7 +256,7 @@ class AclService:
         it has applied its own term's first entry (an ACL change its predecessor acknowledged
         may be in its log but not applied yet; a few milliseconds): the client tries again.
         (A follower's reads follow its own apply, as its data does.)"""
-        node = self.server.node
+        node = self.host.node
         core = node.core
         if core is None or node.disk_full is not None:  # (its handlers name the full disk)
             return
@@ -270,7 +264,7 @@ class AclService:
             return  # reads: judged by this node's ACL as it has applied it, as its data is
         if not node.is_leader:
             raise NotLeaderError(core.leader_id, core.term)
-        if self.server.state.applied_index < core.term_start_index:
+        if self.host.state.applied_index < core.term_start_index:
             raise NotLeaderError(None, core.term)
 
     def _refused(self, err: SignatureError | AccessDeniedError, key: str,
@@ -284,50 +278,6 @@ class AclService:
             log.warning("request refused: account=%s kind=%d: %s", key, req.kind, err,
                         extra={"account": key, "request_kind": req.kind, "refusal": reason})
         return err
-
-
-# -- the ACL's requests ------------------------------------------------------------------------------
-
-def _account_row(v: Any) -> Account:
-    return Account.from_row(v)
-
-
-async def _change(server: BrokerServer, entry: AclPut | AclDelete) -> str:
-    server.require_leader()
-    if "acl_local_only" in server.config.canaries:  # the seeded bug: not through the log
-        acl = server.state.acl
-        return acl.put(entry.account) if isinstance(entry, AclPut) else acl.delete(entry.access_key)
-    result = await server.commit(server.state.registry.encode(entry))
-    if result.status != "OK":
-        raise SendRefusedError(result.status, "the ACL change was refused")
-    return result.status
-
-
-@handles(ACL_PUT, account=_account_row)
-async def acl_put(server: BrokerServer, account: Account) -> str:
-    """Add or replace an account (leader; through the log)."""
-    return await _change(server, AclPut(int(time.time() * 1000), account))
-
-
-@handles(ACL_DELETE, access_key=check_access_key)
-async def acl_delete(server: BrokerServer, access_key: str) -> str:
-    """Delete an account (leader; through the log); ACCOUNT_NOT_FOUND if there is none."""
-    return await _change(server, AclDelete(int(time.time() * 1000), access_key))
-
-
-def _key_or_all(v: Any) -> str:
-    return "" if v == "" else check_access_key(v)
-
-
-@handles(ACL_LIST, access_key=_key_or_all)
-async def acl_list(server: BrokerServer, access_key: str) -> list[dict[str, Any]]:
-    """The accounts the leader knows ("" for all, else one), without secrets; the bootstrap
-    admins (not in the log) flagged. Leader only (what every earlier change left)."""
-    server.require_leader()
-    views = [{**a.view(), "bootstrap": True} for a in server.acl.admins.values()]
-    views += [{**a.view(), "bootstrap": False} for a in server.state.acl.accounts.values()]
-    return sorted((v for v in views if not access_key or v["access_key"] == access_key),
-                  key=lambda v: (v["access_key"], v["bootstrap"]))
 
 
 def credentials_of(admins: list[str]) -> tuple[Credentials, ...]:

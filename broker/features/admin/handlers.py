@@ -5,7 +5,7 @@ their heartbeats told this node, and its offsets against the queues' max offsets
 STATE_DIGEST (issue 19): a CRC32 of this node's whole state machine, to compare replicas.
 
 Registers with ``broker.core.requests`` (``handles``); owns no state: it reads the server's state
-machine and membership and proposes through the server.
+machine and membership and proposes through the broker.
 
 A reset is refused (GROUP_ACTIVE) while live members of the group subscribe to the topic: the
 push and lite consumers keep their progress in memory and commit it every few seconds, so they
@@ -18,17 +18,27 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from broker.core.members import GroupMembers
+from broker.core.requests import Handler, brief, handlers, integer, readable_topic, text
 from broker.features.admin.entries import OffsetReset
+from broker.features.host import BrokerHost
 from protocol.broker_errors import BrokerError
-from broker.core.requests import _brief, handles, integer, readable_topic, text
 from protocol.broker_kinds import CONSUMER_STATUS, OFFSET_RESET, STATE_DIGEST, SendRefusedError
 from protocol.errors import DLedgerError
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+HANDLERS: list[Handler] = []
+handles = handlers(HANDLERS)
 
+
+class AdminHost(BrokerHost, Protocol):
+    @property
+    def members(self) -> GroupMembers: ...
+
+    def retained_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset whose message the local log still holds."""
+        ...
 
 
 class GroupActiveError(BrokerError):
@@ -40,26 +50,26 @@ class GroupActiveError(BrokerError):
 
 def boolean(v: Any) -> bool:
     if type(v) is not bool:
-        raise ValueError(f"must be true or false, got {_brief(v)}")
+        raise ValueError(f"must be true or false, got {brief(v)}")
     return v
 
 
-def subscribers(server: BrokerServer, group: str, topic: str) -> list[str]:
+def subscribers(broker: AdminHost, group: str, topic: str) -> list[str]:
     """The live members of ``group`` on this node that subscribe to ``topic``."""
-    return [m.client_id for m in server.members.members(group, time.monotonic())
+    return [m.client_id for m in broker.members.members(group, time.monotonic())
             if any(t == topic for t, _ in m.subscriptions)]
 
 
 @handles(OFFSET_RESET, group=text(), topic=readable_topic, timestamp_ms=integer(),
          force=boolean)
-async def offset_reset(server: BrokerServer, group: str, topic: str, timestamp_ms: int,
+async def offset_reset(broker: AdminHost, group: str, topic: str, timestamp_ms: int,
                        force: bool) -> list[list[int]]:
-    server.require_leader()
-    await server.node.read_barrier()  # offsets and queues as every earlier commit left them
-    cfg = server.state.topics.get(topic)
+    broker.require_leader()
+    await broker.node.read_barrier()  # offsets and queues as every earlier commit left them
+    cfg = broker.state.topics.get(topic)
     if cfg is None:
         raise SendRefusedError("TOPIC_NOT_FOUND", topic)
-    active = subscribers(server, group, topic)
+    active = subscribers(broker, group, topic)
     if active and not force:
         raise GroupActiveError(
             f"consumer group {group!r} has {len(active)} live member(s) on {topic} "
@@ -67,25 +77,25 @@ async def offset_reset(server: BrokerServer, group: str, topic: str, timestamp_m
             f"overwrite the reset with their own progress: stop them first (or force it)")
     rows = []
     for qid in range(cfg.read_queues):
-        new = max(server.state.offset_at(topic, qid, timestamp_ms),
-                  server._retained_offset(topic, qid))  # noqa: SLF001 - the server's own rule
-        rows.append([qid, server.state.offsets.get((group, topic, qid), -1), new])
+        new = max(broker.state.offset_at(topic, qid, timestamp_ms),
+                  broker.retained_offset(topic, qid))  # the rule of pulls
+        rows.append([qid, broker.state.offsets.get((group, topic, qid), -1), new])
     if rows:
-        await server.leader_commit(OffsetReset(group, topic, tuple((q, n) for q, _, n in rows)))
+        await broker.leader_commit(OffsetReset(group, topic, tuple((q, n) for q, _, n in rows)))
     return rows
 
 
 @handles(CONSUMER_STATUS, group=text())
-async def consumer_status(server: BrokerServer, group: str) -> dict[str, Any]:
-    leader = server.node.is_leader
+async def consumer_status(broker: AdminHost, group: str) -> dict[str, Any]:
+    leader = broker.node.is_leader
     if leader:
         try:
-            await server.node.read_barrier()  # the leader's offsets: every commit included
+            await broker.node.read_barrier()  # the leader's offsets: every commit included
         except DLedgerError:
             leader = False  # deposed meanwhile: this node's offsets may lag
     now = time.monotonic()
-    members = server.members.members(group, now)
-    state = server.state
+    members = broker.members.members(group, now)
+    state = broker.state
     topics = {t for m in members for t, _ in m.subscriptions}
     topics.update(t for g, t, _ in state.offsets if g == group)
     queues = []
@@ -94,7 +104,7 @@ async def consumer_status(server: BrokerServer, group: str) -> dict[str, Any]:
         for qid in range(cfg.read_queues if cfg is not None else 0):
             queues.append([topic, qid, state.offsets.get((group, topic, qid), -1),
                            state.queue_range(topic, qid)[1]])
-    return {"node": server.config.node.node_id, "leader": leader,
+    return {"node": broker.config.node.node_id, "leader": leader,
             "members": [{"client_id": m.client_id, "model": m.model,
                          "subscriptions": dict(m.subscriptions),
                          "expires_in_ms": max(0, int((m.expires_at - now) * 1000))}
@@ -103,8 +113,8 @@ async def consumer_status(server: BrokerServer, group: str) -> dict[str, Any]:
 
 
 @handles(STATE_DIGEST)
-async def state_digest(server: BrokerServer) -> list[int]:
+async def state_digest(broker: AdminHost) -> list[int]:
     """This node's state machine as a CRC32 (of its checkpoint's bytes), to compare replicas."""
-    store = server.node.store
+    store = broker.node.store
     first, last = (store.first_index(), store.last_index()) if store is not None else (0, 0)
-    return [server.state.applied_index, zlib.crc32(server.state.snapshot()), first, last]
+    return [broker.state.applied_index, zlib.crc32(broker.state.snapshot()), first, last]

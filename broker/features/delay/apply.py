@@ -21,12 +21,12 @@ from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC, DelayInd
 from protocol.broker_errors import BrokerError
 from protocol.topics import TopicConfig, validate_config
 
-__all__ = ["DELAY_CANARIES", "KINDS", "PART", "ROUTES", "apply_deliver", "apply_schedule"]
+__all__ = ["DELAY_STATE_CANARIES", "KINDS", "PART", "ROUTES", "apply_deliver", "apply_schedule"]
 
 PART = "delay"  # the DelayIndex's name in the state and its checkpoints
 # Seeded bug (tests only): "timer_redeliver" stores a delivered timer's message again when a
 # delivery names it twice (the index's check skipped).
-DELAY_CANARIES = frozenset({"timer_redeliver"})
+DELAY_STATE_CANARIES = frozenset({"timer_redeliver"})
 
 
 def apply_schedule(state: CoreState, index: int, position: int, e: StoredSend,

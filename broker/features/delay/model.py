@@ -26,7 +26,8 @@ import bisect
 import struct
 from typing import Any, Iterable
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # RocketMQ's; one queue (0) holds every pending message
+from protocol.topics import SCHEDULE_TOPIC  # RocketMQ's; one queue (0) holds every pending message
+
 SCHEDULE_QUEUE = 0
 DELAY = "DELAY"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
@@ -39,6 +40,10 @@ TIMER_PROPERTIES = (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC)
 DEFAULT_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 DEFAULT_MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 BUCKET_MS = 10_000
+# Seeded bugs (tests only): "delay_early" delivers timers EARLY_MS before they are due (the
+# service); "timer_redeliver" stores a delivered timer's message again when a delivery names it
+# twice (the apply) and makes a new leader deliver every due message again (the service).
+DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver"})
 RECORD = struct.Struct("<QQ")  # due time (ms), offset in the schedule queue
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

@@ -17,23 +17,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC, timer_of
 from broker.features.delay.entries import TimerDeliver
-from broker.machine.kinds import stored_messages
+from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC, timer_of
+from broker.features.host import BrokerHost
 from protocol.broker_errors import BrokerError
 from protocol.errors import DLedgerError
-
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
 
 log = logging.getLogger("broker.features.delay.model")
 
 # Seeded bugs (tests only): "delay_early" delivers timers EARLY_MS before they are due;
 # "timer_redeliver" (with the state machine's canary of that name) makes a new leader deliver
 # again, from the schedule queue's start, every due message, as if no progress were replicated.
-DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver"})
 EARLY_MS = 3000
 DELIVER_MAX = 256  # timers in one deliver entry, at most
 DELIVER_BYTES_MAX = 1 << 20  # ... and their bodies' bytes, at most (beyond the first)
@@ -54,8 +50,8 @@ def look_again_s(ready: bool, next_due_ms: int | None, now_ms: float, stuck: boo
 
 
 class DelayService:
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, host: BrokerHost) -> None:
+        self.host = host
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._proposed: set[int] = set()  # schedule offsets in a delivery not yet applied
@@ -64,7 +60,7 @@ class DelayService:
         self._replay_from = -1  # the canary's cursor over the schedule queue (-1: off)
         self._stuck = False  # the last look found due timers it could not deliver
         self.delivered = 0  # timers this node delivered as leader (for status)
-        canaries = server.config.canaries
+        canaries = host.config.canaries
         self._early_ms = EARLY_MS if "delay_early" in canaries else 0
         self._redeliver = "timer_redeliver" in canaries
 
@@ -93,8 +89,8 @@ class DelayService:
         # Only a leader that may deliver now looks again at once: one not caught up yet (its
         # term's first entry not applied) would find nothing to do, and looping on with
         # nothing awaited would block the event loop, so the entry would never be applied.
-        ready = self.server.node.is_leader and self.server.caught_up()
-        wait_s = look_again_s(ready, self.server.state.timers.next_due_ms(),
+        ready = self.host.node.is_leader and self.host.caught_up()
+        wait_s = look_again_s(ready, self.host.state.timers.next_due_ms(),
                               time.time() * 1000 + self._early_ms, self._stuck)
         if wait_s > 0:
             try:
@@ -108,9 +104,9 @@ class DelayService:
 
     async def deliver_due(self) -> bool:
         """Propose one delivery of due timers, if this node may; True if it delivered any."""
-        server = self.server
-        core = server.node.core
-        if core is None or not server.node.is_leader or not server.caught_up():
+        host = self.host
+        core = host.node.core
+        if core is None or not host.node.is_leader or not host.caught_up():
             self._proposed.clear()
             return False
         if core.term != self._term:  # a new term: whatever was proposed before is decided
@@ -125,8 +121,8 @@ class DelayService:
         offsets = [item[0] for item in items]
         self._proposed.update(offsets)
         try:
-            config = server.config
-            await server.leader_commit(TimerDeliver(
+            config = host.config
+            await host.leader_commit(TimerDeliver(
                 int(time.time() * 1000), tuple(items), config.auto_create_topics,
                 config.default_queues))
         finally:
@@ -138,7 +134,7 @@ class DelayService:
         skip = self._proposed | self._unreadable
         items: list[tuple[int, int, str, int, list[Any]]] = []
         size = 0
-        for due_ms, offset in self.server.state.timers.due(horizon_ms, DELIVER_MAX, skip):
+        for due_ms, offset in self.host.state.timers.due(horizon_ms, DELIVER_MAX, skip):
             m = self._message(offset)
             if m is None:
                 continue
@@ -151,7 +147,7 @@ class DelayService:
 
     def _replayed(self, horizon_ms: int) -> list[tuple[int, int, str, int, list[Any]]]:
         """The canary: due messages read from the schedule queue's start, progress ignored."""
-        units = self.server.state.queues.get((SCHEDULE_TOPIC, SCHEDULE_QUEUE))
+        units = self.host.state.queues.get((SCHEDULE_TOPIC, SCHEDULE_QUEUE))
         items: list[tuple[int, int, str, int, list[Any]]] = []
         while units is not None and self._replay_from < len(units) and len(items) < DELIVER_MAX:
             m = self._message(self._replay_from)
@@ -167,16 +163,14 @@ class DelayService:
 
     def _message(self, offset: int) -> list[Any] | None:
         """The scheduled message at ``offset`` of the schedule queue, in entry form."""
-        store = self.server.node.store
-        assert store is not None
         try:
-            unit = self.server.state.queues[(SCHEDULE_TOPIC, SCHEDULE_QUEUE)][offset]
-            return list(stored_messages(store.read_at(unit.position).data)[unit.slot])
+            unit = self.host.state.queues[(SCHEDULE_TOPIC, SCHEDULE_QUEUE)][offset]
+            return self.host.stored_message(unit.position, unit.slot)
         except (DLedgerError, IndexError) as err:  # retention took it (docs/operations.md)
             log.error("delayed message at schedule offset %d cannot be read: %s", offset, err)
             self._unreadable.add(offset)
             return None
 
     def status(self) -> dict[str, Any]:
-        return {"pending": len(self.server.state.timers), "delivered_here": self.delivered,
-                "next_due_ms": self.server.state.timers.next_due_ms()}
+        return {"pending": len(self.host.state.timers), "delivered_here": self.delivered,
+                "next_due_ms": self.host.state.timers.next_due_ms()}

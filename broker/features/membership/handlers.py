@@ -11,14 +11,15 @@ Registers with ``broker.core.requests``; owns no state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.core.requests import handles, integer, text
-from protocol.broker_kinds import MEMBER_ADD, MEMBER_PROMOTE, MEMBER_REMOVE
+from broker.core.requests import Handler, handlers, integer, text
+from broker.features.host import BrokerHost
 from dledger.membership.shell import parse_address
+from protocol.broker_kinds import MEMBER_ADD, MEMBER_PROMOTE, MEMBER_REMOVE
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+HANDLERS: list[Handler] = []
+handles = handlers(HANDLERS)
 
 TIMEOUT_MS_MAX = 600_000
 
@@ -30,27 +31,27 @@ def address(v: Any) -> str:
     return v
 
 
-def _membership(server: BrokerServer) -> dict[str, Any]:
-    return server.node.membership_status()
+def _membership(broker: BrokerHost) -> dict[str, Any]:
+    return broker.node.membership_status()
 
 
 @handles(MEMBER_ADD, node_id=text(), peer_address=address, timeout_ms=integer(1, TIMEOUT_MS_MAX))
-async def member_add(server: BrokerServer, node_id: str, peer_address: str,
+async def member_add(broker: BrokerHost, node_id: str, peer_address: str,
                      timeout_ms: int) -> dict[str, Any]:
-    server.require_leader()
-    await server.node.add_learner(node_id, peer_address, timeout_ms / 1000)
-    return _membership(server)
+    broker.require_leader()
+    await broker.node.add_learner(node_id, peer_address, timeout_ms / 1000)
+    return _membership(broker)
 
 
 @handles(MEMBER_PROMOTE, node_id=text(), timeout_ms=integer(1, TIMEOUT_MS_MAX))
-async def member_promote(server: BrokerServer, node_id: str, timeout_ms: int) -> dict[str, Any]:
-    server.require_leader()
-    await server.node.promote(node_id, timeout_ms / 1000)
-    return _membership(server)
+async def member_promote(broker: BrokerHost, node_id: str, timeout_ms: int) -> dict[str, Any]:
+    broker.require_leader()
+    await broker.node.promote(node_id, timeout_ms / 1000)
+    return _membership(broker)
 
 
 @handles(MEMBER_REMOVE, node_id=text(), timeout_ms=integer(1, TIMEOUT_MS_MAX))
-async def member_remove(server: BrokerServer, node_id: str, timeout_ms: int) -> dict[str, Any]:
-    server.require_leader()
-    await server.node.remove_member(node_id, timeout_ms / 1000)
-    return _membership(server)
+async def member_remove(broker: BrokerHost, node_id: str, timeout_ms: int) -> dict[str, Any]:
+    broker.require_leader()
+    await broker.node.remove_member(node_id, timeout_ms / 1000)
+    return _membership(broker)

@@ -16,11 +16,11 @@ from broker.features.orderly.entries import (
 )
 from broker.features.orderly.model import LockTable
 
-__all__ = ["KINDS", "ORDERLY_CANARIES", "PART", "apply_lock_queues"]
+__all__ = ["KINDS", "ORDERLY_STATE_CANARIES", "PART", "apply_lock_queues"]
 
 PART = "orderly"  # the LockTable's name in the state and its checkpoints
 # Seeded bug (tests only): "lock_unfenced" grants a queue lock whoever holds it.
-ORDERLY_CANARIES = frozenset({"lock_unfenced"})
+ORDERLY_STATE_CANARIES = frozenset({"lock_unfenced"})
 
 
 def apply_lock_queues(state: CoreState, index: int, position: int,

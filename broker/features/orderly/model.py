@@ -25,6 +25,10 @@ from typing import Any, Iterable
 
 from protocol.consume_rules import LOCK_LEASE_S, LOCK_RENEW_S, LOCK_TTL_MS
 
+# Seeded bugs (tests only): "lock_unfenced" grants a queue lock whoever holds it (the apply);
+# "lock_leader_local" keeps the locks in the leader's memory (the service).
+ORDERLY_CANARIES = frozenset({"lock_unfenced", "lock_leader_local"})
+
 QueueKey = tuple[str, str, int]  # (consumer group, topic, queue id)
 
 

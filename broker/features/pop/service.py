@@ -18,29 +18,42 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from broker.core.entries import TopicPut
-from protocol.filter_sql import SqlFilter
-from broker.features.pop.model import INFLIGHT_MAX, PopKey
-from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry, encode_pop
-from protocol.broker_kinds import SendRefusedError, offset_msg_id
-from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
 from broker.core.applied import ApplyResult, tag_hash
-from protocol.topics import PERM_RW
+from broker.core.codec import Message
+from broker.core.entries import TopicPut
+from broker.features.host import BrokerHost
+from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
+from broker.features.pop.model import INFLIGHT_MAX, PopKey
+from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
+from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.errors import DLedgerError
-
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+from protocol.filter_sql import SqlFilter
+from protocol.topics import PERM_RW
 
 MESSAGE_GROUP_PROPERTY = "__SHARDINGKEY"  # RocketMQ's sharding key: a FIFO message's group
 SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
 WAKE_S_MAX = 1.0  # a long poll looks again at least this often (messages coming visible)
 
 
+class PopHost(BrokerHost, Protocol):
+    def retained_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset whose message the local log still holds."""
+        ...
+
+    def read_message(self, position: int, slot: int, entries: dict[int, list[Any]]) -> Message:
+        """A stored message (``entries`` caches the entries decoded)."""
+        ...
+
+    def arrival(self, topic: str, queue_id: int) -> asyncio.Event:
+        """Set when the next message for the queue is applied here."""
+        ...
+
+
 class PopService:
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, host: PopHost) -> None:
+        self.host = host
         self._locks: dict[PopKey, asyncio.Lock] = {}
         self._turn = 0  # rotates the queue a receive of "any queue" looks at first
         self.popped = 0  # messages this node handed out as leader (for status)
@@ -54,18 +67,18 @@ class PopService:
         """POP_RECEIVE: up to ``max_messages`` messages of one queue, each
         ``[queue id, queue offset, body, tags, keys, unique key, [[k, v]...], born ms, store ms,
         offset msg id, epoch, attempt]``; [] when the long poll ends with none."""
-        server = self.server
-        server.require_leader()
-        await server.node.read_barrier()  # plan on everything committed before this term
+        host = self.host
+        host.require_leader()
+        await host.node.read_barrier()  # plan on everything committed before this term
         deadline = time.monotonic() + poll_ms / 1000
         while True:
-            cfg = server.state.topics.get(topic)
+            cfg = host.state.topics.get(topic)
             if cfg is None:  # not created yet (its first send auto-creates it): nothing to read
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
                 await self._wait(group, topic, [0], min(remaining, WAKE_S_MAX))
-                server.require_leader()
+                host.require_leader()
                 continue
             if not cfg.readable:
                 raise SendRefusedError("NO_PERMISSION", f"{topic} is not readable")
@@ -83,20 +96,18 @@ class PopService:
             if remaining <= 0:
                 return []
             await self._wait(group, topic, qids, min(remaining, WAKE_S_MAX))
-            server.require_leader()
+            host.require_leader()
 
     async def _wait(self, group: str, topic: str, qids: list[int], timeout_s: float) -> None:
         """Until a message arrives in one of the queues, one in flight comes visible, or the
         timeout."""
         now_ms = int(time.time() * 1000)
-        pops = self.server.state.pops
+        pops = self.host.state.pops
         for qid in qids:
             due = pops.next_visible_ms((group, topic, qid))
             if due is not None:
                 timeout_s = max(0.0, min(timeout_s, (due - now_ms) / 1000 + 0.001))
-        arrivals = self.server._arrivals
-        waits = [asyncio.ensure_future(arrivals.setdefault((topic, q), asyncio.Event()).wait())
-                 for q in qids]
+        waits = [asyncio.ensure_future(self.host.arrival(topic, q).wait()) for q in qids]
         try:
             await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -109,7 +120,7 @@ class PopService:
         key = (group, topic, qid)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            state = self.server.state
+            state = self.host.state
             now_ms = int(time.time() * 1000)
             redeliver = []
             for off, f in state.pops.due(key, now_ms)[:max_messages]:
@@ -129,14 +140,14 @@ class PopService:
                 return []
             entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
                              lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh))
-            result = await self.server.commit(encode_pop(entry))
+            result = await self.host.commit(self.host.state.registry.encode(entry))
             if result.status != "OK":
                 return []  # (a conflict: the next look plans again from the applied state)
             return self._rows(topic, qid, result)
 
     def _range(self, topic: str, qid: int) -> tuple[int, int]:
-        lo, hi = self.server.state.queue_range(topic, qid)
-        return max(lo, self.server._retained_offset(topic, qid)), hi
+        lo, hi = self.host.state.queue_range(topic, qid)
+        return max(lo, self.host.retained_offset(topic, qid)), hi
 
     def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, tags: list[str],
               sql: SqlFilter | None, ordered_busy: bool) -> tuple[list[tuple[int, bool]], int]:
@@ -149,12 +160,12 @@ class PopService:
         entries: dict[int, list[Any]] = {}
         fresh: list[tuple[int, bool]] = []
         hi = lo
-        for k, unit in enumerate(self.server.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
+        for k, unit in enumerate(self.host.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
             off = lo + k
             if wanted is not None and unit.tag_hash not in wanted:
                 hi = off + 1
                 continue
-            m = self.server._read_message(unit.position, unit.slot, entries)
+            m = self.host.read_message(unit.position, unit.slot, entries)
             if (wanted is not None and m.tags not in tags) or \
                     (sql is not None and not sql.matches(dict(m.properties), m.tags)):
                 hi = off + 1
@@ -174,11 +185,11 @@ class PopService:
         entries: dict[int, list[Any]] = {}
         out = []
         for off, attempt in result.popped:
-            unit = self.server.state.units(topic, qid, off, 1)[0]
-            m = self.server._read_message(unit.position, unit.slot, entries)
+            unit = self.host.state.units(topic, qid, off, 1)[0]
+            m = self.host.read_message(unit.position, unit.slot, entries)
             out.append([qid, off, m.body, m.tags, list(m.keys), m.unique_key,
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
-                        offset_msg_id(self.server.group, unit.position, unit.slot),
+                        offset_msg_id(self.host.group, unit.position, unit.slot),
                         result.index, attempt])
         return out
 
@@ -187,14 +198,14 @@ class PopService:
     async def ack(self, group: str, topic: str, qid: int,
                   receipts: list[tuple[int, int]]) -> list[bool]:
         """POP_ACK: per (offset, epoch), acknowledged (or already) or a stale receipt."""
-        self.server.require_leader()
+        self.host.require_leader()
         entry = PopAck(int(time.time() * 1000), group, topic, qid, tuple(receipts))
         return list((await self._commit(entry)).acked)
 
     async def change(self, group: str, topic: str, qid: int, offset: int, epoch: int,
                      invisible_ms: int) -> int:
         """POP_CHANGE: the offset invisible for ``invisible_ms`` from now; its new epoch."""
-        self.server.require_leader()
+        self.host.require_leader()
         entry = PopChange(int(time.time() * 1000), group, topic, qid, offset, epoch, invisible_ms)
         return (await self._commit(entry)).index
 
@@ -202,28 +213,28 @@ class PopService:
                           max_attempts: int) -> str:
         """POP_DEAD: the offset to the group's dead-letter queue at once (the consumer gave up
         on it); the dead-letter topic."""
-        self.server.require_leader()
-        await self.server.node.read_barrier()
+        self.host.require_leader()
+        await self.host.node.read_barrier()
         return await self._dead_letter((group, topic, qid), offset, epoch, max_attempts)
 
     async def _dead_letter(self, key: PopKey, offset: int, epoch: int, max_attempts: int) -> str:
         group, topic, qid = key
-        units = self.server.state.units(topic, qid, offset, 1)
+        units = self.host.state.units(topic, qid, offset, 1)
         if not units:
             raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic} queue {qid} offset {offset}")
         unit = units[0]
         try:
-            m = self.server._read_message(unit.position, unit.slot, {})
+            m = self.host.read_message(unit.position, unit.slot, {})
         except DLedgerError as err:  # retention deleted it: nothing to copy, it leaves flight
             await self._commit(PopAck(int(time.time() * 1000), group, topic, qid, ((offset, epoch),)))
             raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic}@{offset}: {err}") from err
         raw = [m.body, m.tags, list(m.keys), m.unique_key, [list(p) for p in m.properties],
                m.born_ts_ms]
-        msg_id = offset_msg_id(self.server.group, unit.position, unit.slot)
+        msg_id = offset_msg_id(self.host.group, unit.position, unit.slot)
         back = send_back(group, raw, topic, msg_id, -1, max_attempts)
         target = dlq_topic(group)
-        if target not in self.server.state.topics:
-            await self.server.leader_commit(TopicPut(target, DLQ_QUEUES, DLQ_QUEUES, PERM_RW,
+        if target not in self.host.state.topics:
+            await self.host.leader_commit(TopicPut(target, DLQ_QUEUES, DLQ_QUEUES, PERM_RW,
                                                      system=True))
         await self._commit(PopDead(int(time.time() * 1000), group, topic, qid, offset, epoch,
                                    target, back.message))
@@ -231,7 +242,7 @@ class PopService:
         return target
 
     async def _commit(self, entry: Any) -> ApplyResult:
-        result = await self.server.commit(encode_pop(entry))
+        result = await self.host.commit(self.host.state.registry.encode(entry))
         if result.status != "OK":
             raise SendRefusedError(result.status, result.detail)
         return result

@@ -5,14 +5,14 @@ Any replica answers, from what it has applied (``broker.features.query.lookup``)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.core.requests import handles, integer, readable_topic
-from broker.features.query.lookup import QUERY_MESSAGES_MAX, Lookup
+from broker.core.requests import Handler, handlers, integer, readable_topic
+from broker.features.query.lookup import QUERY_MESSAGES_MAX, Lookup, LookupHost
 from protocol.broker_kinds import QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VIEW_MESSAGE, parse_offset_msg_id
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
+HANDLERS: list[Handler] = []
+handles = handlers(HANDLERS)
 
 KEY_MAX_CHARS = 4096  # a key or unique key asked for
 
@@ -39,18 +39,18 @@ max_messages = integer(1, QUERY_MESSAGES_MAX)
 
 
 @handles(VIEW_MESSAGE, offset_msg_id=offset_msg_id)
-async def view_message(server: BrokerServer, offset_id: str) -> list[Any]:
-    return Lookup(server).view(offset_id)
+async def view_message(broker: LookupHost, offset_id: str) -> list[Any]:
+    return Lookup(broker).view(offset_id)
 
 
 @handles(QUERY_BY_KEY, topic=readable_topic, key=key_text, begin_ms=integer(), end_ms=integer(),
          max_messages=max_messages)
-async def query_by_key(server: BrokerServer, topic: str, key: str, begin_ms: int, end_ms: int,
+async def query_by_key(broker: LookupHost, topic: str, key: str, begin_ms: int, end_ms: int,
                        limit: int) -> list[list[Any]]:
-    return Lookup(server).by_key(topic, key, begin_ms, end_ms, limit)
+    return Lookup(broker).by_key(topic, key, begin_ms, end_ms, limit)
 
 
 @handles(QUERY_BY_UNIQUE_KEY, unique_key=key_text, topic=any_or_topic, max_messages=max_messages)
-async def query_by_unique_key(server: BrokerServer, unique_key: str, topic: str,
+async def query_by_unique_key(broker: LookupHost, unique_key: str, topic: str,
                               limit: int) -> list[list[Any]]:
-    return Lookup(server).by_unique_key(unique_key, topic, limit)
+    return Lookup(broker).by_unique_key(unique_key, topic, limit)

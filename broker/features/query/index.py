@@ -28,12 +28,12 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from broker.features.delay.model import SCHEDULE_TOPIC
-from protocol.topics import TRACE_TOPIC
 from broker.core.entries import StoredSend
 from broker.core.registry import EntryRegistry
-from protocol.broker_errors import BadEntryError
+from broker.features.delay.model import SCHEDULE_TOPIC
 from broker.features.query.index_file import IndexFile, IndexFileError
+from protocol.broker_errors import BadEntryError
+from protocol.topics import TRACE_TOPIC
 
 log = logging.getLogger("broker.features.query.index")
 
@@ -332,8 +332,8 @@ def catch_up(index: KeyIndex, log_dir: str, upto: int, verify_checksums: bool = 
     checkpoint: the node replays only what follows it). Entries log retention deleted are
     skipped. ``opened``: the node's log store, open (else the directory is opened here).
     Returns how many entries were read."""
-    from dledger.storage.commitlog import FileLogStore  # (the broker's pure modules import no storage)
     from dledger.raft.types import EntryKind
+    from dledger.storage.commitlog import FileLogStore  # (the broker's pure modules import no storage)
 
     if index.applied_index >= upto or (opened is None and not os.path.isdir(log_dir)):
         return 0

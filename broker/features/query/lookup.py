@@ -12,37 +12,40 @@ of this node: a follower answers from what it has applied, which may lag its lea
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Protocol
 
-from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC
 from broker.core.registry import StoredTopics, message_at
-from broker.machine.kinds import decode_for_apply, stored_topics_and_messages
+from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC
+from broker.features.host import BrokerHost
+from broker.features.query.index import KeyIndex, key_hash, unique_hash
 from protocol.broker_errors import BadEntryError, MessageNotFoundError
-from broker.features.query.index import key_hash, unique_hash
 from protocol.broker_kinds import offset_msg_id, parse_offset_msg_id
 from protocol.errors import DLedgerError
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
-
 QUERY_MESSAGES_MAX = 1024  # messages one query answers at most
+
+
+class LookupHost(BrokerHost, Protocol):
+    @property
+    def index(self) -> KeyIndex: ...
 
 
 class Lookup:
     """One query's reads: each log entry decoded once."""
 
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, host: LookupHost) -> None:
+        self.host = host
         self._entries: dict[int, StoredTopics | None] = {}
 
     def _at(self, position: int, slot: int) -> tuple[int, str, int, list[Any]] | None:
         """(store time, topic, queue id, message) of the log's message at (position, slot)."""
         if position not in self._entries:
-            store = self.server.node.store
+            store = self.host.node.store
             try:
                 assert store is not None
-                self._entries[position] = stored_topics_and_messages(
-                    decode_for_apply(store.read_at(position).data))
+                registry = self.host.state.registry
+                self._entries[position] = registry.stored_topics(
+                    registry.decode_for_apply(store.read_at(position).data))
             except (DLedgerError, IndexError, BadEntryError):  # retained away, or no entry there
                 self._entries[position] = None
         stored = self._entries[position]
@@ -51,13 +54,13 @@ class Lookup:
 
     def view(self, offset_id: str) -> list[Any]:
         group, position, slot = parse_offset_msg_id(offset_id)
-        if group != self.server.group:
+        if group != self.host.group:
             raise MessageNotFoundError(f"{offset_id}: a message of group {group}, not of "
-                                       f"{self.server.group}")
+                                       f"{self.host.group}")
         row = self.row(position, slot)
         if row is None:
             raise MessageNotFoundError(f"{offset_id}: no message is stored there on "
-                                       f"{self.server.group} (or no longer: log retention)")
+                                       f"{self.host.group} (or no longer: log retention)")
         return row
 
     def by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
@@ -73,7 +76,7 @@ class Lookup:
                  wanted: Any) -> list[list[Any]]:
         out: list[list[Any]] = []
         seen: set[tuple[int, int]] = set()
-        for position, slot, _ in self.server.index.candidates(h, begin_ms, end_ms):
+        for position, slot, _ in self.host.index.candidates(h, begin_ms, end_ms):
             if len(out) >= max_messages:
                 break
             if (position, slot) in seen:
@@ -99,7 +102,7 @@ class Lookup:
             return None
         qid, offset = where
         body, tags, keys, unique_key, props, born = m
-        return [offset_msg_id(self.server.group, position, slot), self.server.group, topic, qid,
+        return [offset_msg_id(self.host.group, position, slot), self.host.group, topic, qid,
                 offset, body, tags, list(keys), unique_key, [list(p) for p in props], born,
                 store_ts, self.consumed_by(topic, qid, offset)]
 
@@ -107,7 +110,7 @@ class Lookup:
         """(queue id, queue offset) of the unit naming (position, slot) in one of the topic's
         queues: the entry's queue first (a delivered timer's may have been taken modulo the
         topic's write queues), then any other."""
-        state = self.server.state
+        state = self.host.state
         if topic == SCHEDULE_TOPIC:
             order: Iterable[int] = [SCHEDULE_QUEUE]
         else:
@@ -130,5 +133,5 @@ class Lookup:
 
     def consumed_by(self, topic: str, qid: int, offset: int) -> list[str]:
         """Consumer groups whose committed offset on the queue is past ``offset``."""
-        return sorted(g for (g, t, q), o in self.server.state.offsets.items()
+        return sorted(g for (g, t, q), o in self.host.state.offsets.items()
                       if t == topic and q == qid and o > offset)

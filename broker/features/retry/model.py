@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from broker.features.delay.model import DELAY, REAL_QID, REAL_TOPIC, TIMER_PROPERTIES
 from protocol.consume_rules import (
     DEFAULT_MAX_RECONSUME_TIMES,
     dlq_topic,
     retry_topic,
 )
-from broker.features.delay.model import DELAY, REAL_QID, REAL_TOPIC, TIMER_PROPERTIES
 
 RETRY_TOPIC = "RETRY_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -34,6 +34,8 @@ RECONSUME_TIME = "RECONSUME_TIME"
 UNIQ_KEY = "UNIQ_KEY"
 FIRST_RETRY_LEVEL = 3  # RocketMQ's: the first retry waits level 3 (10 s)
 RETRY_QUEUES = 1  # RocketMQ's retryQueueNums
+# Seeded bug (tests only): "retry_count_lost" loses the reconsume count of a sent-back message.
+RETRY_CANARIES = frozenset({"retry_count_lost"})
 DLQ_QUEUES = 1
 _DROPPED = frozenset({*TIMER_PROPERTIES, REAL_TOPIC, REAL_QID})
 

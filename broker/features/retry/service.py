@@ -12,12 +12,10 @@ retry checker (``chaos.live.retry_checker``) must catch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker.core.entries import TopicPut
-
-from broker.machine.kinds import stored_messages
-from protocol.broker_kinds import SendRefusedError, offset_msg_id
+from broker.features.host import BrokerHost
 from broker.features.retry.model import (
     DLQ_QUEUES,
     RECONSUME_TIME,
@@ -28,36 +26,44 @@ from broker.features.retry.model import (
     retry_topic,
     send_back,
 )
-from protocol.topics import PERM_RW
+from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.errors import DLedgerError
+from protocol.topics import PERM_RW
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
-
-RETRY_CANARIES = frozenset({"retry_count_lost"})
 _LOCAL_COUNTS_MAX = 100_000  # the canary's table, bounded
 
 
+class SendSubmitter(Protocol):
+    async def submit(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
+        """Store messages on the broker's own account, as any send (``broker.api.sendpath``)."""
+        ...
+
+
+class RetryHost(BrokerHost, Protocol):
+    @property
+    def sends(self) -> SendSubmitter: ...
+
+
 class RetryService:
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, host: RetryHost) -> None:
+        self.host = host
         self.sent_back = 0  # send-backs this node stored as leader (for status)
         self.dead = 0
-        self._count_lost = "retry_count_lost" in server.config.canaries
+        self._count_lost = "retry_count_lost" in host.config.canaries
         self._local_counts: dict[str, int] = {}  # the canary's: original key -> send-backs
         self._local_term = -1
 
     async def send_back(self, group: str, topic: str, queue_id: int, offset: int,
                         delay_level: int, max_reconsume_times: int) -> list[Any]:
         """SEND_BACK: [status, the topic it went to, its reconsume times, dead?]."""
-        self.server.require_leader()
-        await self.server.node.read_barrier()  # every message a replica served is applied here
+        self.host.require_leader()
+        await self.host.node.read_barrier()  # every message a replica served is applied here
         m, msg_id = self._stored(topic, queue_id, offset)
         if self._count_lost:
             m = self._canary_local_count(group, m)
         back = send_back(group, m, topic, msg_id, delay_level, max_reconsume_times)
         await self._ensure(back.topic, DLQ_QUEUES if back.dead else RETRY_QUEUES)
-        answer = await self.server.sends.submit(back.topic, 0, [back.message])
+        answer = await self.host.sends.submit(back.topic, 0, [back.message])
         if back.dead:
             self.dead += 1
         else:
@@ -66,19 +72,19 @@ class RetryService:
 
     async def resend_dead_letter(self, group: str, offset: int) -> list[Any]:
         """DLQ_RESEND: the dead letter at ``offset`` of ``%DLQ%<group>`` into its retry topic."""
-        self.server.require_leader()
-        await self.server.node.read_barrier()
+        self.host.require_leader()
+        await self.host.node.read_barrier()
         m, msg_id = self._stored(dlq_topic(group), 0, offset)
         target = retry_topic(group)
         await self._ensure(target, RETRY_QUEUES)
-        answer = await self.server.sends.submit(target, 0, [resent_from_dlq(m, msg_id)])
+        answer = await self.host.sends.submit(target, 0, [resent_from_dlq(m, msg_id)])
         return [answer[0], target]
 
     def _canary_local_count(self, group: str, m: list[Any]) -> list[Any]:
         """THE CANARY ``retry_count_lost``: the message as if its RECONSUME_TIME were this
         leader's own count of its send-backs (forgotten at a leader change), not the
         replicated one."""
-        core = self.server.node.core
+        core = self.host.node.core
         term = core.term if core is not None else 0
         if term != self._local_term or len(self._local_counts) > _LOCAL_COUNTS_MAX:
             self._local_counts, self._local_term = {}, term  # a new leader knows no count
@@ -90,22 +96,20 @@ class RetryService:
         return [*m[:4], kept, *m[5:]]
 
     def _stored(self, topic: str, queue_id: int, offset: int) -> tuple[list[Any], str]:
-        units = self.server.state.units(topic, queue_id, offset, 1)
+        units = self.host.state.units(topic, queue_id, offset, 1)
         if not units:
             raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic} queue {queue_id} has no "
                                    f"message at offset {offset}")
         unit = units[0]
-        store = self.server.node.store
-        assert store is not None
         try:
-            m = stored_messages(store.read_at(unit.position).data)[unit.slot]
+            m = self.host.stored_message(unit.position, unit.slot)
         except DLedgerError as err:  # retention deleted it
             raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic}@{offset}: {err}") from err
-        return list(m), offset_msg_id(self.server.group, unit.position, unit.slot)
+        return list(m), offset_msg_id(self.host.group, unit.position, unit.slot)
 
     async def _ensure(self, topic: str, queues: int) -> None:
-        if topic not in self.server.state.topics:
-            await self.server.leader_commit(TopicPut(topic, queues, queues, PERM_RW, system=True))
+        if topic not in self.host.state.topics:
+            await self.host.leader_commit(TopicPut(topic, queues, queues, PERM_RW, system=True))
 
     def status(self) -> dict[str, int]:
         return {"sent_back_here": self.sent_back, "dead_lettered_here": self.dead}

@@ -36,12 +36,12 @@ from broker.features.txn.model import (
 from protocol.broker_errors import BrokerError
 from protocol.topics import TopicConfig, validate_config
 
-__all__ = ["KINDS", "PART", "ROUTES", "TXN_CANARIES", "apply_check", "apply_end", "apply_half"]
+__all__ = ["KINDS", "PART", "ROUTES", "TXN_STATE_CANARIES", "apply_check", "apply_end", "apply_half"]
 
 PART = "txn"  # the TxnTable's name in the state and its checkpoints
 # Seeded bug (tests only): "txn_half_visible" stores a half message in its real queue too,
 # visible before its transaction commits.
-TXN_CANARIES = frozenset({"txn_half_visible"})
+TXN_STATE_CANARIES = frozenset({"txn_half_visible"})
 
 
 def apply_half(state: CoreState, index: int, position: int, e: StoredSend,

@@ -24,7 +24,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+from protocol.topics import HALF_TOPIC
+
 HALF_QUEUE = 0
 CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # half messages rolled back after max checks
 REAL_TOPIC = "REAL_TOPIC"
@@ -37,6 +38,9 @@ TXN_ID_MAX_CHARS = 128
 HALVES_MAX = 1024  # half messages in one transaction
 OPEN_MAX = 100_000  # open transactions a leader takes (beyond: a named refusal)
 DECISIONS_KEPT = 65_536
+# Seeded bugs (tests only): "txn_half_visible" stores a half message in its real queue too
+# (the apply); "txn_forget" makes a new leader forget the open transactions (the service).
+TXN_CANARIES = frozenset({"txn_half_visible", "txn_forget"})
 
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"

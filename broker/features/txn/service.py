@@ -23,16 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from broker.features.delay.model import TIMER_PROPERTIES
-from broker.features.txn.entries import TxnCheck, TxnEnd
-from broker.machine.kinds import stored_messages
-from protocol.broker_errors import BadTransactionError, BrokerError
-from broker.features.txn.producers import ProducerGroups
-from protocol.broker_kinds import CHECK_TRANSACTION, SendRefusedError, offset_msg_id
-from broker.api.sendwire import check_entry_size, run_answers
 from broker.core.entries import encode_send
+from broker.core.sendwire import check_entry_size, run_answers
+from broker.features.delay.model import TIMER_PROPERTIES
+from broker.features.host import BrokerHost
+from broker.features.txn.entries import TxnCheck, TxnEnd
 from broker.features.txn.model import (
     CHECK_MAX_TOPIC,
     COMMIT,
@@ -43,30 +40,41 @@ from broker.features.txn.model import (
     committed_message,
     half_message,
 )
+from broker.features.txn.producers import ProducerGroups
+from protocol.broker_errors import BadTransactionError, BrokerError
+from protocol.broker_kinds import CHECK_TRANSACTION, SendRefusedError, offset_msg_id
 from protocol.errors import DLedgerError
 from protocol.frames import encode_payload
-
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
 
 log = logging.getLogger("broker.features.txn.model")
 
 # Seeded bug (tests only): "txn_forget" makes a new leader forget the transactions open when it
 # took over: it never checks them back, so an UNKNOWN one stays open for ever.
-TXN_CANARIES = frozenset({"txn_forget"})
 CHECK_PERIOD_S = 0.25
 CHECKS_PER_ENTRY = 256  # transactions counted in one TxnCheck entry, at most
 END_RETRIES = 3  # an END whose transaction changed under it (a half joined) is read again
 
 
+class RunChecker(Protocol):
+    def check_run(self, topic: Any, queue_id: Any, raw: Any,
+                  batch: bool) -> tuple[list[list[Any]], int, bool]:
+        """One run of a send checked as any send's (``broker.api.sendpath``)."""
+        ...
+
+
+class TxnHost(BrokerHost, Protocol):
+    @property
+    def sends(self) -> RunChecker: ...
+
+
 class TxnService:
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
+    def __init__(self, host: TxnHost) -> None:
+        self.host = host
         self.producers: ProducerGroups[Any] = ProducerGroups()
         self._task: asyncio.Task[None] | None = None
         self._term = -1
         self._forgotten: frozenset[str] = frozenset()
-        self._forget = "txn_forget" in server.config.canaries
+        self._forget = "txn_forget" in host.config.canaries
         self.checks_sent = 0  # check requests this node sent as leader (for status)
         self.unanswerable = 0  # checks due when no producer of the group was live here
 
@@ -83,24 +91,24 @@ class TxnService:
     async def half(self, producer_group: str, txn_id: str, topic: str, queue_id: int,
                    raw: Any) -> list[Any]:
         """TXN_HALF: SEND's answer; the queue offsets are those of the half queue."""
-        server = self.server
-        server.require_leader()
-        txns = server.state.txns
+        host = self.host
+        host.require_leader()
+        txns = host.state.txns
         refusal = txns.refusal(txn_id, producer_group)
         if refusal is not None:
             raise SendRefusedError(refusal, txn_id)
         if txn_id not in txns.open and len(txns) >= OPEN_MAX:
             raise SendRefusedError("OVERLOADED", f"{len(txns)} transactions are open")
-        messages, _, with_props = server.sends.check_run(topic, queue_id, raw, batch=True)
+        messages, _, with_props = host.sends.check_run(topic, queue_id, raw, batch=True)
         if with_props and any(p[0] in TIMER_PROPERTIES for m in messages for p in m[4]):
             raise BadTransactionError("a transactional message cannot be delayed (RocketMQ's "
                                       "rule)")
         halves = [half_message(m, topic, queue_id, producer_group, txn_id) for m in messages]
-        result = await server.commit(check_entry_size(encode_send(
+        result = await host.commit(check_entry_size(encode_send(
             HALF_TOPIC, HALF_QUEUE, int(time.time() * 1000), halves, False, 1)))
-        store = server.node.store
+        store = host.node.store
         assert store is not None
-        (answer,) = run_answers(server.group, store.position_of(result.index), result)
+        (answer,) = run_answers(host.group, store.position_of(result.index), result)
         if answer[0] != "SEND_OK":
             raise SendRefusedError(answer[0], answer[1])
         return answer
@@ -109,25 +117,25 @@ class TxnService:
                   offsets: list[tuple[str, str, int, int, int]]) -> list[Any]:
         """END_TRANSACTION -> ``[decision, [[topic, queue id, queue offset, offset msg id],
         ...]]`` (the committed copies; none for a rollback or a repeated END)."""
-        server = self.server
-        server.require_leader()
-        await server.node.read_barrier()  # every earlier half message and end applied here
+        host = self.host
+        host.require_leader()
+        await host.node.read_barrier()  # every earlier half message and end applied here
         for attempt in range(END_RETRIES):
             entry = self._end_entry(producer_group, txn_id, decision, from_check, offsets)
             if entry is None:
                 return [decision, []]  # decided so already
             try:
-                result = await server.leader_commit(entry)
+                result = await host.leader_commit(entry)
             except SendRefusedError as err:
                 if err.status == "TXN_CHANGED" and attempt + 1 < END_RETRIES:
                     continue
                 raise
-            store = server.node.store
+            store = host.node.store
             assert store is not None
             position = store.position_of(result.index)
             return [result.detail or decision,
                     [[r.topic, r.queue_id, r.queue_offsets[0],
-                      offset_msg_id(server.group, position, r.first_slot)]
+                      offset_msg_id(host.group, position, r.first_slot)]
                      for r in result.runs if r.status == "SEND_OK"]]
         raise SendRefusedError("TXN_CHANGED", txn_id)
 
@@ -136,9 +144,9 @@ class TxnService:
                    ) -> TxnEnd | None:
         """The end entry for the transaction as this leader's state has it (None: it was
         decided so already); a named refusal if it is unknown or decided the other way."""
-        txns = self.server.state.txns
+        txns = self.host.state.txns
         txn = txns.open.get(txn_id)
-        config = self.server.config
+        config = self.host.config
         if txn is None and decision == COMMIT and offsets and txn_id not in txns.decided:
             return TxnEnd(int(time.time() * 1000), producer_group, txn_id, decision, (), (),
                           tuple(offsets), False, from_check, config.auto_create_topics,
@@ -163,11 +171,9 @@ class TxnService:
                       config.auto_create_topics, config.default_queues)
 
     def _half_message(self, offset: int) -> list[Any]:
-        store = self.server.node.store
-        assert store is not None
         try:
-            unit = self.server.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
-            return list(stored_messages(store.read_at(unit.position).data)[unit.slot])
+            unit = self.host.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
+            return self.host.stored_message(unit.position, unit.slot)
         except (DLedgerError, IndexError) as err:  # retention took it (docs/operations.md)
             raise SendRefusedError("TXN_UNREADABLE", f"half message at offset {offset} of "
                                    f"{HALF_TOPIC} is no longer in the log: {err}") from err
@@ -188,20 +194,20 @@ class TxnService:
     async def check_due(self) -> int:
         """One look: roll back the transactions past their last check, count and send the
         checks due. Returns how many transactions it acted on."""
-        server = self.server
-        core = server.node.core
-        if core is None or not server.node.is_leader or not server.caught_up():
+        host = self.host
+        core = host.node.core
+        if core is None or not host.node.is_leader or not host.caught_up():
             return 0
         if core.term != self._term:  # a new term: the canary forgets what was open
             self._term = core.term
-            self._forgotten = frozenset(server.state.txns.open) if self._forget else frozenset()
-        config = server.config
+            self._forgotten = frozenset(host.state.txns.open) if self._forget else frozenset()
+        config = host.config
         timeout_ms = int(config.transaction_timeout_s * 1000)
         interval_ms = int(config.transaction_check_interval_s * 1000)
         now_ms = time.time() * 1000
         to_check: list[tuple[str, int]] = []
         exhausted: list[str] = []
-        for txn_id, txn in server.state.txns.open.items():
+        for txn_id, txn in host.state.txns.open.items():
             if txn_id in self._forgotten:
                 continue
             due_ms = txn.begun_ms + timeout_ms if txn.checks == 0 else txn.checked_ms + interval_ms
@@ -216,13 +222,13 @@ class TxnService:
         for txn_id in exhausted:
             await self._roll_back_exhausted(txn_id)
         if to_check:
-            await server.leader_commit(TxnCheck(int(time.time() * 1000), tuple(to_check)))
+            await host.leader_commit(TxnCheck(int(time.time() * 1000), tuple(to_check)))
             for txn_id, _ in to_check:
                 self._ask(txn_id)
         return len(to_check) + len(exhausted)
 
     async def _roll_back_exhausted(self, txn_id: str) -> None:
-        txn = self.server.state.txns.open.get(txn_id)
+        txn = self.host.state.txns.open.get(txn_id)
         if txn is None:
             return
         try:
@@ -236,11 +242,11 @@ class TxnService:
         if entry is not None:
             log.warning("transaction %s of %s rolled back after %d checks", txn_id,
                         txn.producer_group, txn.checks)
-            await self.server.leader_commit(entry)
+            await self.host.leader_commit(entry)
 
     def _ask(self, txn_id: str) -> None:
         """Send a CHECK_TRANSACTION for ``txn_id`` to a live producer of its group, if any."""
-        txn = self.server.state.txns.open.get(txn_id)
+        txn = self.host.state.txns.open.get(txn_id)
         if txn is None:
             return
         producer = self.producers.pick(txn.producer_group, time.monotonic())
@@ -250,18 +256,18 @@ class TxnService:
         messages = []
         for offset in txn.halves[:1]:  # the first half stands for its transaction (RocketMQ's)
             m = self._half_message(offset)  # (refused if retention took it)
-            unit = self.server.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
+            unit = self.host.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
             messages.append([offset, *m, unit.store_ts_ms,
-                             offset_msg_id(self.server.group, unit.position, unit.slot)])
+                             offset_msg_id(self.host.group, unit.position, unit.slot)])
         producer.conn.send_payload(encode_payload(CHECK_TRANSACTION, [
-            self.server.group, txn.producer_group, txn_id, txn.checks, messages]))
+            self.host.group, txn.producer_group, txn_id, txn.checks, messages]))
         self.checks_sent += 1
 
     def status(self) -> dict[str, Any]:
-        txns = self.server.state.txns
+        txns = self.host.state.txns
         return {"open": len(txns), "decided_kept": len(txns.decided),
                 "checks_sent_here": self.checks_sent, "unanswerable_here": self.unanswerable,
                 "producer_groups": self.producers.snapshot(time.monotonic())}
 
 
-__all__ = ["TXN_CANARIES", "TxnService"]
+__all__ = ["TxnService"]

@@ -27,8 +27,8 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from protocol import broker_kinds as bp
 from client import errors
+from protocol import broker_kinds as bp
 
 __all__ = ["GatewayError", "Inbound", "inbound", "outbound", "code_of", "guarded", "status",
            "PROP_MESSAGE_GROUP", "PROP_BORN_HOST", "PROP_DELIVER_MS", "SYSTEM_PROPERTY_NAMES"]

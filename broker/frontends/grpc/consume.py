@@ -20,13 +20,13 @@ from typing import Any, AsyncIterator, Callable
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
-from protocol import broker_kinds as bp
-from broker.frontends.grpc.codec import GatewayError, code_of, guarded, log, outbound, status
 from broker.features.pop.model import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
+from broker.frontends.grpc.codec import GatewayError, code_of, guarded, log, outbound, status
 from client import errors
 from client.routes import GroupRoute, Routes, TopicRoute, client_error
-from protocol.errors import DLedgerError
+from protocol import broker_kinds as bp
 from protocol.envelope import RemoteError
+from protocol.errors import DLedgerError
 
 DEFAULT_INVISIBLE_MS = 60_000  # a push consumer's receive (it names none; RocketMQ's default)
 POLL_MS_MAX = 30_000

@@ -32,7 +32,6 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from protocol import broker_kinds as bp
 from broker.frontends.grpc.codec import GatewayError, code_of, guarded, inbound, status
 from broker.frontends.grpc.consume import ConsumeCalls
 from broker.frontends.grpc.sends import GatewaySends
@@ -41,10 +40,11 @@ from client import errors
 from client.delivery import Delivery
 from client.routes import GroupRoute, Routes
 from client.types import MessageQueue
+from protocol import broker_kinds as bp
 from protocol.tls import TlsConfig
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.api.broker import Broker
 
 log = logging.getLogger("broker.grpc")
 
@@ -80,7 +80,7 @@ def _metadata(context: Any, name: str) -> str:
 class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[misc]
     """One broker node's gRPC endpoint (see the module docstring)."""
 
-    def __init__(self, server: BrokerServer, listen: Address) -> None:
+    def __init__(self, server: Broker, listen: Address) -> None:
         self.server = server
         self.listen = listen
         self.group = server.config.node.group

@@ -26,12 +26,11 @@ from typing import Any, Awaitable, Callable
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
-from protocol import broker_kinds as bp
 from broker.frontends.grpc.codec import GatewayError, outbound
 from client import errors
-from client.producer_group import (RETRY_S, CheckRequest, ProducerRegistration, next_pause_s,
-                                   parse_check)
+from client.producer_group import RETRY_S, CheckRequest, ProducerRegistration, next_pause_s, parse_check
 from client.routes import Routes
+from protocol import broker_kinds as bp
 
 log = logging.getLogger("broker.grpc")
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.features.delay.model import SCHEDULE_TOPIC
+from broker.core.applied import ApplyResult
 from broker.core.codec import check_message
-from broker.features.txn.model import HALF_TOPIC
 from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import (
     MESSAGE_OVERHEAD_BYTES,
@@ -20,8 +19,8 @@ from protocol.broker_kinds import (
     message_bytes,
     offset_msg_id,
 )
-from broker.core.applied import ApplyResult
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES
+from protocol.topics import HALF_TOPIC, SCHEDULE_TOPIC
 
 # An entry larger than this could not travel to a follower in one peer frame (the append
 # request's own fields need the rest), and a group would stall on it: refused at the leader.

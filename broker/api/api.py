@@ -1,0 +1,62 @@
+"""The in-process broker API that every front end calls (``BrokerApi``): any request of the
+broker's kinds (sends, pulls, pop/ack/change-invisible, offsets, queue locks, transactions,
+queries, admin), its every field checked by the request table (``broker.api.table``) or the
+send path, served by this node's broker.
+
+A request this node must not serve (a write, or a read that needs the leader) raises
+NotLeaderError before it does anything; a front end whose clients do not follow redirects
+(RocketMQ's) gives a ``forward``, and the API then sends the request once to the group's leader
+(``forward`` follows the NOT_LEADER hints within its own deadline). Our own protocol's clients
+follow redirects themselves: its front end gives none, and the client gets the refusal with
+the leader's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.api.broker import Broker
+from broker.api.table import TABLE
+from broker.core.requests import dispatch
+from protocol.broker_errors import BadEntryError
+from protocol.broker_kinds import SEND, SEND_RUNS
+from protocol.envelope import Request
+from protocol.errors import NotLeaderError
+
+__all__ = ["BrokerApi", "Forward"]
+
+Forward = Callable[[int, list[Any]], Awaitable[Any]]  # (kind, arguments) -> the leader's answer
+
+
+class BrokerApi:
+    def __init__(self, broker: Broker, forward: Forward | None = None) -> None:
+        self.broker = broker
+        self.forward = forward
+        self.forwarded = 0  # requests this node sent on to its leader
+
+    async def call(self, kind: int, *args: Any, connection: Any = None) -> Any:
+        """One request of the broker's kinds: its answer, as our protocol's would be."""
+        try:
+            return await self.local(kind, list(args), connection)
+        except NotLeaderError:
+            if self.forward is None:
+                raise
+        self.forwarded += 1
+        return await self.forward(kind, list(args))
+
+    async def local(self, kind: int, args: list[Any], connection: Any = None) -> Any:
+        """The request served by this node alone (NotLeaderError where it must not)."""
+        if kind == SEND_RUNS:
+            return await self.broker.sends.send_runs(args)
+        if kind == SEND:
+            if len(args) != 3:
+                raise BadEntryError("SEND takes a topic, a queue id and messages")
+            return await self.broker.sends.send(args[0], args[1], args[2])
+        return await dispatch(TABLE, self.broker, Request(kind, 0, args), connection)
+
+    async def send_runs(self, runs: list[list[Any]]) -> list[Any]:
+        """SEND_RUNS: ``[[topic, queue id, [message...]]...]``, one answer per run (a stored run's
+        ``[SEND_OK, ...]`` or a refused one's ``[code, detail]``)."""
+        answer: list[Any] = await self.call(SEND_RUNS, runs)
+        return answer
