@@ -129,12 +129,15 @@ class KillingListener:
         self.cluster, self.leader = cluster, leader
         self.kill_before: set[bytes] = set()
         self.kill_during: set[bytes] = set()
+        self.timers: list[threading.Timer] = []  # the kills "during" still to come
 
     def execute_local_transaction(self, message: Message, arg: Any) -> TransactionState:
         if message.body in self.kill_before:
             self.cluster.kill(self.leader[0])
         elif message.body in self.kill_during:  # 5 ms later: while the END is on its way
-            threading.Timer(0.005, self.cluster.kill, (self.leader[0],)).start()
+            timer = threading.Timer(0.005, self.cluster.kill, (self.leader[0],))
+            self.timers.append(timer)
+            timer.start()
         return TransactionState.ROLLBACK if message.body.startswith(b"rb") \
             else TransactionState.COMMIT
 
@@ -160,6 +163,9 @@ def test_a_leader_killed_around_the_commit_publishes_each_committed_message_once
                     results.append((await p.send(Message("KTopic", b))))
                     sent.append(b)
                 killed = leader[0]
+                for timer in listener.timers:  # the kill was due 5 ms after the END: it has
+                    timer.join(10)  # happened (a loaded box may run the timer late)
+                assert not cluster.servers[killed].running, f"{killed} was not killed"
                 leader[0] = await _wait_leader(client, cluster)
                 cluster.restart(killed)  # (the group keeps a majority for the next round)
             committed = [b for b in sent if not b.startswith(b"rb")]
