@@ -33,6 +33,7 @@ from dledger.node.heap import release_free_heap
 from dledger.node.runtime import Node
 from dledger.raft.types import SnapshotMeta
 from dledger.storage.commitlog import FileLogStore
+from dledger.storage.seams import LogStore
 from dledger.storage.hardstate import write_file_atomically
 from protocol.broker_errors import BadEntryError
 
@@ -226,7 +227,7 @@ def save_checkpoint(data_dir: str, blob: bytes) -> None:
 
 
 def load_checkpoint(data_dir: str, verify_checksums: bool = True,
-                    config: StateConfig | None = None, store: FileLogStore | None = None,
+                    config: StateConfig | None = None, store: LogStore | None = None,
                     queue_files: bool = False, canaries: frozenset[str] = frozenset()) -> BrokerState:
     """The last checkpoint, or an empty state (the log is then replayed from the start). A
     checkpoint that is damaged, or ahead of what the log holds (a power loss took entries the
@@ -249,7 +250,7 @@ def load_checkpoint(data_dir: str, verify_checksums: bool = True,
 
 
 def _trusted(data_dir: str, verify_checksums: bool, config: StateConfig,
-             store: FileLogStore | None, queues: QueueStore | None) -> BrokerState | None:
+             store: LogStore | None, queues: QueueStore | None) -> BrokerState | None:
     path = os.path.join(data_dir, CHECKPOINT_FILE)
     try:
         with open(path, "rb") as f:
@@ -272,7 +273,7 @@ def _trusted(data_dir: str, verify_checksums: bool, config: StateConfig,
         return None
 
 
-def _log_end(data_dir: str, verify_checksums: bool, store: FileLogStore | None) -> int:
+def _log_end(data_dir: str, verify_checksums: bool, store: LogStore | None) -> int:
     log_dir = os.path.join(data_dir, "log")
     if store is not None:  # (the node's, open)
         return store.last_index()

@@ -126,7 +126,8 @@ class MembershipShell(NodeBase):
         if self._recovering_marker and not core.recovering:
             self._recovering_marker = False
             try:
-                os.unlink(os.path.join(self.config.data_dir, RECOVERING_FILE))
+                if self._given_hard_state is None:  # (else it was kept in memory)
+                    os.unlink(os.path.join(self.config.data_dir, RECOVERING_FILE))
             except FileNotFoundError:
                 pass
         if core.membership is self._linked_membership:
@@ -160,13 +161,17 @@ class MembershipShell(NodeBase):
             return None
         return self.config.dial.get(nid) or said
 
-    def _recovering_at_start(self, hard_state_path: str) -> bool:
+    def _recovering_at_start(self, has_state: bool) -> bool:
         """Whether this node joins on an empty disk (``--join``: a new member, or one whose disk
-        was replaced), or had not caught up since it did. (A node of a new group also starts
-        with no term and vote, but it has acknowledged nothing it could have forgotten.)"""
+        was replaced; ``has_state``: its hard-state store holds a term or vote), or had not
+        caught up since it did. (A node of a new group also starts with no term and vote, but
+        it has acknowledged nothing it could have forgotten.) The marker is a file beside the
+        node's own hard state; with a given hard-state store it lives in memory only."""
+        if self._given_hard_state is not None:
+            self._recovering_marker = self.config.join and not has_state
+            return self._recovering_marker
         marker = os.path.join(self.config.data_dir, RECOVERING_FILE)
-        if self.config.join and not os.path.exists(hard_state_path) \
-                and not os.path.exists(marker):
+        if self.config.join and not has_state and not os.path.exists(marker):
             with open(marker, "w") as f:
                 f.write("this node started on an empty disk: it votes once caught up\n")
         self._recovering_marker = os.path.exists(marker)

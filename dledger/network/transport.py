@@ -1,4 +1,5 @@
-"""Peer transport: the asyncio TCP links between the members of one Raft group.
+"""Peer transport: the asyncio TCP links between the members of one Raft group (a node's own,
+unless it is given another ``dledger.network.seams.Transport``).
 
 Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.network.wire``'s):
 - one *outbound* connection per peer, dialed by this node at ``dial[peer]``, write-only;
@@ -275,6 +276,18 @@ class PeerTransport:
         self._stopped = False
 
     # --- lifecycle ---------------------------------------------------------------------------
+
+    def attach(self, on_message: Callable[[Message], None], *,
+               on_batch_end: Callable[[], None] | None = None,
+               on_stream: Callable[[PeerStream], None] | None = None,
+               resolve: Callable[[str, tuple[str, int]], tuple[str, int] | None] | None = None
+               ) -> None:
+        """Deliver to these callbacks instead of the constructor's (before ``start``: a node
+        given this transport attaches itself; ``dledger.network.seams.Transport``)."""
+        if self._server is not None:
+            raise RuntimeError("PeerTransport.attach() must come before start()")
+        self._on_message, self._on_batch_end = on_message, on_batch_end
+        self._on_stream, self._resolve = on_stream, resolve
 
     async def start(self) -> tuple[str, int]:
         """Listen, start one dialer per peer; return the actual listen address (port 0 ok)."""

@@ -1,9 +1,10 @@
 """The state of one node (``NodeBase``): what the parts of ``dledger.node.runtime.Node`` share.
 
 Owns the fields every part reads and writes (inbox, proposals and pending futures, the loop's
-flags, the stores, the core, the transport) and the accessors that name a node not started. The
-parts build on it: ``proposals`` (futures), ``ready_pipeline`` (persist, send, apply),
-``busy_poll`` (polling for an expected message) and ``runtime`` (lifecycle, inputs, the loop).
+flags, the stores and the transport it was given or opened, the core) and the accessors that
+name a node not started. The parts build on it: ``seams`` (what it runs on), ``proposals``
+(futures), ``ready_pipeline`` (persist, send, apply), ``busy_poll`` (polling for an expected
+message) and ``runtime`` (lifecycle, inputs, the loop).
 Nothing here runs or does I/O; the node has one owner, its loop, so nothing is locked.
 """
 
@@ -14,16 +15,15 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
-from dledger.storage.commitlog import FileLogStore
 from protocol.errors import DiskFullError, NodeStoppedError
-from dledger.storage.flush import Flusher
-from dledger.storage.hardstate import FileHardStateStore
+from dledger.storage.flush import Flushing
+from dledger.storage.seams import HardStateStore, LogStore
 from dledger.node.config import Address, ApplyListener, Committed, NodeConfig
 from dledger.node.stats import NodeStats
 from dledger.raft.core import RaftCore
 from dledger.raft.types import InstallSnapshot, Membership, Message, Ready, SnapshotMeta
 from dledger.node.trace import NodeTrace
-from dledger.network.transport import PeerTransport
+from dledger.network.seams import Transport
 
 if TYPE_CHECKING:  # (the snapshot modules build on this one)
     from dledger.snapshots.provider import SnapshotProvider
@@ -33,11 +33,19 @@ __all__ = ["NodeBase"]
 
 
 class NodeBase:
-    """The fields of one member of a replicated log group (``Node`` is the whole node)."""
+    """The fields of one member of a replicated log group (``Node`` is the whole node).
+
+    ``log_store``, ``hard_state``, ``transport``: what the node runs on, if not its own files
+    and TCP links (``dledger.node.seams``)."""
 
     def __init__(self, config: NodeConfig, *, applied_index: int = 0,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, log_store: LogStore | None = None,
+                 hard_state: HardStateStore | None = None,
+                 transport: Transport | None = None) -> None:
         self.config = config
+        self._given_log = log_store  # (None: the node opens its own, dledger.node.seams)
+        self._given_hard_state = hard_state
+        self._given_transport = transport
         self._applied_floor = applied_index
         self._rng = rng or random.Random()
         self._inbox: deque[Message] = deque()
@@ -61,13 +69,13 @@ class NodeBase:
         self._stopping = False
         self._stopped = False
         self._power_lost = False
-        self.flusher: Flusher | None = None
+        self.flusher: Flushing | None = None
         self.stats = NodeStats()  # counts for operators (metrics), cumulative since start
         self.trace: NodeTrace | None = None
         self.core: RaftCore | None = None
-        self.store: FileLogStore | None = None
-        self._hard_state: FileHardStateStore | None = None
-        self.transport: PeerTransport | None = None
+        self.store: LogStore | None = None
+        self._hard_state: HardStateStore | None = None
+        self.transport: Transport | None = None
         self.peer_address: Address | None = None
         self._leader_term: int | None = None  # term in which we lead, if we do
         self.failure: BaseException | None = None
@@ -114,8 +122,16 @@ class NodeBase:
         """Run op on the core from the loop, between Readies (``runtime``)."""
         raise NotImplementedError
 
-    def _open_flusher(self, store: FileLogStore) -> Flusher:
-        """A flusher for the store (``disk_full``)."""
+    def _open_log(self) -> LogStore:
+        """The log store, given or opened and recovered (``seams``)."""
+        raise NotImplementedError
+
+    def _close_log(self) -> None:
+        """Close the log store if the node opened it (``seams``)."""
+        raise NotImplementedError
+
+    def _open_flusher(self, store: LogStore) -> Flushing:
+        """A flusher for the store (``seams``)."""
         raise NotImplementedError
 
     def _initial_snapshot(self, applied_index: int) -> SnapshotMeta | None:
@@ -141,12 +157,12 @@ class NodeBase:
             raise NodeStoppedError("node not started")
         return self.core
 
-    def _flusher(self) -> Flusher:
+    def _flusher(self) -> Flushing:
         if self.flusher is None:
             raise NodeStoppedError("node not started")
         return self.flusher
 
-    def _store(self) -> FileLogStore:
+    def _store(self) -> LogStore:
         if self.store is None:
             raise NodeStoppedError("node not started")
         return self.store

@@ -11,10 +11,12 @@ and reads of committed entries are still answered from what it holds. Every
 ``disk_probe_interval_s`` it looks at the free space of its data directory; once there is
 ``disk_resume_free_bytes``, it rebuilds the core from what is durable on disk, as a restart
 would (the log store reopened and recovered, the hard state read back), and rejoins as a
-follower. The process, its listeners and its transport stay up throughout.
+follower. The process, its listeners and its transport stay up throughout. A log store the node
+was given (``dledger.node.seams``) is not reopened: the new core is built on it as it is, and
+with both stores given there is no data directory to look at, so each probe tries.
 
-Owns that cycle and building a core from disk (also used by ``start``). Other storage errors
-stay fatal: the node stops, as before.
+Owns that cycle and building a core from the stores (also used by ``start``). Other storage
+errors stay fatal: the node stops, as before.
 """
 
 from __future__ import annotations
@@ -26,10 +28,7 @@ import logging
 import os
 import random
 
-from dledger.storage.aiofsync import open_aio_fsync, open_spin_sync
-from dledger.storage.commitlog import FileLogStore
 from protocol.errors import DiskFullError, LeadershipLostError
-from dledger.storage.flush import Flusher
 from dledger.node.proposals import Proposals
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Role, Status
@@ -47,15 +46,14 @@ class DiskFullRecovery(Proposals):
         """The write that failed for want of space, while the node waits for room; else None."""
         return self._disk_full
 
-    # -- building the core from disk (start, and after a full disk) --------------------------
+    # -- building the core from the stores (start, and after a full disk) ---------------------
 
     def _open_core(self, applied_index: int) -> None:
-        """Open and recover the log store, read the hard state, and build a core on them."""
+        """Open and recover the log store (or take the given one), read the hard state, and
+        build a core on them."""
         cfg = self.config
         assert self._hard_state is not None
-        self.store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
-                                       segment_bytes_max=cfg.segment_bytes_max,
-                                       verify_checksums=not cfg.canaries.skip_checksum)
+        self.store = self._open_log()
         meta = self._snapshot_meta
         base = (meta.index, meta.membership) if meta is not None else self._saved_membership()
         self.core = RaftCore(cfg.raft_config(), self.store, self._hard_state.load(),
@@ -65,12 +63,6 @@ class DiskFullRecovery(Proposals):
         if meta is not None:
             self.core.snapshot_taken(meta)
             self._snapshot_meta = meta
-
-    def _open_flusher(self, store: FileLogStore) -> Flusher:
-        cfg = self.config
-        spin = open_spin_sync(cfg.busy_poll_us / 1e6) if cfg.busy_poll_us else None
-        aio = open_aio_fsync() if cfg.aio_fsync else None
-        return Flusher(store, self._kick, self._on_flush_failure, spin, aio, self.stats)
 
     # -- the cycle --------------------------------------------------------------------------------
 
@@ -110,6 +102,8 @@ class DiskFullRecovery(Proposals):
                 await asyncio.wait_for(wake.wait(), max(0.0, probe_at - loop.time()))
 
     def _has_room(self) -> bool:
+        if self._given_log is not None and self._given_hard_state is not None:
+            return True  # (no data directory of its own: the stores' next writes will tell)
         try:
             st = os.statvfs(self.config.data_dir)
         except OSError as err:
@@ -127,7 +121,7 @@ class DiskFullRecovery(Proposals):
         if self.flusher is not None:
             await self.flusher.close()
             self.flusher = None
-        self._store().close()  # (a closed store's close does nothing)
+        self._close_log()  # (a closed store's close does nothing; a given one stays open)
         try:
             self._open_core(applied_index)
         except DiskFullError as err:

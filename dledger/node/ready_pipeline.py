@@ -17,6 +17,7 @@ from typing import Sequence
 from dledger.node.busy_poll import BusyPolling
 from dledger.node.config import AppliedEntry, Committed
 from dledger.raft.types import Entry, InstallSnapshot, Ready, Role
+from dledger.storage.commitlog import FileLogStore
 from dledger.storage.retention import SegmentAge, policy_target, retain_target
 
 __all__ = ["AWAIT", "DEFER", "INLINE", "NO_SYNC", "ReadyPipeline", "SPIN"]
@@ -145,6 +146,8 @@ class ReadyPipeline(BusyPolling):
     def _policy_target(self) -> int:
         """What RocketMQ's rules would retain from, from the segments' files and the disk."""
         store, policy = self._store(), self._retention
+        if not isinstance(store, FileLogStore):  # (no files, no ages: only with snapshots, which
+            return 1  # need the node's own file log, dledger.node.seams)
         segments = []
         for first, path in store.segment_files():
             try:

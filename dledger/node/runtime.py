@@ -1,11 +1,12 @@
 """The node runtime: one asyncio task owns a Raft core and drives it
-(tick -> step -> ready -> persist -> send -> apply -> advance), around the file stores and the
-peer transport. This is the imperative shell of DESIGN.md section 2.
+(tick -> step -> ready -> persist -> send -> apply -> advance), around its log store, hard-state
+store and transport (given to it, or its own files and TCP links: ``dledger.node.seams``). This
+is the imperative shell of DESIGN.md section 2.
 
 ``Node`` is made of parts, each a module: ``node_config`` (configuration and the values the API
-hands out), ``node_base`` (the fields the parts share), ``proposals`` (pending proposals:
-futures keyed by (term, index), resolved when that entry is applied with the same term, failed
-when leadership changes), ``ready_pipeline`` (persist, send, apply, advance: one fsync per Ready
+hands out), ``node_base`` (the fields the parts share), ``seams`` (what it runs on),
+``proposals`` (pending proposals: futures keyed by (term, index), resolved when that entry is
+applied with the same term, failed when leadership changes), ``ready_pipeline`` (persist, send, apply, advance: one fsync per Ready
 before anything that depends on it leaves in the ``sync`` flush mode; retention) and
 ``busy_poll``. This module owns the node's lifecycle, its inputs (the bounded inbox, control
 ops, wake-ups), the loop task and the direct turns, the ``async`` flush mode's periodic flush
@@ -23,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import time
 from typing import Callable
 
@@ -37,7 +37,6 @@ from protocol.errors import (
     ProposalTimeoutError,
     StorageError,
 )
-from dledger.storage.hardstate import FileHardStateStore
 from dledger.node.config import (
     MAX_BUSY_POLL_US,
     Address,
@@ -52,9 +51,9 @@ from dledger.raft.types import Message, Role
 from dledger.node.ready_pipeline import AWAIT, ReadyPipeline
 from dledger.snapshots.files import finish_install
 from dledger.membership.shell import MembershipShell
+from dledger.node.seams import LOG_DIR, NodeSeams
 from dledger.snapshots.shell import SnapshotShell
 from dledger.node.trace import NodeTrace
-from dledger.network.transport import PeerTransport
 
 log = logging.getLogger("dledger.node.runtime")
 
@@ -62,31 +61,29 @@ RETAIN_INTERVAL_S = 1.0
 TIMER_SLACK_S = 0.001  # event loops may wake a timer up to a millisecond early
 
 
-class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
-    """One member of a replicated log group."""
+class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery, NodeSeams):
+    """One member of a replicated log group: ``Node(config, *, applied_index=0, rng=None,
+    log_store=None, hard_state=None, transport=None)``; without stores and a transport it
+    opens its own files in ``config.data_dir`` and its TCP links (``dledger.node.seams``)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> Address:
         """Open storage, recover, start the transport and the loop; returns the peer address."""
         cfg = self.config
-        os.makedirs(cfg.data_dir, exist_ok=True)
         provider = self._snapshot_provider
-        finish_install(cfg.data_dir, "log", provider.snapshot_derived() if provider else ())
-        hard_state_path = os.path.join(cfg.data_dir, "hardstate")
-        self._recovering_at_start(hard_state_path)
-        self._hard_state = FileHardStateStore(hard_state_path)
+        self._check_seams()
+        if self._owns_files:
+            os.makedirs(cfg.data_dir, exist_ok=True)
+        if self._given_log is None:
+            finish_install(cfg.data_dir, LOG_DIR, provider.snapshot_derived() if provider else ())
+        self._hard_state, has_state = self._open_hard_state()
+        self._recovering_at_start(has_state)
         self._open_core(self._applied_floor)
         if cfg.trace_path is not None:
             self.trace = NodeTrace(cfg.trace_path, cfg.node_id)
-        dial = {p: cfg.dial.get(p, addr) for p, addr in cfg.peers.items() if p != cfg.node_id}
-        self.transport = PeerTransport(cfg.node_id, cfg.group, cfg.listen or cfg.peers[cfg.node_id],
-                                       dial, self._on_message, rng=random.Random(self._rng.random()),
-                                       on_batch_end=self._kick,
-                                       on_stream=self._on_snapshot_stream if provider else None,
-                                       resolve=self._resolve_peer,
-                                       server_ssl=cfg.tls.peer_server_context() if cfg.tls else None,
-                                       dial_ssl=cfg.tls.peer_client_context() if cfg.tls else None)
+        self.transport = self._open_transport(
+            self._on_message, self._on_snapshot_stream if provider else None, self._resolve_peer)
         self.peer_address = await self.transport.start()  # (nothing turns before the task runs)
         self.flusher = self._open_flusher(self._store())
         self._wake = asyncio.Event()
@@ -110,7 +107,7 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
         if self.store is not None and not self._power_lost:
             if self.config.flush_mode == "async" and self.failure is None and self._disk_full is None:
                 self.store.sync()
-            self.store.close()
+            self._close_log()  # (a given store stays open: its owner closes it)
         if self.trace is not None:
             self.trace.close()
         self._stopped = True
@@ -123,7 +120,8 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
 
     async def power_loss(self, tear: bool = False) -> int:
         """Test-only: stop the loop (between Readies), then discard every log byte written since
-        the last fsync. The caller kills the process right after. Returns the bytes discarded."""
+        the last fsync. The caller kills the process right after. Returns the bytes discarded
+        (entries, for a ``MemoryLogStore``: ``dledger.node.seams``)."""
         if not self.config.test_faults:
             raise PermissionError("power_loss needs test_faults=True")
         self._stopping = True
@@ -131,7 +129,7 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery):
         await self.join()
         await self._flusher().quiesce()
         self._power_lost = True
-        return self._store().power_loss(self._rng, tear=tear)
+        return self._lose_power(tear)
 
     # -- public API ----------------------------------------------------------------------------
     def add_apply_listener(self, listener: ApplyListener) -> None:

@@ -149,6 +149,8 @@ class SnapshotShell(NodeBase):
             raise SnapshotSendError("the application has no durable state to send yet")
         index, app_files = got
         store = self._store()
+        if not isinstance(store, FileLogStore):  # (refused at start: dledger.node.seams)
+            raise SnapshotSendError(f"a {type(store).__name__} has no files to send")
         source = SnapshotSource(SnapshotMeta(index, store.term_at(index),
                                              self._core().membership_at(index)))
         try:
@@ -184,6 +186,8 @@ class SnapshotShell(NodeBase):
         and its advance): replace the log and the application's files, reopen, reload."""
         cfg = self.config
         provider = self._snapshot_provider
+        if self._given_log is not None:  # (refused at start: dledger.node.seams)
+            raise StorageError("a snapshot is installed by replacing the node's own log files")
         if provider is not None:
             await provider.snapshot_installing()
         if self.flusher is not None:
@@ -195,9 +199,7 @@ class SnapshotShell(NodeBase):
             commit_install(cfg.data_dir, meta)
             self._maybe_crash("commit")
             finish_install(cfg.data_dir, "log", provider.snapshot_derived() if provider else ())
-            store = FileLogStore.open(os.path.join(cfg.data_dir, "log"),
-                                      segment_bytes_max=cfg.segment_bytes_max,
-                                      verify_checksums=not cfg.canaries.skip_checksum)
+            store = self._open_log()  # (the node's own: dledger.node.seams)
         except OSError as err:
             raise StorageError(f"installing snapshot {meta.index}: {err}") from err
         if store.last_index() < meta.index or store.term_at(meta.index) != meta.term:

@@ -8,6 +8,11 @@ inline run: through Linux AIO where there is an ``AioFsync`` (the kernel runs th
 watches for their completion: no thread hand-offs, see ``dledger.storage.aiofsync``), else on the
 fsync thread. It must not touch the core: the node's loop collects ``take_durable()`` and hands
 it to the core between Readies.
+
+``Flusher`` is the file log's (``FileLogStore``); ``StoreFlusher`` serves any other ``LogStore``
+(the in-memory one a test gives a node), whose ``sync()`` is all there is: each group commit is
+that call, on the loop thread, and a background one is done when asked. Both are ``Flushing``,
+what the node uses of a flusher.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 from dledger.storage.commitlog import FileLogStore, SyncToken
+from dledger.storage.seams import LogStore
 from protocol.errors import StorageError
 from dledger.storage.aiofsync import AioFsync, SpinSync
 from dledger.node.stats import NodeStats
@@ -26,6 +32,27 @@ from dledger.node.stats import NodeStats
 log = logging.getLogger("dledger.storage.flush")
 
 Target = tuple[int, int, int]  # (index, term, write generation) made durable
+
+__all__ = ["Flusher", "Flushing", "StoreFlusher", "Target"]
+
+
+class Flushing(Protocol):
+    """What the node uses of a flusher (``Flusher``'s methods say what each does)."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def sync_inline(self, spin: bool) -> None: ...
+
+    async def sync_awaited(self) -> None: ...
+
+    def sync_in_background(self, target: Target | None = None) -> None: ...
+
+    def take_durable(self) -> list[Target]: ...
+
+    async def quiesce(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class Flusher:
@@ -150,3 +177,47 @@ class Flusher:
             self._done.append(target)
         self._start()
         self._on_progress()
+
+
+class StoreFlusher:
+    """The flusher of a ``LogStore`` other than the file log: every group commit is its
+    ``sync()``, on the loop thread, when asked; so nothing is ever in flight, and a background
+    group commit's target is reported (``take_durable``, with a wake-up) as soon as asked for."""
+
+    def __init__(self, store: LogStore, on_progress: Callable[[], None],
+                 stats: NodeStats | None = None) -> None:
+        self.store = store
+        self.stats = stats or NodeStats()
+        self._on_progress = on_progress  # wake the node's loop
+        self._done: list[Target] = []
+
+    @property
+    def busy(self) -> bool:
+        return False
+
+    def sync_inline(self, spin: bool) -> None:
+        self._sync()
+
+    async def sync_awaited(self) -> None:
+        self._sync()
+
+    def sync_in_background(self, target: Target | None = None) -> None:
+        self._sync()
+        if target is not None:
+            self._done.append(target)
+            self._on_progress()
+
+    def take_durable(self) -> list[Target]:
+        done, self._done = self._done, []
+        return done
+
+    async def quiesce(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def _sync(self) -> None:
+        started_s = time.perf_counter()
+        self.store.sync()
+        self.stats.fsync_done(time.perf_counter() - started_s)

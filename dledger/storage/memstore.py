@@ -9,6 +9,7 @@ discard the rest, exactly what a real disk may do. Positions are computed as the
 
 from __future__ import annotations
 
+import bisect
 import random
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -82,6 +83,15 @@ class MemoryLogStore:
 
     def positions_of(self, lo: int, hi: int) -> Sequence[int]:
         return slice_positions(self.positions, self.base_index, lo, hi)
+
+    def read_at(self, position: int) -> Entry:
+        if position < self.base_position:
+            raise CompactedError(f"position {position} retained away (log starts at "
+                                 f"{self.base_position})")
+        k = bisect.bisect_left(self.positions, position)
+        if k == len(self.positions) or self.positions[k] != position:
+            raise IndexError(f"no entry starts at position {position}")
+        return self.entries_list[k]
 
     def end_position(self) -> int:
         if not self.entries_list:

@@ -1,7 +1,8 @@
 """The storage seams of a node: the log store and the hard-state store, as protocols.
 
 Owns only the contracts; the file-backed implementations live in ``commitlog`` and ``hardstate``,
-the in-memory ones (used by tests and the simulator) in ``memstore``.
+the in-memory ones (used by tests and the simulator) in ``memstore``. A node
+(``dledger.node.runtime.Node``) runs on any of them: it is given its stores, or opens the files.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ class LogStore(Protocol):
     - ``retain_from(index)``: may delete whole segments holding only entries below ``index``;
       returns the new first_index() (which is <= index).
     - ``position_of(index)``: the byte position of the entry in the logical commitlog, the same
-      on every replica that holds the same entries; ``positions_of(lo, hi)`` those of lo..hi.
+      on every replica that holds the same entries; ``positions_of(lo, hi)`` those of lo..hi;
+      ``read_at(position)`` the entry that starts there (``CompactedError`` if retained away,
+      ``IndexError`` if no entry starts there).
     """
 
     def first_index(self) -> int: ...
@@ -54,6 +57,8 @@ class LogStore(Protocol):
     def position_of(self, index: int) -> int: ...
 
     def positions_of(self, lo: int, hi: int) -> Sequence[int]: ...
+
+    def read_at(self, position: int) -> Entry: ...
 
     def retain_from(self, index: int) -> int: ...
 
