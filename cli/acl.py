@@ -4,7 +4,7 @@ group's ACL is its own log's: a command goes to each group's leader), and the ``
 
 Credentials come from the options or the environment (DLEDGER_ACCESS_KEY, DLEDGER_SECRET_KEY);
 the options are put in the environment of this process, where the client library reads them
-(``client.routes``). A new account's secret comes from ``--new-secret`` or
+(``client.cluster.routes``). A new account's secret comes from ``--new-secret`` or
 DLEDGER_ACL_NEW_SECRET (the environment keeps it off the command line, which other users of the
 machine can read). Nothing prints a secret.
 """
@@ -20,7 +20,7 @@ import click
 from protocol import broker_kinds as bp
 from broker.features.acl.model import Account, parse_perm
 from cli.common import groups_of, namesrv_option, with_routes
-from client.routes import Routes
+from client.cluster.routes import Routes
 from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 ACL_TIMEOUT_S = 10.0

@@ -8,7 +8,7 @@ import click
 from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_option, run, with_routes
 from client import PullConsumer
-from client.routes import Routes
+from client.cluster.routes import Routes
 
 TRANSFER_TIMEOUT_S = 10.0
 

@@ -15,8 +15,8 @@ import click
 
 from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from client import ClientError
-from client.admin_views import http_error_text
-from client.routes import GroupRoute, Routes, client_error
+from client.cluster.admin_views import http_error_text
+from client.cluster.routes import GroupRoute, Routes, client_error
 from protocol.errors import DLedgerError
 from dledger.node_cli import tls_ca_option as node_tls_ca_option
 from protocol.tls import HTTPS_PREFIX, TlsConfigError, dial_context, split_https

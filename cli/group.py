@@ -21,7 +21,7 @@ import click
 
 from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_option, with_routes
-from client.routes import GroupRoute, Routes
+from client.cluster.routes import GroupRoute, Routes
 from protocol.errors import DLedgerError
 from protocol.group_client import UnknownLeaderError
 

@@ -10,7 +10,7 @@ import click
 
 from protocol import broker_kinds as bp
 from cli.common import namesrv_option, with_routes
-from client.routes import GroupRoute, Routes
+from client.cluster.routes import GroupRoute, Routes
 from protocol.errors import DLedgerError
 
 STATUS_TIMEOUT_S = 3.0

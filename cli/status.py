@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import click
 
 from cli.common import http_session, namesrv_get, namesrv_option
-from client.admin_views import group_health as group_health  # re-exported: the HEALTH_HELP rules
-from client.admin_views import group_status
+from client.cluster.admin_views import group_health as group_health  # re-exported: the HEALTH_HELP rules
+from client.cluster.admin_views import group_status
 from dledger.log_cli import WATCH_MIN_S
 
 NODE_TIMEOUT_S = 2.0

@@ -12,7 +12,7 @@ import click
 from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_get, namesrv_option, run, with_routes
 from client import PullConsumer
-from client.routes import Routes
+from client.cluster.routes import Routes
 
 QUEUES = click.IntRange(0, 1024)
 PERM = click.Choice(["2", "4", "6"])

@@ -1,4 +1,4 @@
-"""``dledger message trace ID``: a message's life from the trace topic (``client.trace``): its
+"""``dledger message trace ID``: a message's life from the trace topic (``client.trace.records``): its
 send, then each consumer group's consume attempts in time order, as the tracing clients
 (``trace=True``) recorded them. ID is the message's offset msg id or its unique key (the
 ``msg_id`` of a send). The records are found through the key index (``client.MessageQuery``):
@@ -14,8 +14,8 @@ import click
 from cli.common import namesrv_option, run
 from client import MessageQuery
 from client.errors import MessageNotFoundError
-from client.query import group_of
-from client.trace import TRACE_TOPIC, TraceRecord, TraceRecordError, decode_record, format_life
+from client.cluster.query import group_of
+from client.trace.records import TRACE_TOPIC, TraceRecord, TraceRecordError, decode_record, format_life
 
 
 async def find_records(q: MessageQuery, message_id: str,

@@ -7,8 +7,8 @@ SyncPushConsumer), message query by offset msg id, unique key or key (MessageQue
 SyncMessageQuery), message trace (``trace=True``), routes from the NameServers, one exception
 hierarchy."""
 
-from client.batch import message_bytes, split_batch
-from client.consumer import PullConsumer
+from client.producer.batch import message_bytes, split_batch
+from client.consumer.pull import PullConsumer
 from client.errors import (
     AccessDeniedError,
     SignatureError,
@@ -37,11 +37,12 @@ from client.errors import (
     TransactionError,
     UnavailableError,
 )
-from client.lite import LitePullConsumer
-from client.pipeline import Pipeline
-from client.producer import Producer
-from client.push import ConsumeStatus, PushConsumer
-from client.query import FoundMessage, MessageQuery, SyncMessageQuery
+from client.consumer.lite import LitePullConsumer
+from client.producer.pipeline import Pipeline
+from client.producer.producer import Producer
+from client.types import ConsumeStatus
+from client.consumer.push import PushConsumer
+from client.cluster.query import FoundMessage, MessageQuery, SyncMessageQuery
 from client.sync import (
     SyncLitePullConsumer,
     SyncProducer,
@@ -49,13 +50,13 @@ from client.sync import (
     SyncPushConsumer,
     SyncTransactionProducer,
 )
-from client.transaction import (
+from client.producer.transaction import (
     TransactionListener,
     TransactionProducer,
     TransactionSendResult,
     TransactionState,
 )
-from client.txn_batch import Transaction
+from client.producer.txn_batch import Transaction
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 from protocol.auth import Credentials

@@ -20,12 +20,13 @@ from typing import (Any, Callable, Coroutine, Generic, Iterator, Protocol, Self,
                     TypedDict, TypeVar, Unpack)
 
 from protocol.auth import Credentials
-from client.consumer import PullConsumer
+from client.consumer.pull import PullConsumer
 from client.errors import ClientClosedError, ClientNotStartedError
-from client.lite import LitePullConsumer
-from client.producer import Producer
-from client.push import Listener, PushConsumer
-from client.transaction import TransactionListener, TransactionProducer, TransactionSendResult
+from client.consumer.lite import LitePullConsumer
+from client.producer.producer import Producer
+from client.types import Listener
+from client.consumer.push import PushConsumer
+from client.producer.transaction import TransactionListener, TransactionProducer, TransactionSendResult
 from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 
 T = TypeVar("T")
@@ -274,7 +275,7 @@ class SyncPushConsumer(_StartedLater[PushConsumer]):
 
 
 class LiteOptions(TypedDict, total=False):
-    """LitePullConsumer's keyword options (see ``client.lite`` for their meaning and defaults)."""
+    """LitePullConsumer's keyword options (see ``client.consumer.lite`` for their meaning and defaults)."""
 
     pull_batch_max: int
     poll_batch_max: int

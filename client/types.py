@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Awaitable, Callable, Iterable, Mapping, Union
 
 Properties = Mapping[str, str] | Iterable[tuple[str, str]]
 
@@ -166,3 +167,17 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: tuple[ReceivedMessage, ...] = field(default_factory=tuple)
+
+
+class ConsumeStatus(enum.Enum):
+    """What a push consumer's listener answers for a batch."""
+
+    SUCCESS = "success"
+    LATER = "later"
+    SUSPEND = "suspend"  # orderly (RocketMQ's SUSPEND_CURRENT_QUEUE_A_MOMENT): again in place
+
+
+# A push consumer's listener: a batch of messages in, its status out (or None: SUCCESS), or an
+# awaitable of it.
+Listener = Callable[[list["ReceivedMessage"]],
+                    Union[ConsumeStatus, None, Awaitable[Union[ConsumeStatus, None]]]]

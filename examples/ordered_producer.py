@@ -19,7 +19,7 @@ STEPS = ("created", "paid", "shipped", "done")
 
 def select(queues: list[MessageQueue], message: Message, order_id: str) -> MessageQueue:
     """The Java example's ``MessageQueueSelector.select``: the order id modulo the queue count.
-    (``client.producer.hash_selector``, the default, hashes any key instead.)"""
+    (``client.producer.producer.hash_selector``, the default, hashes any key instead.)"""
     return queues[int(order_id) % len(queues)]
 
 

@@ -20,8 +20,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 from protocol import broker_kinds as bp
 from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
 from client import ClientError, MessageQuery, MessageQueue, PullConsumer
-from client.admin_views import consumer_views, summarize_consumers
-from client.routes import GroupRoute, Routes, client_error
+from client.cluster.admin_views import consumer_views, summarize_consumers
+from client.cluster.routes import GroupRoute, Routes, client_error
 from protocol.auth import Credentials
 from protocol.group_client import GroupClient
 from protocol.errors import DLedgerError

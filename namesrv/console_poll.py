@@ -7,7 +7,7 @@ Owns the loop, its one shared ``aiohttp.ClientSession`` (each request bounded by
 ``NODE_TIMEOUT_S``, at most ``CONCURRENCY`` at once) and the subscriber set (at most
 ``SUBSCRIBERS_MAX``). The registrations come from the NameServer's own registry (a callable, so
 this module has no registry and no clock of its own); the per-group merge of node answers is
-``client.admin_views.group_status``, the same that ``dledger status`` prints. A node that does not
+``client.cluster.admin_views.group_status``, the same that ``dledger status`` prints. A node that does not
 answer is a row saying so, with the error. ``close()`` stops the loop and ends every
 subscription; nothing here outlives the app.
 """
@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
-from client.admin_views import group_status
+from client.cluster.admin_views import group_status
 
 __all__ = ["ClusterPoller", "ConsoleBusyError", "Subscription"]
 

@@ -25,7 +25,7 @@ SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
                            "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "RMQ_SYS_TRACE_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
                            "OFFSET_MOVED_EVENT"})
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # message trace records (``client.trace``)
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # message trace records (``client.trace.records``)
 # The reserved names a send may not use: the trace topic takes the tracing clients' sends (and
 # is created by the first of them), as RocketMQ's trace topic does; it stays reserved for
 # topic admin (no request creates or deletes it).

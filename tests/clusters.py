@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
 from client import Message, Producer, UnavailableError
-from client.routes import GroupRoute, Routes
+from client.cluster.routes import GroupRoute, Routes
 from dledger.localcluster import LocalCluster
 from tests.test_broker_processes import BROKER, _start_namesrv
 from tests.test_processes import wait_until

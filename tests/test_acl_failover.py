@@ -16,7 +16,7 @@ from protocol import broker_kinds as bp
 from broker.features.acl.model import DENY, PUB, Account
 from chaos.live.acl_checker import AclVerdict, PermChange, SendAttempt, check_acl
 from client import AccessDeniedError, ClientError, Credentials, Message, Producer, SignatureError
-from client.routes import Routes
+from client.cluster.routes import Routes
 from dledger.localcluster import LocalCluster
 from tests.clusters import namesrv_group, registered_group
 from tests.test_processes import wait_until

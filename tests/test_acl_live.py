@@ -27,7 +27,7 @@ from client import (
     PullConsumer,
     SignatureError,
 )
-from client.routes import GroupRoute, Routes
+from client.cluster.routes import GroupRoute, Routes
 from protocol.auth import SIGNED, Signer
 from dledger.localcluster import LocalCluster
 from protocol.envelope import Response, decode_response, encode_request

@@ -76,7 +76,7 @@ def test_health_values_and_their_exit_codes() -> None:
 def test_a_group_with_two_of_three_nodes_stopped_has_no_quorum(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stopped nodes unregister: the NameServer lists only the one left, a follower. The members
     its status names make it one of three, not a quorum of one."""
-    views = importlib.import_module("client.admin_views")  # (dledger status's merge lives there)
+    views = importlib.import_module("client.cluster.admin_views")  # (dledger status's merge lives there)
 
     async def one_follower(_: object, n: dict[str, str], limit: object = None,
                            scheme: str = "http") -> dict[str, object]:

@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from client.routes import GroupRoute, Routes
+from client.cluster.routes import GroupRoute, Routes
 from dledger.client import LogClient, UnavailableError
 from protocol.errors import NotLeaderError, ProposalTimeoutError
 from protocol.framed import FramedProtocol

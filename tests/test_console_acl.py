@@ -16,7 +16,7 @@ import pytest
 from protocol import broker_kinds as bp
 from broker.features.acl.model import SUB, Account
 from client import Credentials
-from client.routes import Routes
+from client.cluster.routes import Routes
 from dledger.localcluster import LocalCluster
 from namesrv.console import ACCESS_KEY_HEADER, SECRET_KEY_HEADER
 from tests.clusters import registered_group, routed

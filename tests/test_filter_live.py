@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from protocol import broker_kinds as bp
 from cli import main as cli_main
 from client import BadFilterError, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
-from client.orderly import OrderlyPushConsumer
+from client.consumer.orderly import OrderlyPushConsumer
 from dledger.client import LogClient
 from protocol.envelope import BadRequestError
 from tests.clusters import namesrv_group

@@ -1,4 +1,4 @@
-"""The lite pull consumer (``client.lite``): its buffers' rules (round-robin, back-pressure, never
+"""The lite pull consumer (``client.consumer.lite``): its buffers' rules (round-robin, back-pressure, never
 committing past what poll returned) and option checks without processes; on one NameServer and
 a 3-node broker group, two members of a group splitting a topic and polling every message
 exactly once across a rebalance, a member restarted without having committed everything (only
@@ -26,7 +26,7 @@ from client import (
     SyncLitePullConsumer,
     SyncProducer,
 )
-from client.lite_buffer import QueueBuffers
+from client.consumer.lite_buffer import QueueBuffers
 from tests.clusters import namesrv_group
 from tests.test_processes import wait_until
 

@@ -1,4 +1,4 @@
-"""The broadcasting consumer's local offset file (client.offset_store): written atomically and read
+"""The broadcasting consumer's local offset file (client.consumer.offset_store): written atomically and read
 back, a damaged file is a named error naming it, one holder at a time (issue 16 item 14)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from client import OffsetStoreError, OffsetStoreLockedError
-from client.offset_store import LocalOffsetStore
+from client.consumer.offset_store import LocalOffsetStore
 from client.types import MessageQueue
 
 MQ = MessageQueue("orders", "a", 3)

@@ -19,7 +19,7 @@ import pytest
 from broker.features.orderly.model import LockTable
 from chaos.live.orderly_checker import Processing, check_orderly
 from client import ConsumeStatus, Message, Producer, ReceivedMessage
-from client.orderly import OrderlyPushConsumer
+from client.consumer.orderly import OrderlyPushConsumer
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from tests.test_broker_processes import BROKER, _start_namesrv, _wait_leader

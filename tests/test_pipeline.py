@@ -32,7 +32,7 @@ FAST_CHECKS = ("--transaction-timeout-s", "1", "--transaction-check-interval-s",
 PIPELINE = """
 import asyncio, sys
 from client import Message
-from client.pipeline import Pipeline
+from client.producer.pipeline import Pipeline
 
 async def main(ns, source, target):
     def transform(m):

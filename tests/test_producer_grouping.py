@@ -18,8 +18,8 @@ import pytest
 
 from protocol import broker_kinds as bp
 from client import Message, NoPermissionError, Producer, SendTimeoutError, UnavailableError
-from client.delivery import Delivery
-from client.routes import GroupRoute, Routes, TopicRoute
+from client.producer.delivery import Delivery
+from client.cluster.routes import GroupRoute, Routes, TopicRoute
 from dledger.localcluster import free_ports
 
 Respond = Callable[[str, list[Any]], Any]  # (group, runs) -> answers, or raises

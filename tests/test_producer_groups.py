@@ -1,6 +1,6 @@
 """Producer groups: the broker's table of live producers and their connections
 (``broker.features.txn.producers``: heartbeats, expiry, a closed connection's producers gone, round robin),
-the client's reading of a CHECK_TRANSACTION frame (``client.producer_group``), which takes
+the client's reading of a CHECK_TRANSACTION frame (``client.producer.group``), which takes
 garbage without raising, and its heartbeat rounds: one that missed a node is repeated within a
 second, then 2, 4... up to the period (a node back from a crash must know the producers before
 it leads and checks back; one that never answers costs a round per period)."""
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from client import producer_group
+from client.producer import group as producer_group
 
 from broker.core.members import MAX_MEMBERS
 from broker.features.txn.producers import ProducerGroups
-from client.producer_group import (HEARTBEAT_INTERVAL_S, RETRY_S, ProducerRegistration,
+from client.producer.group import (HEARTBEAT_INTERVAL_S, RETRY_S, ProducerRegistration,
                                    check_group, next_pause_s, parse_check)
-from client.routes import GroupRoute
+from client.cluster.routes import GroupRoute
 from protocol.errors import DLedgerError
 
 

@@ -229,7 +229,7 @@ async def _all_found(ns: str, cluster: LocalCluster, sent: list[_Sent]) -> None:
 ])
 def test_the_client_reads_an_offset_msg_id_as_the_broker_does(text: str,
                                                               group: str | None) -> None:
-    from client.query import group_of
+    from client.cluster.query import group_of
     if group is None:
         with pytest.raises(ValueError, match="not an offset msg id"):
             group_of(text)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.rebalance import STRATEGIES, averagely, consistent_hash
+from client.consumer.rebalance import STRATEGIES, averagely, consistent_hash
 from client.types import MessageQueue
 
 clients = st.lists(st.text("abcdef", min_size=1, max_size=4), min_size=1, max_size=6, unique=True)

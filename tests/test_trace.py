@@ -23,9 +23,9 @@ from click.testing import CliRunner
 from cli import main as cli_main
 
 from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
-from client.lite import LitePullConsumer
-from client.orderly import OrderlyPushConsumer
-from client.trace import (
+from client.consumer.lite import LitePullConsumer
+from client.consumer.orderly import OrderlyPushConsumer
+from client.trace.records import (
     CONSUME,
     SEND,
     TRACE_TOPIC,
@@ -36,7 +36,8 @@ from client.trace import (
     format_life,
     trace_message,
 )
-from client.tracer import Tracer
+from client.producer.producer import trace_producer
+from client.trace.tracer import Tracer
 from client.types import MessageQueue
 from protocol import broker_kinds as bp
 from dledger.client import LogClient
@@ -161,7 +162,8 @@ def test_the_life_shows_the_send_then_each_groups_attempts_in_time_order() -> No
 def test_a_full_buffer_drops_and_counts_and_nothing_raises() -> None:
     async def run() -> Tracer:
         (port,) = free_ports(1)  # no NameServer there: every batch fails, counted
-        tracer = Tracer([f"127.0.0.1:{port}"], "c1", buffer_max=5, flush_s=0.05)
+        tracer = Tracer([f"127.0.0.1:{port}"], "c1", trace_producer([f"127.0.0.1:{port}"]), buffer_max=5,
+                        flush_s=0.05)
         for k in range(50):
             tracer.record(rec(SEND, k, "SEND_OK"))
         assert (len(tracer.pending()), tracer.dropped) == (5, 45)
@@ -181,7 +183,7 @@ def test_the_listener_wrapper_records_each_outcome_and_passes_it_on() -> None:
                                f"U{offset}", f"a-{offset:016X}-0", (), 1, 2, "orders")
 
     async def run() -> list[TraceRecord]:
-        tracer = Tracer(["127.0.0.1:9"], "c1", flush_s=60)
+        tracer = Tracer(["127.0.0.1:9"], "c1", trace_producer(["127.0.0.1:9"]), flush_s=60)
 
         def sync_listener(batch: list[ReceivedMessage]) -> ConsumeStatus | None:
             if batch[0].queue_offset == 2:

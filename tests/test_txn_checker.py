@@ -20,7 +20,7 @@ from chaos.live.txn_checker import (
     redeliveries,
 )
 from chaos.live.txn_producer import Recorder, body, check_answer, load, parse
-from client.transaction import TransactionState
+from client.producer.transaction import TransactionState
 
 GROUPS = ("ga", "gb")
 DONE = Resolution(0, 3.0, 17.0)

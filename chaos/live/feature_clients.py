@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from chaos.live.orderly_checker import Processing
 from chaos.live.retry_checker import ALWAYS, RetryDelivery, RetrySent, fails
 from client import errors
-from client.orderly import OrderlyPushConsumer
-from client.producer import Producer
-from client.push import ConsumeStatus, PushConsumer
+from client.consumer.orderly import OrderlyPushConsumer
+from client.producer.producer import Producer
+from client.types import ConsumeStatus
+from client.consumer.push import PushConsumer
 from client.types import Message, ReceivedMessage
 from protocol.errors import DLedgerError
 

@@ -53,10 +53,10 @@ from chaos.live.orderly_checker import check_orderly
 from chaos.live.retry_checker import ALWAYS, DeadLetter, check_retries
 from chaos.live.txn_feature import BROKER_ARGS as TXN_BROKER_ARGS
 from chaos.live.txn_feature import TXN_TOPIC, TxnFeature
-from client.consumer import PullConsumer
-from client.orderly import OrderlyPushConsumer
-from client.producer import Producer
-from client.push import PushConsumer
+from client.consumer.pull import PullConsumer
+from client.consumer.orderly import OrderlyPushConsumer
+from client.producer.producer import Producer
+from client.consumer.push import PushConsumer
 from dledger.client import LogClient
 
 # The seeded broker bugs the features' checkers must catch (given to the brokers as

@@ -408,7 +408,7 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "async_flush_ack": ("S12", {"flush_mode": "async", "async_flush_ms": 5000}),
     "no_pre_vote_check_quorum": ("S3", {}),  # leader churn under a partial partition
     "skip_checksum": ("S13", {"schedule": s13_corruption(("bitflip",))}),
-    # a client-side bug (client.routes.CANARIES): the producer keeps dialling the silent old leader
+    # a client-side bug (client.cluster.routes.CANARIES): the producer keeps dialling the silent old leader
     "stale_leader": ("S16", {}),
     # broker bugs in the messaging features (chaos.live.features), caught by their checkers:
     "delay_early": ("S1", {}),  # timers delivered 3 s early: the delay checker's "early"

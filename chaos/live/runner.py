@@ -38,7 +38,7 @@ from protocol.tls import client_context
 from protocol.errors import DLedgerError
 from dledger.localcluster import ClusterError
 from chaos.toxiproxy.errors import ToxiproxyError
-from client.routes import CANARIES as CLIENT_CANARIES
+from client.cluster.routes import CANARIES as CLIENT_CANARIES
 from dledger.raft.config import Canaries
 
 LEADER_WAIT_S = 30.0

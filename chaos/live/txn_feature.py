@@ -47,8 +47,9 @@ from chaos.live.txn_checker import (
     redeliveries,
 )
 from chaos.live.txn_producer import TXN_TOPIC, Recorder, load, parse, producer, send_loop
-from client.push import ConsumeStatus, PushConsumer
-from client.transaction import TransactionProducer
+from client.types import ConsumeStatus
+from client.consumer.push import PushConsumer
+from client.producer.transaction import TransactionProducer
 from client.types import ReceivedMessage
 
 TIMEOUT_S, INTERVAL_S, CHECK_MAX = 2.0, 1.0, 12

@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from chaos.live.feature_clients import SEND_ERRORS
 from chaos.live.txn_checker import PLANS, TxnEvent
-from client.transaction import TransactionProducer, TransactionState
+from client.producer.transaction import TransactionProducer, TransactionState
 from client.types import Message, ReceivedMessage
 
 TXN_TOPIC = "chaos-txn"

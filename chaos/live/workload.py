@@ -25,8 +25,8 @@ from typing import IO, Any, Iterator
 
 from protocol import broker_kinds as bp
 from client import errors
-from client.consumer import PullConsumer
-from client.producer import Producer
+from client.consumer.pull import PullConsumer
+from client.producer.producer import Producer
 from client.types import Message, MessageQueue
 from dledger.client import LogClient
 from protocol.errors import DLedgerError

@@ -12,7 +12,7 @@ told it holds is in the state of every later leader, which therefore refuses the
 anyone else until that lock's expiry. Time here is the entries' store time made monotonic
 (``clock_ms`` never runs backwards, whatever the next leader's clock says), so a lock never
 lasts less than its TTL measured by the clocks of the leaders that follow. The client's side of
-the rule (``client.orderly``): it processes a queue only within ``LOCK_LEASE_S`` (30 s) of
+the rule (``client.consumer.orderly``): it processes a queue only within ``LOCK_LEASE_S`` (30 s) of
 *sending* its last successful lock request, half the TTL, which leaves 30 s for the
 difference between the leaders' clocks and the request's time in flight.
 

@@ -23,7 +23,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from broker.features.pop.model import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
 from broker.frontends.grpc.codec import GatewayError, code_of, guarded, log, outbound, status
 from client import errors
-from client.routes import GroupRoute, Routes, TopicRoute, client_error
+from client.cluster.routes import GroupRoute, Routes, TopicRoute, client_error
 from protocol import broker_kinds as bp
 from protocol.envelope import RemoteError
 from protocol.errors import DLedgerError

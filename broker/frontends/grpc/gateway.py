@@ -3,7 +3,7 @@
 
 Owns the gRPC server, the clients' telemetry sessions (``GatewaySessions``), and the
 translation of each call into requests of our own client protocol. Those go through our
-client library's routing (``client.routes`` / ``client.delivery``) to the leader of the group
+client library's routing (``client.cluster.routes`` / ``client.producer.delivery``) to the leader of the group
 that owns the queue, wherever that leader is: a RocketMQ 5 client does not follow redirects,
 so the endpoint a client was given for a group keeps working across leader changes, this node
 forwarding what it does not lead. Reads of committed data could be served by any replica;
@@ -37,8 +37,8 @@ from broker.frontends.grpc.consume import ConsumeCalls
 from broker.frontends.grpc.sends import GatewaySends
 from broker.frontends.grpc.txn import GatewayTransactions, parse_txn, txn_group, txn_text
 from client import errors
-from client.delivery import Delivery
-from client.routes import GroupRoute, Routes
+from client.producer.delivery import Delivery
+from client.cluster.routes import GroupRoute, Routes
 from client.types import MessageQueue
 from protocol import broker_kinds as bp
 from protocol.tls import TlsConfig

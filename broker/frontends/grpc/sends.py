@@ -1,6 +1,6 @@
 """The gRPC endpoint's sends that travel together (``broker.frontends.grpc.gateway``): NORMAL and DELAY
 messages of concurrent SendMessage calls that arrive in one turn of the event loop go to the
-groups' leaders as one request per group, as our own producer's sends do (``client.producer``:
+groups' leaders as one request per group, as our own producer's sends do (``client.producer.producer``:
 each message to its own queue, round robin over the topic's writable queues of every group).
 A FIFO message goes alone to the queue its message group selects (``Delivery.to_queue``).
 
@@ -15,8 +15,8 @@ import asyncio
 import time
 from typing import Any
 
-from client.delivery import Attempt, Delivery, Sends, chunks
-from client.producer import SEND_GROUP_BYTES, SEND_GROUP_MAX
+from client.producer.delivery import Attempt, Delivery, Sends, chunks
+from client.producer.producer import SEND_GROUP_BYTES, SEND_GROUP_MAX
 from client.types import SendResult
 
 SEND_ATTEMPTS = 3  # attempts of one send inside the cluster (the client retries as well)

@@ -7,7 +7,7 @@ Each topic's gRPC transactions belong to the producer group ``%RMQ5_TXN%<topic>`
 members are the gateways that hold a telemetry session of a producer declaring that topic
 (``Settings.publishing.topics``): every ``HEARTBEAT_INTERVAL_S`` each such gateway heartbeats
 the group to every node of the cluster (sooner after a round that missed a node, as
-``client.producer_group`` does). A leader with an open
+``client.producer.group`` does). A leader with an open
 transaction past its timeout asks one of them; that gateway hands the question to one of its
 producers of the topic, whose checker answers with EndTransaction (``SOURCE_SERVER_CHECK``).
 
@@ -28,8 +28,8 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 
 from broker.frontends.grpc.codec import GatewayError, outbound
 from client import errors
-from client.producer_group import RETRY_S, CheckRequest, ProducerRegistration, next_pause_s, parse_check
-from client.routes import Routes
+from client.producer.group import RETRY_S, CheckRequest, ProducerRegistration, next_pause_s, parse_check
+from client.cluster.routes import Routes
 from protocol import broker_kinds as bp
 
 log = logging.getLogger("broker.grpc")

@@ -5,7 +5,7 @@ write to holds garbage too), the trace message that carries it (keyed by the tra
 unique key and offset msg id, so that the key index finds it), and the formatter of a message's
 life: its send, then each consumer group's attempts in time order.
 
-Pure: no I/O, no clock (times are in the records); the writer is ``client.tracer``.
+Pure: no I/O, no clock (times are in the records); the writer is ``client.trace.tracer``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from protocol.auth import Credentials
 from client import errors
 from client.errors import compile_filter
 from client.lifecycle import Lifecycle
-from client.routes import GroupRoute, Routes, client_error
+from client.cluster.routes import GroupRoute, Routes, client_error
 from client.types import MessageQueue, PullResult, ReceivedMessage
 from protocol.group_client import GroupClient
 from protocol.errors import DLedgerError
@@ -22,7 +22,7 @@ ROUTE_RETRY_MAX_S = 1.0  # the longest back-off between two route questions of o
 
 
 class PullConsumer:
-    """``canaries``: seeded bugs for the chaos suite (``client.routes.CANARIES``), tests only.
+    """``canaries``: seeded bugs for the chaos suite (``client.cluster.routes.CANARIES``), tests only.
     ``tls_ca``: the CA file of a cluster that speaks TLS (else ``DLEDGER_TLS_CA``)."""
 
     def __init__(self, namesrv: str | Sequence[str], group: str, timeout_s: float = 3.0, *,

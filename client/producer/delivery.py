@@ -1,7 +1,7 @@
 """How the producer delivers messages that travel together: a queue chosen per message (round
 robin over the writable queues of its topic's groups, away from groups tried or isolated), one
 request per group (SEND_RUNS, one run per queue; a batch is one SEND), and, for what failed, the
-retry rule of ``client.producer`` applied to the messages that failed together.
+retry rule of ``client.producer.producer`` applied to the messages that failed together.
 
 Messages are held in parallel lists (``Sends``) and addressed by index, so that a message costs
 nothing beyond its wire form and its caller's future however many attempts it takes.
@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from protocol import broker_kinds as bp
 from client import errors
-from client.routes import GroupRoute, Routes, TopicRoute, client_error
+from client.cluster.routes import GroupRoute, Routes, TopicRoute, client_error
 from client.types import MessageQueue, SendResult
 from protocol.errors import DLedgerError
 from protocol.envelope import RemoteError

@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 import aiohttp
 
 from protocol import broker_kinds as bp
-from client.routes import GroupRoute, Routes
+from client.cluster.routes import GroupRoute, Routes
 from protocol.errors import DLedgerError
 from protocol.tls import ENV_CA, tls_failure
 

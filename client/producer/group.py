@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from protocol import broker_kinds as bp
 from client import errors
-from client.consumer import _message
-from client.routes import GroupRoute, Routes
+from client.consumer.pull import _message
+from client.cluster.routes import GroupRoute, Routes
 from client.types import MessageQueue, ReceivedMessage
 from protocol.errors import DLedgerError
 

@@ -12,7 +12,7 @@ share, moves to another group, at most ``retries`` times: the messages that fail
 choose their queues again, away from the groups they tried. Only in that last case can a
 message be stored twice (once in each group): at-least-once, as RocketMQ. The library never
 configures logging, and writes no files (but a broadcasting consumer's progress:
-client.offset_store).
+client.consumer.offset_store).
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ from typing import Any, Callable, Sequence
 from protocol import broker_kinds as bp
 from protocol.auth import Credentials
 from client import errors
-from client.batch import message_bytes
-from client.delivery import Attempt, Delivery, Sends, chunks
+from client.producer.batch import message_bytes
+from client.producer.delivery import Attempt, Delivery, Sends, chunks
 from client.lifecycle import Lifecycle
-from client.producer_group import ProducerRegistration, new_client_id
-from client.routes import Routes
-from client.tracer import Tracer
+from client.producer.group import ProducerRegistration, new_client_id
+from client.cluster.routes import Routes
+from client.trace.tracer import NewProducer, Tracer
 from client.types import Message, MessageQueue, SendResult
+
+TRACE_SEND_TIMEOUT_S = 3.0  # a tracer's own producer's sends
 
 QueueSelector = Callable[[list[MessageQueue], Message, str], MessageQueue]
 
@@ -50,9 +52,9 @@ SEND_GROUP_BYTES = 4 << 20  # ... and their bodies' bytes, at most
 class Producer:
     """``trace``: write a trace record of each send (``send``, ``send_to``, ``send_orderly``,
     ``send_batch``; not ``send_oneway``) to the trace topic, in the background
-    (``client.tracer``; ``tracer`` then holds its counts). ``canaries``: seeded bugs for the
-    chaos suite (``client.routes.CANARIES``), tests only. ``tls_ca``: the CA file of a cluster
-    that speaks TLS (else ``DLEDGER_TLS_CA``; ``client.routes.Routes``)."""
+    (``client.trace.tracer``; ``tracer`` then holds its counts). ``canaries``: seeded bugs for the
+    chaos suite (``client.cluster.routes.CANARIES``), tests only. ``tls_ca``: the CA file of a cluster
+    that speaks TLS (else ``DLEDGER_TLS_CA``; ``client.cluster.routes.Routes``)."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
                  retries: int = 2, *, group: str | None = None, client_id: str | None = None,
@@ -73,7 +75,8 @@ class Producer:
         self._in_flight: set[asyncio.Task[None]] = set()  # groups of concurrent sends
         self._registration = ProducerRegistration(self._routes, group, self.client_id) \
             if group is not None else None
-        self.tracer = Tracer(self._namesrv, self.client_id) if trace else None
+        self.tracer = Tracer(self._namesrv, self.client_id, trace_producer(self._namesrv)) \
+            if trace else None
 
     async def start(self) -> Producer:
         """Connect (fails fast when no NameServer answers); a second start() does nothing."""
@@ -183,7 +186,7 @@ class Producer:
         times and from however many processes it is sent. The queue is chosen by the key's hash
         (the same in every process, while the topic's queues stay the same), so a repeat goes
         to the group that has the original. Used by cross-group pipelines
-        (``client.pipeline``)."""
+        (``client.producer.pipeline``)."""
         if type(unique_key) is not str or not 0 < len(unique_key) <= UNIQUE_KEY_MAX_CHARS:
             raise ValueError(f"a unique key has 1..{UNIQUE_KEY_MAX_CHARS} characters")
         queues = await self.queues(message.topic)
@@ -270,3 +273,10 @@ def _check_size(m: Message) -> None:
     if n > bp.MAX_MESSAGE_BYTES_CEILING:
         raise errors.MessageTooLargeError(f"message of {n} bytes exceeds "
                                           f"{bp.MAX_MESSAGE_BYTES_CEILING}")
+
+
+def trace_producer(namesrv: Sequence[str]) -> NewProducer:
+    """How a tracer starts its own producer (not traced) when its first batch goes out."""
+    async def start() -> Producer:
+        return await Producer(list(namesrv), TRACE_SEND_TIMEOUT_S, retries=1).start()
+    return start

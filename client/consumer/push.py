@@ -16,7 +16,7 @@ message meanwhile, so nothing is lost. In broadcasting a failed message is not r
 RocketMQ's broadcasting): it is logged and the consumer goes on.
 
 Progress: clustering commits it to the broker (through the group's replicated log); broadcasting
-keeps it in a local file per client id and group (``client.offset_store``, under
+keeps it in a local file per client id and group (``client.consumer.offset_store``, under
 ``offset_store_dir``, default ``~/.dledger/offsets``), loaded at start, written every
 ``commit_s`` and on close, so a restarted member resumes where it stopped. Its ``client_id``
 must then be stable across restarts: broadcasting's default is ``<hostname>@DEFAULT`` (RocketMQ's
@@ -40,41 +40,32 @@ the default), its first (``"first"``), or the first message stored at or after a
 from __future__ import annotations
 
 import asyncio
-import enum
 import inspect
 import logging
 import os
 import socket
 import uuid
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence, Union
+from typing import Sequence
 
 from protocol import broker_kinds as bp
 from protocol.auth import Credentials
 from client import errors
-from client.consumer import PullConsumer
+from client.consumer.pull import PullConsumer
 from client.errors import compile_filter
-from client.membership import check_start, heartbeat, start_offset, tag_expression, tag_list
+from client.consumer.membership import check_start, heartbeat, start_offset, tag_expression, tag_list
 from client.lifecycle import Lifecycle
-from client.offset_store import LocalOffsetStore
-from client.rebalance import STRATEGIES
-from client.tracer import Tracer
-from client.types import MessageQueue, PullResult, ReceivedMessage
+from client.consumer.offset_store import LocalOffsetStore
+from client.consumer.rebalance import STRATEGIES
+from client.producer.producer import trace_producer
+from client.trace.tracer import Tracer
+from client.types import ConsumeStatus, Listener, MessageQueue, PullResult, ReceivedMessage
 from protocol.consume_rules import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
 
-log = logging.getLogger("client.push")
+log = logging.getLogger("client.consumer.push")
 
 RETRY_ROUTE_S = 0.5  # between looks for the route of a retry topic just made
 BATCH_MAX = 1024  # RocketMQ's bound of consumeMessageBatchMaxSize and pullBatchSize
-
-
-class ConsumeStatus(enum.Enum):
-    SUCCESS = "success"
-    LATER = "later"
-    SUSPEND = "suspend"  # orderly (RocketMQ's SUSPEND_CURRENT_QUEUE_A_MOMENT): again in place
-
-
-Listener = Callable[[list[ReceivedMessage]], Union[ConsumeStatus, None, Awaitable[ConsumeStatus | None]]]
 
 
 @dataclass
@@ -130,9 +121,9 @@ class PushConsumer:
             client_id = f"{socket.gethostname()}@DEFAULT" if model == "broadcasting" else \
                 uuid.uuid4().hex[:12]
         self.client_id = client_id
-        # trace: a record of each consume attempt to the trace topic (``client.tracer``)
-        self.tracer = Tracer([namesrv] if isinstance(namesrv, str) else namesrv, client_id) \
-            if trace else None
+        # trace: a record of each consume attempt to the trace topic (``client.trace.tracer``)
+        names = [namesrv] if isinstance(namesrv, str) else namesrv
+        self.tracer = Tracer(names, client_id, trace_producer(names)) if trace else None
         if self.tracer is not None:
             self.listener = self.tracer.listener(listener, group)
         self._namesrv = namesrv

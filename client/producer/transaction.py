@@ -31,11 +31,12 @@ from protocol import broker_kinds as bp
 from protocol.auth import Credentials
 from client import errors
 from client.lifecycle import Lifecycle
-from client.producer import _check_size, _encode
-from client.producer_group import CheckRequest, ProducerRegistration, new_client_id
-from client.routes import GroupRoute, Routes, client_error
-from client.tracer import Tracer
-from client.txn_batch import Transaction
+from client.producer.producer import _check_size, _encode
+from client.producer.group import CheckRequest, ProducerRegistration, new_client_id
+from client.cluster.routes import GroupRoute, Routes, client_error
+from client.producer.producer import trace_producer
+from client.trace.tracer import Tracer
+from client.producer.txn_batch import Transaction
 from client.types import Message, MessageQueue, ReceivedMessage, SendResult
 from protocol.errors import DLedgerError, OutcomeUnknownError
 
@@ -87,7 +88,8 @@ class TransactionProducer:
         self.client_id = client_id or new_client_id()
         self._life = Lifecycle("TransactionProducer")
         self._routes = Routes(self._namesrv, credentials=credentials)
-        self.tracer = Tracer(self._namesrv, self.client_id) if trace else None  # client.tracer
+        self.tracer = Tracer(self._namesrv, self.client_id, trace_producer(self._namesrv)) \
+            if trace else None  # client.trace.tracer
         self._registration = ProducerRegistration(self._routes, group, self.client_id,
                                                   self._on_check)
         self._turn = itertools.count()
@@ -195,7 +197,7 @@ class TransactionProducer:
 
     async def begin(self, broker_group: str) -> Transaction:
         """A transaction of many messages and consumer offsets in one broker group (Kafka's
-        ``begin_transaction``; ``client.txn_batch``). The producer answers check-backs of its
+        ``begin_transaction``; ``client.producer.txn_batch``). The producer answers check-backs of its
         own transactions itself: UNKNOWN while one is open here, ROLLBACK for any other (a
         predecessor's, which will never commit), so its listener never sees them."""
         self._life.check()

@@ -24,11 +24,12 @@ from typing import Any, Sequence
 from protocol import broker_kinds as bp
 from protocol.consume_rules import LOCK_LEASE_S, LOCK_RENEW_S
 from client import errors
-from client.push import ConsumeStatus, Listener, PushConsumer, _QueueState
+from client.types import ConsumeStatus, Listener
+from client.consumer.push import PushConsumer, _QueueState
 from client.types import MessageQueue, ReceivedMessage
 from protocol.errors import DLedgerError
 
-log = logging.getLogger("client.orderly")
+log = logging.getLogger("client.consumer.orderly")
 
 UNBOUNDED = 2**31 - 1  # RocketMQ's Integer.MAX_VALUE: suspend for ever
 RETRY_S = 0.5  # between tries to lock a queue someone else holds, or after an error

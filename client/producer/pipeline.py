@@ -1,7 +1,7 @@
 """Exactly-once consume-transform-produce: a ``Pipeline`` reads a topic's queues as consumer
 group ``group``, calls ``transform(message)`` for each input message, and commits each batch's
 outputs together with the group's new offset on that input queue in one transaction
-(``client.txn_batch``): the outputs become visible and the offset moves in one log entry of
+(``client.producer.txn_batch``): the outputs become visible and the offset moves in one log entry of
 the input's broker group, or neither does.
 
 The guarantee, within one broker group (the outputs' topics served by the input queue's broker
@@ -35,9 +35,9 @@ import inspect
 from typing import Awaitable, Callable, Sequence, Union
 
 from client import errors
-from client.consumer import PullConsumer
-from client.producer import Producer
-from client.transaction import TransactionProducer, TransactionState
+from client.consumer.pull import PullConsumer
+from client.producer.producer import Producer
+from client.producer.transaction import TransactionProducer, TransactionState
 from client.types import Message, MessageQueue, ReceivedMessage
 
 Outputs = Sequence[Message]

@@ -1,5 +1,5 @@
 """The trace writer of a tracing producer or consumer (``trace=True``): records of its sends and
-consume attempts (``client.trace``) go into a bounded buffer and a background task writes them,
+consume attempts (``client.trace.records``) go into a bounded buffer and a background task writes them,
 in batches, as messages to the trace topic through a producer of its own (not traced).
 
 The user's sends and consumes never wait for it and never fail because of it: a record is
@@ -20,17 +20,25 @@ import collections
 import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from client import errors
-from client.trace import CONSUME, SEND, TRACE_TOPIC, TraceRecord, trace_message
-from client.types import Message, ReceivedMessage, SendResult
+from client.trace.records import CONSUME, SEND, TRACE_TOPIC, TraceRecord, trace_message
+from client.types import ConsumeStatus, Listener, Message, ReceivedMessage, SendResult
 
-if TYPE_CHECKING:
-    from client.producer import Producer
-    from client.push import Listener
 
-log = logging.getLogger("client.tracer")
+class TraceProducer(Protocol):
+    """What the tracer writes its records with: a producer of its own (``client.producer.producer``)."""
+
+    async def send(self, message: Message) -> SendResult: ...
+
+    async def close(self) -> None: ...
+
+
+# Starts a producer (not traced) for the tracer's records; raises ClientError if none can start.
+NewProducer = Callable[[], Awaitable[TraceProducer]]
+
+log = logging.getLogger("client.trace.tracer")
 
 TRACE_BUFFER_MAX = 8192  # records waiting to be written, at most (RocketMQ's queue: 2048)
 TRACE_BATCH_MAX = 256  # records written at once (the producer's SEND_GROUP_MAX)
@@ -39,13 +47,14 @@ TRACE_CLOSE_S = 5.0  # close() writes what is buffered within this time, then dr
 
 
 class Tracer:
-    def __init__(self, namesrv: Sequence[str], client_id: str, *,
+    def __init__(self, namesrv: Sequence[str], client_id: str, new_producer: NewProducer, *,
                  buffer_max: int = TRACE_BUFFER_MAX, batch_max: int = TRACE_BATCH_MAX,
                  flush_s: float = TRACE_FLUSH_S, send_timeout_s: float = 3.0,
                  close_timeout_s: float = TRACE_CLOSE_S) -> None:
         if buffer_max < 1 or batch_max < 1 or flush_s < 0 or close_timeout_s < 0:
             raise ValueError("buffer_max and batch_max are at least 1, the times not negative")
         self.namesrv, self.client_id = list(namesrv), client_id
+        self._new_producer = new_producer
         self.buffer_max, self.batch_max, self.flush_s = buffer_max, batch_max, flush_s
         self.send_timeout_s, self.close_timeout_s = send_timeout_s, close_timeout_s
         self.written = 0  # records the brokers stored
@@ -112,7 +121,6 @@ class Tracer:
         """``listener`` wrapped: each call's outcome and cost recorded for every message of
         its batch (an async listener's once it answers, raises or is cancelled by the consume
         timeout). What the listener returns or raises is passed on unchanged."""
-        from client.push import ConsumeStatus  # (client.push imports this module)
 
         def status_of(out: object) -> str:
             return "success" if out is ConsumeStatus.SUCCESS else "later"
@@ -153,7 +161,7 @@ class Tracer:
     # -- writing (the background task) ----------------------------------------------------------
 
     async def _run(self) -> None:
-        producer: Producer | None = None
+        producer: TraceProducer | None = None
         try:
             while self._buffer or not self._closed:
                 if not self._buffer:
@@ -171,17 +179,15 @@ class Tracer:
             if producer is not None:
                 await producer.close()
 
-    async def _producer(self, waiting: int) -> Producer | None:
-        from client.producer import Producer  # (client.producer imports this module)
-        producer = Producer(self.namesrv, self.send_timeout_s, retries=1)
+    async def _producer(self, waiting: int) -> TraceProducer | None:
         try:
-            return await producer.start()
+            return await self._new_producer()
         except errors.ClientError as err:
             self.failed += waiting
             self._warn(f"trace records not written (no NameServer answered): {err}")
             return None
 
-    async def _write(self, producer: Producer, batch: list[TraceRecord]) -> None:
+    async def _write(self, producer: TraceProducer, batch: list[TraceRecord]) -> None:
         got = await asyncio.gather(*(producer.send(trace_message(r)) for r in batch),
                                    return_exceptions=True)
         errs = [g for g in got if isinstance(g, BaseException)]

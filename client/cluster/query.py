@@ -20,7 +20,7 @@ from protocol import broker_kinds as bp
 from protocol.auth import Credentials
 from client import errors
 from client.lifecycle import Lifecycle
-from client.routes import GroupRoute, Routes, client_error
+from client.cluster.routes import GroupRoute, Routes, client_error
 from client.sync import _LoopThread
 from protocol.errors import DLedgerError, ProposalTimeoutError
 

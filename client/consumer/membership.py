@@ -3,7 +3,7 @@ the messages: read a tag expression, heartbeat every node of its topics (the gro
 come back), compute its share of the queues, and find where a queue its group never committed
 starts. Functions over a ``PullConsumer``; no state and no tasks of its own (the callers loop).
 
-Used by the lite pull consumer (``client.lite``) and the push consumer (``client.push``)."""
+Used by the lite pull consumer (``client.consumer.lite``) and the push consumer (``client.consumer.push``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import asyncio
 
 from protocol import broker_kinds as bp
 from client import errors
-from client.consumer import PullConsumer
-from client.rebalance import Strategy
+from client.consumer.pull import PullConsumer
+from client.consumer.rebalance import Strategy
 from client.types import MessageQueue
 from protocol.group_client import GroupClient
 from protocol.errors import DLedgerError

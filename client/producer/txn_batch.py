@@ -16,22 +16,35 @@ its producer group, answers ROLLBACK.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import itertools
+from typing import Any, Protocol
 
 from protocol import broker_kinds as bp
 from client import errors
-from client.producer import _check_size, _encode
-from client.routes import GroupRoute
+from client.producer.producer import _check_size, _encode
+from client.cluster.routes import GroupRoute, Routes
 from client.types import Message, MessageQueue, SendResult
-
-if TYPE_CHECKING:
-    from client.transaction import TransactionProducer
 
 MESSAGES_MAX = 1024  # in one transaction (the broker's limit of half messages)
 
 
+class TransactionOwner(Protocol):
+    """What a transaction uses of the producer that began it (``client.producer.transaction``)."""
+
+    group: str
+    send_timeout_s: float
+    _routes: Routes
+    _turn: itertools.count[int]
+
+    async def call(self, g: GroupRoute, timeout_s: float, kind: int, *args: Any) -> Any:
+        """A request to ``g``'s leader, within the deadline."""
+
+    def _forget(self, txn_id: str) -> None:
+        """The transaction ended: its check-backs are no longer this producer's to answer."""
+
+
 class Transaction:
-    def __init__(self, producer: TransactionProducer, group: GroupRoute, txn_id: str) -> None:
+    def __init__(self, producer: TransactionOwner, group: GroupRoute, txn_id: str) -> None:
         self.producer = producer
         self.group = group
         self.transaction_id = txn_id

@@ -10,7 +10,7 @@ Assignment, one of:
 
 - ``subscribe(topic, tags)``: the group shares the topics' queues (clustering), as the push
   consumer does: heartbeats to every node of the topics every ``heartbeat_s``, a rebalance on a
-  membership change and every ``rebalance_s`` with a ``client.rebalance`` strategy. A queue
+  membership change and every ``rebalance_s`` with a ``client.consumer.rebalance`` strategy. A queue
   given away is committed (with ``auto_commit``) and its buffer dropped; a queue taken starts
   from the group's committed offset (after a hand-over wait of ``2 * heartbeat_s + 1`` s when
   the group has other members, for its last owner to commit), or else from ``start_from``
@@ -44,16 +44,18 @@ from typing import Sequence
 
 from protocol import broker_kinds as bp
 from protocol.auth import Credentials
-from client import checks, errors, membership
-from client.consumer import PullConsumer
+from client.consumer import membership
+from client import checks, errors
+from client.consumer.pull import PullConsumer
 from client.errors import compile_filter
 from client.lifecycle import CLOSED, NEW, Lifecycle
-from client.lite_buffer import QueueBuffers
-from client.rebalance import STRATEGIES
-from client.tracer import Tracer
+from client.consumer.lite_buffer import QueueBuffers
+from client.consumer.rebalance import STRATEGIES
+from client.producer.producer import trace_producer
+from client.trace.tracer import Tracer
 from client.types import MessageQueue, PullResult, ReceivedMessage
 
-log = logging.getLogger("client.lite")
+log = logging.getLogger("client.consumer.lite")
 
 RETRY_S = 0.2  # the back-off of a puller after an error
 LAG_RETRY_S = 0.05  # ... after a replica that lags behind the offset asked for
@@ -109,8 +111,8 @@ class LitePullConsumer:
         self._tasks: list[asyncio.Task[None]] = []
         self._retired: set[asyncio.Task[None]] = set()  # cancelled by a seek, finishing
         # trace: a record of each message polled (a success, cost 0) to the trace topic
-        self.tracer = Tracer([namesrv] if isinstance(namesrv, str) else namesrv,
-                             self.client_id) if trace else None
+        names = [namesrv] if isinstance(namesrv, str) else namesrv
+        self.tracer = Tracer(names, self.client_id, trace_producer(names)) if trace else None
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -374,7 +376,7 @@ class LitePullConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see client.push)
+                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see client.consumer.push)
                     await self._changed.wait()
             except TimeoutError:
                 pass  # the periodic rebalance (queues added to a topic)
