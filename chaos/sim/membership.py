@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from chaos.sim.node import SimNode
 from protocol.errors import ProposalError
 from dledger.raft.types import Membership
 
-if TYPE_CHECKING:
-    from chaos.sim.world import SimNode, World
+
+
+class MembershipWorld(Protocol):
+    """What membership changes use of the world (``chaos.sim.world.World``)."""
+
+    @property
+    def ids(self) -> list[str]: ...
+
+    def count(self, kind: str) -> None: ...
+
+    def event(self, text: str) -> None: ...
+
+    def observe(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -33,7 +45,7 @@ class MembershipSettings:
 
 
 class MembershipShell:
-    def __init__(self, world: World, settings: MembershipSettings, seed: int) -> None:
+    def __init__(self, world: MembershipWorld, settings: MembershipSettings, seed: int) -> None:
         self.world = world
         self.settings = settings
         self.rng = random.Random(f"members-{seed}")

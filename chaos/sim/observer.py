@@ -7,12 +7,10 @@ Owns the global record of what was ever committed, applied, voted and led, and r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
+from chaos.sim.node import SimNode, Violation
 from dledger.raft.types import Entry, Ready, Role, SnapshotMeta
 
-if TYPE_CHECKING:
-    from chaos.sim.world import SimNode
 
 
 def durably_holds(node: SimNode, index: int, term: int | None) -> bool:
@@ -21,13 +19,6 @@ def durably_holds(node: SimNode, index: int, term: int | None) -> bool:
     if index < node.store.first_index():
         return True
     return term is not None and node.store.durable_term_at(index) == term
-
-
-class Violation(AssertionError):
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(f"{invariant}: {detail}")
-        self.invariant = invariant
-        self.detail = detail
 
 
 def majority_of(voters: tuple[str, ...]) -> int:

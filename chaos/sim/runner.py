@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from chaos.sim.observer import Violation
-from chaos.sim.world import FaultSettings, Proposal, SimNode, World
+from chaos.sim.node import Violation
+from chaos.sim.node import SimNode
+from chaos.sim.world import FaultSettings, Proposal, World
 from dledger.raft.config import Canaries
 from dledger.raft.types import Role
 

@@ -14,12 +14,36 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from chaos.sim.node import SimNode
 from dledger.raft.types import InstallSnapshot, Role, SnapshotMeta
 
-if TYPE_CHECKING:
-    from chaos.sim.world import SimNode, World
+
+
+class SnapshotWorld(Protocol):
+    """What snapshot transfers use of the world (``chaos.sim.world.World``)."""
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def now(self) -> int: ...
+
+    @property
+    def by_id(self) -> dict[str, SimNode]: ...
+
+    @property
+    def cut(self) -> set[tuple[str, str]]: ...
+
+    @property
+    def healing(self) -> bool: ...
+
+    def count(self, kind: str) -> None: ...
+
+    def event(self, text: str) -> None: ...
+
+    def observe(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +78,7 @@ class Transfer:
 class SnapshotShell:
     """The world's part in snapshots: taking them, retention, and transfers in flight."""
 
-    def __init__(self, world: World, settings: SnapshotSettings) -> None:
+    def __init__(self, world: SnapshotWorld, settings: SnapshotSettings) -> None:
         self.world = world
         self.settings = settings
         self.transfers: list[Transfer] = []

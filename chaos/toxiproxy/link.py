@@ -19,7 +19,8 @@ import struct
 from collections.abc import Awaitable, Callable
 
 from chaos.toxiproxy.flow import Emitter, Reader, Writer
-from chaos.toxiproxy.stage import Stage
+from chaos.toxiproxy import behaviours
+from chaos.toxiproxy.stage import Behaviour, Stage
 from chaos.toxiproxy.toxics import DOWNSTREAM, UPSTREAM, ToxicSpec
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,12 @@ log = logging.getLogger(__name__)
 CLOSE_FLUSH_GRACE_S = 5.0
 
 Spawn = Callable[[Awaitable[None]], asyncio.Task[None]]
+
+
+def _behaviours_of(spec: ToxicSpec) -> tuple[Behaviour, Behaviour]:
+    """The toxic's behaviour, and the pass-through a stage runs instead when its toxicity draw
+    says this link is spared."""
+    return behaviours.BEHAVIOURS[spec.type], behaviours.noop
 
 
 class Link:
@@ -41,7 +48,7 @@ class Link:
         self.stages: list[Stage] = []
         previous: Emitter = self.reader
         for spec in specs:
-            stage = Stage(spec, self, rng)
+            stage = Stage(spec, self, rng, *_behaviours_of(spec))
             previous.next = stage
             previous = stage
             self.stages.append(stage)
@@ -62,7 +69,7 @@ class Link:
     def add(self, spec: ToxicSpec, spawn: Spawn) -> None:
         """Append a stage just before the writer; it sees every chunk not yet written."""
         last: Emitter = self.stages[-1] if self.stages else self.reader
-        stage = Stage(spec, self, self.rng)
+        stage = Stage(spec, self, self.rng, *_behaviours_of(spec))
         stage.next = self.writer
         last.next = stage
         self.stages.append(stage)

@@ -11,16 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, Protocol, overload
 from collections.abc import Awaitable, Callable
 
-from chaos.toxiproxy import behaviours
 from chaos.toxiproxy.errors import ToxiproxyError
 from chaos.toxiproxy.flow import Chunk, Emitter, Inbox, Receiver
 from chaos.toxiproxy.toxics import ToxicSpec
 
-if TYPE_CHECKING:
-    from chaos.toxiproxy.link import Link
+
+
+class Resettable(Protocol):
+    def reset(self) -> None:
+        """Reset the proxied connection (both sides see RST)."""
+
+
+class StageLink(Protocol):
+    """What a stage knows of its link (``chaos.toxiproxy.link.Link``): its connection."""
+
+    @property
+    def connection(self) -> Resettable: ...
+
+
+# What a stage runs: the toxic's behaviour (``chaos.toxiproxy.behaviours``) over the stage.
+Behaviour = Callable[["Stage"], Awaitable[None]]
 
 LATENCY_INBOX_CHUNKS = 1024
 STAGE_STOP_TIMEOUT_S = 5.0
@@ -33,11 +46,13 @@ class StageStuckError(ToxiproxyError):
 class Stage(Emitter, Receiver):
     """A toxic on one link: takes chunks from its inbox, emits them to ``next``."""
 
-    def __init__(self, spec: ToxicSpec, link: Link, rng: random.Random) -> None:
+    def __init__(self, spec: ToxicSpec, link: StageLink, rng: random.Random,
+                 behaviour: Behaviour, passthrough: Behaviour) -> None:
         capacity = LATENCY_INBOX_CHUNKS if spec.type == "latency" else 1
         self.inbox = Inbox(capacity)
         self.spec = spec
         self.link = link
+        self._behaviour, self._passthrough = behaviour, passthrough
         self.rng = rng
         self.held: Chunk | None = None
         self.state: dict[str, Any] = {}
@@ -55,8 +70,7 @@ class Stage(Emitter, Receiver):
         self.task = spawn(self._run())
 
     async def _run(self) -> None:
-        behaviour = behaviours.BEHAVIOURS[self.spec.type] if self.active else behaviours.noop
-        await behaviour(self)
+        await (self._behaviour if self.active else self._passthrough)(self)
         # The toxic ended the stream (or passed the real end on): the connection is going down,
         # so keep consuming to never block the stages before this one.
         while True:
