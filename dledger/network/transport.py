@@ -20,15 +20,14 @@ malformed peer take the listener down (a bad frame closes that one connection).
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import logging
 import random
-import socket
 import ssl
 from typing import Any, Callable, cast
 
 from protocol.errors import WireError
+from dledger.network.outbound import Link, OutboundProtocol, PeerStats, address_text, set_nodelay
 from dledger.network.peer_stream import PeerStream
 from dledger.raft.types import Message
 from dledger.network.wire import Hello, SnapshotHello, decode_message, encode_message
@@ -43,74 +42,6 @@ logger = logging.getLogger(__name__)
 UNATTRIBUTED = "?"
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 HELLO_BYTES_MAX = 4096  # what an inbound connection may buffer before its Hello arrived
-
-
-@dataclasses.dataclass(slots=True)
-class _PeerStats:
-    sent: int = 0  # frames written to the outbound connection
-    dropped: int = 0  # frames dropped: pending queue overflow, write buffer full, unknown dst
-    reconnects: int = 0  # successful connects after the first
-    received: int = 0  # messages delivered to on_message from inbound connections
-    bytes: int = 0  # bytes written to the outbound connection (frame headers included)
-    bytes_received: int = 0
-    errors: int = 0  # malformed or misrouted inbound frames, refused hellos, oversized sends
-
-
-class _Link:
-    """The outbound half towards one peer: where to dial, the connection, the pending frames."""
-
-    __slots__ = ("peer", "addr", "transport", "protocol", "pending", "task", "connects", "stats")
-
-    def __init__(self, peer: str, addr: tuple[str, int], pending_frames_max: int) -> None:
-        self.peer = peer
-        self.addr = addr
-        self.transport: asyncio.Transport | None = None  # set only while usable for writes
-        self.protocol: _OutboundProtocol | None = None
-        self.pending: collections.deque[bytes] = collections.deque(maxlen=pending_frames_max)
-        self.task: asyncio.Task[None] | None = None
-        self.connects = 0
-        self.stats = _PeerStats()
-
-
-def _address_text(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _set_nodelay(transport: asyncio.BaseTransport) -> None:
-    sock = transport.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-class _OutboundProtocol(asyncio.Protocol):
-    """A dialed connection: we only write. Anything the far end sends is a protocol error."""
-
-    def __init__(self, link: _Link) -> None:
-        self._link = link
-        self._transport: asyncio.Transport | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
-        self._transport = transport
-        _set_nodelay(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._link.stats.errors += 1
-        logger.warning("peer %s wrote %d bytes on a write-only link; closing", self._link.peer,
-                       len(data))
-        self.abort()
-
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        # Synchronously, so that send() queues instead of writing into a dead transport.
-        if self._link.transport is self._transport:
-            self._link.transport = None
-        if not self.closed.done():
-            self.closed.set_result(None)
 
 
 class _InboundProtocol(asyncio.Protocol):
@@ -128,7 +59,7 @@ class _InboundProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         self._transport = transport
-        _set_nodelay(transport)
+        set_nodelay(transport)
         if self._owner._stopped:
             transport.abort()
             return
@@ -267,8 +198,8 @@ class PeerTransport:
         self._server_ssl = server_ssl
         self._dial_ssl = dial_ssl
         self._hello_frame = encode_frame(encode_message(Hello(group, node_id)))
-        self._stats: dict[str, _PeerStats] = {UNATTRIBUTED: _PeerStats()}
-        self._links: dict[str, _Link] = {}
+        self._stats: dict[str, PeerStats] = {UNATTRIBUTED: PeerStats()}
+        self._links: dict[str, Link] = {}
         for peer, addr in dial.items():
             if peer != node_id:
                 self._add_link(peer, addr)
@@ -301,7 +232,7 @@ class PeerTransport:
             self._start_dialer(link)
         sockname = self._server.sockets[0].getsockname()
         self._hello_frame = encode_frame(encode_message(
-            Hello(self.group, self.node_id, _address_text(sockname[0], sockname[1]))))
+            Hello(self.group, self.node_id, address_text(sockname[0], sockname[1]))))
         return sockname[0], sockname[1]
 
     async def stop(self) -> None:
@@ -360,7 +291,7 @@ class PeerTransport:
             return True
         return self._write(link, transport, frame)
 
-    def _write(self, link: _Link, transport: asyncio.Transport, frame: bytes) -> bool:
+    def _write(self, link: Link, transport: asyncio.Transport, frame: bytes) -> bool:
         if transport.get_write_buffer_size() >= self._send_buffer_bytes_max:
             link.stats.dropped += 1
             return False
@@ -417,13 +348,13 @@ class PeerTransport:
             logger.info("dialing %s at %s:%s (its Hello said %s:%s)", peer, *addr, host, port)
             self.set_dial(peer, addr)
 
-    def _add_link(self, peer: str, addr: tuple[str, int]) -> _Link:
-        link = _Link(peer, addr, self._pending_frames_max)
+    def _add_link(self, peer: str, addr: tuple[str, int]) -> Link:
+        link = Link(peer, addr, self._pending_frames_max)
         link.stats = self._stats_of(peer)
         self._links[peer] = link
         return link
 
-    def _start_dialer(self, link: _Link) -> None:
+    def _start_dialer(self, link: Link) -> None:
         link.task = asyncio.get_running_loop().create_task(
             self._dial_forever(link), name=f"dledger-dial-{self.node_id}->{link.peer}"
         )
@@ -435,7 +366,7 @@ class PeerTransport:
             logger.error("%s: dialer %s died; its link stays down", self.node_id,
                          task.get_name(), exc_info=task.exception())
 
-    async def _dial_forever(self, link: _Link) -> None:
+    async def _dial_forever(self, link: Link) -> None:
         failures = 0
         while True:
             protocol = await self._connect(link)
@@ -447,14 +378,14 @@ class PeerTransport:
                 await asyncio.shield(protocol.closed)
             await asyncio.sleep(self._backoff_s(failures))
 
-    async def _connect(self, link: _Link) -> _OutboundProtocol | None:
+    async def _connect(self, link: Link) -> OutboundProtocol | None:
         """One connection attempt; on success the link is live (Hello sent, queue flushed)."""
         loop = asyncio.get_running_loop()
         host, port = link.addr
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 transport, protocol = await loop.create_connection(
-                    lambda: _OutboundProtocol(link), host, port, ssl=self._dial_ssl,
+                    lambda: OutboundProtocol(link), host, port, ssl=self._dial_ssl,
                     server_hostname=host if self._dial_ssl is not None else None,
                 )
         except ssl.SSLError as exc:  # (an OSError) not a peer that is down: say why, loudly
@@ -471,8 +402,8 @@ class PeerTransport:
         self._go_live(link, transport, protocol)
         return protocol
 
-    def _go_live(self, link: _Link, transport: asyncio.Transport,
-                 protocol: _OutboundProtocol) -> None:
+    def _go_live(self, link: Link, transport: asyncio.Transport,
+                 protocol: OutboundProtocol) -> None:
         if link.connects:
             link.stats.reconnects += 1
         link.connects += 1
@@ -490,11 +421,11 @@ class PeerTransport:
 
     # --- observability -----------------------------------------------------------------------
 
-    def _stats_of(self, peer: str) -> _PeerStats:
+    def _stats_of(self, peer: str) -> PeerStats:
         """The live counters of ``peer`` (created on first use)."""
         stats = self._stats.get(peer)
         if stats is None:
-            stats = self._stats[peer] = _PeerStats()
+            stats = self._stats[peer] = PeerStats()
         return stats
 
     def stats(self) -> dict[str, dict[str, int]]:
