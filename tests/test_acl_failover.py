@@ -1,4 +1,4 @@
-"""Access control across a leader kill, judged by the live ACL checker (``chaos.live.acl_checker``):
+"""Access control across a leader kill, judged by the live ACL checker (``chaos.live.checkers.acl``):
 an admin revokes and grants an account's PUB on a topic while the account keeps sending, and the
 leader is SIGKILLed with PUB granted. Every send that began after a change was acknowledged must
 be decided by that change, on the new leader too. The canary ``acl_local_only`` (ACL changes
@@ -14,7 +14,7 @@ import pytest
 
 from protocol import broker_kinds as bp
 from broker.features.acl.model import DENY, PUB, Account
-from chaos.live.acl_checker import AclVerdict, PermChange, SendAttempt, check_acl
+from chaos.live.checkers.acl import AclVerdict, PermChange, SendAttempt, check_acl
 from client import AccessDeniedError, ClientError, Credentials, Message, Producer, SignatureError
 from client.cluster.routes import Routes
 from dledger.localcluster import LocalCluster

@@ -1,4 +1,4 @@
-"""The live chaos checkers (chaos/live/checker.py, chaos/live/availability.py) on small synthetic
+"""The live chaos checkers (chaos/live/checkers/safety.py, chaos/live/checkers/availability.py) on small synthetic
 runs: a clean run passes every check, and for each check one seeded anomaly makes exactly that
 check fire (the checkers can fail), while informational findings never fail a run."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from chaos.live import checker
-from chaos.live.availability import availability, leadership, percentile
-from chaos.live.checker import check_run
+from chaos.live.checkers import safety as checker
+from chaos.live.checkers.availability import availability, leadership, percentile
+from chaos.live.checkers.safety import check_run
 
 T0 = 1_000.0
 LAT = 0.01  # every ack comes 10 ms after its invoke

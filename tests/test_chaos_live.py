@@ -8,7 +8,7 @@ run (default 30); about 50-80 s of wall time per run. The full matrix is ``dledg
 --all --canaries`` (docs/chaos/report.md).
 
 S1, S6 and S8 also run the messaging features (delayed, ordered, retried and transactional
-messages: ``chaos.live.features``) and their checkers; their six broker canaries run in a short
+messages: ``chaos.live.features.driver``) and their checkers; their six broker canaries run in a short
 form (``FEATURE_CANARY_DURATION_S`` of faults, about 30-45 s each: each is caught within its
 first fault, or with none at all), the full matrix at the full duration.
 """
@@ -33,7 +33,7 @@ DURATION_S = float(os.environ.get("DLEDGER_CHAOS_DURATION_S", "30"))
 FEATURE_CANARY_DURATION_S = min(DURATION_S, 12.0)
 SEED = int(os.environ.get("DLEDGER_CHAOS_SEED", "1"))
 
-# What each seeded bug must break (the names of the checks that fire, see chaos/live/checker.py).
+# What each seeded bug must break (the names of the checks that fire, see chaos/live/checkers/safety.py).
 CANARY_DETECTORS = {
     "commit_without_quorum": ("lost", "lost_on_replica", "replica_divergences"),
     "async_flush_ack": ("lost", "lost_on_replica"),

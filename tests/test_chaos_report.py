@@ -1,4 +1,4 @@
-"""The live chaos report (chaos/live/report.py) on synthetic runs: the tables and verdicts in the
+"""The live chaos report (chaos/live/report/writer.py) on synthetic runs: the tables and verdicts in the
 markdown, the JSON round trip, the timeline PNGs, and a failed run's violations."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chaos.live import report
+from chaos.live.report import writer as report
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -203,7 +203,7 @@ def test_a_sparse_run_still_plots(tmp_path: Path) -> None:
 
 
 def test_importing_the_module_does_not_import_matplotlib() -> None:
-    code = "import sys, chaos.live.report; print('matplotlib' in sys.modules)"
+    code = "import sys, chaos.live.report.writer; print('matplotlib' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr

@@ -1,7 +1,7 @@
 """Delayed messages on real processes (the issue's item 2): every one of the 18 levels (shortened
 by ``--delay-levels``) and arbitrary times are invisible before their time and stored once
 after it; a leader kill between the sends and the deliveries loses none and doubles none; the
-checker (``chaos.live.delay_checker``) catches the canaries that deliver early or deliver again
+checker (``chaos.live.checkers.delay``) catches the canaries that deliver early or deliver again
 after a leader change."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from protocol import broker_kinds as bp
-from chaos.live.delay_checker import Delivered, check_delayed
+from chaos.live.checkers.delay import Delivered, check_delayed
 from client import BadDelayError, Message, Producer, PullConsumer
 from dledger.client import LogClient
 from protocol.errors import DLedgerError

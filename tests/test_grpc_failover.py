@@ -1,7 +1,7 @@
 """A leader kill under RocketMQ 5 clients (issue 20, item 3): the unmodified PyPI Producer sends
 steadily and a SimpleConsumer receives and acks through the gRPC endpoints of a 3-node group;
 the leader is killed (SIGKILL) in the middle. The clients carry on with the endpoints they were
-given; the history is judged by ``chaos.live.pop_checker``: no acknowledged send lost, no
+given; the history is judged by ``chaos.live.checkers.pop``: no acknowledged send lost, no
 message received after its ack was acknowledged (redeliveries of unacked messages are counted).
 The canary ``pop_ack_lost`` (an ack answered but not applied) must be caught by the same check.
 """
@@ -20,7 +20,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 from rocketmq import Producer as RmqProducer
 from rocketmq import SimpleConsumer
 
-from chaos.live.pop_checker import Ack, Delivery, PopVerdict, check_pop
+from chaos.live.checkers.pop import Ack, Delivery, PopVerdict, check_pop
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from tests.clusters import namesrv_group

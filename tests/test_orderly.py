@@ -2,7 +2,7 @@
 processes 10,000 messages over 1,000 order ids sent through a queue selector and consumed by two
 orderly consumers while one consumer restarts and the leader is killed, and a third member joins
 right after the kill: each order id's messages are processed in send order and no two members
-process one queue at the same instant (``chaos.live.orderly_checker`` reads the recorded
+process one queue at the same instant (``chaos.live.checkers.orderly`` reads the recorded
 history). The canaries that grant a held lock are caught: the member that joins after the kill
 asks for a queue whose lock the old leader granted, which only a lock kept as replicated state
 refuses (the restarted member locked its queues just before the kill, and renews them only 20 s
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker.features.orderly.model import LockTable
-from chaos.live.orderly_checker import Processing, check_orderly
+from chaos.live.checkers.orderly import Processing, check_orderly
 from client import ConsumeStatus, Message, Producer, ReceivedMessage
 from client.consumer.orderly import OrderlyPushConsumer
 from dledger.client import LogClient

@@ -1,10 +1,10 @@
-"""The retry and dead-letter checker (``chaos.live.retry_checker``) on hand-made histories: a clean
+"""The retry and dead-letter checker (``chaos.live.checkers.retry``) on hand-made histories: a clean
 one with redeliveries passes; a count that goes back, a message retried once too often, a wrong
 or doubled or missing dead letter, a lost message are each named."""
 
 from __future__ import annotations
 
-from chaos.live.retry_checker import (
+from chaos.live.checkers.retry import (
     ALWAYS,
     DeadLetter,
     RetryDelivery,

@@ -1,8 +1,8 @@
-"""The transactional-message checker (``chaos.live.txn_checker``) on hand-made histories: a clean
+"""The transactional-message checker (``chaos.live.checkers.txn``) on hand-made histories: a clean
 one with redeliveries and a producer killed mid-transaction passes; a rolled-back message
 consumed, a half message consumed before its commit, a commit stored twice, under another
 transaction id or lost, a message a group never got, a stray one and open transactions are each
-named. Also the producers' plan rule (``chaos.live.txn_producer.check_answer``) and their records
+named. Also the producers' plan rule (``chaos.live.features.txn_producer.check_answer``) and their records
 surviving a torn line."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chaos.live.txn_checker import (
+from chaos.live.checkers.txn import (
     PLANS,
     Resolution,
     TxnDelivery,
@@ -19,7 +19,7 @@ from chaos.live.txn_checker import (
     check_transactions,
     redeliveries,
 )
-from chaos.live.txn_producer import Recorder, body, check_answer, load, parse
+from chaos.live.features.txn_producer import Recorder, body, check_answer, load, parse
 from client.producer.transaction import TransactionState
 
 GROUPS = ("ga", "gb")

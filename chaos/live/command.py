@@ -15,9 +15,9 @@ from typing import Any
 
 import click
 
-from chaos.live.features import BROKER_CANARIES as FEATURE_CANARIES
+from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.nemesis import CANARIES, CI_SUBSET, SCENARIOS
-from chaos.live.report import write_report
+from chaos.live.report.writer import write_report
 from chaos.live.runner import RunConfig, run_scenario
 
 

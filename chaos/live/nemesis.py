@@ -367,7 +367,7 @@ class Scenario:
     async_flush_ms: int = 50
     churn_bound: bool = False  # leader changes are bounded (Pre-Vote + CheckQuorum's promise)
     silence: SilenceBound | None = None  # availability under a silent leader is bounded
-    features: bool = False  # the messaging features run beside (chaos.live.features)
+    features: bool = False  # the messaging features run beside (chaos.live.features.driver)
     spares: int = 0  # nodes outside the group at the start (S17 adds and removes nodes)
 
 
@@ -410,14 +410,14 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "skip_checksum": ("S13", {"schedule": s13_corruption(("bitflip",))}),
     # a client-side bug (client.cluster.routes.CANARIES): the producer keeps dialling the silent old leader
     "stale_leader": ("S16", {}),
-    # broker bugs in the messaging features (chaos.live.features), caught by their checkers:
+    # broker bugs in the messaging features (chaos.live.features.driver), caught by their checkers:
     "delay_early": ("S1", {}),  # timers delivered 3 s early: the delay checker's "early"
     "timer_redeliver": ("S6", {}),  # a new leader delivers every timer again: "twice"
     "lock_unfenced": ("S8", {}),  # a held queue lock granted to another member: "overlap"
     # the reconsume count kept in the leader's memory: after a leader kill a message's retry
     # copies carry a count that went back and it is retried too often ("count", "attempts")
     "retry_count_lost": ("S6", {}),
-    # transactions (chaos.live.txn_feature): a half message stored in its real queue at once,
+    # transactions (chaos.live.features.txn): a half message stored in its real queue at once,
     # consumed before its COMMIT and even when rolled back ("txn: early", "txn: rolled back")
     "txn_half_visible": ("S1", {}),
     # a new leader forgets the transactions open when it took over: never checked back, the

@@ -1,7 +1,7 @@
 """Runs one live chaos scenario end to end (CHAOS.md 4.2 and 4.4) and returns its result record:
 
 start the cluster (every link through a proxy) -> create the topic -> start producers and
-consumers (and, where the scenario has them, the messaging features: ``chaos.live.features``)
+consumers (and, where the scenario has them, the messaging features: ``chaos.live.features.driver``)
 -> quiet period -> the scenario's fault schedule -> heal everything -> wait for a leader -> let
 the workload run on (recovery) -> stop producers -> let the features finish and read them back
 -> wait until every replica has applied what the group committed -> stop consumers -> drain
@@ -26,11 +26,11 @@ from typing import Any, Callable
 
 from protocol import broker_kinds as bp
 from chaos import traces
-from chaos.live.checker import check_run
+from chaos.live.checkers.safety import check_run
 from chaos.live.cluster import ChaosCluster
-from chaos.live.features import BROKER_CANARIES as FEATURE_CANARIES
-from chaos.live.features import Features, broker_args, log_to
-from chaos.live.feature_clients import SEND_ERRORS
+from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
+from chaos.live.features.driver import Features, broker_args, log_to
+from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from dledger.client import LogClient

@@ -3,7 +3,7 @@ silence of the leader, a producer sending one message at a time must get an ackn
 within ``first_ack_s`` of the cut and keep at least ``min_rate_ratio`` of its pre-cut ack rate
 from then until the heal.
 
-Unlike ``chaos.live.availability`` (measurements only), this owns a verdict, and only for the
+Unlike ``chaos.live.checkers.availability`` (measurements only), this owns a verdict, and only for the
 scenarios that declare the bound. Pure: no I/O, no clock; bisect over the recorded history.
 """
 

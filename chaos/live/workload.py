@@ -134,7 +134,7 @@ async def consumer(history: History, namesrv: str, name: str, queue_id: int, gro
 async def _commit_and_read_back(history: History, pc: PullConsumer, name: str, mq: MessageQueue,
                                 offset: int, ops: Iterator[int]) -> None:
     """Commit the consumer's offset (it only grows), then read it back through the leader:
-    the register-like sub-history that ``chaos.live.registers`` checks for stale reads."""
+    the register-like sub-history that ``chaos.live.checkers.registers`` checks for stale reads."""
     key = {"group": pc.group, "queue": mq.queue_id}
     op = next(ops)
     history.add(proc=name, type="invoke", f="offset-commit", op=op, value=offset, **key)

@@ -7,7 +7,7 @@ replicated topic entry before their first message. Owns nothing replicated.
 The canary ``retry_count_lost`` (tests only) counts reconsumes in the leader's memory instead of
 reading the replicated ``RECONSUME_TIME``: a new leader starts from 0 again, so a message
 retried across a leader change is retried too often, with a count that goes back, which the
-retry checker (``chaos.live.retry_checker``) must catch.
+retry checker (``chaos.live.checkers.retry``) must catch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The transactional workload beside a live chaos scenario (issue 18, "Chaos"), one of the
-messaging features (``chaos.live.features`` composes it).
+messaging features (``chaos.live.features.driver`` composes it).
 
 Three producers of one producer group send transactional messages to a topic of 2 queues, one
-at a time, about 5 a second in all, each with a plan in its body (``chaos.live.txn_producer``):
+at a time, about 5 a second in all, each with a plan in its body (``chaos.live.features.txn_producer``):
 COMMIT, ROLLBACK, a local transaction that raises (UNKNOWN) then a check-back answering COMMIT,
 UNKNOWN then ROLLBACK, UNKNOWN for a few check-backs then COMMIT. Two of them run in this
 process; the third is a process of its own, killed with SIGKILL every 4-8 s (often inside a
@@ -12,7 +12,7 @@ topic and record every delivery.
 
 After the stop: wait (bounded by ``BOUND_S``) until the leader has no open transaction, then
 (bounded by ``FINISH_WAIT_S``) until each group was delivered every message the topic holds,
-read the topic back from the leader and judge (``chaos.live.txn_checker``). The brokers get a
+read the topic back from the leader and judge (``chaos.live.checkers.txn``). The brokers get a
 short transaction timeout, check interval and check count (``BROKER_ARGS``). The records, the
 deliveries and the read-back go to ``txn.jsonl`` in the run's directory; the producer
 processes' own records to ``txn-tp<k>.jsonl`` and their log lines to ``txn-producers.log``.
@@ -36,8 +36,8 @@ from typing import Any
 
 from broker.features.txn.model import CHECK_MAX_TOPIC, TRANSACTION_ID
 from broker.features.txn.service import CHECK_PERIOD_S
-from chaos.live.feature_clients import SEND_ERRORS
-from chaos.live.txn_checker import (
+from chaos.live.features.clients import SEND_ERRORS
+from chaos.live.checkers.txn import (
     COMMITTING,
     Resolution,
     TxnDelivery,
@@ -46,7 +46,7 @@ from chaos.live.txn_checker import (
     check_transactions,
     redeliveries,
 )
-from chaos.live.txn_producer import TXN_TOPIC, Recorder, load, parse, producer, send_loop
+from chaos.live.features.txn_producer import TXN_TOPIC, Recorder, load, parse, producer, send_loop
 from client.types import ConsumeStatus
 from client.consumer.push import PushConsumer
 from client.producer.transaction import TransactionProducer
@@ -133,7 +133,7 @@ class TxnFeature:
             [ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
         with open(os.path.join(self.work_dir, "txn-producers.log"), "ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "chaos.live.txn_producer", self.namesrv, path, name,
+                [sys.executable, "-m", "chaos.live.features.txn_producer", self.namesrv, path, name,
                  str(self.rng.randrange(1 << 30))], stdout=log, stderr=log, env=env,
                 stdin=subprocess.DEVNULL)
 

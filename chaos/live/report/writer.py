@@ -21,9 +21,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.live.report_cells import png_names, summarize
-from chaos.live.report_tables import render_markdown
-from chaos.live.report_timeline import plot_timeline
+from chaos.live.report.cells import png_names, summarize
+from chaos.live.report.tables import render_markdown
+from chaos.live.report.timeline import plot_timeline
 
 __all__ = ["write_report", "render_markdown", "plot_timeline", "png_names", "summarize"]
 

@@ -1,4 +1,4 @@
-"""The timeline image of one live chaos run (``chaos.live.report``): ack latency with fail/info
+"""The timeline image of one live chaos run (``chaos.live.report.writer``): ack latency with fail/info
 marks, acknowledgements per second and which node led, over seconds since the run started, with
 fault windows shaded; saved as a small palette PNG. matplotlib is imported only when a timeline
 is drawn, so importing this module stays cheap.
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chaos.live.report_cells import Run, _leaders, _mapping, _run_label
+from chaos.live.report.cells import Run, _leaders, _mapping, _run_label
 
 __all__ = ["plot_timeline"]
 

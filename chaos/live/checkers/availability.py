@@ -3,7 +3,7 @@ counts, ack latency, windows without acks, recovery after the heal, time to the 
 fault, ack rates inside and outside fault windows, and leadership (terms, leader changes, a leader
 timeline) from the nodes' trace events.
 
-These are measurements, never pass/fail criteria (``chaos.live.checker`` owns the verdict). Pure:
+These are measurements, never pass/fail criteria (``chaos.live.checkers.safety`` owns the verdict). Pure:
 no I/O, no clock; dicts, sorts and bisect over the recorded history, O(n log n).
 History times are wall-clock seconds (``time.time()``); trace times are nanoseconds.
 """

@@ -5,8 +5,8 @@ the drain through the leader and the nodes' trace events.
 Checks: lost, lost_on_replica, replica divergence (split brain), inconsistent offsets, duplicates
 (protocol vs retry), unexpected and failed-but-read values, recovered (informational), order
 (producer FIFO, real-time, consumer monotonicity), stale and phantom reads of committed consumer
-offsets (``chaos.live.registers``) and the Raft trace invariants (via
-``chaos.traces.check``). Liveness numbers come from ``chaos.live.availability`` and never fail a run,
+offsets (``chaos.live.checkers.registers``) and the Raft trace invariants (via
+``chaos.traces.check``). Liveness numbers come from ``chaos.live.checkers.availability`` and never fail a run,
 except the optional bounds on leader changes and on availability under a silent leader
 (``chaos.live.silence``).
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chaos import traces
-from chaos.live.availability import availability, leadership
-from chaos.live.registers import check_offset_reads
+from chaos.live.checkers.availability import availability, leadership
+from chaos.live.checkers.registers import check_offset_reads
 from chaos.live.silence import SilenceBound, check_silence
 
 MAX_EXAMPLES = 10
@@ -286,7 +286,7 @@ class CheckResult:
     producer_fifo: Finding
     realtime_order: Finding
     consumer_order: Finding
-    stale_reads: Finding  # consumer offsets read back through the leader (chaos.live.registers)
+    stale_reads: Finding  # consumer offsets read back through the leader (chaos.live.checkers.registers)
     phantom_offsets: Finding
     trace_problems: list[str]
     leadership: dict[str, Any]
@@ -303,7 +303,7 @@ class CheckResult:
         return max((f.count for f in self.lost_on_replica.values()), default=0)
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat counts (as chaos.live.report reads them), then examples and details, JSON-ready."""
+        """Flat counts (as chaos.live.report.writer reads them), then examples and details, JSON-ready."""
         named = _named_findings(self)
         counts = {name: f.count for name, f in named.items()}
         return _jsonable_dict({

@@ -1,5 +1,5 @@
-"""The transactional producers of the live chaos run (``chaos.live.txn_feature``): what they send,
-how their listener answers, and what they record for ``chaos.live.txn_checker``.
+"""The transactional producers of the live chaos run (``chaos.live.features.txn``): what they send,
+how their listener answers, and what they record for ``chaos.live.checkers.txn``.
 
 Message *i* of a producer carries its plan (``txn_checker.PLANS[i % 5]``) and, for
 ``unknown-commit``, the time its local transaction commits, in its body
@@ -9,7 +9,7 @@ group, a restarted one too, answers a check-back for it the same way. The listen
 leaves its half message open), records each COMMIT or ROLLBACK it decides before it answers, and
 raises for ``raise-commit``.
 
-Run as a process (``python -m chaos.live.txn_producer NAMESRV RECORD NAME SEED``) it sends until
+Run as a process (``python -m chaos.live.features.txn_producer NAMESRV RECORD NAME SEED``) it sends until
 it is killed (the feature kills it with SIGKILL every few seconds), writing each record as one
 flushed JSON line to RECORD, so that what it did survives the kill; it exits by itself if its
 parent is gone or after ``LIFETIME_MAX_S``.
@@ -27,8 +27,8 @@ import time
 from dataclasses import asdict
 from typing import IO, Any
 
-from chaos.live.feature_clients import SEND_ERRORS
-from chaos.live.txn_checker import PLANS, TxnEvent
+from chaos.live.features.clients import SEND_ERRORS
+from chaos.live.checkers.txn import PLANS, TxnEvent
 from client.producer.transaction import TransactionProducer, TransactionState
 from client.types import Message, ReceivedMessage
 

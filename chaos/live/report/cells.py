@@ -1,4 +1,4 @@
-"""The cells of the live chaos report (``chaos.live.report``): how one value of a run is shown,
+"""The cells of the live chaos report (``chaos.live.report.writer``): how one value of a run is shown,
 read defensively from the harness's dicts (a missing key renders as "–", a list as its length),
 plus what the tables and the timeline share: run labels, verdict text, image names and the
 summary counts. Nothing here writes a file or draws.

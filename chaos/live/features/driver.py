@@ -1,8 +1,8 @@
 """The messaging features beside a live chaos scenario: delayed messages, ordered consumption,
 retry and dead letters, each driven through the real client library while the scenario's faults
-run (``chaos.live.feature_clients``), then waited for, read back and judged by its checker
-(``chaos.live.delay_checker``, ``orderly_checker``, ``retry_checker``); and transactional
-messages, a feature of its own composed here (``chaos.live.txn_feature``).
+run (``chaos.live.features.clients``), then waited for, read back and judged by its checker
+(``chaos.live.checkers.delay``, ``orderly_checker``, ``retry_checker``); and transactional
+messages, a feature of its own composed here (``chaos.live.features.txn``).
 
 The runner calls ``start`` once the first leader is there, sets the producers' stop event after
 the final heal, then calls ``finish``: it waits (bounded by ``FINISH_WAIT_S``) until every
@@ -32,8 +32,8 @@ from typing import Any
 
 from protocol import broker_kinds as bp
 from broker.features.retry.model import ORIGIN_MESSAGE_ID, RECONSUME_TIME, UNIQ_KEY, dlq_topic
-from chaos.live.delay_checker import Delivered, check_delayed
-from chaos.live.feature_clients import (
+from chaos.live.checkers.delay import Delivered, check_delayed
+from chaos.live.features.clients import (
     DELAY_TOPIC,
     MAX_RECONSUME_TIMES,
     ORDER_TOPIC,
@@ -49,10 +49,10 @@ from chaos.live.feature_clients import (
     send_retried,
 )
 from chaos.live.nemesis import find_leader
-from chaos.live.orderly_checker import check_orderly
-from chaos.live.retry_checker import ALWAYS, DeadLetter, check_retries
-from chaos.live.txn_feature import BROKER_ARGS as TXN_BROKER_ARGS
-from chaos.live.txn_feature import TXN_TOPIC, TxnFeature
+from chaos.live.checkers.orderly import check_orderly
+from chaos.live.checkers.retry import ALWAYS, DeadLetter, check_retries
+from chaos.live.features.txn import BROKER_ARGS as TXN_BROKER_ARGS
+from chaos.live.features.txn import TXN_TOPIC, TxnFeature
 from client.consumer.pull import PullConsumer
 from client.consumer.orderly import OrderlyPushConsumer
 from client.producer.producer import Producer

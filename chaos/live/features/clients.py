@@ -1,4 +1,4 @@
-"""The clients of the live chaos run's messaging features (``chaos.live.features``): what they send
+"""The clients of the live chaos run's messaging features (``chaos.live.features.driver``): what they send
 and how their listeners answer, each recording what the features' checkers read.
 
 - delayed sends: messages due 0.2-2.5 s ahead (by time, or by one of the short delay levels);
@@ -9,7 +9,7 @@ and how their listeners answer, each recording what the features' checkers read.
   (``Processing``), one member leaving and coming back every few seconds so that queues change
   hands under the faults;
 - retried messages: message *i* planned to fail 0, 1, 2 times or always (``PLANS``); the push
-  consumer's listener answers by copy (``chaos.live.retry_checker.fails``), each delivery
+  consumer's listener answers by copy (``chaos.live.checkers.retry.fails``), each delivery
   recorded.
 
 Owns no verdict. Every loop ends on its stop event; every wait is bounded.
@@ -22,8 +22,8 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from chaos.live.orderly_checker import Processing
-from chaos.live.retry_checker import ALWAYS, RetryDelivery, RetrySent, fails
+from chaos.live.checkers.orderly import Processing
+from chaos.live.checkers.retry import ALWAYS, RetryDelivery, RetrySent, fails
 from client import errors
 from client.consumer.orderly import OrderlyPushConsumer
 from client.producer.producer import Producer
