@@ -12,8 +12,8 @@ from typing import Any, Awaitable, Callable, Iterator
 from client import Message, Producer, UnavailableError
 from client.cluster.routes import GroupRoute, Routes
 from dledger.localcluster import LocalCluster
-from tests.test_broker_processes import BROKER, _start_namesrv
-from tests.test_processes import wait_until
+from tests.broker.test_broker_processes import BROKER, _start_namesrv
+from tests.nodes.test_processes import wait_until
 
 
 async def routed(ns: str, deadline_s: float = 30.0) -> None:

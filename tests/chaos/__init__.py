@@ -1,0 +1,1 @@
+"""Live chaos runs, their checkers and report, and the Toxiproxy-compatible fault proxy."""

@@ -1,0 +1,85 @@
+"""What the live chaos tests share: one run of a scenario on real processes (``run_live``: a
+NameServer, a fault proxy and a 3-node broker group, the client library's producers and
+consumers, the scenario's faults, a heal, every replica drained and the history checked offline),
+its budget (DLEDGER_CHAOS_DURATION_S seconds of faults, default 30; DLEDGER_CHAOS_SEED) and what
+each seeded bug must break (``CANARY_DETECTORS``). The full matrix is ``dledger chaos run --all
+--canaries`` (docs/chaos/report.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.live.runner import RunConfig, run_scenario
+
+DURATION_S = float(os.environ.get("DLEDGER_CHAOS_DURATION_S", "30"))
+
+
+# S1 isolates, S6 kills, S8 pauses the leader first 7-10 s into the faults; a member of the
+# orderly group leaves at 8 s and is back at 10.5 s: 12 s hold one of each.
+FEATURE_CANARY_DURATION_S = min(DURATION_S, 12.0)
+
+
+SEED = int(os.environ.get("DLEDGER_CHAOS_SEED", "1"))
+
+
+# What each seeded bug must break (the names of the checks that fire, see chaos/live/checkers/safety.py).
+CANARY_DETECTORS = {
+    "commit_without_quorum": ("lost", "lost_on_replica", "replica_divergences"),
+    "async_flush_ack": ("lost", "lost_on_replica"),
+    "no_pre_vote_check_quorum": ("leader churn",),
+    "skip_checksum": ("replica_divergences", "unexpected", "crash", "lost_on_replica"),
+    "delay_early": ("delay: early",),
+    "timer_redeliver": ("delay: twice",),
+    "lock_unfenced": ("orderly: overlap",),
+    "retry_count_lost": ("retry: count", "retry: attempts"),
+    "txn_half_visible": ("txn: early", "txn: rolled back", "txn: twice"),
+    "txn_forget": ("txn: unresolved", "txn: lost"),
+    "cq_keep_tail": ("replica_divergences", "duplicates_protocol", "inconsistent_offsets"),
+    "membership_forget_on_restart": ("replica_divergences", "lost", "lost_on_replica",
+                                     "order_producer", "order_realtime", "split brain"),
+}
+
+
+FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_count_lost",
+                    "txn_half_visible", "txn_forget")
+
+
+def run_live(tmp_path: Path, scenario: str, canary: str | None = None, duration_s: float = DURATION_S,
+         quiet_s: float = 3.0, recovery_s: float = 5.0,
+         capsys: pytest.CaptureFixture[str] | None = None, seed: int = SEED,
+         features: bool | None = None, tls: bool = False) -> dict[str, Any]:
+    lines: list[str] = []
+    cfg = RunConfig(scenario, seed, duration_s, str(tmp_path), canary, quiet_s=quiet_s,
+                    recovery_s=recovery_s, features=features, tls=tls)
+    run = asyncio.run(run_scenario(cfg, say=lines.append))
+    print("\n".join(lines))  # the fault timeline, shown when a run fails
+    ran = [f"{scenario}{'/' + canary if canary else ''}: {duration_s:g} s of faults, "
+           f"{run['wall_s']} s wall, {run['check'].get('ok', 0)} acknowledged, {run['verdict']}"]
+    feats = run.get("features")
+    if feats:  # how much of the features ran
+        d, o, r = feats["delay"], feats["orderly"], feats["retry"]
+        ran.append(f"  features: delayed {d['acked']} acked / {d['delivered']} delivered; "
+                   f"ordered {o['acked']} acked / {o['processed']} processed, {o['rejoins']} "
+                   f"rejoins; retried {r['acked']} acked / {r['consumed']} consumed / "
+                   f"{r['dead_letters']} dead letters ({r['deliveries']} deliveries); work ended "
+                   f"{feats['finished_in_s']} s after the stop")
+        t = feats.get("txn") or {}
+        ran.append(f"  transactions: {t.get('sent')} sent / {t.get('halves')} halves / "
+                   f"{t.get('committed')} committed / {t.get('rolled_back')} rolled back, "
+                   f"{t.get('resolved_by_check')} resolved by check-back "
+                   f"({t.get('resolved_for_another')} for another producer), "
+                   f"{t.get('producer_kills')} producer kills ({t.get('killed_mid_send')} mid-send), "
+                   f"redeliveries {t.get('redeliveries')}; none open "
+                   f"{t.get('resolved_in_s')} s after the stop (bound {t.get('bound_s')} s), "
+                   f"slowest check-back decision {t.get('slowest_check_s')} s after its half")
+    if capsys is None:
+        print("\n".join(ran))
+    else:
+        with capsys.disabled():  # in the CI log: how much ran
+            print("\n" + "\n".join(ran))
+    return run

@@ -1,0 +1,32 @@
+"""Live chaos: every seeded bug (a test-only flag) is caught by its scenario, by the checks it
+must break. The messaging features' canaries run in a short form (``FEATURE_CANARY_DURATION_S`` of
+faults: each is caught within its first fault)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.live.nemesis import CANARIES
+from tests.chaos.live_runs import (
+    CANARY_DETECTORS,
+    DURATION_S,
+    FEATURE_CANARIES,
+    FEATURE_CANARY_DURATION_S,
+    run_live,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("canary", sorted(set(CANARIES) - {"stale_leader",  # its own tests below
+                                                           "membership_forget_on_restart"}))
+def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = CANARIES[canary][0]
+    duration_s = FEATURE_CANARY_DURATION_S if canary in FEATURE_CANARIES else DURATION_S
+    run = run_live(tmp_path, scenario, canary, duration_s=duration_s, capsys=capsys)
+    assert run["verdict"] == "FAIL", f"canary {canary} was not caught by {scenario}"
+    fired = [v for v in run["violations"] if v.startswith(CANARY_DETECTORS[canary])]
+    assert fired, f"{canary}: expected {CANARY_DETECTORS[canary]}, got {run['violations'][:5]}"

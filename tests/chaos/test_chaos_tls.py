@@ -1,0 +1,36 @@
+"""Live chaos, the CI subset once more with TLS on every listener and mutual TLS on the peer
+links (the proxies forward the TLS bytes): each scenario without the features, 12 s of faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.live.nemesis import CI_SUBSET
+from tests.chaos.live_runs import DURATION_S, SEED, run_live
+
+pytestmark = pytest.mark.slow
+
+
+# Issue 21: the CI subset once more with TLS on every listener and mutual TLS on the peer links
+# (the proxies forward TLS bytes): each scenario without the features, 12 s of faults (about
+# 25-35 s of wall time each).
+TLS_SUBSET = CI_SUBSET
+
+
+TLS_DURATION_S = min(DURATION_S, 12.0)
+
+
+@pytest.mark.parametrize("scenario", TLS_SUBSET)
+def test_scenario_with_tls_on_peer_links_has_no_safety_violation(
+        scenario: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert scenario in CI_SUBSET
+    run = run_live(tmp_path, scenario, duration_s=TLS_DURATION_S, capsys=capsys, features=False,
+               tls=True)
+    check = run["check"]
+    assert run["verdict"] == "PASS" and run["violations"] == [], "\n".join(run["violations"][:10])
+    assert run["faults"], "the schedule injected no fault"
+    assert check["ok"] > 100, "too little was acknowledged to prove anything"
+    assert check["lost"] == 0 and check["max_leaders_per_term"] <= 1
+    assert (tmp_path / f"{scenario}-seed{SEED}" / "tls" / "ca.pem").is_file(), "not run with TLS"

@@ -1,0 +1,1 @@
+"""The command lines: dledger, dledger up and node control, NameServer lists, logging."""

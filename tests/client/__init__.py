@@ -1,0 +1,1 @@
+"""The client library: producers, consumers, leader tracking, types and rebalancing."""

@@ -1,0 +1,1 @@
+"""The messaging features: delay, orderly, pop, retry and dead letters, transactions, trace, access control, exactly-once pipelines."""

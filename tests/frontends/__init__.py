@@ -1,0 +1,1 @@
+"""RocketMQ 5 clients through the gRPC front end."""

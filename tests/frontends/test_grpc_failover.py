@@ -1,0 +1,152 @@
+"""A leader kill under RocketMQ 5 clients (issue 20, item 3): the unmodified PyPI Producer sends
+steadily and a SimpleConsumer receives and acks through the gRPC endpoints of a 3-node group;
+the leader is killed (SIGKILL) in the middle. The clients carry on with the endpoints they were
+given; the history is judged by ``chaos.live.checkers.pop``: no acknowledged send lost, no
+message received after its ack was acknowledged (redeliveries of unacked messages are counted).
+The canary ``pop_ack_lost`` (an ack answered but not applied) must be caught by the same check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message as RmqMessage
+from rocketmq import Producer as RmqProducer
+from rocketmq import SimpleConsumer
+
+from chaos.live.checkers.pop import Ack, Delivery, PopVerdict, check_pop
+from dledger.client import LogClient
+from dledger.localcluster import LocalCluster
+from tests.clusters import namesrv_group
+from tests.broker.test_broker_processes import _wait_leader
+from tests.frontends.test_grpc_gateway import grpc_endpoints
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "failover"
+INVISIBLE_S = 2
+
+
+class History:
+    """What the client threads saw, for the checker."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: set[str] = set()
+        self.send_failures = 0
+        self.deliveries: list[Delivery] = []
+        self.acks: list[Ack] = []
+        self.ack_failures = 0
+        self.stop_sending = threading.Event()
+        self.stop_receiving = threading.Event()
+        self.errors: list[str] = []
+
+    def received_all(self) -> bool:
+        with self.lock:
+            return self.sent <= {d.message_id for d in self.deliveries}
+
+
+def produce(endpoints: str, h: History) -> None:
+    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), [TOPIC])
+    producer.startup()
+    try:
+        k = 0
+        while not h.stop_sending.is_set():
+            m = RmqMessage()
+            m.topic, m.body = TOPIC, b"m%06d" % k
+            k += 1
+            try:
+                receipt = producer.send(m)
+            except Exception:  # noqa: BLE001 - an outcome unknown: not counted as sent
+                with h.lock:
+                    h.send_failures += 1
+                continue
+            with h.lock:
+                h.sent.add(receipt.message_id)
+    finally:
+        producer.shutdown()
+
+
+def consume(endpoints: str, h: History) -> None:
+    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), "failover-group",
+                              {TOPIC: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    try:
+        while not h.stop_receiving.is_set():
+            began = time.monotonic()
+            try:
+                messages = consumer.receive(32, INVISIBLE_S)
+            except Exception:  # noqa: BLE001 - a receive under the fault: try again
+                continue
+            with h.lock:
+                h.deliveries += [Delivery(m.message_id, began, m.delivery_attempt or 1)
+                                 for m in messages]
+            for m in messages:
+                try:
+                    consumer.ack(m)
+                except Exception:  # noqa: BLE001 - not acknowledged: it may come again
+                    with h.lock:
+                        h.ack_failures += 1
+                    continue
+                with h.lock:
+                    h.acks.append(Ack(m.message_id, time.monotonic()))
+    finally:
+        consumer.shutdown()
+
+
+def wait_for(pred: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # (client threads do the work: polling their record with a deadline)
+
+
+def run_history(ns: str, cluster: LocalCluster, kill_leader: bool, drain_s: float) -> PopVerdict:
+    endpoints = grpc_endpoints(ns)
+    h = History()
+    threads = [threading.Thread(target=produce, args=(endpoints, h), daemon=True),
+               threading.Thread(target=consume, args=(endpoints, h), daemon=True)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(h.sent) >= 50 and len(h.acks) >= 20, 60, "the first sends and acks")
+    if kill_leader:
+        async def leader() -> str:
+            async with LogClient(cluster.client_addresses, timeout_s=5) as client:
+                return await _wait_leader(client, cluster)
+        victim = asyncio.run(leader())
+        cluster.kill(victim, signal.SIGKILL)
+        at_kill = len(h.sent)
+        wait_for(lambda: len(h.sent) >= at_kill + 50, 60, "sends after the leader's death")
+    h.stop_sending.set()
+    threads[0].join(30)
+    wait_for(h.received_all, 60, "every acknowledged send received")
+    time.sleep(drain_s)  # the measured window in which acked messages must not come back
+    h.stop_receiving.set()
+    threads[1].join(30)
+    verdict = check_pop(h.sent, h.deliveries, h.acks)
+    print(f"sent {verdict.sent} (failed {h.send_failures}), received {verdict.received}, "
+          f"redelivered {verdict.redelivered}, acks {len(h.acks)} (failed {h.ack_failures})")
+    return verdict
+
+
+def test_a_leader_kill_under_rocketmq_clients_loses_nothing_and_redelivers_no_acked_message(
+        tmp_path: Path) -> None:
+    with namesrv_group(tmp_path, "--grpc-listen", "127.0.0.1:0") as (ns, cluster):
+        wait_for(lambda: grpc_endpoints(ns).count(";") == 2, 30, "the gRPC endpoints")
+        verdict = run_history(ns, cluster, kill_leader=True, drain_s=INVISIBLE_S + 1)
+    assert verdict.ok, verdict.lines()
+
+
+def test_the_checker_catches_an_ack_that_is_answered_but_not_applied(tmp_path: Path) -> None:
+    with namesrv_group(tmp_path, "--grpc-listen", "127.0.0.1:0", "--test-faults",
+                       "--broker-canary", "pop_ack_lost") as (ns, cluster):
+        wait_for(lambda: grpc_endpoints(ns).count(";") == 2, 30, "the gRPC endpoints")
+        verdict = run_history(ns, cluster, kill_leader=False, drain_s=INVISIBLE_S + 1)
+    assert verdict.after_ack, "the seeded bug went unnoticed"
+    assert not verdict.lost

@@ -1,0 +1,1 @@
+"""The NameServer and its web console."""

@@ -1,0 +1,1 @@
+"""Deployment files, TLS and advertised addresses."""
