@@ -21,15 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from bench.failover import measure_failover
-from client import Message, MessageQueue, Producer, PullConsumer
 from bench.harness import Row, Servers, broker_group, closed
 from bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
+from client import Message, MessageQueue, Producer, PullConsumer
 from dledger.localcluster import LocalCluster, free_ports
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -39,6 +40,7 @@ BATCH = 64  # messages per send_batch request (one log entry)
 BATCHES_IN_FLIGHT = 16  # our fastest publish path: pipelined batches, as NATS's publish_async
 PULL_BATCH = 1024  # messages per pull (the broker's maximum)
 TOPICS = 64  # the many-topics row: 64 concurrent producers, producer i sending to topic i % TOPICS
+DEFAULT_FLAGS = NodeFlags()  # the node's own defaults
 
 
 # -- ours -----------------------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ async def _ours_over_topics(ns: str, servers: Servers, mode: str, topic: str, bo
                                 n + min(200, n // 5))
 
 
-def run_ours(mode: str, size: int, n: int, flags: NodeFlags = NodeFlags(), topics: int = TOPICS,
+def run_ours(mode: str, size: int, n: int, flags: NodeFlags = DEFAULT_FLAGS, topics: int = TOPICS,
              extra: tuple[str, ...] = (), tls: bool = False) -> list[Row]:
     """Our rows in flush mode ``mode`` (``extra``: more broker options, e.g. --acl; its rows
     say "+acl" after the mode; ``tls``: TLS on every listener)."""
@@ -174,7 +176,7 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: in
         try:
             await js.add_stream(name="BENCH", subjects=["bench.>"], num_replicas=3)
             break
-        except Exception:  # noqa: BLE001 - any error before the cluster is ready: retry
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)
@@ -238,7 +240,8 @@ def render(rows: list[Row]) -> str:
 
     for r in rows:
         p = peer.get((r.workload, r.payload_bytes))
-        ratio = f"{r.msgs_per_s / p.msgs_per_s:.2f}" if p and p is not r and p.msgs_per_s and r.msgs_per_s else ""
+        ratio = f"{r.msgs_per_s / p.msgs_per_s:.2f}" \
+            if p and p is not r and p.msgs_per_s and r.msgs_per_s else ""
         out.append(f"{r.workload:<11} {r.payload_bytes:>7} {r.system:<18} {r.mode:<6} "
                    f"{r.msgs_per_s:>9.0f} {f(r.p50_ms):>8} {f(r.p99_ms):>8} {ratio:>7} "
                    f"{f(r.cpu_s_per_10k):>9} {f(r.peak_rss_mib):>8}  {r.note}")

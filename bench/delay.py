@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from protocol import broker_kinds as bp
 from bench.harness import broker_group
 from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
+from protocol import broker_kinds as bp
 
 PER_REQUEST = 256
 IN_FLIGHT = 32

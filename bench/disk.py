@@ -18,12 +18,11 @@ import os
 import queue
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from collections.abc import Sequence
-from typing import Callable
 from multiprocessing.process import BaseProcess
-from multiprocessing.synchronize import Barrier
 from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 
 from bench.load import percentile
 from dledger.storage.entry_codec import HEADER_BYTES

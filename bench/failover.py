@@ -15,7 +15,7 @@ import asyncio
 import os
 import signal
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from client import ClientError, Message, Producer
 from dledger.localcluster import LocalCluster
@@ -90,9 +90,9 @@ async def measure_failover(ns: str, cluster: LocalCluster, size: int, topic: str
 
 
 async def leader_of(cluster: LocalCluster) -> str:
+    from dledger.client import LogClient
     from protocol import broker_kinds as bp
     from protocol.auth import Credentials
-    from dledger.client import LogClient
     from protocol.tls import dial_context  # DLEDGER_TLS_CA: `dledger bench --tls`
     # (signed when the environment names an account: a cluster with access control)
     async with LogClient(cluster.client_addresses, timeout_s=2, ssl_context=dial_context(None),

@@ -26,15 +26,15 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Awaitable, Sequence
 
 import click
 
 from bench.harness import broker_group
-from client import ClientError, Message, Producer
 from bench.load import closed_loop, paced_loop, percentile, processes_cpu_s
 from bench.nodeflags import NodeFlags
+from client import ClientError, Message, Producer
 from dledger.localcluster import LocalCluster
 from dledger.node.runtime import MAX_BUSY_POLL_US
 
@@ -109,8 +109,8 @@ def summarize(readings: Sequence[Reading]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for mode in modes:
         for name, what, higher_better in METRICS:
-            by_variant = {v: sorted(((r.round, float(getattr(r, name))) for r in readings
-                                     if r.mode == mode and r.variant == v)) for v in variants}
+            by_variant = {v: sorted((r.round, float(getattr(r, name))) for r in readings
+                                     if r.mode == mode and r.variant == v) for v in variants}
             medians = {v: statistics.median(x for _, x in vals) for v, vals in by_variant.items() if vals}
             base = medians.get(variants[0])
             out.append({"mode": mode, "metric": name, "what": what, "higher_is_better": higher_better,
@@ -130,7 +130,7 @@ def render(summary: Sequence[dict[str, object]], variants: Sequence[str]) -> str
         cells = "".join(f" {med[v]:>12.2f}" if v in med else f" {'-':>12}" for v in variants)
         cells += "".join(f" {ratio[v]:>17.2f}x" if v in ratio else f" {'-':>18}" for v in variants[1:])
         each = " | ".join(" ".join(f"{x:.2f}" for x in rounds.get(v, [])) for v in variants)
-        lines.append(f"{row['mode']:<6} {str(row['what']):<44}{cells}  {each}")
+        lines.append(f"{row['mode']:<6} {row['what']!s:<44}{cells}  {each}")
     return "\n".join(lines)
 
 

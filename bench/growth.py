@@ -22,17 +22,18 @@ import asyncio
 import os
 import signal
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import click
 
-from protocol import broker_kinds as bp
-from bench.harness import broker_group
 from bench.delay import PER_REQUEST, rss_mib, send_runs
+from bench.harness import broker_group
 from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
+from protocol.errors import DLedgerError
 
 TOPIC = "growth"
 QUEUES = 4
@@ -82,7 +83,7 @@ async def _leader(client: LogClient, nodes: list[str]) -> str | None:
 async def _pull_rate(client: LogClient, node: str, offset: int, count: int) -> float:
     got, t0 = 0, time.perf_counter()
     while got < count:
-        status, nxt, _, _, rows = await client.call(node, bp.PULL, TOPIC, 0, offset, PULL_BATCH,
+        _, nxt, _, _, rows = await client.call(node, bp.PULL, TOPIC, 0, offset, PULL_BATCH,
                                                     64 << 20, 0, ["*"])
         if not rows:
             break

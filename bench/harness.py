@@ -10,8 +10,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterator, Sequence
 
 from bench.load import closed_loop, processes_cpu_s
 from bench.nodeflags import NodeFlags

@@ -28,14 +28,14 @@ import time
 
 import click
 
-from protocol import broker_kinds as bp
-from bench.harness import broker_group
 from bench.delay import PER_REQUEST, rss_mib, send_runs
+from bench.harness import broker_group
+from bench.nodeflags import NodeFlags
 from broker.core.entries import encode_runs
 from broker.features.query.index import IndexConfig, KeyIndex, key_hash
 from broker.machine.state import BrokerState
-from bench.nodeflags import NodeFlags
 from dledger.client import LogClient
+from protocol import broker_kinds as bp
 
 TOPIC = "keyed"
 FIELDS = ("VmRSS", "RssAnon", "RssFile")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from protocol.errors import DLedgerError
 

@@ -29,20 +29,20 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 import click
 
-from dledger import evloop
 from bench.disk import FlushFigure, measure_flushes, sync_estimate_ms
 from bench.load import closed_loop, percentile, processes_cpu_s
 from bench.nodeflags import NodeFlags, node_flag_options
 from bench.pysyncobj_peer import run_pysyncobj
+from dledger import evloop
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from protocol.envelope import LOCAL_LOAD
-
 
 # The benchmark's node options unless told otherwise: the node's own defaults, as `dledger bench`
 # runs (--busy-poll-us 300 and --quorum-first since both became the node's defaults).
@@ -207,7 +207,8 @@ def targets(figs: list[Figure]) -> list[tuple[str, bool]]:
     out = []
     for size in sorted({f.payload_bytes for f in figs}):
         get = _in_leader(figs, size)
-        peer_many, ours_many = get.get(("pysyncobj", "memory", "inflight")), get.get(("dledger", "sync", "inflight"))
+        peer_many = get.get(("pysyncobj", "memory", "inflight"))
+        ours_many = get.get(("dledger", "sync", "inflight"))
         if peer_many and ours_many:
             r = ours_many.entries_per_s / peer_many.entries_per_s
             out.append((f"{size} B: 64 in flight, sync: {r:.2f}x pysyncobj's entries/s "

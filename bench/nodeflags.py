@@ -8,13 +8,14 @@ change, and an option turned off where the node's default is on is passed as ``-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import click
 
-from dledger.node_cli import node_config, node_options
 from dledger.node.runtime import MAX_BUSY_POLL_US
+from dledger.node_cli import node_config, node_options
 
 F = TypeVar("F", bound=Callable[..., object])
 

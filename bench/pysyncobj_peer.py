@@ -84,7 +84,7 @@ class _Member:
         self.idx = idx
         self.addr = addr
         self.stderr_path = os.path.join(workdir, f"node{idx}.stderr")
-        self._stderr = open(self.stderr_path, "wb")
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close(), with the process
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -118,7 +118,7 @@ class _Member:
             self.proc.stdin.write(json.dumps(cmd) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
-            raise PeerBenchError(f"node {self.idx} ({self.addr}) is gone: {exc}")
+            raise PeerBenchError(f"node {self.idx} ({self.addr}) is gone: {exc}") from exc
 
     def recv(self, deadline: float, events: tuple[str, ...]) -> dict[str, Any]:
         while True:

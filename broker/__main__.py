@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
+from broker.config import BROKER_CANARIES, BrokerConfig
 from broker.features.acl.service import credentials_of
 from broker.features.delay.model import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DelayError, parse_levels
 from broker.features.query.index import IndexConfig
-from broker.config import BROKER_CANARIES, BrokerConfig
 from broker.server import BrokerServer
 from dledger import evloop
 from dledger.node.config import Address

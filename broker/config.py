@@ -3,7 +3,7 @@ may turn on (``BROKER_CANARIES``: each feature's own set)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.core.cq_files import QUEUE_CANARIES
 from broker.features.acl.model import ACL_CANARIES
@@ -54,7 +54,7 @@ class BrokerConfig:
     transaction_check_interval_s: float = 60.0
     transaction_check_max: int = 15
     canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
-    index: IndexConfig = IndexConfig()  # the key index's files (broker.features.query.index)
+    index: IndexConfig = field(default_factory=IndexConfig)  # the key index's files
     grpc_listen: Address | None = None  # serve RocketMQ 5 clients here (broker.frontends.grpc.gateway)
     grpc_max_delivery_attempts: int = 16  # a gRPC consumer's deliveries of a message before DLQ
     acl: bool = False  # access control: every request signed and checked (broker.features.acl.service)

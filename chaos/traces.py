@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 
 def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:

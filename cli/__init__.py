@@ -2,8 +2,8 @@
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
 ``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``; its
 ``reset-offset`` and ``status`` in ``consumer_admin``), ``producer``, ``dlq`` (and ``consumer
-retry``), ``acl`` (access control's accounts), ``bench``, ``tls`` (a test CA), ``message`` (``query``: show and query stored messages; ``message trace``
-in ``trace``);
+retry``), ``acl`` (access control's accounts), ``bench``, ``tls`` (a test CA), ``message``
+(``query``: show and query stored messages; ``message trace`` in ``trace``);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
 and ``dledger-namesrv``. ``main`` is the console script's entry point."""
@@ -22,10 +22,10 @@ from cli.messages import consume, send
 from cli.node import node
 from cli.producer import producer
 from cli.query import message
-from cli.trace import message_trace
 from cli.status import status
 from cli.tls import tls
 from cli.topic import topic
+from cli.trace import message_trace
 from cli.up import up
 from dledger import log_cli
 from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV

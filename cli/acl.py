@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 
-from protocol import broker_kinds as bp
 from broker.features.acl.model import Account, parse_perm
 from cli.common import groups_of, namesrv_option, with_routes
 from client.cluster.routes import Routes
+from protocol import broker_kinds as bp
 from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 ACL_TIMEOUT_S = 10.0
@@ -94,7 +94,7 @@ def acl_delete(namesrv: tuple[str, ...], access_key: str, broker_groups: tuple[s
     """Delete the account ACCESS_KEY."""
     async def delete(routes: Routes) -> None:
         for g in await groups_of(routes, broker_groups):
-            node, status = await routes.group_client(g).call_leader(
+            node, _status = await routes.group_client(g).call_leader(
                 bp.ACL_DELETE, access_key, timeout_s=ACL_TIMEOUT_S)
             click.echo(f"group {g.group}: account {access_key} deleted (leader {node})")
     with_routes(namesrv, delete)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import click
 
-from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_option, run, with_routes
 from client import PullConsumer
 from client.cluster.routes import Routes
+from protocol import broker_kinds as bp
 
 TRANSFER_TIMEOUT_S = 10.0
 

@@ -8,17 +8,18 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ssl
-from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 import aiohttp
 import click
 
-from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from client import ClientError
 from client.cluster.admin_views import http_error_text
 from client.cluster.routes import GroupRoute, Routes, client_error
-from protocol.errors import DLedgerError
 from dledger.node_cli import tls_ca_option as node_tls_ca_option
+from protocol.errors import DLedgerError
+from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from protocol.tls import HTTPS_PREFIX, TlsConfigError, dial_context, split_https
 
 T = TypeVar("T")

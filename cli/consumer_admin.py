@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from protocol import broker_kinds as bp
-from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
 from cli.common import groups_of, iso_ms, namesrv_option, with_routes
 from client.cluster.admin_views import consumer_views, summarize_consumers
 from client.cluster.routes import Routes
+from protocol import broker_kinds as bp
+from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
 
 NODE_TIMEOUT_S = 3.0
 

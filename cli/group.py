@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
-from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_option, with_routes
 from client.cluster.routes import GroupRoute, Routes
+from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
 from protocol.group_client import UnknownLeaderError
 

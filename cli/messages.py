@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 import click
 
-from protocol import broker_kinds as bp
 from cli.common import iso_ms, namesrv_option, run
 from client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage, RetriableError
 from client.errors import BadFilterError, compile_filter
+from protocol import broker_kinds as bp
 
 PULL_BATCH = 256  # messages per pull (the broker caps a pull at 1,024 messages and 4 MiB)
 FOLLOW_SUSPEND_MS = 5_000  # one long poll of --follow (the broker holds it at most 15 s)

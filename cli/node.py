@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 

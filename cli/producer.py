@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from protocol import broker_kinds as bp
 from cli.common import namesrv_option, with_routes
 from client.cluster.routes import GroupRoute, Routes
+from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
 
 STATUS_TIMEOUT_S = 3.0

@@ -11,7 +11,7 @@ commands join (``cli.query.message``)."""
 from __future__ import annotations
 
 import datetime
-from typing import Sequence
+from collections.abc import Sequence
 
 import click
 
@@ -112,6 +112,6 @@ def _props(props: Sequence[tuple[str, str]]) -> str:
 
 
 def _time(ms: int) -> str:
-    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     return when.isoformat(timespec="milliseconds")
 

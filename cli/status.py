@@ -8,7 +8,8 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 

@@ -9,10 +9,10 @@ from urllib.parse import quote
 
 import click
 
-from protocol import broker_kinds as bp
 from cli.common import groups_of, namesrv_get, namesrv_option, run, with_routes
 from client import PullConsumer
 from client.cluster.routes import Routes
+from protocol import broker_kinds as bp
 
 QUEUES = click.IntRange(0, 1024)
 PERM = click.Choice(["2", "4", "6"])

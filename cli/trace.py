@@ -13,8 +13,8 @@ import click
 
 from cli.common import namesrv_option, run
 from client import MessageQuery
-from client.errors import MessageNotFoundError
 from client.cluster.query import group_of
+from client.errors import MessageNotFoundError
 from client.trace.records import TRACE_TOPIC, TraceRecord, TraceRecordError, decode_record, format_life
 
 

@@ -21,8 +21,8 @@ from cli.common import http_session
 from cli.namesrv_proc import NameSrvProcess
 from cli.tls import UpTls
 from dledger import log_cli
-from protocol.tls import ENV_CA
 from dledger.localcluster import ClusterError, LocalCluster, ServerProcess, describe_exit
+from protocol.tls import ENV_CA
 
 GROUP_NAMES = "abcdefghi"
 REGISTER_INTERVAL_S = 5  # a NameServer restarted under up learns the groups again this soon

@@ -7,14 +7,15 @@ SyncPushConsumer), message query by offset msg id, unique key or key (MessageQue
 SyncMessageQuery), message trace (``trace=True``), routes from the NameServers, one exception
 hierarchy."""
 
-from client.producer.batch import message_bytes, split_batch
+from client.cluster.query import FoundMessage, MessageQuery, SyncMessageQuery
+from client.consumer.lite import LitePullConsumer
 from client.consumer.pull import PullConsumer
+from client.consumer.push import PushConsumer
 from client.errors import (
     AccessDeniedError,
-    SignatureError,
     BadDelayError,
-    BadTransactionError,
     BadFilterError,
+    BadTransactionError,
     ClientClosedError,
     ClientError,
     ClientNotStartedError,
@@ -31,25 +32,16 @@ from client.errors import (
     OverloadedError,
     RetriableError,
     SendTimeoutError,
+    SignatureError,
     StaleRouteError,
     TlsError,
     TopicNotFoundError,
     TransactionError,
     UnavailableError,
 )
-from client.consumer.lite import LitePullConsumer
+from client.producer.batch import message_bytes, split_batch
 from client.producer.pipeline import Pipeline
 from client.producer.producer import Producer
-from client.types import ConsumeStatus
-from client.consumer.push import PushConsumer
-from client.cluster.query import FoundMessage, MessageQuery, SyncMessageQuery
-from client.sync import (
-    SyncLitePullConsumer,
-    SyncProducer,
-    SyncPullConsumer,
-    SyncPushConsumer,
-    SyncTransactionProducer,
-)
 from client.producer.transaction import (
     TransactionListener,
     TransactionProducer,
@@ -57,24 +49,68 @@ from client.producer.transaction import (
     TransactionState,
 )
 from client.producer.txn_batch import Transaction
-from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
-
+from client.sync import (
+    SyncLitePullConsumer,
+    SyncProducer,
+    SyncPullConsumer,
+    SyncPushConsumer,
+    SyncTransactionProducer,
+)
+from client.types import ConsumeStatus, Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 from protocol.auth import Credentials
 
 __all__ = [
-    "AccessDeniedError", "Credentials", "SignatureError",
-    "BadDelayError", "BadFilterError", "BadTransactionError", "ClientClosedError", "ClientError",
-    "ClientNotStartedError", "ConsumeStatus", "ConsumerGroupActiveError",
-    "InvalidTopicError", "LitePullConsumer", "Message",
-    "MessageQueue", "MessageTooLargeError", "NoLeaderYetError", "NoPermissionError",
-    "NonRetriableError", "NotLeaderError", "OffsetStoreError", "OffsetStoreLockedError",
-    "OverloadedError", "Pipeline", "Producer", "PullConsumer", "PullResult", "PushConsumer", "ReceivedMessage",
-    "RetriableError", "SendResult", "SendTimeoutError", "StaleRouteError", "SyncLitePullConsumer",
-    "SyncProducer", "SyncPullConsumer", "SyncPushConsumer", "SyncTransactionProducer",
+    "AccessDeniedError",
+    "BadDelayError",
+    "BadFilterError",
+    "BadTransactionError",
+    "ClientClosedError",
+    "ClientError",
+    "ClientNotStartedError",
+    "ConsumeStatus",
+    "ConsumerGroupActiveError",
+    "Credentials",
+    "FoundMessage",
+    "InvalidTopicError",
+    "LitePullConsumer",
+    "Message",
+    "MessageNotFoundError",
+    "MessageQuery",
+    "MessageQueue",
+    "MessageTooLargeError",
+    "NoLeaderYetError",
+    "NoPermissionError",
+    "NonRetriableError",
+    "NotLeaderError",
+    "OffsetStoreError",
+    "OffsetStoreLockedError",
+    "OverloadedError",
+    "Pipeline",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PushConsumer",
+    "ReceivedMessage",
+    "RetriableError",
+    "SendResult",
+    "SendTimeoutError",
+    "SignatureError",
+    "StaleRouteError",
+    "SyncLitePullConsumer",
+    "SyncMessageQuery",
+    "SyncProducer",
+    "SyncPullConsumer",
+    "SyncPushConsumer",
+    "SyncTransactionProducer",
     "TlsError",
     "TopicNotFoundError",
-    "Transaction", "TransactionError", "TransactionListener", "TransactionProducer", "TransactionSendResult",
+    "Transaction",
+    "TransactionError",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "TransactionState",
-    "UnavailableError", "message_bytes", "split_batch",
-    "FoundMessage", "MessageNotFoundError", "MessageQuery", "SyncMessageQuery",
+    "UnavailableError",
+    "message_bytes",
+    "split_batch",
 ]

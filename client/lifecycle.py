@@ -5,7 +5,7 @@ failing later on a closed connection. Owns nothing else."""
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from client.errors import ClientClosedError, ClientNotStartedError
 

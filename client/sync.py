@@ -16,18 +16,25 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import (Any, Callable, Coroutine, Generic, Iterator, Protocol, Self, Sequence,
-                    TypedDict, TypeVar, Unpack)
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import (
+    Any,
+    Generic,
+    Protocol,
+    Self,
+    TypedDict,
+    TypeVar,
+    Unpack,
+)
 
-from protocol.auth import Credentials
-from client.consumer.pull import PullConsumer
-from client.errors import ClientClosedError, ClientNotStartedError
 from client.consumer.lite import LitePullConsumer
-from client.producer.producer import Producer
-from client.types import Listener
+from client.consumer.pull import PullConsumer
 from client.consumer.push import PushConsumer
+from client.errors import ClientClosedError, ClientNotStartedError
+from client.producer.producer import Producer
 from client.producer.transaction import TransactionListener, TransactionProducer, TransactionSendResult
-from client.types import Message, MessageQueue, PullResult, ReceivedMessage, SendResult
+from client.types import Listener, Message, MessageQueue, PullResult, ReceivedMessage, SendResult
+from protocol.auth import Credentials
 
 T = TypeVar("T")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Iterable, Mapping, Union
 
 Properties = Mapping[str, str] | Iterable[tuple[str, str]]
 
@@ -180,4 +180,4 @@ class ConsumeStatus(enum.Enum):
 # A push consumer's listener: a batch of messages in, its status out (or None: SUCCESS), or an
 # awaitable of it.
 Listener = Callable[[list["ReceivedMessage"]],
-                    Union[ConsumeStatus, None, Awaitable[Union[ConsumeStatus, None]]]]
+                    ConsumeStatus | Awaitable[ConsumeStatus | None] | None]

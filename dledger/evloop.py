@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-from typing import Any, Callable, Coroutine, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

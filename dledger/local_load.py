@@ -7,9 +7,11 @@ benchmark (``bench.log``) asks for it to measure the log without a client's netw
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dledger.node.runtime import Node
 from protocol.errors import DLedgerError
@@ -59,7 +61,7 @@ async def chained_loop(submit: Callable[[], asyncio.Future[Any]], count: int, co
                         done.set_exception(err)
                     return
                 running += 1
-                fut.add_done_callback(lambda f: finished(t0, f))
+                fut.add_done_callback(functools.partial(finished, t0))
                 return
             if running == 0 and not done.done():
                 done.set_result(None)

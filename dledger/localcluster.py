@@ -193,7 +193,7 @@ class LocalCluster:
             self._reap(s)
 
     def stop(self) -> None:
-        for nid, s in self.servers.items():
+        for _nid, s in self.servers.items():
             if s.proc is not None and s.proc.poll() is None:
                 s.proc.send_signal(signal.SIGCONT)
                 s.proc.terminate()

@@ -14,9 +14,9 @@ from typing import Any
 import click
 
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import ClusterError, LocalCluster
 from dledger.node_cli import parse_address, parse_peers, tls_ca_option
+from protocol.errors import DLedgerError
 from protocol.tls import TlsConfigError, dial_context
 
 WATCH_MIN_S = 0.5  # each round asks every node: a shorter period only loads the group
@@ -164,14 +164,15 @@ async def _statuses(addrs: dict[str, tuple[str, int]]) -> list[dict[str, Any]]:
 
 
 def _status_table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'node':<6} {'role':<12} {'term':>5} {'leader':<7} {'last':>8} {'commit':>8} {'applied':>8}  followers (lag, last contact ticks)"
+    head = (f"{'node':<6} {'role':<12} {'term':>5} {'leader':<7} {'last':>8} {'commit':>8} "
+            f"{'applied':>8}  followers (lag, last contact ticks)")
     lines = [head]
     for r in rows:
         if r["role"] == "unreachable":
             lines.append(f"{r['node']:<6} unreachable  {r['error']}")
             continue
         fol = ", ".join(f"{n}: {f['lag']} / {f['last_contact_ticks']}" for n, f in r["followers"].items())
-        lines.append(f"{r['node']:<6} {r['role']:<12} {r['term']:>5} {str(r['leader']):<7} "
+        lines.append(f"{r['node']:<6} {r['role']:<12} {r['term']:>5} {r['leader']!s:<7} "
                      f"{r['last_index']:>8} {r['commit_index']:>8} {r['applied_index']:>8}  {fol}")
     return "\n".join(lines)
 

@@ -14,7 +14,8 @@ import json
 import logging
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "bind_context", "configure"]
 
@@ -39,7 +40,7 @@ def _context_now() -> dict[str, Any]:
         return {}
     try:
         return context()
-    except Exception:  # noqa: BLE001 - a log call must never fail for want of its context
+    except Exception:
         return {}
 
 

@@ -11,19 +11,20 @@ import os
 import signal
 import sys
 import tomllib
-from typing import Any, Callable, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import click
 
+from dledger import logfmt
+from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
+from dledger.node.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
+from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from protocol.framed import (
     CONNECTIONS_MAX_DEFAULT,
     INPUT_BUFFER_BYTES_MAX_DEFAULT,
     ConnectionLimits,
 )
-from dledger import logfmt
-from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
-from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
-from dledger.node.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 from protocol.tls import ENV_CA, TlsConfig, TlsConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -196,7 +197,8 @@ _OPTIONS = [
                  hidden=True, help="Exit at this step of the first snapshot install (tests only)."),
     click.option("--trace", "trace_path", default=None, type=click.Path(dir_okay=False),
                  help="Append an event trace (JSON lines: roles, votes, commits) to this file."),
-    click.option("--canary", multiple=True, type=click.Choice(sorted(set(Canaries.__dataclass_fields__) - SIM_ONLY_CANARIES)),
+    click.option("--canary", multiple=True,
+                 type=click.Choice(sorted(set(Canaries.__dataclass_fields__) - SIM_ONLY_CANARIES)),
                  help="Seeded bug (tests only; needs --test-faults)."),
 ]
 NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mode",

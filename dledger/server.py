@@ -21,7 +21,15 @@ import click
 
 from dledger import evloop
 from dledger.local_load import run_local_load
-from protocol.errors import DLedgerError, WireError
+from dledger.node.runtime import Address, Committed, Node, NodeConfig
+from dledger.node_cli import (
+    client_limits,
+    node_config,
+    node_options,
+    parse_address,
+    serve_until_signal,
+    setup_logging,
+)
 from protocol.envelope import (
     LOCAL_LOAD,
     MAX_PROPOSAL_BYTES,
@@ -38,15 +46,7 @@ from protocol.envelope import (
     encode_error,
     encode_result,
 )
-from dledger.node_cli import (
-    client_limits,
-    node_config,
-    node_options,
-    parse_address,
-    serve_until_signal,
-    setup_logging,
-)
-from dledger.node.runtime import Address, Committed, Node, NodeConfig
+from protocol.errors import DLedgerError, WireError
 from protocol.framed import ConnectionLimits, FramedProtocol
 
 log = logging.getLogger("dledger.server")

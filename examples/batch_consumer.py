@@ -10,8 +10,9 @@ after ``--count`` messages. Run: ``python examples/batch_consumer.py --count 100
 
 from __future__ import annotations
 
-from client import ConsumeStatus, PushConsumer, ReceivedMessage
 from support import Expect, arguments, consume, line, run
+
+from client import ConsumeStatus, PushConsumer, ReceivedMessage
 
 
 async def main() -> int:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import sys
 
-from client import Message, SyncProducer, message_bytes, split_batch
 from support import arguments, sent
+
+from client import Message, SyncProducer, message_bytes, split_batch
 
 
 def main() -> int:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from client import Message, SyncProducer
 from support import arguments, clock, sent
+
+from client import Message, SyncProducer
 
 
 def main() -> int:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from client import Message, Pipeline, ReceivedMessage
 from support import arguments, run
+
+from client import Message, Pipeline, ReceivedMessage
 
 
 async def main() -> int:

@@ -13,8 +13,9 @@ Run: ``python examples/filter_by_sql_consumer.py`` (after or alongside the produ
 
 from __future__ import annotations
 
-from client import ConsumeStatus, PushConsumer, ReceivedMessage
 from support import Expect, arguments, consume, line, run
+
+from client import ConsumeStatus, PushConsumer, ReceivedMessage
 
 
 async def main() -> int:

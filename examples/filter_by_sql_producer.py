@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sys
 
-from client import ClientError, Message, SyncProducer
 from support import arguments, sent
+
+from client import ClientError, Message, SyncProducer
 
 
 def main() -> int:

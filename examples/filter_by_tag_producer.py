@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from client import Message, SyncProducer
 from support import arguments, sent
+
+from client import Message, SyncProducer
 
 TAGS = ("myTagA", "myTagB", "myTagC")
 

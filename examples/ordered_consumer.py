@@ -10,9 +10,10 @@ Run: ``python examples/ordered_consumer.py --count 10`` (after or alongside the 
 
 from __future__ import annotations
 
+from support import Expect, arguments, consume, line, run
+
 from client import ConsumeStatus, ReceivedMessage
 from client.consumer.orderly import OrderlyPushConsumer
-from support import Expect, arguments, consume, line, run
 
 LAST_STEP = 3  # ordered_producer.py's steps: 0 created, 1 paid, 2 shipped, 3 done
 

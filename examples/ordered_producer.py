@@ -10,9 +10,9 @@ steps in order. Run: ``python examples/ordered_producer.py --count 10``.
 
 from __future__ import annotations
 
+from support import arguments, run, sent
 
 from client import Message, MessageQueue, Producer
-from support import arguments, run, sent
 
 STEPS = ("created", "paid", "shipped", "done")
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 
-from client import ConsumeStatus, PushConsumer, ReceivedMessage
 from support import Expect, arguments, clock, consume, line, run
+
+from client import ConsumeStatus, PushConsumer, ReceivedMessage
 
 
 async def main() -> int:

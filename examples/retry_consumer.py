@@ -20,8 +20,9 @@ Run: ``python examples/retry_consumer.py``.
 
 from __future__ import annotations
 
-from client import ConsumeStatus, Message, Producer, PushConsumer, ReceivedMessage
 from support import Expect, arguments, consume, line, run, sent
+
+from client import ConsumeStatus, Message, Producer, PushConsumer, ReceivedMessage
 
 
 async def main() -> int:

@@ -15,7 +15,8 @@ import io
 import os
 import sys
 import time
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 from client import PushConsumer, ReceivedMessage, SendResult
 

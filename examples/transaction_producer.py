@@ -17,13 +17,14 @@ from __future__ import annotations
 import sys
 import threading
 
+from support import arguments, sent
+
 from client import (
     Message,
     ReceivedMessage,
     SyncTransactionProducer,
     TransactionState,
 )
-from support import arguments, sent
 
 
 class ICBCTransactionListener:

@@ -4,9 +4,10 @@
                       [--console-read-only] [--tls-cert FILE --tls-key FILE --tls-ca FILE]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
-real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change; ``--log-format json``: JSON lines).
-Owns argument parsing, the ready line and signal handling; the server is ``server.NameServer``.
-``cli`` is the same command as a ``start`` subcommand, for a ``dledger-namesrv start`` script.
+real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change;
+``--log-format json``: JSON lines). Owns argument parsing, the ready line and signal handling; the
+server is ``server.NameServer``. ``cli`` is the same command as a ``start`` subcommand, for a
+``dledger-namesrv start`` script.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
 from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
-from protocol.tls import TlsConfig, TlsConfigError
 from namesrv.errors import BadRequestError
 from namesrv.model import parse_host_port
 from namesrv.registry import LEASE_S_DEFAULT
 from namesrv.server import SCAN_INTERVAL_S_DEFAULT, NameServer
+from protocol.tls import TlsConfig, TlsConfigError
 
 
 async def _serve(server: NameServer) -> None:

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from aiohttp import web
 
 from client import errors as client_errors
-from protocol.auth import Credentials
 from namesrv.console_model import parse_reset, parse_search, parse_topic_action, parse_transfer
 from namesrv.console_ops import OP_TIMEOUT_S, Clock, ClusterView, ConsoleOps
 from namesrv.console_poll import ClusterPoller, ConsoleBusyError
@@ -46,6 +45,7 @@ from namesrv.errors import (
     ConsoleReadOnlyError,
     NameSrvError,
 )
+from protocol.auth import Credentials
 
 __all__ = ["ACTION_BODY_BYTES_MAX", "BodyTooLargeError", "Console", "add_console", "console_of"]
 

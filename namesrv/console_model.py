@@ -10,15 +10,16 @@ The cluster's own rules are reused, not restated: topic names and queue counts a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from protocol.broker_kinds import INT_MAX
-from protocol.broker_errors import InvalidTopicError
-from protocol.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
 from client import FoundMessage, ReceivedMessage
 from namesrv.errors import BadRequestError
 from namesrv.model import ID_MAX_CHARS
+from protocol.broker_errors import InvalidTopicError
+from protocol.broker_kinds import INT_MAX
+from protocol.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
 
 __all__ = ["BODY_SHOWN_BYTES", "MessageSearch", "RateTracker", "ResetAction", "TopicAction",
            "TransferAction", "body_text", "message_json", "parse_reset", "parse_search",

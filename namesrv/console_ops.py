@@ -15,16 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
-from protocol import broker_kinds as bp
-from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
 from client import ClientError, MessageQuery, MessageQueue, PullConsumer
 from client.cluster.admin_views import consumer_views, summarize_consumers
 from client.cluster.routes import GroupRoute, Routes, client_error
-from protocol.auth import Credentials
-from protocol.group_client import GroupClient
-from protocol.errors import DLedgerError
 from namesrv.console_model import (
     MessageSearch,
     RateTracker,
@@ -34,8 +30,13 @@ from namesrv.console_model import (
     message_json,
 )
 from namesrv.errors import ConsoleConflictError, ConsoleNotFoundError
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
+from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
+from protocol.errors import DLedgerError
+from protocol.group_client import GroupClient
 
-__all__ = ["ConsoleOps", "OP_TIMEOUT_S"]
+__all__ = ["OP_TIMEOUT_S", "ConsoleOps"]
 
 T = TypeVar("T")
 OP_TIMEOUT_S = 15.0  # one page's read or one action, retries and redirects included

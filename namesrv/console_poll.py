@@ -15,12 +15,13 @@ subscription; nothing here outlives the app.
 from __future__ import annotations
 
 import asyncio
-import ssl
 import contextlib
 import json
 import logging
+import ssl
 import time
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 

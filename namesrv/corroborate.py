@@ -86,7 +86,7 @@ class Corroborator:
                 raw = await resp.content.read(STATUS_BYTES_MAX + 1)
                 if resp.status != 200 or len(raw) > STATUS_BYTES_MAX:
                     return None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as err:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as err:
             log.info("cannot ask %s/%s at %s about its term: %r", group, node_id, address, err)
             return None
         return _reported_term(raw, group, node_id)

@@ -10,7 +10,7 @@ registry at scrape time (groups, nodes, topics, leaders known).
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware

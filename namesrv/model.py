@@ -11,12 +11,13 @@ accepts is one the NameServer routes.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
+from namesrv.errors import BadRequestError
 from protocol.broker_errors import InvalidTopicError
 from protocol.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
-from namesrv.errors import BadRequestError
 
 __all__ = [
     "LEADER_ROLE", "ROLES", "Registration", "TopicRoute", "Unregistration", "parse_host_port",

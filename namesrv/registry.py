@@ -30,8 +30,9 @@ with the highest term (most recently seen on ties), so routes survive an electio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from namesrv.errors import RegistrationMismatchError, RegistryFullError
 from namesrv.model import Registration, TopicRoute, Unregistration

@@ -26,12 +26,12 @@ import logging
 import ssl
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from namesrv.console import add_console
-from protocol.tls import TlsConfig
 from namesrv.corroborate import Corroborator
 from namesrv.errors import (
     BadRequestError,
@@ -43,6 +43,7 @@ from namesrv.errors import (
 from namesrv.metrics import NameServerMetrics, metrics_middleware
 from namesrv.model import parse_registration, parse_topic_name, parse_unregistration
 from namesrv.registry import LEASE_S_DEFAULT, Registry
+from protocol.tls import TlsConfig
 
 __all__ = ["BODY_BYTES_MAX", "BOOT_ID_HEADER", "NameServer", "make_app"]
 

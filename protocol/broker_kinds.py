@@ -102,7 +102,7 @@ naming the field. A pull's ``max_messages`` is capped at MAX_PULL_MESSAGES and i
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from protocol.broker_errors import BrokerError
 

@@ -12,8 +12,8 @@ import asyncio
 import logging
 from typing import cast
 
-from protocol.errors import OverloadedError, WireError
 from protocol.envelope import encode_error
+from protocol.errors import OverloadedError, WireError
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 
 log = logging.getLogger("protocol.framed")

@@ -16,9 +16,16 @@ import itertools
 import math
 import ssl
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from protocol.auth import Credentials, Signer
+from protocol.envelope import (
+    Response,
+    decode_response,
+    encode_request,
+    error_from,
+)
 from protocol.errors import (
     DiskFullError,
     DLedgerError,
@@ -29,15 +36,8 @@ from protocol.errors import (
     TlsError,
     WireError,
 )
-from protocol.envelope import (
-    Response,
-    decode_response,
-    encode_request,
-    error_from,
-)
 from protocol.framed import FramedProtocol
 from protocol.frames import decode_payload
-
 
 # A silent node is dialled again (after the others) once it has been silent this long: the other
 # nodes elect a new leader within an election timeout (1-2 s by default) of a real silence, so

@@ -8,7 +8,7 @@ not HTTP's port 80); an IPv6 host is written in brackets, ``[::1]:9876``. Pure: 
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 NAMESRV_PORT_DEFAULT = 9876
 

@@ -147,8 +147,8 @@ def tls_failure(err: BaseException) -> str | None:
         seen.add(id(cur))
         # (aiohttp's errors subclass these without their attributes: read them with getattr)
         if isinstance(cur, ssl.SSLCertVerificationError) and getattr(cur, "verify_message", None):
-            return f"certificate not trusted: {getattr(cur, 'verify_message')}"
+            return f"certificate not trusted: {cur.verify_message}"
         if isinstance(cur, ssl.SSLError) and getattr(cur, "reason", None):
-            return f"TLS handshake failed: {getattr(cur, 'reason')}"
+            return f"TLS handshake failed: {cur.reason}"
         cur = cur.__cause__ or cur.__context__
     return None

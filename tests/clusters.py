@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any
 
 from client import Message, Producer, UnavailableError
 from client.cluster.routes import GroupRoute, Routes

@@ -2,5 +2,5 @@
 can raise "AST constructor recursion depth mismatch" when pytest's assertion rewriting compiles
 a lazily imported plugin module while another thread compiles code at the same time."""
 
-import hypothesis  # noqa: F401
+import hypothesis
 import hypothesis.internal.conjecture.providers  # noqa: F401

@@ -17,8 +17,9 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import pytest
 from click.testing import CliRunner

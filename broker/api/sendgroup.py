@@ -22,7 +22,8 @@ and how to read an applied entry's answer.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from protocol.broker_errors import BrokerError
 from protocol.errors import DLedgerError
@@ -110,7 +111,7 @@ class SendGroups:
     def _propose_group(self, group: _Group) -> None:
         try:
             fut = self._propose(list(group.runs.items()))
-        except Exception as err:  # noqa: BLE001 - named or not, every request must be answered
+        except Exception as err:
             for reply, _ in group.replies:
                 reply(None, err)
             return

@@ -99,7 +99,7 @@ class SendPath:
                                                 else _sole_answer(got[0])))
             except (DLedgerError, BrokerError) as failure:
                 conn.send_payload(encode_error(rid, failure))
-            except Exception as failure:  # noqa: BLE001 - the client must get an answer
+            except Exception as failure:
                 conn.send_payload(encode_error(rid, BrokerError(f"send failed: {failure!r}")))
 
         if runs:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol, overload
+from typing import Any, Protocol, overload
 
 UNIT = struct.Struct("<QIIIQ")  # position, slot, size, tag hash, store time (ms)
 UNIT_BYTES = UNIT.size

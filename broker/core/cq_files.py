@@ -22,7 +22,8 @@ import logging
 import os
 import shutil
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from broker.core.consumequeue import UNIT, UNIT_BYTES, UnitQueue
 from dledger.storage.hardstate import fsync_directory

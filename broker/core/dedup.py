@@ -6,11 +6,12 @@ the entry count bound. Part of the broker's state machine, so it is deterministi
 every replica.
 
 Its memory is stated per key: a 24-byte row per key remembered, and a hash table of 4-byte slots
-sized for the bound at the first key (at most half full: 8 MiB for the default million keys,
-8.4 bytes a key at the bound), with no Python object per key. A key is held as a 96-bit BLAKE2b fingerprint, not as its text: two different
-keys are taken for one only if their fingerprints collide, which for a table at its bound of a
-million keys happens to a new key with probability below 2**-76 (1.3e-23); the original's queue
-and offset are kept, so a duplicate still answers with the original's result.
+sized for the bound at the first key (at most half full: 8 MiB for the default million keys, 8.4
+bytes a key at the bound), with no Python object per key. A key is held as a 96-bit BLAKE2b
+fingerprint, not as its text: two different keys are taken for one only if their fingerprints
+collide, which for a table at its bound of a million keys happens to a new key with probability
+below 2**-76 (1.3e-23); the original's queue and offset are kept, so a duplicate still answers with
+the original's result.
 
 - rows: a ``bytearray`` of 24-byte rows in insertion order (fingerprint; store time in ms since
   the table's epoch, 32 bits; queue reference << 40 | queue offset), dropped from the front in
@@ -255,13 +256,14 @@ class DedupTable:
         if not live:
             fresh._epoch = fresh._newest = epoch
         fresh._newest = max(fresh._newest, self._newest)
-        for name in self.__slots__[2:]:
-            setattr(self, name, getattr(fresh, name))
+        for name in self.__slots__:
+            if name not in ("window_ms", "max_entries"):  # (the settings stay; the rest is new)
+                setattr(self, name, getattr(fresh, name))
 
     def rows(self) -> list[tuple[bytes, str, int, int, int]]:
         """Remembered rows, oldest first: (fingerprint, topic, queue id, offset, store time)."""
         out = []
-        for v in sorted(((v - 1 - self._base) & SEQ_MASK for v in self._slots if v)):
+        for v in sorted((v - 1 - self._base) & SEQ_MASK for v in self._slots if v):
             fp, dts, word = ROW.unpack_from(self._rows, v * ROW_BYTES)
             topic, qid = self._queues[word >> OFFSET_BITS]
             out.append((fp, topic, qid, word & OFFSET_MASK, self._epoch + dts))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import functools
 import reprlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from protocol.broker_errors import BadRequestError
 from protocol.broker_kinds import INT_MAX, SEND_KINDS

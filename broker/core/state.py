@@ -54,8 +54,8 @@ from broker.core.registry import EntryKind, EntryRegistry, StoredTopics
 from protocol.broker_errors import BadEntryError, BrokerError
 from protocol.topics import TopicConfig, validate_config
 
-__all__ = ["CORE_KINDS", "CoreState", "Part", "StateConfig", "TopicRoute", "apply_offset_commit", "apply_runs",
-           "apply_send", "apply_topic_delete", "apply_topic_put"]
+__all__ = ["CORE_KINDS", "CoreState", "Part", "StateConfig", "TopicRoute", "apply_offset_commit",
+           "apply_runs", "apply_send", "apply_topic_delete", "apply_topic_put"]
 
 P = TypeVar("P")
 OffsetKey = tuple[str, str, int]  # (consumer group, topic, queue id)

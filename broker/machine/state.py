@@ -137,5 +137,5 @@ def _restore(state: BrokerState, fields: list[Any]) -> None:
 def _load(blob: bytes) -> Any:
     try:
         return cbor2.loads(blob)
-    except Exception as err:  # noqa: BLE001 - any decode failure is a corrupt checkpoint
+    except Exception as err:
         raise BadEntryError(f"corrupt checkpoint: {err}") from err

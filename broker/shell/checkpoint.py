@@ -33,8 +33,8 @@ from dledger.node.heap import release_free_heap
 from dledger.node.runtime import Node
 from dledger.raft.types import SnapshotMeta
 from dledger.storage.commitlog import FileLogStore
-from dledger.storage.seams import LogStore
 from dledger.storage.hardstate import write_file_atomically
+from dledger.storage.seams import LogStore
 from protocol.broker_errors import BadEntryError
 
 log = logging.getLogger("broker.checkpoint")

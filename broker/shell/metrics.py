@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Iterable, Protocol, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -78,7 +79,7 @@ class BrokerMetrics:
         self.server = server
         self.base = (server.group, server.config.node.node_id)
         r = self.registry = CollectorRegistry(auto_describe=True)
-        by_topic = _BASE + ("topic",)
+        by_topic = (*_BASE, "topic")
         self.messages_in = Counter("dledger_messages_in", "Messages stored by sends this node "
                                    "answered as leader, by topic", by_topic, registry=r)
         self.bytes_in = Counter("dledger_bytes_in", "Bytes of messages stored by sends this node "
@@ -89,10 +90,10 @@ class BrokerMetrics:
         self.bytes_out = Counter("dledger_bytes_out", "Bytes of message bodies handed out by pulls",
                                  by_topic, registry=r)
         self.pulls = Counter("dledger_pull_requests", "Pull requests answered, by result",
-                             _BASE + ("result",), registry=r)
+                             (*_BASE, "result"), registry=r)
         self.acl_refusals = Counter("dledger_acl_refusals", "Requests refused by access control, "
                                     "by reason (signature, denied, malformed)",
-                                    _BASE + ("reason",), registry=r)
+                                    (*_BASE, "reason"), registry=r)
         self.send_latency = Histogram(
             "dledger_send_latency_seconds", "A send request's arrival to its answer, on the leader",
             _BASE, buckets=LATENCY_BUCKETS_S, registry=r).labels(*self.base)
@@ -232,13 +233,13 @@ class _StatusCollector(Collector):
                 server.checkpoints.failed)
         followers = GaugeMetricFamily("dledger_follower_match_index",
                                       "A follower's match index (on the leader)",
-                                      labels=_BASE + ("follower",))
+                                      labels=(*_BASE, "follower"))
         lag = GaugeMetricFamily("dledger_follower_lag_entries",
                                 "Entries a follower is behind the leader's last index",
-                                labels=_BASE + ("follower",))
+                                labels=(*_BASE, "follower"))
         for f in raft.followers:
-            followers.add_metric(base + [f.node_id], f.match_index)
-            lag.add_metric(base + [f.node_id], max(0, raft.last_index - f.match_index))
+            followers.add_metric([*base, f.node_id], f.match_index)
+            lag.add_metric([*base, f.node_id], max(0, raft.last_index - f.match_index))
         out += [followers, lag]
         out += _queue_series(server, base)
         return out
@@ -250,21 +251,21 @@ def _queue_series(server: MetricsHost, base: list[str]) -> list[Metric]:
     omitted = 0
     offsets = GaugeMetricFamily("dledger_queue_max_offset",
                                 "The next offset a queue assigns (its message count ever)",
-                                labels=_BASE + ("topic", "queue"))
+                                labels=(*_BASE, "topic", "queue"))
     for k, ((topic, qid), units) in enumerate(state.queues.items()):
         if k >= QUEUE_SERIES_MAX:
             omitted += len(state.queues) - k
             break
-        offsets.add_metric(base + [topic, str(qid)], len(units))
+        offsets.add_metric([*base, topic, str(qid)], len(units))
     lag = GaugeMetricFamily("dledger_consumer_lag_messages",
                             "Messages a consumer group's committed offset is behind the queue's end",
-                            labels=_BASE + ("consumer_group", "topic", "queue"))
+                            labels=(*_BASE, "consumer_group", "topic", "queue"))
     for k, ((group, topic, qid), offset) in enumerate(state.offsets.items()):
         if k >= QUEUE_SERIES_MAX:
             omitted += len(state.offsets) - k
             break
         _, hi = state.queue_range(topic, qid)
-        lag.add_metric(base + [group, topic, str(qid)], max(0, hi - offset))
+        lag.add_metric([*base, group, topic, str(qid)], max(0, hi - offset))
     dropped = GaugeMetricFamily("dledger_metric_series_omitted",
                                 f"Per-queue series left out past {QUEUE_SERIES_MAX} of a kind",
                                 labels=_BASE)

@@ -126,7 +126,7 @@ class Registrar:
                     self._saw_boot_id(url, resp)
                     if resp.status != 200:
                         self._unsure.add(url)
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 self._unsure.add(url)  # down or cut off: register again once it answers
                 continue
             if url in self._unsure and self._term is not None and self.server.caught_up():
@@ -172,7 +172,7 @@ class Registrar:
                     return
                 self.registrations += 1
                 self._unsure.discard(url)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+        except (TimeoutError, aiohttp.ClientError) as err:
             self.failures += 1
             self._unsure.add(url)
             log.warning("cannot reach NameServer %s: %s", url, err)

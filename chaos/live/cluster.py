@@ -31,8 +31,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from dledger.localcluster import Address, ClusterError, LocalCluster, free_ports
 from protocol.tls import ENV_CA

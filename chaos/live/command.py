@@ -20,7 +20,6 @@ from chaos.live.nemesis import CANARIES, CI_SUBSET, SCENARIOS
 from chaos.live.report.writer import write_report
 from chaos.live.runner import RunConfig, run_scenario
 
-
 FEATURE_SCENARIOS = [name for name, sc in SCENARIOS.items() if sc.features]
 
 

@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from protocol import broker_kinds as bp
 from chaos.live.cluster import ChaosCluster
-from chaos.live.silence import FAULT as SILENCE_FAULT
 from chaos.live.membership import s17_membership
+from chaos.live.silence import FAULT as SILENCE_FAULT
 from chaos.live.silence import SilenceBound
 from chaos.live.workload import History
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import ClusterError
+from protocol import broker_kinds as bp
+from protocol.errors import DLedgerError
 
 
 @dataclass

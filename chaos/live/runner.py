@@ -21,25 +21,26 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from protocol import broker_kinds as bp
 from chaos import traces
 from chaos.live.checkers.safety import check_run
 from chaos.live.cluster import ChaosCluster
+from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.features.driver import Features, broker_args, log_to
-from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
-from dledger.client import LogClient
-from protocol.tls import client_context
-from protocol.errors import DLedgerError
-from dledger.localcluster import ClusterError
 from chaos.toxiproxy.errors import ToxiproxyError
 from client.cluster.routes import CANARIES as CLIENT_CANARIES
+from dledger.client import LogClient
+from dledger.localcluster import ClusterError
 from dledger.raft.config import Canaries
+from protocol import broker_kinds as bp
+from protocol.errors import DLedgerError
+from protocol.tls import client_context
 
 LEADER_WAIT_S = 30.0
 CATCH_UP_WAIT_S = 30.0

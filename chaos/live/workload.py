@@ -21,14 +21,15 @@ import itertools
 import json
 import random
 import time
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
-from protocol import broker_kinds as bp
 from client import errors
 from client.consumer.pull import PullConsumer
 from client.producer.producer import Producer
 from client.types import Message, MessageQueue
 from dledger.client import LogClient
+from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
 
 TOPIC = "chaos"
@@ -88,14 +89,14 @@ async def producer(history: History, namesrv: str, pid: int, stop: asyncio.Event
                                            timeout_s + 2)
             except (errors.RetriableError, errors.NonRetriableError) as err:
                 history.add(proc=proc, type="fail", f="send", value=value, error=_name(err))
-            except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+            except (TimeoutError, errors.ClientError, DLedgerError, OSError) as err:
                 history.add(proc=proc, type="info", f="send", value=value, error=_name(err))
             else:
                 history.add(proc=proc, type="ok", f="send", value=value, queue=r.queue.queue_id,
                             offset=r.queue_offset, node=r.node, dup=r.duplicate)
             try:
                 await asyncio.wait_for(stop.wait(), pause_s)  # pacing the offered load
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
 
@@ -117,7 +118,7 @@ async def consumer(history: History, namesrv: str, name: str, queue_id: int, gro
             try:
                 res = await asyncio.wait_for(pc.pull(mq, offset, max_messages=64, suspend_ms=500),
                                              5.0)
-            except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+            except (TimeoutError, errors.ClientError, DLedgerError, OSError) as err:
                 history.add(proc=name, type="fail", f="poll", queue=queue_id, **{"from": offset},
                             error=_name(err), session=session)
                 await _pause(stop, 0.2)  # back off before the next poll
@@ -143,7 +144,7 @@ async def _commit_and_read_back(history: History, pc: PullConsumer, name: str, m
     except (errors.RetriableError, errors.NonRetriableError) as err:
         history.add(proc=name, type="fail", f="offset-commit", op=op, value=offset,
                     error=_name(err), **key)
-    except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+    except (TimeoutError, errors.ClientError, DLedgerError, OSError) as err:
         history.add(proc=name, type="info", f="offset-commit", op=op, value=offset,
                     error=_name(err), **key)
     else:
@@ -152,7 +153,7 @@ async def _commit_and_read_back(history: History, pc: PullConsumer, name: str, m
     history.add(proc=name, type="invoke", f="offset-read", op=op, value=None, **key)
     try:
         value = await asyncio.wait_for(pc.committed(mq), 5.0)
-    except (errors.ClientError, asyncio.TimeoutError, DLedgerError, OSError) as err:
+    except (TimeoutError, errors.ClientError, DLedgerError, OSError) as err:
         history.add(proc=name, type="fail", f="offset-read", op=op, value=None,
                     error=_name(err), **key)
     else:
@@ -162,7 +163,7 @@ async def _commit_and_read_back(history: History, pc: PullConsumer, name: str, m
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
     try:
         await asyncio.wait_for(stop.wait(), seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
 
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from chaos.sim.node import SimNode
-from protocol.errors import ProposalError
 from dledger.raft.types import Membership
-
+from protocol.errors import ProposalError
 
 
 class MembershipWorld(Protocol):

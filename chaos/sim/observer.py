@@ -7,10 +7,8 @@ Owns the global record of what was ever committed, applied, voted and led, and r
 
 from __future__ import annotations
 
-
 from chaos.sim.node import SimNode, Violation
 from dledger.raft.types import Entry, Ready, Role, SnapshotMeta
-
 
 
 def durably_holds(node: SimNode, index: int, term: int | None) -> bool:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
-from chaos.sim.node import Violation
-from chaos.sim.node import SimNode
+from chaos.sim.node import SimNode, Violation
 from chaos.sim.world import FaultSettings, Proposal, World
 from dledger.raft.config import Canaries
 from dledger.raft.types import Role

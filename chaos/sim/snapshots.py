@@ -20,7 +20,6 @@ from chaos.sim.node import SimNode
 from dledger.raft.types import InstallSnapshot, Role, SnapshotMeta
 
 
-
 class SnapshotWorld(Protocol):
     """What snapshot transfers use of the world (``chaos.sim.world.World``)."""
 

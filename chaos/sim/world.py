@@ -21,9 +21,9 @@ from chaos.sim.membership import MembershipSettings, MembershipShell
 from chaos.sim.node import SimNode
 from chaos.sim.observer import Observer
 from chaos.sim.snapshots import SnapshotSettings, SnapshotShell
-from protocol.errors import ProposalError
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.types import Entry, EntryKind, InstallSnapshot, Message, Ready, Role
+from protocol.errors import ProposalError
 
 PARTITION_SHAPES = ("isolate_leader", "isolate_one", "majority_minority", "bridge", "one_link",
                     "one_way", "ring")

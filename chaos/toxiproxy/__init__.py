@@ -7,11 +7,27 @@ server: ``ToxiproxyServer`` (embedded, asyncio), ``ServerThread`` (for synchrono
 honours ``TOXIPROXY_URL`` to run the same tests against a real Toxiproxy.
 """
 
-from chaos.toxiproxy.errors import (ApiError, BadRequestError, ConflictError, ListenError,
-                                    NotFoundError, ToxiproxyError)
+from chaos.toxiproxy.errors import (
+                                    ApiError,
+                                    BadRequestError,
+                                    ConflictError,
+                                    ListenError,
+                                    NotFoundError,
+                                    ToxiproxyError,
+)
 from chaos.toxiproxy.server import ServerStateError, ServerThread, ToxiproxyServer
 from chaos.toxiproxy.toxics import TOXIC_TYPES, ToxicSpec
 
-__all__ = ["ApiError", "BadRequestError", "ConflictError", "ListenError", "NotFoundError",
-           "ServerStateError", "ServerThread", "TOXIC_TYPES", "ToxicSpec", "ToxiproxyError",
-           "ToxiproxyServer"]
+__all__ = [
+                                    "TOXIC_TYPES",
+                                    "ApiError",
+                                    "BadRequestError",
+                                    "ConflictError",
+                                    "ListenError",
+                                    "NotFoundError",
+                                    "ServerStateError",
+                                    "ServerThread",
+                                    "ToxicSpec",
+                                    "ToxiproxyError",
+                                    "ToxiproxyServer",
+]

@@ -13,8 +13,8 @@ import asyncio
 import json
 import re
 import secrets
-from typing import Any
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 

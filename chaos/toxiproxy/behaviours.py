@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from chaos.toxiproxy.flow import Chunk, now_s
 

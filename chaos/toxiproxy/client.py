@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
@@ -154,7 +154,7 @@ class ToxiproxyClient:
         listed = self._request("GET", f"/proxies/{proxy}/toxics").json()
         return {toxic["name"]: Toxic(proxy=proxy, **toxic) for toxic in listed}
 
-    def add_toxic(self, proxy: str, type: str, stream: str = "downstream",  # noqa: A002
+    def add_toxic(self, proxy: str, type: str, stream: str = "downstream",
                   name: str | None = None, toxicity: float = 1.0,
                   attributes: dict[str, int] | None = None) -> Toxic:
         body = {"name": name or f"{type}_{stream}", "type": type, "stream": stream,

@@ -166,5 +166,13 @@ class Writer(Receiver):
             self._on_closed()
 
 
-__all__ = ["Chunk", "Emitter", "Inbox", "READ_CHUNK_BYTES", "Reader", "Receiver", "Writer",
-           "now_s"]
+__all__ = [
+    "READ_CHUNK_BYTES",
+    "Chunk",
+    "Emitter",
+    "Inbox",
+    "Reader",
+    "Receiver",
+    "Writer",
+    "now_s",
+]

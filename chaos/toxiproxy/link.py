@@ -18,8 +18,8 @@ import socket
 import struct
 from collections.abc import Awaitable, Callable
 
-from chaos.toxiproxy.flow import Emitter, Reader, Writer
 from chaos.toxiproxy import behaviours
+from chaos.toxiproxy.flow import Emitter, Reader, Writer
 from chaos.toxiproxy.stage import Behaviour, Stage
 from chaos.toxiproxy.toxics import DOWNSTREAM, UPSTREAM, ToxicSpec
 

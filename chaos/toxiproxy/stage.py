@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any, Protocol, overload
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, overload
 
 from chaos.toxiproxy.errors import ToxiproxyError
 from chaos.toxiproxy.flow import Chunk, Emitter, Inbox, Receiver
 from chaos.toxiproxy.toxics import ToxicSpec
-
 
 
 class Resettable(Protocol):

@@ -140,6 +140,18 @@ def _check_values(toxic_type: str, attributes: dict[str, int]) -> None:
             raise bad_body("slicer: size_variation must be in [0, average_size)")
 
 
-__all__ = ["ATTRIBUTE_NAMES", "DOWNSTREAM", "STREAMS", "TOXIC_TYPES", "ToxicRequest", "ToxicSpec",
-           "UPSTREAM", "build", "decode_create", "decode_update", "float32_json",
-           "merge_attributes", "to_float32"]
+__all__ = [
+    "ATTRIBUTE_NAMES",
+    "DOWNSTREAM",
+    "STREAMS",
+    "TOXIC_TYPES",
+    "UPSTREAM",
+    "ToxicRequest",
+    "ToxicSpec",
+    "build",
+    "decode_create",
+    "decode_update",
+    "float32_json",
+    "merge_attributes",
+    "to_float32",
+]

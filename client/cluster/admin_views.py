@@ -14,17 +14,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 
-from protocol import broker_kinds as bp
 from client.cluster.routes import GroupRoute, Routes
+from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
 from protocol.tls import ENV_CA, tls_failure
 
-__all__ = ["group_health", "group_status", "consumer_views", "http_error_text", "node_status",
-           "summarize_consumers"]
+__all__ = [
+    "consumer_views",
+    "group_health",
+    "group_status",
+    "http_error_text",
+    "node_status",
+    "summarize_consumers",
+]
 
 CONSUMER_STATUS_TIMEOUT_S = 3.0
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+from client import errors
+from client.cluster.routes import GroupRoute, Routes, client_error
+from client.lifecycle import Lifecycle
+from client.sync import _LoopThread
 from protocol import broker_kinds as bp
 from protocol.auth import Credentials
-from client import errors
-from client.lifecycle import Lifecycle
-from client.cluster.routes import GroupRoute, Routes, client_error
-from client.sync import _LoopThread
 from protocol.errors import DLedgerError, ProposalTimeoutError
 
 QUERY_MAX_MESSAGES = 1024  # the broker's bound on one answer

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import aiohttp
 
-from protocol.namesrv_addrs import parse_namesrv_list
 from client import errors
-from protocol.group_client import GroupClient
-from protocol.group_client import UnavailableError as LogUnavailableError
-from protocol.group_client import UnknownLeaderError
-from protocol.errors import DiskFullError, DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
-from protocol.errors import TlsError as LogTlsError
-from protocol.errors import OverloadedError as LogOverloadedError
 from protocol.auth import Credentials
 from protocol.envelope import BadRequestError, RemoteError
+from protocol.errors import DiskFullError, DLedgerError, NodeStoppedError, NotLeaderError, OutcomeUnknownError
+from protocol.errors import OverloadedError as LogOverloadedError
+from protocol.errors import TlsError as LogTlsError
+from protocol.group_client import GroupClient, UnknownLeaderError
+from protocol.group_client import UnavailableError as LogUnavailableError
+from protocol.namesrv_addrs import parse_namesrv_list
 from protocol.tls import dial_context, split_https, tls_failure
 
 ROUTE_REFRESH_S = 30.0

@@ -40,20 +40,20 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Sequence
+from collections.abc import Sequence
 
-from protocol import broker_kinds as bp
-from protocol.auth import Credentials
-from client.consumer import membership
 from client import checks, errors
+from client.consumer import membership
+from client.consumer.lite_buffer import QueueBuffers
 from client.consumer.pull import PullConsumer
+from client.consumer.rebalance import STRATEGIES
 from client.errors import compile_filter
 from client.lifecycle import CLOSED, NEW, Lifecycle
-from client.consumer.lite_buffer import QueueBuffers
-from client.consumer.rebalance import STRATEGIES
 from client.producer.producer import trace_producer
 from client.trace.tracer import Tracer
 from client.types import MessageQueue, PullResult, ReceivedMessage
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 
 log = logging.getLogger("client.consumer.lite")
 

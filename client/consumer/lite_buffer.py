@@ -11,8 +11,8 @@ buffer and bumps the queue's epoch: a pull begun before it cannot land (``put`` 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from client.types import MessageQueue, ReceivedMessage
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
-from protocol import broker_kinds as bp
 from client import errors
 from client.consumer.pull import PullConsumer
 from client.consumer.rebalance import Strategy
 from client.types import MessageQueue
-from protocol.group_client import GroupClient
+from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
+from protocol.group_client import GroupClient
 
 START_FROM = ("first", "last", "timestamp")  # RocketMQ's CONSUME_FROM_FIRST/LAST/TIMESTAMP
 HEARTBEAT_TIMEOUT_S = 2.0  # one node's answer to a heartbeat

@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+from client import errors
+from client.consumer.push import PushConsumer, _QueueState
+from client.types import ConsumeStatus, Listener, MessageQueue, ReceivedMessage
 from protocol import broker_kinds as bp
 from protocol.consume_rules import LOCK_LEASE_S, LOCK_RENEW_S
-from client import errors
-from client.types import ConsumeStatus, Listener
-from client.consumer.push import PushConsumer, _QueueState
-from client.types import MessageQueue, ReceivedMessage
 from protocol.errors import DLedgerError
 
 log = logging.getLogger("client.consumer.orderly")
@@ -87,7 +87,7 @@ class OrderlyPushConsumer(PushConsumer):
             log.warning("unlock of %s failed: %s", mq, err)
 
     async def _leader_call(self, mq: MessageQueue, kind: int, *args: Any) -> Any:
-        return await self._pull._call(mq, kind, *args, leader=True)  # noqa: SLF001 - one package
+        return await self._pull._call(mq, kind, *args, leader=True)
 
     async def _commit(self, mq: MessageQueue, state: _QueueState) -> None:
         if self.holds(mq):  # a lapsed holder's progress must not overwrite the next one's

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from protocol import broker_kinds as bp
-from protocol.auth import Credentials
 from client import errors
+from client.cluster.routes import GroupRoute, Routes, client_error
 from client.errors import compile_filter
 from client.lifecycle import Lifecycle
-from client.cluster.routes import GroupRoute, Routes, client_error
 from client.types import MessageQueue, PullResult, ReceivedMessage
-from protocol.group_client import GroupClient
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from protocol.errors import DLedgerError
+from protocol.group_client import GroupClient
 
 ROUTE_RETRY_MAX_S = 1.0  # the longest back-off between two route questions of one call
 

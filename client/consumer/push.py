@@ -45,21 +45,21 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-from protocol import broker_kinds as bp
-from protocol.auth import Credentials
 from client import errors
-from client.consumer.pull import PullConsumer
-from client.errors import compile_filter
 from client.consumer.membership import check_start, heartbeat, start_offset, tag_expression, tag_list
-from client.lifecycle import Lifecycle
 from client.consumer.offset_store import LocalOffsetStore
+from client.consumer.pull import PullConsumer
 from client.consumer.rebalance import STRATEGIES
+from client.errors import compile_filter
+from client.lifecycle import Lifecycle
 from client.producer.producer import trace_producer
 from client.trace.tracer import Tracer
 from client.types import ConsumeStatus, Listener, MessageQueue, PullResult, ReceivedMessage
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 from protocol.consume_rules import DEFAULT_MAX_RECONSUME_TIMES, MAX_RECONSUME_TIMES_LIMIT, retry_topic
 
 log = logging.getLogger("client.consumer.push")
@@ -140,6 +140,7 @@ class PushConsumer:
         self.members: list[str] = []
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._requeues: set[asyncio.Future[None]] = set()  # failed batches going back to work
         self.consumed = 0
         self._initial_queues: set[MessageQueue] | None = None  # the queues seen at start()
 
@@ -378,7 +379,9 @@ class PushConsumer:
 
     def _requeue(self, state: _QueueState, mq: MessageQueue, batch: list[ReceivedMessage]) -> None:
         if not state.dropped:
-            asyncio.ensure_future(self._work.put((state, mq, batch)))
+            task = asyncio.ensure_future(self._work.put((state, mq, batch)))
+            self._requeues.add(task)  # (held until done: the loop keeps only weak references)
+            task.add_done_callback(self._requeues.discard)
 
     async def _call_listener(self, batch: list[ReceivedMessage]) -> ConsumeStatus:
         try:
@@ -393,7 +396,7 @@ class PushConsumer:
             log.warning("listener of %s did not answer in %.0f s: counted as a failure",
                         self.group, self.consume_timeout_s)
             return ConsumeStatus.LATER
-        except Exception:  # noqa: BLE001 - a listener's exception means "later", as RocketMQ's
+        except Exception:
             log.exception("listener of %s failed; the messages will be redelivered", self.group)
             return ConsumeStatus.LATER
         return out if out is ConsumeStatus.SUCCESS else ConsumeStatus.LATER  # SUSPEND too

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 import zlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from client.types import MessageQueue
 

@@ -4,10 +4,10 @@ refuses a batch over the limit instead of splitting it behind the caller's back.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from protocol import broker_kinds as bp
 from client.types import Message
+from protocol import broker_kinds as bp
 
 UNIQUE_KEY_CHARS = 32  # the producer's unique keys (``producer._UniqueKeys``): counted too
 _KEY_STAND_IN = "0" * UNIQUE_KEY_CHARS

@@ -13,15 +13,16 @@ import asyncio
 import copy
 import itertools
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
-from protocol import broker_kinds as bp
 from client import errors
 from client.cluster.routes import GroupRoute, Routes, TopicRoute, client_error
 from client.types import MessageQueue, SendResult
-from protocol.errors import DLedgerError
+from protocol import broker_kinds as bp
 from protocol.envelope import RemoteError
+from protocol.errors import DLedgerError
 
 ISOLATE_S = 30.0  # a group that failed is skipped this long, unless no other group is left
 ATTEMPT_S = 1.0  # one attempt's share of the send deadline: a silent leader is left for the others
@@ -323,7 +324,7 @@ def fresh(err: Exception) -> Exception:
     tracebacks); ``err`` itself when it cannot be copied."""
     try:
         twin = copy.copy(err)
-    except Exception:  # noqa: BLE001 - an exception type that does not copy: share it
+    except Exception:
         return err
     if str(twin) != str(err) or vars(twin) != vars(err):
         return err  # its constructor takes other arguments than its args: share it

@@ -18,14 +18,15 @@ import asyncio
 import contextlib
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from protocol import broker_kinds as bp
 from client import errors
-from client.consumer.pull import _message
 from client.cluster.routes import GroupRoute, Routes
+from client.consumer.pull import _message
 from client.types import MessageQueue, ReceivedMessage
+from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
 
 HEARTBEAT_INTERVAL_S = 10.0

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Awaitable, Callable, Sequence, Union
+from collections.abc import Awaitable, Callable, Sequence
 
 from client import errors
 from client.consumer.pull import PullConsumer
@@ -41,7 +41,7 @@ from client.producer.transaction import TransactionProducer, TransactionState
 from client.types import Message, MessageQueue, ReceivedMessage
 
 Outputs = Sequence[Message]
-Transform = Callable[[ReceivedMessage], Union[Outputs, Awaitable[Outputs]]]
+Transform = Callable[[ReceivedMessage], Outputs | Awaitable[Outputs]]
 BATCH_MAX = 32  # input messages per transaction, at most
 
 

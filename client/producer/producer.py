@@ -22,18 +22,19 @@ import itertools
 import os
 import time
 import zlib
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from protocol import broker_kinds as bp
-from protocol.auth import Credentials
 from client import errors
+from client.cluster.routes import Routes
+from client.lifecycle import Lifecycle
 from client.producer.batch import message_bytes
 from client.producer.delivery import Attempt, Delivery, Sends, chunks
-from client.lifecycle import Lifecycle
 from client.producer.group import ProducerRegistration, new_client_id
-from client.cluster.routes import Routes
 from client.trace.tracer import NewProducer, Tracer
 from client.types import Message, MessageQueue, SendResult
+from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 
 TRACE_SEND_TIMEOUT_S = 3.0  # a tracer's own producer's sends
 
@@ -156,7 +157,7 @@ class Producer:
         except asyncio.CancelledError:  # the loop is closing: the callers must not hang
             sends.cancel()
             raise
-        except Exception as err:  # noqa: BLE001 - handed to every caller still waiting
+        except Exception as err:
             sends.fail_all(err)
 
     async def queues(self, topic: str) -> list[MessageQueue]:

@@ -24,20 +24,20 @@ import enum
 import inspect
 import itertools
 import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Protocol, Sequence, Union
+from typing import Any, Protocol
 
+from client import errors
+from client.cluster.routes import GroupRoute, Routes, client_error
+from client.lifecycle import Lifecycle
+from client.producer.group import CheckRequest, ProducerRegistration, new_client_id
+from client.producer.producer import _check_size, _encode, trace_producer
+from client.producer.txn_batch import Transaction
+from client.trace.tracer import Tracer
+from client.types import Message, MessageQueue, ReceivedMessage, SendResult
 from protocol import broker_kinds as bp
 from protocol.auth import Credentials
-from client import errors
-from client.lifecycle import Lifecycle
-from client.producer.producer import _check_size, _encode
-from client.producer.group import CheckRequest, ProducerRegistration, new_client_id
-from client.cluster.routes import GroupRoute, Routes, client_error
-from client.producer.producer import trace_producer
-from client.trace.tracer import Tracer
-from client.producer.txn_batch import Transaction
-from client.types import Message, MessageQueue, ReceivedMessage, SendResult
 from protocol.errors import DLedgerError, OutcomeUnknownError
 
 ATTEMPT_S_MAX = 3.0  # one attempt of a transaction's request, within its deadline
@@ -51,7 +51,7 @@ class TransactionState(enum.Enum):
     UNKNOWN = "UNKNOWN"  # UNKNOW: the broker will check back
 
 
-StateOrAwaitable = Union[TransactionState, Awaitable[TransactionState]]
+StateOrAwaitable = TransactionState | Awaitable[TransactionState]
 
 
 class TransactionListener(Protocol):
@@ -251,7 +251,7 @@ async def _run(fn: Any, timeout_s: float, *args: Any) -> TransactionState:
                 got = await asyncio.to_thread(fn, *args)
                 if inspect.isawaitable(got):
                     got = await got
-    except Exception:  # noqa: BLE001 - the user's callback: any failure is UNKNOWN
+    except Exception:
         return TransactionState.UNKNOWN
     return got if isinstance(got, TransactionState) else TransactionState.UNKNOWN
 

@@ -19,11 +19,11 @@ import asyncio
 import itertools
 from typing import Any, Protocol
 
-from protocol import broker_kinds as bp
 from client import errors
-from client.producer.producer import _check_size, _encode
 from client.cluster.routes import GroupRoute, Routes
+from client.producer.producer import _check_size, _encode
 from client.types import Message, MessageQueue, SendResult
+from protocol import broker_kinds as bp
 
 MESSAGES_MAX = 1024  # in one transaction (the broker's limit of half messages)
 
@@ -101,7 +101,7 @@ class Transaction:
         try:
             await self._send_halves()
             offsets = [[g, t, q, e, o] for (g, t, q), (e, o) in self._offsets.items()]
-            decision, copies = await p.call(self.group, p.send_timeout_s, bp.END_TRANSACTION,
+            _decision, copies = await p.call(self.group, p.send_timeout_s, bp.END_TRANSACTION,
                                             p.group, self.transaction_id, "COMMIT", False,
                                             offsets)
         finally:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable
+from typing import Any
 
-from protocol.topics import TRACE_TOPIC
 from client.types import Message
+from protocol.topics import TRACE_TOPIC
 
 CODEC_VERSION = 1
 SEND = "send"
@@ -175,7 +176,7 @@ def _header(first: TraceRecord, recs: list[TraceRecord]) -> str:
 
 
 def _when(time_ms: int, tz: datetime.tzinfo | None) -> str:
-    when = datetime.datetime.fromtimestamp(time_ms / 1000, tz or datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(time_ms / 1000, tz or datetime.UTC)
     if tz is None:
         when = when.astimezone()  # local time
     return when.isoformat(sep=" ", timespec="milliseconds")

@@ -20,7 +20,8 @@ import collections
 import inspect
 import logging
 import time
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 from client import errors
 from client.trace.records import CONSUME, SEND, TRACE_TOPIC, TraceRecord, trace_message

@@ -17,15 +17,15 @@ import asyncio
 import logging
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from protocol.errors import MembershipChangeError, ProposalTimeoutError
 from dledger.node.base import NodeBase
 from dledger.node.config import Address, Committed
 from dledger.raft.progress import ProgressState
 from dledger.raft.types import Membership
+from protocol.errors import MembershipChangeError, ProposalTimeoutError
 
-__all__ = ["MembershipShell", "RECOVERING_FILE", "parse_address"]
+__all__ = ["RECOVERING_FILE", "MembershipShell", "parse_address"]
 
 log = logging.getLogger("dledger.membership")
 

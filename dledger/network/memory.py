@@ -24,14 +24,14 @@ import asyncio
 import dataclasses
 import errno
 from collections import deque
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from dledger.network.seams import Address, OnMessage, OnStream, Resolve
 from dledger.network.wire import Hello, SnapshotHello, decode_message, encode_message
 from dledger.raft.types import Message
 from protocol.errors import WireError
 
-__all__ = ["MemoryNetwork", "MemoryTransport", "UNATTRIBUTED"]
+__all__ = ["UNATTRIBUTED", "MemoryNetwork", "MemoryTransport"]
 
 UNATTRIBUTED = "?"  # stats() key for what no known peer owns (as PeerTransport's)
 

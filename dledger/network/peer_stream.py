@@ -17,7 +17,7 @@ from typing import Protocol
 
 from protocol.errors import WireError
 
-__all__ = ["PeerStream", "StreamClosedError", "QUEUE_MAX"]
+__all__ = ["QUEUE_MAX", "PeerStream", "StreamClosedError"]
 
 QUEUE_MAX = 4  # payloads waiting for the consumer before the socket is no longer read
 

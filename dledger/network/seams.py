@@ -21,7 +21,8 @@ Contract:
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from dledger.network.peer_stream import PeerStream
 from dledger.raft.types import Message

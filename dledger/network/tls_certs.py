@@ -14,8 +14,8 @@ import contextlib
 import datetime
 import ipaddress
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,8 +24,17 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from protocol.tls import ENV_CA
 
-__all__ = ["CA_CERT", "CA_KEY", "DEFAULT_HOSTS", "LoopbackClusterTls", "NodeCert", "make_ca",
-           "loopback_tls_env", "make_loopback_cluster_tls", "make_node_cert"]
+__all__ = [
+    "CA_CERT",
+    "CA_KEY",
+    "DEFAULT_HOSTS",
+    "LoopbackClusterTls",
+    "NodeCert",
+    "loopback_tls_env",
+    "make_ca",
+    "make_loopback_cluster_tls",
+    "make_node_cert",
+]
 
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
@@ -73,7 +82,7 @@ def make_ca(directory: str, name: str = "dledger test CA") -> str:
     if os.path.exists(cert_path) or os.path.exists(key_path):
         raise FileExistsError(f"{directory} already holds a CA ({CA_CERT}, {CA_KEY})")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder()
             .subject_name(_name(name)).issuer_name(_name(name))
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -108,7 +117,7 @@ def make_node_cert(ca_dir: str, name: str, hosts: Sequence[str] = DEFAULT_HOSTS,
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{ca_dir}/{CA_KEY} is not a key this helper made")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder()
             .subject_name(_name(name)).issuer_name(ca_cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())

@@ -8,7 +8,8 @@ Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.netw
   client port's ``ConnectionLimits`` do not apply here, so clients never starve Raft traffic).
 Links are directed so that each direction of each pair can be routed through its own fault proxy.
 The first frame on a dialed connection is ``Hello(group, node_id, listen)``; the acceptor refuses
-another group, and dials back at ``listen`` a peer it has no address for (``learn_address``). Each peer has a bounded queue of frames waiting for a connection and one dialer task that
+another group, and dials back at ``listen`` a peer it has no address for (``learn_address``).
+Each peer has a bounded queue of frames waiting for a connection and one dialer task that
 reconnects with jittered exponential backoff.
 
 Must not: block or await in ``send`` (it runs on the node's hot path), grow without bound (the
@@ -24,13 +25,14 @@ import dataclasses
 import logging
 import random
 import ssl
-from typing import Any, Callable, cast
+from collections.abc import Callable
+from typing import Any, cast
 
-from protocol.errors import WireError
 from dledger.network.outbound import Link, OutboundProtocol, PeerStats, address_text, set_nodelay
 from dledger.network.peer_stream import PeerStream
-from dledger.raft.types import Message
 from dledger.network.wire import Hello, SnapshotHello, decode_message, encode_message
+from dledger.raft.types import Message
+from protocol.errors import WireError
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER_BYTES, FrameDecoder, encode_frame
 
 __all__ = ["UNATTRIBUTED", "PeerTransport"]

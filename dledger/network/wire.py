@@ -16,8 +16,9 @@ unsigned fields. Only when that fast check fails do we walk the fields to say wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any
 
 import cbor2
 
@@ -89,7 +90,7 @@ class SnapshotHello:
     node_id: str
 
 
-PeerMessage = Union[Message, Hello, SnapshotHello]
+PeerMessage = Message | Hello | SnapshotHello
 
 
 

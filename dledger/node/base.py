@@ -13,17 +13,18 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from protocol.errors import DiskFullError, NodeStoppedError
-from dledger.storage.flush import Flushing
-from dledger.storage.seams import HardStateStore, LogStore
+from dledger.network.seams import Transport
 from dledger.node.config import Address, ApplyListener, Committed, NodeConfig
 from dledger.node.stats import NodeStats
+from dledger.node.trace import NodeTrace
 from dledger.raft.core import RaftCore
 from dledger.raft.types import InstallSnapshot, Membership, Message, Ready, SnapshotMeta
-from dledger.node.trace import NodeTrace
-from dledger.network.seams import Transport
+from dledger.storage.flush import Flushing
+from dledger.storage.seams import HardStateStore, LogStore
+from protocol.errors import DiskFullError, NodeStoppedError
 
 if TYPE_CHECKING:  # (the snapshot modules build on this one)
     from dledger.snapshots.provider import SnapshotProvider

@@ -7,16 +7,25 @@ Plain frozen values: no I/O, nothing that runs. The node that uses them is ``dle
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.types import EntryKind, Status
 from dledger.storage.retention import RetentionPolicy
 from protocol.tls import TlsConfig
 
-__all__ = ["Address", "AppliedEntry", "ApplyListener", "Committed", "FlushMode", "MAX_BUSY_POLL_US",
-           "NodeConfig", "NodeStatus"]
+__all__ = [
+    "MAX_BUSY_POLL_US",
+    "Address",
+    "AppliedEntry",
+    "ApplyListener",
+    "Committed",
+    "FlushMode",
+    "NodeConfig",
+    "NodeStatus",
+]
 
 MAX_BUSY_POLL_US = 10_000
 

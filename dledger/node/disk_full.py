@@ -28,10 +28,10 @@ import logging
 import os
 import random
 
-from protocol.errors import DiskFullError, LeadershipLostError
 from dledger.node.proposals import Proposals
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Role, Status
+from protocol.errors import DiskFullError, LeadershipLostError
 
 __all__ = ["DiskFullRecovery"]
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
+from dledger.node.base import NodeBase
+from dledger.node.config import Committed
+from dledger.raft.types import Role
 from protocol.errors import (
     DiskFullError,
     LeadershipLostError,
@@ -23,9 +26,6 @@ from protocol.errors import (
     ProposalError,
     ProposalTimeoutError,
 )
-from dledger.node.base import NodeBase
-from dledger.node.config import Committed
-from dledger.raft.types import Role
 
 log = logging.getLogger("dledger.node")
 

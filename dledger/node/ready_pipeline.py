@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from dledger.node.busy_poll import BusyPolling
 from dledger.node.config import AppliedEntry, Committed
@@ -20,7 +20,7 @@ from dledger.raft.types import Entry, InstallSnapshot, Ready, Role
 from dledger.storage.commitlog import FileLogStore
 from dledger.storage.retention import SegmentAge, policy_target, retain_target
 
-__all__ = ["AWAIT", "DEFER", "INLINE", "NO_SYNC", "ReadyPipeline", "SPIN"]
+__all__ = ["AWAIT", "DEFER", "INLINE", "NO_SYNC", "SPIN", "ReadyPipeline"]
 
 # How the fsync of one Ready's writes happens (ReadyPipeline._sync_plan).
 NO_SYNC = 0  # nothing to fsync, or the async flush mode

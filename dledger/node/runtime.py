@@ -4,14 +4,14 @@ store and transport (given to it, or its own files and TCP links: ``dledger.node
 is the imperative shell of DESIGN.md section 2.
 
 ``Node`` is made of parts, each a module: ``node_config`` (configuration and the values the API
-hands out), ``node_base`` (the fields the parts share), ``seams`` (what it runs on),
-``proposals`` (pending proposals: futures keyed by (term, index), resolved when that entry is
-applied with the same term, failed when leadership changes), ``ready_pipeline`` (persist, send, apply, advance: one fsync per Ready
-before anything that depends on it leaves in the ``sync`` flush mode; retention) and
-``busy_poll``. This module owns the node's lifecycle, its inputs (the bounded inbox, control
-ops, wake-ups), the loop task and the direct turns, the ``async`` flush mode's periodic flush
-(page cache in between), apply listeners and the node's status. No part may interpret entry
-bodies: that is the state machine's business (the broker).
+hands out), ``node_base`` (the fields the parts share), ``seams`` (what it runs on), ``proposals``
+(pending proposals: futures keyed by (term, index), resolved when that entry is applied with the
+same term, failed when leadership changes), ``ready_pipeline`` (persist, send, apply, advance: one
+fsync per Ready before anything that depends on it leaves in the ``sync`` flush mode; retention) and
+``busy_poll``. This module owns the node's lifecycle, its inputs (the bounded inbox, control ops,
+wake-ups), the loop task and the direct turns, the ``async`` flush mode's periodic flush (page cache
+in between), apply listeners and the node's status. No part may interpret entry bodies: that is the
+state machine's business (the broker).
 
 While the loop task is parked with nothing to do, a message or proposal that arrives is handled
 at once, in the callback that brought it (``_turn_now``), rather than by waking the task: on the
@@ -25,18 +25,10 @@ import asyncio
 import logging
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
+from dledger.membership.shell import MembershipShell
 from dledger.node.busy_poll import BUSY_POLL_PENDING_MAX
-from dledger.node.disk_full import DiskFullRecovery
-from protocol.errors import (
-    DiskFullError,
-    DLedgerError,
-    NodeStoppedError,
-    NotLeaderError,
-    ProposalTimeoutError,
-    StorageError,
-)
 from dledger.node.config import (
     MAX_BUSY_POLL_US,
     Address,
@@ -47,13 +39,21 @@ from dledger.node.config import (
     NodeConfig,
     NodeStatus,
 )
-from dledger.raft.types import Message, Role
+from dledger.node.disk_full import DiskFullRecovery
 from dledger.node.ready_pipeline import AWAIT, ReadyPipeline
-from dledger.snapshots.files import finish_install
-from dledger.membership.shell import MembershipShell
 from dledger.node.seams import LOG_DIR, NodeSeams
-from dledger.snapshots.shell import SnapshotShell
 from dledger.node.trace import NodeTrace
+from dledger.raft.types import Message, Role
+from dledger.snapshots.files import finish_install
+from dledger.snapshots.shell import SnapshotShell
+from protocol.errors import (
+    DiskFullError,
+    DLedgerError,
+    NodeStoppedError,
+    NotLeaderError,
+    ProposalTimeoutError,
+    StorageError,
+)
 
 log = logging.getLogger("dledger.node.runtime")
 
@@ -401,5 +401,15 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery, Node
         self._kick()
 
 
-__all__ = ["Address", "AppliedEntry", "ApplyListener", "BUSY_POLL_PENDING_MAX", "Committed",
-           "FlushMode", "MAX_BUSY_POLL_US", "Node", "NodeConfig", "NodeStatus"]
+__all__ = [
+    "BUSY_POLL_PENDING_MAX",
+    "MAX_BUSY_POLL_US",
+    "Address",
+    "AppliedEntry",
+    "ApplyListener",
+    "Committed",
+    "FlushMode",
+    "Node",
+    "NodeConfig",
+    "NodeStatus",
+]

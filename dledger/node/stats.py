@@ -8,8 +8,8 @@ broker's metrics) so this package needs no metrics library.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = ["NodeStats"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from protocol.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
 from dledger.raft.config import RaftConfig
 from dledger.raft.election import _FROM_LEADER, ElectionRole
 from dledger.raft.leader import LeaderRole
@@ -45,6 +45,7 @@ from dledger.raft.types import (
     VoteResponse,
     build_entries,
 )
+from protocol.errors import LeadershipTransferInProgressError, NotLeaderError, OverloadedError
 
 if TYPE_CHECKING:  # the core only uses the Random instance it is given, never the global one
     import random

@@ -7,9 +7,9 @@ leader. A mixin of ``RaftCore`` (core.py), split out only to keep modules small;
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from protocol.errors import NotLeaderError
 from dledger.raft.config import RaftConfig
 from dledger.raft.log import RaftLog
 from dledger.raft.progress import Progress, ProgressState
@@ -24,6 +24,7 @@ from dledger.raft.types import (
     Role,
     TimeoutNow,
 )
+from protocol.errors import NotLeaderError
 
 
 class LeaderRole:

@@ -9,10 +9,9 @@ the commit index never moves backwards. Pure: the only reads go through the LogR
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from dledger.raft.types import Entry, EntryKind, LogReader, SnapshotMeta, entries_bytes
-
 
 _RELEASED = Entry(0, 0, EntryKind.NOOP, b"")  # a cache slot before the cache's head
 

@@ -22,14 +22,14 @@ is a sequence of single changes. The rules kept here:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from protocol.errors import (LeadershipTransferInProgressError, MembershipChangeError,
-                            NotLeaderError)
 from dledger.raft.config import RaftConfig
 from dledger.raft.log import RaftLog
 from dledger.raft.progress import Progress, ProgressState
 from dledger.raft.types import Entry, EntryKind, Membership, Role, SnapshotMeta
+from protocol.errors import LeadershipTransferInProgressError, MembershipChangeError, NotLeaderError
 
 
 class MembershipRole:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 
 class VoteResult(enum.Enum):

@@ -10,8 +10,9 @@ import collections
 import dataclasses
 import enum
 import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol, Sequence, Union
+from typing import Protocol
 
 import cbor2
 
@@ -227,10 +228,8 @@ class TimeoutNow:
     dst: str
 
 
-Message = Union[
-    VoteRequest, VoteResponse, AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse,
-    TimeoutNow, InstallSnapshot,
-]
+Message = (VoteRequest | VoteResponse | AppendRequest | AppendResponse | Heartbeat
+           | HeartbeatResponse | TimeoutNow | InstallSnapshot)
 
 
 # --- output -----------------------------------------------------------------------------

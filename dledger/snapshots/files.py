@@ -22,15 +22,16 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import cbor2
 
-from protocol.errors import StorageError
-from dledger.storage.hardstate import fsync_directory, write_file_atomically
 from dledger.raft.types import Membership, SnapshotMeta
 from dledger.snapshots.wire import Offer, valid_file_name
+from dledger.storage.hardstate import fsync_directory, write_file_atomically
+from protocol.errors import StorageError
 
 __all__ = ["INSTALL_DIR", "STAGING_DIR", "Staging", "commit_install", "finish_install"]
 

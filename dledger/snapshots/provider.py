@@ -3,7 +3,8 @@ install snapshots of the application's state (``SnapshotProvider``). A contract 
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from dledger.raft.types import SnapshotMeta
 

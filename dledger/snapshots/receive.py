@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
-from protocol.errors import StorageError, WireError
 from dledger.network.peer_stream import PeerStream
 from dledger.raft.types import InstallSnapshot
 from dledger.snapshots.files import Staging
@@ -30,6 +29,7 @@ from dledger.snapshots.wire import (
     decode_snapshot_frame,
     encode_snapshot_frame,
 )
+from protocol.errors import StorageError, WireError
 
 __all__ = ["SnapshotReceiver"]
 

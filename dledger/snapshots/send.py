@@ -16,10 +16,10 @@ import logging
 import os
 import ssl
 import zlib
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
-from protocol.errors import DLedgerError, WireError
+from dledger.network.wire import SnapshotHello, encode_message
 from dledger.raft.types import SnapshotMeta
 from dledger.snapshots.wire import (
     Chunk,
@@ -31,7 +31,7 @@ from dledger.snapshots.wire import (
     decode_snapshot_frame,
     encode_snapshot_frame,
 )
-from dledger.network.wire import SnapshotHello, encode_message
+from protocol.errors import DLedgerError, WireError
 from protocol.frames import FrameDecoder, encode_frame
 
 __all__ = ["SnapshotSendError", "SnapshotSource", "SourceFile", "send_snapshot"]

@@ -23,16 +23,16 @@ import os
 
 import cbor2
 
-from dledger.storage.commitlog import FileLogStore
-from protocol.errors import DLedgerError, StorageError
-from dledger.storage.hardstate import write_file_atomically
-from dledger.node.base import NodeBase
-from dledger.snapshots.provider import SnapshotProvider
 from dledger.network.peer_stream import PeerStream
+from dledger.node.base import NodeBase
 from dledger.raft.types import InstallSnapshot, Membership, SnapshotMeta
 from dledger.snapshots.files import commit_install, finish_install
+from dledger.snapshots.provider import SnapshotProvider
 from dledger.snapshots.receive import SnapshotReceiver
 from dledger.snapshots.send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
+from dledger.storage.commitlog import FileLogStore
+from dledger.storage.hardstate import write_file_atomically
+from protocol.errors import DLedgerError, StorageError
 
 __all__ = ["SnapshotProvider", "SnapshotShell"]
 

@@ -8,26 +8,39 @@
     Done(per file: SHA-256 of the whole)  ->
                                           <- Staged (verified and fsynced) | Refuse
 
-A follower that holds the start of a file from an earlier, broken transfer says so in Have, and
-the leader sends only the rest when its own bytes there have the same digest: a transfer cut by a
-broken link resumes. Files are compared by SHA-256, not CRC32: a file that ends with its own
-CRC32 (the log's meta record does) has the same CRC32 as any other such file, so two different
-ones would pass for equal; a chunk's CRC32 only guards it in transit. Pure: encoding and strict validation only (a file name is a relative path
-under ``log/`` or ``app/``, never ``..``), every error a ``WireError`` naming the field.
+A follower that holds the start of a file from an earlier, broken transfer says so in Have, and the
+leader sends only the rest when its own bytes there have the same digest: a transfer cut by a broken
+link resumes. Files are compared by SHA-256, not CRC32: a file that ends with its own CRC32 (the
+log's meta record does) has the same CRC32 as any other such file, so two different ones would pass
+for equal; a chunk's CRC32 only guards it in transit. Pure: encoding and strict validation only (a
+file name is a relative path under ``log/`` or ``app/``, never ``..``), every error a ``WireError``
+naming the field.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any
 
-from protocol.errors import WireError
 from dledger.raft.types import Membership, SnapshotMeta
+from protocol.errors import WireError
 from protocol.frames import decode_payload, encode_frame, encode_payload
 
-__all__ = ["Chunk", "Done", "FILES_MAX", "Have", "Offer", "Refuse", "SnapshotFrame", "Staged",
-           "decode_snapshot_frame", "encode_snapshot_frame", "valid_file_name"]
+__all__ = [
+    "FILES_MAX",
+    "Chunk",
+    "Done",
+    "Have",
+    "Offer",
+    "Refuse",
+    "SnapshotFrame",
+    "Staged",
+    "decode_snapshot_frame",
+    "encode_snapshot_frame",
+    "valid_file_name",
+]
 
 KIND_OFFER = 16
 KIND_HAVE = 17
@@ -87,7 +100,7 @@ class Refuse:
     reason: str
 
 
-SnapshotFrame = Union[Offer, Have, Chunk, Done, Staged, Refuse]
+SnapshotFrame = Offer | Have | Chunk | Done | Staged | Refuse
 
 _ENCODERS: dict[type, Callable[[Any], tuple[int, list[Any]]]] = {
     Offer: lambda f: (KIND_OFFER, [f.term, f.src, f.dst, f.meta.index, f.meta.term,

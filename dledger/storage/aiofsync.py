@@ -32,7 +32,7 @@ import platform
 import select
 import sys
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["AioFsync", "SpinSync", "open_aio_fsync", "open_spin_sync"]
 

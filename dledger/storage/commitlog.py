@@ -66,11 +66,11 @@ from dledger.storage.commitlog_faults import PowerLossFaults
 from dledger.storage.commitlog_recovery import LogRecovery
 from dledger.storage.commitlog_writes import LogWrites
 from dledger.storage.entry_codec import HEADER_BYTES, FrameError, encode_meta
-from protocol.errors import CorruptLogError, StorageError
 from dledger.storage.hardstate import make_dirs_durably, storage_error, write_file_atomically
 from dledger.storage.segment import META_NAME, ZERO_FILL_STEP_BYTES, SyncToken
+from protocol.errors import CorruptLogError, StorageError
 
-__all__ = ["FileLogStore", "DEFAULT_SEGMENT_BYTES_MAX", "SyncToken", "ZERO_FILL_STEP_BYTES"]
+__all__ = ["DEFAULT_SEGMENT_BYTES_MAX", "ZERO_FILL_STEP_BYTES", "FileLogStore", "SyncToken"]
 
 DEFAULT_SEGMENT_BYTES_MAX = 64 * 1024 * 1024
 

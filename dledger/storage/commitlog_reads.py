@@ -14,15 +14,21 @@ import bisect
 import logging
 import os
 from array import array
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from dledger.storage.entry_codec import DATA_SUFFIX, HEADER_BYTES, INDEX_SUFFIX, FrameError, decode_entry, \
-    segment_file_name
-from protocol.errors import CompactedError, CorruptLogError, StorageError
+from dledger.raft.types import Entry
+from dledger.storage.entry_codec import (
+    DATA_SUFFIX,
+    HEADER_BYTES,
+    INDEX_SUFFIX,
+    FrameError,
+    decode_entry,
+    segment_file_name,
+)
 from dledger.storage.hardstate import storage_error
 from dledger.storage.seams import slice_positions
-from dledger.raft.types import Entry
 from dledger.storage.segment import Segment, cut_zero_tail, open_fd, pread_exact, write_index
+from protocol.errors import CompactedError, CorruptLogError, StorageError
 
 __all__ = ["LogReads"]
 

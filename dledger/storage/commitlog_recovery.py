@@ -14,12 +14,24 @@ import logging
 import os
 
 from dledger.storage.commitlog_reads import LogReads
-from dledger.storage.entry_codec import DATA_SUFFIX, INDEX_RECORD_BYTES, INDEX_SUFFIX, FrameError, Records, \
-    common_record_count, decode_meta, durable_claim_after, encode_index_records, parse_index, \
-    scan_entries, segment_file_name, shows_crash_marks
-from protocol.errors import CorruptLogError
+from dledger.storage.entry_codec import (
+    DATA_SUFFIX,
+    INDEX_RECORD_BYTES,
+    INDEX_SUFFIX,
+    FrameError,
+    Records,
+    common_record_count,
+    decode_meta,
+    durable_claim_after,
+    encode_index_records,
+    parse_index,
+    scan_entries,
+    segment_file_name,
+    shows_crash_marks,
+)
 from dledger.storage.hardstate import TEMP_SUFFIX
 from dledger.storage.segment import META_NAME, SECTOR_BYTES, Segment, bases_named, pread_exact, pwrite_all
+from protocol.errors import CorruptLogError
 
 __all__ = ["LogRecovery"]
 

@@ -12,15 +12,22 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
+from dledger.raft.types import Entry
 from dledger.storage.commitlog_reads import LogReads
 from dledger.storage.entry_codec import INDEX_RECORD_BYTES, Chunk, plan_chunks
-from protocol.errors import StorageError
 from dledger.storage.hardstate import storage_error
-from dledger.raft.types import Entry
-from dledger.storage.segment import ZERO_FILL_STEP_BYTES, ZEROS, Segment, SyncToken, cut_zero_tail, \
-    pwrite_all, write_index
+from dledger.storage.segment import (
+    ZERO_FILL_STEP_BYTES,
+    ZEROS,
+    Segment,
+    SyncToken,
+    cut_zero_tail,
+    pwrite_all,
+    write_index,
+)
+from protocol.errors import StorageError
 
 __all__ = ["LogWrites"]
 

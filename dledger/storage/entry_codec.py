@@ -33,10 +33,10 @@ from __future__ import annotations
 import struct
 import zlib
 from array import array
-from typing import Sequence
+from collections.abc import Sequence
 
-from protocol.errors import StorageError
 from dledger.raft.types import Entry, EntryKind
+from protocol.errors import StorageError
 
 ENTRY_MAGIC = 0xD1ED6E12
 ENTRY_VERSION = 1

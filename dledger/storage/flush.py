@@ -21,13 +21,14 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
+from dledger.node.stats import NodeStats
+from dledger.storage.aiofsync import AioFsync, SpinSync
 from dledger.storage.commitlog import FileLogStore, SyncToken
 from dledger.storage.seams import LogStore
 from protocol.errors import StorageError
-from dledger.storage.aiofsync import AioFsync, SpinSync
-from dledger.node.stats import NodeStats
 
 log = logging.getLogger("dledger.storage.flush")
 

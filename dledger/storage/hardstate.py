@@ -19,8 +19,8 @@ import os
 import struct
 import zlib
 
-from protocol.errors import CorruptLogError, DiskFullError, StorageError
 from dledger.raft.types import HardState
+from protocol.errors import CorruptLogError, DiskFullError, StorageError
 
 _MAGIC = b"DLHS"
 _HEADER = struct.Struct("<4sII")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-from protocol.errors import CompactedError
-from dledger.storage.seams import slice_positions
 from dledger.raft.types import Entry, HardState
+from dledger.storage.seams import slice_positions
+from protocol.errors import CompactedError
 
 # Same per-entry overhead the file store's header has; only used to model positions.
 ENTRY_HEADER_BYTES = 48

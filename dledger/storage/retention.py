@@ -17,8 +17,8 @@ member still needs, unless it lags by more than ``lag_entries`` (it is sent a sn
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = ["RetentionPolicy", "SegmentAge", "policy_target", "retain_target"]
 

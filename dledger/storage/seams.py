@@ -7,7 +7,8 @@ the in-memory ones (used by tests and the simulator) in ``memstore``. A node
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from dledger.raft.types import Entry, HardState
 

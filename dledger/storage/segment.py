@@ -17,8 +17,20 @@ from dataclasses import dataclass, field
 
 from dledger.storage.entry_codec import INDEX_RECORD_BYTES, FrameError, parse_segment_file_name
 
-__all__ = ["Segment", "SyncToken", "ZERO_FILL_STEP_BYTES", "ZEROS", "SECTOR_BYTES", "META_NAME",
-           "pwrite_all", "write_index", "cut_zero_tail", "pread_exact", "bases_named", "open_fd"]
+__all__ = [
+    "META_NAME",
+    "SECTOR_BYTES",
+    "ZEROS",
+    "ZERO_FILL_STEP_BYTES",
+    "Segment",
+    "SyncToken",
+    "bases_named",
+    "cut_zero_tail",
+    "open_fd",
+    "pread_exact",
+    "pwrite_all",
+    "write_index",
+]
 
 ZERO_FILL_STEP_BYTES = 1024 * 1024  # how far the last data file runs ahead of its entries
 ZEROS = memoryview(bytes(ZERO_FILL_STEP_BYTES))

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-from bench.log import Figure, render_disk, sync_estimates, targets, write_markdown
 from bench.disk import (
     FlushFigure,
     FlushProbeError,
@@ -18,6 +17,7 @@ from bench.disk import (
     measure_flushes,
     sync_estimate_ms,
 )
+from bench.log import Figure, render_disk, sync_estimates, targets, write_markdown
 
 
 def _one(system: str, mode: str, size: int, p50_ms: float) -> Figure:

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("pysyncobj")
 
-from bench.pysyncobj_peer import SYSTEM, PeerBenchError, run_pysyncobj  # noqa: E402
+from bench.pysyncobj_peer import SYSTEM, PeerBenchError, run_pysyncobj
 
 
 def _peer_children() -> list[int]:

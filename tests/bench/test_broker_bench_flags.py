@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from bench.flags import METRICS, Reading, plan, render, summarize, variant_flags
-from cli import main as dledger
 from bench.log import main as log_bench
 from bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
+from cli import main as dledger
 from dledger.localcluster import LocalCluster
 from dledger.node_cli import node_config, node_options
 
@@ -42,7 +42,8 @@ def test_node_flags_give_the_node_arguments_and_say_which_ran() -> None:
     assert NodeFlags(50, False).args(node=(300, False)) == ("--busy-poll-us", "50")
     assert both.describe().endswith("busy polling 300 us, quorum-first on")
     assert off.describe().endswith("busy polling 0 us, quorum-first off")
-    assert "`--busy-poll-us 300`" in both.prose() and "without `--quorum-first`" in NodeFlags(300, False).prose()
+    assert "`--busy-poll-us 300`" in both.prose()
+    assert "without `--quorum-first`" in NodeFlags(300, False).prose()
     command = LocalCluster("/nonexistent", extra_args=("--x", *both.args())).command("n0")
     assert command[-len(both.args()) - 1:] == ["--x", *both.args()]  # not started
     with pytest.raises(ValueError, match="busy_poll_us"):
@@ -76,7 +77,7 @@ def test_the_node_defaults_are_the_measured_ones_and_both_benchmarks_run_with_th
     from bench.log import BENCH_FLAGS
 
     assert (NODE_BUSY_POLL_US, NODE_QUORUM_FIRST) == (300, True)
-    assert BENCH_FLAGS == NodeFlags() and BENCH_FLAGS.args() == ()
+    assert NodeFlags() == BENCH_FLAGS and BENCH_FLAGS.args() == ()
     runner = CliRunner()
     for help_text in (runner.invoke(dledger, ["bench", "--help"]).output,
                       runner.invoke(log_bench, ["--help"]).output):

@@ -1,1 +1,2 @@
-"""The broker's state machine, requests, send path, checkpoints (and old ones: data/), queries and filters, metrics, and broker groups as real processes."""
+"""The broker's state machine, requests, send path, checkpoints (and old ones: data/), queries and
+filters, metrics, and broker groups as real processes."""

@@ -15,16 +15,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from protocol import broker_kinds as bp
-from protocol.broker_kinds import RESET_EARLIEST_MS
-from broker.features.admin.entries import OffsetReset
 from broker.core.entries import TopicPut
+from broker.features.admin.entries import OffsetReset
 from broker.machine.kinds import decode, encode
 from broker.machine.state import BrokerState
 from cli import main as cli_main
 from client import (
-    ConsumeStatus,
     ConsumerGroupActiveError,
+    ConsumeStatus,
     Message,
     MessageQueue,
     Producer,
@@ -33,6 +31,8 @@ from client import (
     ReceivedMessage,
 )
 from dledger.client import LogClient
+from protocol import broker_kinds as bp
+from protocol.broker_kinds import RESET_EARLIEST_MS
 from tests.clusters import namesrv_group
 from tests.nodes.test_processes import wait_until
 
@@ -100,7 +100,7 @@ def test_reset_by_time_on_every_queue_and_replica_refused_while_live_unless_forc
         async with PullConsumer(ns, "g") as c:  # the group had consumed everything
             for mq, ms in messages.items():
                 await c.commit(mq, len(ms))
-        iso = datetime.datetime.fromtimestamp(cut_ms / 1000, datetime.timezone.utc).isoformat()
+        iso = datetime.datetime.fromtimestamp(cut_ms / 1000, datetime.UTC).isoformat()
         got = await asyncio.to_thread(cli, ns, "consumer", "reset-offset", "g", TOPIC,
                                       "--to-timestamp", iso)
         assert got.exit_code == 0, got.output

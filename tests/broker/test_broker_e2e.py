@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from protocol import broker_kinds as bp
 from client import ClientError, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from client.types import MessageQueue, ReceivedMessage
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
+from protocol.errors import DLedgerError
 from tests.broker.test_broker_processes import BROKER, _start_namesrv, _wait_leader
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
 
 
-def _stop(proc: "subprocess.Popen[str]") -> None:
+def _stop(proc: subprocess.Popen[str]) -> None:
     """Every test here starts one NameServer; this stops it."""
     proc.terminate()
     proc.wait(timeout=10)
@@ -203,7 +203,7 @@ async def _wait_route(ns: str, topic: str, a: LocalCluster, b: LocalCluster) -> 
         async def both() -> bool:
             try:
                 return {q.group for q in await pc.fetch_queues(topic)} == {"a", "b"}
-            except Exception:  # noqa: BLE001 - not routed yet
+            except Exception:
                 return False
         await wait_until(both, 20, "routes to both groups")
 

@@ -18,11 +18,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from protocol import broker_kinds as bp
 from dledger.client import LogClient
-from protocol.errors import DLedgerError, NotLeaderError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
 from protocol.envelope import RemoteError
+from protocol.errors import DLedgerError, NotLeaderError
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
@@ -128,7 +128,7 @@ async def _check_replicas(client: LogClient, cluster: LocalCluster,
     for n, qs in queues.items():
         assert qs == first, f"{n}'s consume queues differ from n0's"
     stored = {m[1]: (q, m[0]) for q, msgs in first.items() for m in msgs}
-    for q, msgs in first.items():
+    for _q, msgs in first.items():
         assert [m[0] for m in msgs] == list(range(len(msgs))), "queue offsets are dense"
         bodies = [m[1] for m in msgs]
         assert len(bodies) == len(set(bodies)), "a message was stored twice"

@@ -7,17 +7,18 @@ permission and read-queue count, and offset commits need the topic and one of it
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 
-from protocol import broker_kinds as bp
 from broker.api.table import TABLE as HANDLERS
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
 from protocol.envelope import BadRequestError, RemoteError
+from protocol.errors import DLedgerError
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow

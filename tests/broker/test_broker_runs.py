@@ -10,17 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.machine.state import BrokerState
-
-from broker.core.entries import Message, SendEntry, TopicPut
-
-from broker.machine.kinds import decode, encode
-from broker.core.entries import KIND_SEND_RUNS, SendRun, SendRunsEntry, StoredRuns
 from broker.core.codec import VERSION
-from broker.machine.kinds import decode_for_apply, stored_messages
+from broker.core.entries import (
+    KIND_SEND_RUNS,
+    Message,
+    SendEntry,
+    SendRun,
+    SendRunsEntry,
+    StoredRuns,
+    TopicPut,
+)
+from broker.core.sendwire import run_answers, wire_messages
+from broker.machine.kinds import decode, decode_for_apply, encode, stored_messages
+from broker.machine.state import BrokerState
 from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import MessageTooLargeError, message_bytes, offset_msg_id
-from broker.core.sendwire import run_answers, wire_messages
 from protocol.topics import PERM_READ
 from tests.broker.test_broker_state import Log, decoders_agree
 
@@ -76,7 +80,7 @@ def test_dedup_holds_across_runs_of_one_entry_and_across_entries() -> None:
     first = log.apply(runs(("t", 0, msgs(b"m", keys=("K1",))),
                            ("t", 2, msgs(b"m", b"n", keys=("K1", "K2"))),  # K1 again: a retry
                            ("u", 0, msgs(b"m", keys=("K1",)))))             # another topic
-    t0, t2, u0 = first.runs
+    _t0, t2, u0 = first.runs
     assert t2.duplicates == (True, False) and t2.queue_ids == (0, 2)
     assert t2.queue_offsets == (0, 0) and u0.duplicates == (False,)
     assert log.state.queue_range("t", 2) == (0, 1)  # only K2 was stored there
@@ -181,9 +185,9 @@ def test_the_broker_options_refuse_values_no_broker_can_honour(tmp_path) -> None
     from click.testing import CliRunner
 
     from broker.__main__ import main
-    from protocol.broker_kinds import MAX_MESSAGE_BYTES_CEILING
     from broker.config import BrokerConfig
     from dledger.node.runtime import NodeConfig
+    from protocol.broker_kinds import MAX_MESSAGE_BYTES_CEILING
 
     node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 1)},
                       data_dir=str(tmp_path))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from protocol.broker_errors import BrokerError
 from broker.api.sendgroup import SendGroups
+from protocol.broker_errors import BrokerError
 from protocol.errors import NotLeaderError
 
 

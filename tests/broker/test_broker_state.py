@@ -7,19 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.broker_errors import BadEntryError, InvalidTopicError
-
-from broker.machine.state import BrokerState
-
-from broker.core.entries import Message, OffsetCommit, SendEntry, TopicDelete, TopicPut
-
+from broker.core.entries import (
+    Message,
+    OffsetCommit,
+    SendEntry,
+    SendRun,
+    SendRunsEntry,
+    TopicDelete,
+    TopicPut,
+)
 from broker.core.state import StateConfig
-
 from broker.machine.kinds import decode, encode
-
-from protocol.topics import validate_topic_name
-from broker.core.entries import SendRun, SendRunsEntry
-from protocol.topics import PERM_READ, PERM_RW, PERM_WRITE
+from broker.machine.state import BrokerState
+from protocol.broker_errors import BadEntryError, InvalidTopicError
+from protocol.topics import PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
 
 
 class Log:
@@ -194,8 +195,8 @@ def test_deleting_a_topic_forgets_its_offsets_and_unique_keys() -> None:
 
 def test_checkpoints_round_trip_and_a_bad_or_early_one_is_set_aside(tmp_path) -> None:
     from broker.shell.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
-    from dledger.storage.commitlog import FileLogStore
     from dledger.raft.types import Entry, EntryKind
+    from dledger.storage.commitlog import FileLogStore
 
     log = Log()
     log.apply(send("t", 0, b"a", b"b"))
@@ -246,8 +247,9 @@ entry_fields = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(ODD_VALUES)
 @given(messages=st.lists(shapes, max_size=3), spoilers=entry_fields)
 def test_the_replicas_fast_decode_refuses_exactly_what_decode_refuses(messages, spoilers) -> None:
     import cbor2
-    from broker.core.entries import KIND_SEND, StoredSend
+
     from broker.core.codec import VERSION
+    from broker.core.entries import KIND_SEND, StoredSend
     from broker.machine.kinds import decode_for_apply
     entry = [VERSION, KIND_SEND, "t", 0, 1, messages, True, 4]
     for k, v in spoilers:  # the kind or another field of the entry replaced by an odd value
@@ -275,8 +277,8 @@ def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
     """A send the leader takes must never become an entry that replicas refuse: with group
     commit, that entry also holds other clients' messages."""
     from broker.core.entries import StoredRuns, StoredSend, encode_runs, encode_send
-    from broker.machine.kinds import decode_for_apply
     from broker.core.sendwire import wire_messages
+    from broker.machine.kinds import decode_for_apply
     try:
         wire, _, _ = wire_messages("t", messages, 4 << 20, batch=True)
     except BadEntryError:
@@ -292,8 +294,9 @@ def test_whatever_the_leader_accepts_every_replica_applies(messages) -> None:
 def test_an_odd_field_is_refused_the_same_way_by_both_decoders_and_never_crashes_apply(
         position: int, value: object) -> None:
     import cbor2
-    from broker.core.entries import KIND_SEND
+
     from broker.core.codec import VERSION
+    from broker.core.entries import KIND_SEND
     entry = [VERSION, KIND_SEND, "t", 0, 1, [[b"x", "", [], "K", [], 5]], True, 4]
     entry[position] = value
     decoders_agree(cbor2.dumps(entry))

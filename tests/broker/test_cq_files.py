@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.shell.checkpoint import CHECKPOINT_FILE, QUEUES_DIR, load_checkpoint, save_checkpoint
 from broker.core.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
 from broker.core.cq_files import ConsumeQueueFilesError, FileConsumeQueue, FileQueues
 from broker.core.entries import TopicDelete, encode_send
 from broker.machine.kinds import encode
 from broker.machine.state import BrokerState
+from broker.shell.checkpoint import CHECKPOINT_FILE, QUEUES_DIR, load_checkpoint, save_checkpoint
 
 
 class _Log:

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from protocol import broker_kinds as bp
 from cli import main as cli_main
 from client import BadFilterError, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from client.consumer.orderly import OrderlyPushConsumer
 from dledger.client import LogClient
+from protocol import broker_kinds as bp
 from protocol.envelope import BadRequestError
 from tests.clusters import namesrv_group
 from tests.nodes.test_processes import wait_until

@@ -1,22 +1,21 @@
-"""The key index on disk (broker.features.query.index_file, broker.features.query.index): chains and collisions, rotation by
-entry count named by log index, the count bound, checkpoints that survive a reopen, damaged
-superblocks and files rebuilt from the log."""
+"""The key index on disk (broker.features.query.index_file, broker.features.query.index): chains and
+collisions, rotation by entry count named by log index, the count bound, checkpoints that survive a
+reopen, damaged superblocks and files rebuilt from the log."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import cbor2
 import pytest
 
 from broker.core.codec import VERSION
 from broker.core.entries import KIND_TOPIC_PUT, encode_runs, encode_send
 from broker.features.query.index import IndexConfig, KeyIndex, catch_up, key_hash, unique_hash
 from broker.features.query.index import decoded as decoded_with
-from broker.machine.kinds import REGISTRY
 from broker.features.query.index_file import SUPER_AT, IndexFile, IndexFileError
-
-import cbor2
+from broker.machine.kinds import REGISTRY
 
 
 def _send(topic: str, ts: int, *msgs: tuple[list[str], str]) -> object:
@@ -140,8 +139,8 @@ def test_keys_index_topic_and_key_unique_keys_alone_and_time_ranges(tmp_path: Pa
 
 
 def test_a_damaged_file_is_deleted_with_later_ones_and_rebuilt_from_the_log(tmp_path: Path) -> None:
-    from dledger.storage.commitlog import FileLogStore
     from dledger.raft.types import Entry, EntryKind
+    from dledger.storage.commitlog import FileLogStore
 
     log_dir = tmp_path / "log"
     store = FileLogStore.open(str(log_dir))

@@ -16,9 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness import broker_group
-from client import Message, Producer, PullConsumer
 from bench.load import closed_loop
 from bench.nodeflags import NodeFlags
+from client import Message, Producer, PullConsumer
 from dledger.localcluster import LocalCluster
 from tests.nodes.test_processes import wait_until
 
@@ -64,7 +64,7 @@ async def leader_of(session: aiohttp.ClientSession, cluster: LocalCluster) -> st
                 continue
             try:
                 samples, _ = await scrape(session, admin_url(cluster, nid))
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 continue
             if value(samples, "dledger_is_leader") == 1:
                 found.append(nid)

@@ -15,15 +15,22 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from protocol import broker_kinds as bp
 from cli import main as dledger_main
-from client import (Message, MessageNotFoundError, MessageQuery, NonRetriableError, Producer,
-                    PullConsumer, SyncMessageQuery)
+from client import (
+    Message,
+    MessageNotFoundError,
+    MessageQuery,
+    NonRetriableError,
+    Producer,
+    PullConsumer,
+    SyncMessageQuery,
+)
 from client.types import MessageQueue, SendResult
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
 from protocol.envelope import BadRequestError
+from protocol.errors import DLedgerError
 from tests.clusters import namesrv_group, routed
 from tests.nodes.test_processes import wait_until
 

@@ -7,12 +7,12 @@ are refused, not split, and the maximum and the auto-created queue count are bro
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from protocol import broker_kinds as bp
 from client import (
     Message,
     MessageTooLargeError,
@@ -21,10 +21,12 @@ from client import (
 from client.types import MessageQueue, SendResult
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
 from protocol.envelope import BadRequestError
 from tests.broker.test_broker_e2e import _wait_route
-from tests.clusters import namesrv_group, routed as _routed
 from tests.broker.test_broker_processes import BROKER, _start_namesrv, _wait_leader
+from tests.clusters import namesrv_group
+from tests.clusters import routed as _routed
 
 pytestmark = pytest.mark.slow
 MiB = 1 << 20

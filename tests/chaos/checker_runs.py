@@ -24,7 +24,7 @@ NODES = ("n1", "n2", "n3")
 
 
 def ns(t: float) -> int:
-    return int(round(t * 1e9))
+    return round(t * 1e9)
 
 
 @dataclass

@@ -13,8 +13,14 @@ import pytest
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from chaos.toxiproxy import ToxiproxyServer
-from chaos.toxiproxy.client import (DEFAULT_URL, ENV_URL, ToxiproxyApiError, ToxiproxyClient,
-                                    listen_address, resolve_url)
+from chaos.toxiproxy.client import (
+    DEFAULT_URL,
+    ENV_URL,
+    ToxiproxyApiError,
+    ToxiproxyClient,
+    listen_address,
+    resolve_url,
+)
 from chaos.toxiproxy.testing import EchoServer, connect, recv_exactly, toxiproxy_api
 
 pytestmark = pytest.mark.timeout(60)
@@ -60,9 +66,9 @@ def test_bind_failure_raises_instead_of_key_error(client, upstream):
 def test_enable_failure_raises_and_state_is_reread(client, upstream):
     proxy = client.create_proxy("p", upstream)
     client.disable("p")
-    with socket.create_server(listen_address(proxy)):  # someone else took the port meanwhile
-        with pytest.raises(ToxiproxyApiError) as raised:
-            client.enable("p")
+    # someone else took the port meanwhile
+    with socket.create_server(listen_address(proxy)), pytest.raises(ToxiproxyApiError) as raised:
+        client.enable("p")
     assert raised.value.status == 500
     assert client.get_proxy("p").enabled is False
 

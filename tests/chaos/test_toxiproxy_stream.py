@@ -128,11 +128,11 @@ async def _embedded_round_trip() -> tuple[str, bytes, int]:
     server = ToxiproxyServer("127.0.0.1", 0)
     host, port = await server.start()
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
-            async with http.post(f"http://{host}:{port}/proxies",
-                                 json={"name": "e", "upstream": upstream}) as reply:
-                proxy = await reply.json()
-                status = reply.status
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http, \
+                http.post(f"http://{host}:{port}/proxies",
+                          json={"name": "e", "upstream": upstream}) as reply:
+            proxy = await reply.json()
+            status = reply.status
         proxy_port = int(proxy["listen"].rsplit(":", 1)[1])
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
         writer.write(b"async hello")

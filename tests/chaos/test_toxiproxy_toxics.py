@@ -14,8 +14,7 @@ import time
 import pytest
 
 from chaos.toxiproxy.client import ToxiproxyClient, listen_address
-from chaos.toxiproxy.testing import (EchoServer, Listener, connect, read_to_end, recv_exactly,
-                                     toxiproxy_api)
+from chaos.toxiproxy.testing import EchoServer, Listener, connect, read_to_end, recv_exactly, toxiproxy_api
 
 pytestmark = pytest.mark.timeout(60)
 _names = itertools.count()
@@ -231,7 +230,7 @@ def test_half_close_ends_the_whole_connection(client):
     """Toxiproxy has no half-close: a client that shuts down writing gets no reply. Documented
     here so that nobody builds on it."""
     with Listener() as upstream:
-        name, address = proxy_to(client, upstream.upstream)
+        _name, address = proxy_to(client, upstream.upstream)
         with connect(address) as sock, upstream.accept() as server:
             sock.sendall(b"req")
             sock.shutdown(socket.SHUT_WR)

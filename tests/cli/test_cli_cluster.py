@@ -12,7 +12,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 import pytest
 from click.testing import CliRunner, Result

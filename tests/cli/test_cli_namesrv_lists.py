@@ -13,19 +13,19 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from click.testing import CliRunner
 
 import cli
-from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from cli.common import describe
 from cli.status import exit_code, group_health
 from client import Message, Producer, SyncProducer
 from dledger.localcluster import LocalCluster
 from protocol.envelope import RemoteError
+from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 
 REGISTER_TIMEOUT_S = 30.0
 DEAD = "127.0.0.1:1"  # nothing listens on port 1

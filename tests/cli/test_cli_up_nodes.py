@@ -38,7 +38,7 @@ def _status(ns: str) -> tuple[int, dict[str, Any]]:
 def _wait_health(ns: str, health: str) -> dict[str, Any]:
     deadline = time.monotonic() + HEALTH_TIMEOUT_S
     while True:
-        code, group = _status(ns)
+        _code, group = _status(ns)
         if group["health"] == health or time.monotonic() > deadline:
             assert group["health"] == health, group
             return group

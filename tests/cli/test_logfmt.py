@@ -7,8 +7,8 @@ import io
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -99,8 +99,8 @@ def test_producers_and_a_pull_consumer_through_a_leader_kill(tmp_path: Path) -> 
 
 def _is_leader(cluster: LocalCluster, node: str) -> bool:
     """Asked from a thread: the test's own event loop is busy running the producers."""
-    from protocol import broker_kinds as bp
     from dledger.client import LogClient
+    from protocol import broker_kinds as bp
 
     async def ask() -> bool:
         async with LogClient(cluster.client_addresses, timeout_s=2) as c:

@@ -11,15 +11,16 @@ silent node costs a request deadline, nothing else waits."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from client.cluster.routes import GroupRoute, Routes
 from dledger.client import LogClient, UnavailableError
+from protocol.envelope import PROPOSE, decode_request, encode_error, encode_result
 from protocol.errors import NotLeaderError, ProposalTimeoutError
 from protocol.framed import FramedProtocol
-from protocol.envelope import PROPOSE, decode_request, encode_error, encode_result
 
 SILENT_S = 0.3  # the deadline of a request to a silent node
 

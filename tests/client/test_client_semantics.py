@@ -222,7 +222,7 @@ def test_the_blocking_twins_are_context_managers_and_the_push_consumer_has_one(n
     consumer = SyncPushConsumer(ns, "blocking-push", on_messages, start_from="first", **FAST)
     consumer.subscribe("blocking")
     with pytest.raises(ClientNotStartedError):
-        consumer.assigned
+        _ = consumer.assigned
     with consumer:
         assert consumer.assigned  # the topic's queues, read on the consumer's own loop
         with SyncProducer(ns) as producer:

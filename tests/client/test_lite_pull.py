@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

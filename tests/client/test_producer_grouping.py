@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import pytest
 
-from protocol import broker_kinds as bp
 from client import Message, NoPermissionError, Producer, SendTimeoutError, UnavailableError
-from client.producer.delivery import Delivery
 from client.cluster.routes import GroupRoute, Routes, TopicRoute
+from client.producer.delivery import Delivery
 from dledger.localcluster import free_ports
+from protocol import broker_kinds as bp
 
 Respond = Callable[[str, list[Any]], Any]  # (group, runs) -> answers, or raises
 

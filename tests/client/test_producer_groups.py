@@ -12,13 +12,18 @@ from typing import Any
 
 import pytest
 
-from client.producer import group as producer_group
-
 from broker.core.members import MAX_MEMBERS
 from broker.features.txn.producers import ProducerGroups
-from client.producer.group import (HEARTBEAT_INTERVAL_S, RETRY_S, ProducerRegistration,
-                                   check_group, next_pause_s, parse_check)
 from client.cluster.routes import GroupRoute
+from client.producer import group as producer_group
+from client.producer.group import (
+    HEARTBEAT_INTERVAL_S,
+    RETRY_S,
+    ProducerRegistration,
+    check_group,
+    next_pause_s,
+    parse_check,
+)
 from protocol.errors import DLedgerError
 
 

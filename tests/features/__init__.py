@@ -1,1 +1,2 @@
-"""The messaging features: delay, orderly, pop, retry and dead letters, transactions, trace, access control, exactly-once pipelines."""
+"""The messaging features: delay, orderly, pop, retry and dead letters, transactions, trace, access
+control, exactly-once pipelines."""

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from broker.features.acl.model import DENY, PUB, PUB_SUB, SUB, Account, AclTable, Need, parse_perm, permits
-from broker.features.acl.entries import AclDelete, AclPut
-from broker.machine.kinds import encode
-from broker.features.acl.service import NEEDS
-from broker.machine.kinds import decode
-from protocol.broker_errors import BadEntryError
 from broker.api.table import SERVED_KINDS
+from broker.features.acl.entries import AclDelete, AclPut
+from broker.features.acl.model import DENY, PUB, PUB_SUB, SUB, Account, AclTable, Need, parse_perm, permits
+from broker.features.acl.service import NEEDS
+from broker.machine.kinds import decode, encode
 from broker.machine.state import BrokerState
 from protocol.auth import (
     SIGNED,
@@ -22,6 +20,7 @@ from protocol.auth import (
     Signer,
     parse_signed,
 )
+from protocol.broker_errors import BadEntryError
 from protocol.envelope import encode_request
 from protocol.frames import decode_payload
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol import broker_kinds as bp
 from broker.features.acl.model import DENY, PUB, Account
 from chaos.live.checkers.acl import AclVerdict, PermChange, SendAttempt, check_acl
 from client import AccessDeniedError, ClientError, Credentials, Message, Producer, SignatureError
 from client.cluster.routes import Routes
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
 from tests.clusters import namesrv_group, registered_group
 from tests.nodes.test_processes import wait_until
 

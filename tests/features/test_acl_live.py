@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from protocol import broker_kinds as bp
 from broker.features.acl.model import PUB, SUB, Account
 from client import (
     AccessDeniedError,
@@ -28,8 +27,9 @@ from client import (
     SignatureError,
 )
 from client.cluster.routes import GroupRoute, Routes
-from protocol.auth import SIGNED, Signer
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
+from protocol.auth import SIGNED, Signer
 from protocol.envelope import Response, decode_response, encode_request
 from protocol.frames import encode_frame, encode_payload
 from tests.clusters import namesrv_group, registered_group

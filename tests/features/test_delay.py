@@ -1,7 +1,7 @@
-"""Delayed and timed messages, the pure part (``broker.features.delay.model``) and the state machine's use of it:
-the levels, the leader's rewrite, the index of pending timers (bounded bytes per timer, the same
-snapshot on every replica), schedule and delivery entries (a timer delivered once however many
-deliveries name it; the canary that stores it again), checkpoints with timers."""
+"""Delayed and timed messages, the pure part (``broker.features.delay.model``) and the state
+machine's use of it: the levels, the leader's rewrite, the index of pending timers (bounded bytes
+per timer, the same snapshot on every replica), schedule and delivery entries (a timer delivered
+once however many deliveries name it; the canary that stores it again), checkpoints with timers."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.machine.state import BrokerState
-
+from broker.core.entries import encode_runs
+from broker.core.sendwire import run_answers
 from broker.core.state import StateConfig
-
-from broker.machine.kinds import encode
+from broker.features.delay.entries import TimerDeliver
 from broker.features.delay.model import (
     BUCKET_MS,
     DEFAULT_LEVELS,
@@ -29,10 +28,8 @@ from broker.features.delay.model import (
     timer_of,
 )
 from broker.features.delay.service import MAX_WAIT_S, look_again_s
-from broker.features.delay.entries import TimerDeliver
-from broker.core.entries import encode_runs
-from broker.machine.kinds import stored_messages
-from broker.core.sendwire import run_answers
+from broker.machine.kinds import encode, stored_messages
+from broker.machine.state import BrokerState
 
 LEVELS = parse_levels(DEFAULT_LEVELS)
 WEEK_MS = 7 * 24 * 3600 * 1000

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol import broker_kinds as bp
 from chaos.live.checkers.delay import Delivered, check_delayed
 from client import BadDelayError, Message, Producer, PullConsumer
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
+from protocol.errors import DLedgerError
 from tests.broker.test_broker_processes import BROKER, _start_namesrv, _wait_leader
 from tests.nodes.test_processes import wait_until
 

@@ -1,12 +1,13 @@
-"""Ordered messages (the issue's item 3): the lock table's rules (``broker.features.orderly.model``), and on real
-processes 10,000 messages over 1,000 order ids sent through a queue selector and consumed by two
-orderly consumers while one consumer restarts and the leader is killed, and a third member joins
-right after the kill: each order id's messages are processed in send order and no two members
-process one queue at the same instant (``chaos.live.checkers.orderly`` reads the recorded
-history). The canaries that grant a held lock are caught: the member that joins after the kill
-asks for a queue whose lock the old leader granted, which only a lock kept as replicated state
-refuses (the restarted member locked its queues just before the kill, and renews them only 20 s
-later; its slow heartbeat keeps it processing them for a while after the newcomer arrives)."""
+"""Ordered messages (the issue's item 3): the lock table's rules
+(``broker.features.orderly.model``), and on real processes 10,000 messages over 1,000 order ids sent
+through a queue selector and consumed by two orderly consumers while one consumer restarts and the
+leader is killed, and a third member joins right after the kill: each order id's messages are
+processed in send order and no two members process one queue at the same instant
+(``chaos.live.checkers.orderly`` reads the recorded history). The canaries that grant a held lock
+are caught: the member that joins after the kill asks for a queue whose lock the old leader granted,
+which only a lock kept as replicated state refuses (the restarted member locked its queues just
+before the kill, and renews them only 20 s later; its slow heartbeat keeps it processing them for a
+while after the newcomer arrives)."""
 
 from __future__ import annotations
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol import broker_kinds as bp
 from client import Message, Producer, PullConsumer
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from tests.clusters import namesrv_group, namesrv_groups
+from protocol import broker_kinds as bp
 from tests.broker.test_broker_processes import _wait_leader
+from tests.clusters import namesrv_group, namesrv_groups
 from tests.nodes.test_processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -48,7 +48,7 @@ asyncio.run(main(*sys.argv[1:]))
 async def queue_totals(c: PullConsumer, topic: str) -> int:
     try:
         queues = await c.fetch_queues(topic, wait=False)
-    except Exception:  # noqa: BLE001 - not created yet: nothing there
+    except Exception:
         return 0
     return sum([(await c.pull(mq, 0, 0)).max_offset for mq in queues])
 
@@ -109,7 +109,7 @@ def test_a_pipeline_killed_again_and_again_makes_one_output_per_input(tmp_path: 
         async with PullConsumer(ns, "checker") as c:
             try:
                 for at, what in sorted(kills.items()):
-                    async def reached() -> bool:
+                    async def reached(at: int = at) -> bool:
                         return await queue_totals(c, "pout") >= at
                     await wait_until(reached, 90, f"{at} outputs")
                     if what == "pipeline":
@@ -150,13 +150,14 @@ def test_a_pipeline_into_another_broker_group_repeats_no_output(tmp_path: Path) 
             async def served(topic: str, group: str) -> bool:
                 return [g.group for g in await c.groups(topic)] == [group]
             for topic, group in (("xin", "a"), ("xout", "b")):
-                await wait_until(lambda: served(topic, group), 30, f"{topic} routed to {group}")
+                await wait_until(lambda topic=topic, group=group: served(topic, group), 30,
+                                 f"{topic} routed to {group}")
             await send_inputs(ns, "xin", CROSS_INPUTS)
             pipeline = PipelineProcess(ns, "xin", "xout")
             await pipeline.started()
             try:
                 for at in (400, 900, 1400):
-                    async def reached() -> bool:
+                    async def reached(at: int = at) -> bool:
                         return await queue_totals(c, "xout") >= at
                     await wait_until(reached, 90, f"{at} outputs")
                     pipeline.kill()

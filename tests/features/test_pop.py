@@ -8,13 +8,11 @@ import random
 
 import pytest
 
-from broker.core.entries import TopicPut
-
-from broker.machine.kinds import encode
-from broker.features.pop.model import INFLIGHT_MAX, PopConflict, PopTable
+from broker.core.entries import TopicPut, encode_send
 from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
+from broker.features.pop.model import INFLIGHT_MAX, PopConflict, PopTable
+from broker.machine.kinds import encode
 from broker.machine.state import BrokerState
-from broker.core.entries import encode_send
 
 KEY = ("g", "t", 0)
 INV = 30_000

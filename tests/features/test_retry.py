@@ -1,12 +1,13 @@
-"""Retry and dead letters (the issue's item 1): the send-back copy's rules (``broker.features.retry.model``), and
-on real processes a push consumer that fails a message three times then succeeds (four
-deliveries, delay levels 3, 4, 5, its offset moving on), one that always fails (the message in
-``%DLQ%<group>`` after ``max_reconsume_times`` reconsumes with its topic and msg id kept), and
-``dledger dlq list|resend`` and ``dledger consumer retry``."""
+"""Retry and dead letters (the issue's item 1): the send-back copy's rules
+(``broker.features.retry.model``), and on real processes a push consumer that fails a message three
+times then succeeds (four deliveries, delay levels 3, 4, 5, its offset moving on), one that always
+fails (the message in ``%DLQ%<group>`` after ``max_reconsume_times`` reconsumes with its topic and
+msg id kept), and ``dledger dlq list|resend`` and ``dledger consumer retry``."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import defaultdict
 
 import pytest
@@ -46,7 +47,7 @@ def test_a_send_back_copies_the_message_with_rocketmqs_properties() -> None:
                                       "RECONSUME_TIME": "1", "DELAY": "3"}
     assert key == "K#a-00-0"  # a retried send-back of this copy is a duplicate
     # the retry copy fails again: read from the retry topic, level 4, the origin kept
-    as_stored = first.message[:4] + [[*props, ["REAL_TOPIC", "%RETRY%g"], ["REAL_QID", "0"],
+    as_stored = [*first.message[:4], [*props, ["REAL_TOPIC", "%RETRY%g"], ["REAL_QID", "0"],
                                        ["TIMER_DELIVER_MS", "9"]], 7]
     second = send_back("g", as_stored, "%RETRY%g", "a-10-0", 0, 16)
     named = dict(map(tuple, second.message[4]))
@@ -104,7 +105,7 @@ def test_three_failures_then_success_is_four_deliveries_and_the_offset_moves_on(
             assert [dict(m.properties).get("DELAY") for m in got] == [None, "3", "4", "5"]
             assert all(m.topic == "retried" and m.keys == ("order-1",) for m in got)
             assert [m.queue.topic for m in got] == ["retried"] + ["%RETRY%flaky-group"] * 3
-            for earlier, later in zip(got[1:], got[2:]):  # each retry due later than the last
+            for earlier, later in itertools.pairwise(got):  # each retry due later than the last
                 assert int(dict(later.properties)["TIMER_DELIVER_MS"]) > \
                     int(dict(earlier.properties)["TIMER_DELIVER_MS"])
     asyncio.run(run())
@@ -118,16 +119,15 @@ def test_always_failing_goes_to_the_dlq_and_dlq_resend_brings_it_back(ns: str) -
             listener = Failing(fails=-1)
             c = PushConsumer(ns, "doomed-group", listener, max_reconsume_times=2, **FAST)
             c.subscribe("doomed")
-            async with await c.start():
-                async with PullConsumer(ns, "doomed-group") as pc:
-                    async def dead() -> bool:
-                        try:
-                            return bool(await pc.fetch_queues("%DLQ%doomed-group", wait=False))
-                        except TopicNotFoundError:  # not there yet
-                            return False
-                    await wait_until(dead, 30, "the dead-letter topic")
-                    dlq = (await pc.fetch_queues("%DLQ%doomed-group"))[0]
-                    letters = (await pc.pull(dlq, 0, 10)).messages
+            async with await c.start(), PullConsumer(ns, "doomed-group") as pc:
+                async def dead() -> bool:
+                    try:
+                        return bool(await pc.fetch_queues("%DLQ%doomed-group", wait=False))
+                    except TopicNotFoundError:  # not there yet
+                        return False
+                await wait_until(dead, 30, "the dead-letter topic")
+                dlq = (await pc.fetch_queues("%DLQ%doomed-group"))[0]
+                letters = (await pc.pull(dlq, 0, 10)).messages
             assert len(listener.deliveries[sent.msg_id]) == 3  # the original + 2 reconsumes
             (letter,) = letters
             assert letter.msg_id == sent.msg_id and letter.topic == "doomed"

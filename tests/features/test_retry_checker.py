@@ -87,5 +87,5 @@ def test_a_message_never_consumed_or_consumed_after_too_many_copies_is_named() -
     sent, deliveries, dead = clean()
     unfinished = [d for d in deliveries if not (d.msg_id == "m2" and d.ok)]
     assert kinds(check_retries(sent, unfinished, dead, MAX)) == ["lost"]
-    extra = deliveries + [RetryDelivery("m0", f"{RETRY_Q}@m0-1", 1, True, 99.0)]
+    extra = [*deliveries, RetryDelivery("m0", f"{RETRY_Q}@m0-1", 1, True, 99.0)]
     assert kinds(check_retries(sent, extra, dead, MAX)) == ["attempts"]

@@ -16,15 +16,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from click.testing import CliRunner
 
 from cli import main as cli_main
-
 from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from client.consumer.lite import LitePullConsumer
 from client.consumer.orderly import OrderlyPushConsumer
+from client.producer.producer import trace_producer
 from client.trace.records import (
     CONSUME,
     SEND,
@@ -36,19 +36,18 @@ from client.trace.records import (
     format_life,
     trace_message,
 )
-from client.producer.producer import trace_producer
 from client.trace.tracer import Tracer
 from client.types import MessageQueue
-from protocol import broker_kinds as bp
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster, free_ports
+from protocol import broker_kinds as bp
 from tests.broker.test_broker_processes import BROKER
 from tests.broker.test_broker_requests import _leads, msg, refused
 from tests.clusters import namesrv_group
 from tests.nodes.test_processes import wait_until
 
 FUZZ = settings(max_examples=300, deadline=timedelta(seconds=2))
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 TEXT = st.text(max_size=40)
 INT = st.integers(-1, 2**63 - 1)
 RECORDS = st.builds(
@@ -232,7 +231,7 @@ async def trace_records(ns: str) -> list[TraceRecord]:
     async with PullConsumer(ns, "trace-reader") as c:
         try:
             queues = await c.fetch_queues(TRACE_TOPIC, wait=False)
-        except Exception:  # noqa: BLE001 - not created yet: no records
+        except Exception:
             return []
         out = []
         for mq in queues:
@@ -299,7 +298,7 @@ def test_send_and_each_groups_consumes_are_traced_with_the_retry(ns: str) -> Non
             assert groups["tg2"] == [("later", 0, c2.client_id), ("success", 1, c2.client_id)]
             assert groups["tg3"] == [("success", 0, lite.client_id)]
             assert groups["tg4"] == [("success", 0, orderly.client_id)]
-            retry = [r for r in records if r.group == "tg2" and r.reconsume_times == 1][0]
+            retry = next(r for r in records if r.group == "tg2" and r.reconsume_times == 1)
             assert retry.queue_topic == "%RETRY%tg2" and retry.topic == "traced"
             life = format_life(records)
             assert life.index("send ") < life.index("consumer group")

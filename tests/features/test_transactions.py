@@ -19,21 +19,21 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from protocol import broker_kinds as bp
 from cli import main as cli_main
 from client import (
     BadTransactionError,
     Message,
     PullConsumer,
     ReceivedMessage,
-    TransactionProducer,
     TopicNotFoundError,
+    TransactionProducer,
     TransactionState,
 )
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from tests.clusters import namesrv_group
+from protocol import broker_kinds as bp
 from tests.broker.test_broker_processes import _wait_leader
+from tests.clusters import namesrv_group
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
@@ -160,7 +160,7 @@ def test_a_leader_killed_around_the_commit_publishes_each_committed_message_once
                 (listener.kill_before if mode == "before" else listener.kill_during).add(body)
                 for b in [f"c{round_}-x".encode(), body, f"rb{round_}".encode(),
                           f"c{round_}-y".encode()]:
-                    results.append((await p.send(Message("KTopic", b))))
+                    results.append(await p.send(Message("KTopic", b)))
                     sent.append(b)
                 killed = leader[0]
                 for timer in listener.timers:  # the kill was due 5 ms after the END: it has

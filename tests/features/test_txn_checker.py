@@ -67,7 +67,7 @@ def test_a_clean_history_with_redeliveries_and_a_killed_producer_passes() -> Non
               TxnEvent("decide", "k-0", 4.0, state="COMMIT", by="check", producer="ta")]
     late = [TxnDelivery(g, "k-0", "1@0", 4.2) for g in GROUPS]
     assert check_transactions(events + killed, deliveries + late,
-                              stored + [TxnStored("k-0", "1@0", "xk")], GROUPS, DONE) == []
+                              [*stored, TxnStored("k-0", "1@0", "xk")], GROUPS, DONE) == []
     # a send whose half was never acknowledged may be in the topic or not: both pass
     unsure = [TxnEvent("invoke", "u-0", 1.0, plan="commit", producer="ta"),
               TxnEvent("fail", "u-0", 4.0, state="TimeoutError")]
@@ -97,7 +97,7 @@ def test_a_half_message_consumed_before_its_commit_is_named() -> None:
 
 def test_a_commit_stored_twice_under_another_id_or_lost_is_named() -> None:
     events, deliveries, stored = clean()
-    twice = stored + [TxnStored("p-2", "1@9", "xp-2")]
+    twice = [*stored, TxnStored("p-2", "1@9", "xp-2")]
     more = [TxnDelivery(g, "p-2", "1@9", 30.0 + 2) for g in GROUPS]
     assert kinds(check_transactions(events, deliveries + more, twice, GROUPS, DONE)) == ["twice"]
     renamed = [TxnStored(s.send_id, s.copy, "other" if s.send_id == "p-0" else s.txn_id)

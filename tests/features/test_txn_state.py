@@ -1,7 +1,8 @@
-"""Transactions in the state machine (``broker.features.txn.model``, ``broker.features.txn.apply``): a half message is in
-no consumer's queue; COMMIT makes it visible once, ROLLBACK never; a repeated END answers as the
-first, the other decision after one is refused; a commit whose consumer offsets moved rolls back;
-check-backs count once; the table survives a checkpoint, and older checkpoints still load."""
+"""Transactions in the state machine (``broker.features.txn.model``, ``broker.features.txn.apply``):
+a half message is in no consumer's queue; COMMIT makes it visible once, ROLLBACK never; a repeated
+END answers as the first, the other decision after one is refused; a commit whose consumer offsets
+moved rolls back; check-backs count once; the table survives a checkpoint, and older checkpoints
+still load."""
 
 from __future__ import annotations
 
@@ -10,13 +11,9 @@ from typing import Any
 import cbor2
 import pytest
 
-from broker.features.txn.entries import TxnCheck, TxnEnd
-
-from broker.machine.kinds import encode
-
 from broker.core.entries import encode_send
-from broker.machine.state import BrokerState
 from broker.core.state import StateConfig
+from broker.features.txn.entries import TxnCheck, TxnEnd
 from broker.features.txn.model import (
     CHECK_MAX_TOPIC,
     DECISIONS_KEPT,
@@ -27,6 +24,8 @@ from broker.features.txn.model import (
     half_message,
     half_of,
 )
+from broker.machine.kinds import encode
+from broker.machine.state import BrokerState
 
 
 def msg(body: bytes, key: str, props: list[list[str]] | None = None) -> list[Any]:

@@ -1,1 +1,2 @@
-"""Storage (the commitlog, entry codec, hard state, fsync, retention, snapshot files) and the node runtime, over files and over the in-memory seams."""
+"""Storage (the commitlog, entry codec, hard state, fsync, retention, snapshot files) and the node
+runtime, over files and over the in-memory seams."""

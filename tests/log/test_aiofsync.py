@@ -11,11 +11,12 @@ import errno
 import os
 import platform
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+from dledger.raft.types import Entry, EntryKind
 from dledger.storage.aiofsync import (
     _IOCB_CMD_FDSYNC,
     AioFsync,
@@ -26,9 +27,8 @@ from dledger.storage.aiofsync import (
     open_spin_sync,
 )
 from dledger.storage.commitlog import FileLogStore
-from protocol.errors import StorageError
 from dledger.storage.flush import Flusher
-from dledger.raft.types import Entry, EntryKind
+from protocol.errors import StorageError
 from tests.log.test_runtime import configs, leader_of, running, wait_for
 
 SUPPORTED = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")

@@ -83,7 +83,7 @@ def test_a_zeroed_sector_that_a_later_entry_says_was_durable_is_corruption(
         f.seek(1536)  # inside entry 2 (1048..2096): one whole sector reads back as zeros
         f.write(bytes(512))
     with pytest.raises(CorruptLogError,
-                       match="offset 1048: .*intact entry at offset 3144 .* durable to position 3144"):
+                       match=r"offset 1048: .*intact entry at offset 3144 .* durable to position 3144"):
         FileLogStore.open(tmp_path)
 
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dledger.raft.types import Entry, EntryKind
 from dledger.storage.entry_codec import HEADER_BYTES, encode_entry, encode_index_record, plan_chunks
 from protocol.errors import StorageError
-from dledger.raft.types import Entry, EntryKind
 
 
 def reference_chunks(entries: list[Entry], position: int, fill_bytes: int | None,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from dledger.raft.types import Entry, EntryKind
 from dledger.storage import commitlog
 from dledger.storage.commitlog import FileLogStore
-from protocol.errors import DiskFullError
 from dledger.storage.flush import Flusher
-from dledger.raft.types import Entry, EntryKind
+from protocol.errors import DiskFullError
 
 
 def test_a_full_disk_when_a_queued_background_commit_starts_stops_the_node(

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger.storage import hardstate
-from protocol.errors import CorruptLogError, DiskFullError
-from dledger.storage.hardstate import FileHardStateStore, encode_hard_state
 from dledger.raft.types import HardState
+from dledger.storage import hardstate
+from dledger.storage.hardstate import FileHardStateStore, encode_hard_state
+from protocol.errors import CorruptLogError, DiskFullError
 
 
 def test_a_missing_file_loads_as_the_initial_state(tmp_path: Path) -> None:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from protocol.broker_kinds import FOUND, OFFSET_OUT_OF_RANGE
 from broker.config import BrokerConfig
 from broker.server import BrokerServer
-from dledger.storage.retention import RetentionPolicy, SegmentAge, policy_target, retain_target
 from dledger.node.runtime import NodeConfig
+from dledger.storage.retention import RetentionPolicy, SegmentAge, policy_target, retain_target
+from protocol.broker_kinds import FOUND, OFFSET_OUT_OF_RANGE
 from tests.nodes.test_processes import wait_until
 
 NOW = 1_000_000.0

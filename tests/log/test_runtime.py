@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 import pytest
 
-from protocol.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 from dledger.localcluster import free_ports
 from dledger.node.runtime import BUSY_POLL_PENDING_MAX, MAX_BUSY_POLL_US, Node, NodeConfig
+from protocol.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 
 
 async def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -112,12 +112,12 @@ def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(
         async with running(cfgs) as nodes:
             leader = leader_of(nodes)
             lagger = next(n for n in nodes if n is not leader)
-            for k in range(150):
+            for _k in range(150):
                 await leader.propose(b"y" * 100)
             await wait_for(lambda: lagger.status().raft.commit_index >= 150, 5, "replication")
             await lagger.stop()
             held = lagger.status().raft.last_index
-            for k in range(300):
+            for _k in range(300):
                 await leader.propose(b"x" * 100)
             store = leader.store
             assert store is not None

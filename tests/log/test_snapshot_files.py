@@ -11,25 +11,41 @@ import hashlib
 import os
 import shutil
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import cbor2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.storage.commitlog import FileLogStore
-from protocol.errors import StorageError, WireError
 from dledger.network.peer_stream import PeerStream
+from dledger.network.wire import SnapshotHello, decode_message
 from dledger.raft.types import Entry, EntryKind, InstallSnapshot, Membership, SnapshotMeta
-from dledger.snapshots.files import (INSTALL_DIR, STAGING_DIR, Staging, commit_install,
-                                    finish_install, staged_meta)
+from dledger.snapshots.files import (
+    INSTALL_DIR,
+    STAGING_DIR,
+    Staging,
+    commit_install,
+    finish_install,
+    staged_meta,
+)
 from dledger.snapshots.receive import SnapshotReceiver
 from dledger.snapshots.send import SnapshotSendError, SnapshotSource, SourceFile, send_snapshot
-from dledger.snapshots.wire import (Chunk, Done, Have, Offer, Refuse, Staged,
-                                   decode_snapshot_frame, encode_snapshot_frame, valid_file_name)
-from dledger.network.wire import SnapshotHello, decode_message
+from dledger.snapshots.wire import (
+    Chunk,
+    Done,
+    Have,
+    Offer,
+    Refuse,
+    Staged,
+    decode_snapshot_frame,
+    encode_snapshot_frame,
+    valid_file_name,
+)
+from dledger.storage.commitlog import FileLogStore
+from protocol.errors import StorageError, WireError
 from protocol.frames import FrameDecoder
 
 META = SnapshotMeta(42, 3, Membership(("n0", "n1", "n2")))
@@ -188,15 +204,15 @@ def test_an_install_replaces_the_log_and_the_apps_files_and_drops_derived_data(
     assert not finish_install(str(tmp_path), "log", ("index",))  # nothing more to do
 
 
-def test_an_install_cut_short_at_any_step_is_finished_by_the_next_start(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_install_cut_short_at_any_step_is_finished_by_the_next_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = 0
     for crash_at in range(1, 40):
         data_dir = tmp_path / str(crash_at)
         _prepare(data_dir)
         calls = 0
 
-        def crashing(real: Callable[..., Any]) -> Callable[..., Any]:
+        def crashing(real: Callable[..., Any], crash_at: int = crash_at) -> Callable[..., Any]:
             def call(*args: Any, **kwargs: Any) -> Any:
                 nonlocal calls
                 calls += 1

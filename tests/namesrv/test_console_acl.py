@@ -13,14 +13,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from protocol import broker_kinds as bp
 from broker.features.acl.model import SUB, Account
 from client import Credentials
 from client.cluster.routes import Routes
 from dledger.localcluster import LocalCluster
 from namesrv.console import ACCESS_KEY_HEADER, SECRET_KEY_HEADER
-from tests.clusters import registered_group, routed
+from protocol import broker_kinds as bp
 from tests.broker.test_broker_processes import BROKER, _start_namesrv
+from tests.clusters import registered_group, routed
 
 pytestmark = pytest.mark.slow
 

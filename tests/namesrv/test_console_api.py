@@ -18,7 +18,8 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -147,14 +148,14 @@ def test_the_namesrv_stops_with_a_browser_still_watching() -> None:
     async def main() -> None:
         ns = NameServer(port=0)
         host, port = await ns.start()
-        async with aiohttp.ClientSession(timeout=TIMEOUT) as s:
-            async with s.get(f"http://{host}:{port}/console/events") as resp:
-                await next_event(resp)
-                await asyncio.wait_for(ns.stop(), 20)
-                # the feed was ended by the server (a complete response), not cut off when
-                # the runner's handler timeout ran out
-                await asyncio.wait_for(resp.content.read(), 10)
-                assert resp.content.at_eof()
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as s, \
+                s.get(f"http://{host}:{port}/console/events") as resp:
+            await next_event(resp)
+            await asyncio.wait_for(ns.stop(), 20)
+            # the feed was ended by the server (a complete response), not cut off when
+            # the runner's handler timeout ran out
+            await asyncio.wait_for(resp.content.read(), 10)
+            assert resp.content.at_eof()
     asyncio.run(main())
 
 

@@ -8,7 +8,8 @@ named 404s."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import pytest

@@ -5,7 +5,8 @@ the test, so lease expiry by the scan task needs no real waiting."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import pytest

@@ -321,7 +321,8 @@ def test_the_node_and_group_bounds_raise_a_named_error_and_tombstones_make_room(
 # -- purity ------------------------------------------------------------------------------------
 
 PURE_MODULES = ("namesrv/registry.py", "namesrv/model.py", "namesrv/errors.py")
-PURE_IMPORTS = {"__future__", "dataclasses", "typing", "re", "namesrv.errors", "namesrv.model",
+PURE_IMPORTS = {"__future__", "dataclasses", "typing", "collections.abc", "re", "namesrv.errors",
+                "namesrv.model",
                 "protocol.broker_errors", "protocol.topics"}
 
 

@@ -1,1 +1,2 @@
-"""Log servers as real processes: the peer transport and its codec, kills, power loss, a full disk, bad client requests, connection limits, snapshots and membership changes live."""
+"""Log servers as real processes: the peer transport and its codec, kills, power loss, a full disk,
+bad client requests, connection limits, snapshots and membership changes live."""

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from protocol import broker_kinds as bp
 from dledger.client import LogClient
-from protocol.errors import DLedgerError, OverloadedError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
 from protocol.envelope import PROPOSE, STATUS, decode_response
+from protocol.errors import DLedgerError, OverloadedError
 from protocol.frames import FrameDecoder
 from tests.nodes.test_processes import wait_until
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from protocol.broker_kinds import FOUND
-from broker.shell.checkpoint import CHECKPOINT_FILE
 from broker.config import BrokerConfig
 from broker.server import BrokerServer
-from protocol.errors import DiskFullError, DLedgerError, NotLeaderError
-from dledger.raft.types import Role
+from broker.shell.checkpoint import CHECKPOINT_FILE
 from dledger.node.runtime import Node, NodeConfig
+from dledger.raft.types import Role
+from protocol.broker_kinds import FOUND
+from protocol.errors import DiskFullError, DLedgerError, NotLeaderError
 from tests.log.test_runtime import configs, leader_of, running, wait_for
 
 

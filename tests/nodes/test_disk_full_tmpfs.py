@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol.errors import DLedgerError
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow

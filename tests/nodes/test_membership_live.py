@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from protocol import broker_kinds as bp
 from cli import main as dledger_main
 from client import Message, Producer, UnavailableError
 from client.errors import ClientError
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from tests.clusters import namesrv_group
+from protocol import broker_kinds as bp
 from tests.broker.test_broker_processes import _wait_leader
+from tests.clusters import namesrv_group
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ async def _all_bodies(cluster: LocalCluster) -> set[bytes]:
         for qid in range(4):
             offset = 0
             while True:
-                status, nxt, _, hi, rows = await client.call(
+                _status, nxt, _, hi, rows = await client.call(
                     leader, bp.PULL, TOPIC, qid, offset, 256, 8 << 20, 0, ["*"])
                 got.update(bytes(r[1]) for r in rows)
                 if nxt >= hi:

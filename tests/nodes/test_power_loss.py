@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol.errors import DLedgerError
 from tests.nodes.test_processes import _wait_leader, wait_until
 
 pytestmark = pytest.mark.slow

@@ -8,22 +8,22 @@ condition with a deadline.
 from __future__ import annotations
 
 import asyncio
-import time
-from pathlib import Path
 import inspect
-from typing import Awaitable, Callable, Union
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
 from chaos import traces
 from dledger.client import LogClient
-from protocol.errors import DLedgerError, NotLeaderError
 from dledger.localcluster import LocalCluster
+from protocol.errors import DLedgerError, NotLeaderError
 
 pytestmark = pytest.mark.slow
 
 
-async def wait_until(pred: Callable[[], Union[bool, Awaitable[bool]]], timeout_s: float,
+async def wait_until(pred: Callable[[], bool | Awaitable[bool]], timeout_s: float,
                      what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -74,13 +74,14 @@ async def _kill_leader_during_proposals(cluster: LocalCluster, kills: int,
         try:
             for _ in range(kills):
                 floor = len(acked)
-                await wait_until(lambda: len(acked) >= floor + 50, 30, "acks before the kill")
+                await wait_until(lambda floor=floor: len(acked) >= floor + 50, 30,
+                                 "acks before the kill")
                 leader = await _wait_leader(client, cluster)
                 victims = [n for n in cluster.servers if n != leader] if followers_too else []
-                for victim in victims + [leader]:
+                for victim in [*victims, leader]:
                     cluster.kill(victim)
                     after = len(acked)
-                    await wait_until(lambda: len(acked) >= after + 50, 30,
+                    await wait_until(lambda after=after: len(acked) >= after + 50, 30,
                                      f"acks with {victim} down")
                     cluster.restart(victim)
         finally:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from dledger.client import LogClient
-from protocol.errors import WireError
 from dledger.localcluster import LocalCluster
 from protocol.envelope import (
     MAX_PROPOSAL_BYTES,
@@ -21,6 +20,7 @@ from protocol.envelope import (
     decode_response,
     encode_request,
 )
+from protocol.errors import WireError
 from protocol.frames import FrameDecoder, encode_frame, encode_payload
 
 pytestmark = pytest.mark.slow

@@ -12,20 +12,24 @@ import contextlib
 import os
 import shutil
 import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
-from protocol import broker_kinds as bp
 from client import Message, Producer, PullConsumer
 from client.types import MessageQueue
 from dledger.client import LogClient
-from protocol.errors import DLedgerError
 from dledger.localcluster import LocalCluster
+from protocol import broker_kinds as bp
+from protocol.errors import DLedgerError
+from tests.broker.test_broker_processes import (
+    BROKER,
+    _start_namesrv,
+    _wait_leader,
+)
 from tests.clusters import namesrv_group, routed
-from tests.broker.test_broker_processes import BROKER, _start_namesrv
-from tests.broker.test_broker_processes import _wait_leader  # noqa: E402
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow
@@ -131,7 +135,8 @@ def proxied_group(base: Path, *broker_args: str) -> Iterator[tuple[str, LocalClu
                     if a != b:
                         host, port = s.peer_address
                         proxy = toxi.create_proxy(f"{a}-{b}", f"{host}:{port}")
-                        dial.append("%s=%s:%d" % (b, *listen_address(proxy)))
+                        proxy_host, proxy_port = listen_address(proxy)
+                        dial.append(f"{b}={proxy_host}:{proxy_port}")
                 cluster.node_args[a] = ("--dial", ",".join(dial))
             with cluster:
                 asyncio.run(routed(ns))

@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
-from dledger.raft.types import AppendRequest, Entry, EntryKind, Heartbeat, Message
 from dledger.network.transport import HELLO_BYTES_MAX, UNATTRIBUTED, PeerTransport
 from dledger.network.wire import Hello, encode_message
+from dledger.raft.types import AppendRequest, Entry, EntryKind, Heartbeat, Message
 from protocol.frames import encode_frame
 
 HOST = "127.0.0.1"
@@ -349,7 +350,7 @@ def test_malformed_input_closes_that_connection_but_the_server_keeps_serving(
 def test_a_good_raw_peer_is_served_alongside() -> None:
     async def scenario() -> None:
         (b,) = await mesh("b")
-        reader, writer = await asyncio.open_connection(*b.addr)
+        _reader, writer = await asyncio.open_connection(*b.addr)
         writer.write(HELLO + b"".join(encode_frame(encode_message(beat("x", "b", i)))
                                        for i in range(3)))
         await wait_until(lambda: b.commits_from("x") == [0, 1, 2])
@@ -366,7 +367,7 @@ def test_a_large_frame_right_behind_the_hello_in_one_write_is_delivered() -> Non
         big = AppendRequest(term=1, src="x", dst="b", prev_log_index=0, prev_log_term=0,
                             entries=(Entry(1, 1, EntryKind.NORMAL, b"y" * (1 << 20)),),
                             leader_commit=0)
-        reader, writer = await asyncio.open_connection(*b.addr)
+        _reader, writer = await asyncio.open_connection(*b.addr)
         writer.write(HELLO + encode_frame(encode_message(big)))  # as a dialer writes them
         await wait_until(lambda: len(b.inbox) == 1)
         assert b.inbox[0] == big and b.stat("x", "errors") == 0
@@ -383,7 +384,7 @@ def test_the_owner_hears_once_per_read_after_that_reads_messages() -> None:
         transport = PeerTransport("b", "g", (HOST, 0), {}, lambda m: events.append(m.commit),
                                   rng=random.Random(3), on_batch_end=lambda: events.append("end"))
         addr = await transport.start()
-        reader, writer = await asyncio.open_connection(*addr)
+        _reader, writer = await asyncio.open_connection(*addr)
         writer.write(HELLO)  # a read with no message in it: no batch end
         await writer.drain()
         writer.write(b"".join(encode_frame(encode_message(beat("x", "b", i))) for i in range(3)))

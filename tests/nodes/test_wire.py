@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import struct
 
 import cbor2
@@ -10,7 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import FrameTooLargeError, WireError
+from dledger.network.wire import (
+    KIND_APPEND_REQUEST,
+    KIND_HEARTBEAT,
+    KIND_HELLO,
+    Hello,
+    decode_message,
+    encode_message,
+)
 from dledger.raft.types import (
     AppendRequest,
     AppendResponse,
@@ -22,14 +30,7 @@ from dledger.raft.types import (
     VoteRequest,
     VoteResponse,
 )
-from dledger.network.wire import (
-    KIND_APPEND_REQUEST,
-    KIND_HEARTBEAT,
-    KIND_HELLO,
-    Hello,
-    decode_message,
-    encode_message,
-)
+from protocol.errors import FrameTooLargeError, WireError
 from protocol.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     VERSION,
@@ -308,7 +309,7 @@ def test_any_chunking_yields_the_same_payloads(payloads: list[bytes], cuts: list
     bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
     decoder = FrameDecoder(300)
     got: list[bytes] = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         got += decoder.feed(stream[lo:hi])
     assert got == payloads
     assert decoder.buffered_bytes == 0

@@ -23,10 +23,10 @@ import yaml
 from broker.__main__ import _advertised
 from broker.__main__ import start as broker_start
 from broker.config import BrokerConfig
-from protocol.namesrv_addrs import parse_namesrv_list
-from dledger.node_cli import node_config, parse_address
 from dledger.node.config import NodeConfig
+from dledger.node_cli import node_config, parse_address
 from namesrv.__main__ import cli as namesrv_cli
+from protocol.namesrv_addrs import parse_namesrv_list
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -214,7 +214,7 @@ def record_command(argv: list[str], env: dict[str, str], tmp_path: Path,
     if done.returncode != 0:
         raise CommandFailed(done.returncode, done.stderr)
     assert out.exists(), f"{argv} exited 0 without running dledger-broker"
-    return ["dledger-broker"] + out.read_bytes().decode().split("\0")[:-1]
+    return ["dledger-broker", *out.read_bytes().decode().split("\x00")[:-1]]
 
 
 class CommandFailed(Exception):

@@ -46,7 +46,7 @@ def test_a_listener_on_every_interface_needs_an_advertised_address(
 
 
 def test_an_advertised_address_is_not_a_wildcard_either(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="--advertise 0.0.0.0:0 is every interface"):
+    with pytest.raises(ValueError, match=r"--advertise 0\.0\.0\.0:0 is every interface"):
         _config(tmp_path, namesrv=NS, advertise_client=("0.0.0.0", 0))
     with pytest.raises(ValueError, match="--admin-advertise"):
         _config(tmp_path, namesrv=NS, advertise_admin=("::", 80))

@@ -177,7 +177,7 @@ def test_compose_references_are_consistent() -> None:
     used: dict[str, str] = {}
     for name, s in services.items():
         for mount in s.get("volumes", []):
-            vol, _, path = mount.partition(":")
+            vol, _, _path = mount.partition(":")
             assert vol in volumes, f"{name} mounts {vol}, which is not declared"
             assert vol not in used, f"{vol} is mounted by {used[vol]} and {name}"
             used[vol] = name

@@ -15,8 +15,9 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import Any, Awaitable, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -24,22 +25,23 @@ from click.testing import CliRunner
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from protocol import broker_kinds as bp
 from cli import main as dledger_main
 from client import Message, Producer, PullConsumer, TlsError, UnavailableError
 from dledger.client import LogClient
-from protocol.errors import NodeStoppedError, OutcomeUnknownError
-from protocol.errors import TlsError as LogTlsError
-from dledger.raft.types import Heartbeat, Message as RaftMessage
-from protocol.tls import ENV_CA, TlsConfig, TlsConfigError, client_context, dial_context, split_https
+from dledger.localcluster import LocalCluster
 from dledger.network.tls_certs import CA_CERT, make_ca, make_node_cert
 from dledger.network.transport import PeerTransport
 from dledger.network.wire import Hello, encode_message
+from dledger.raft.types import Heartbeat
+from dledger.raft.types import Message as RaftMessage
+from protocol import broker_kinds as bp
+from protocol.errors import NodeStoppedError, OutcomeUnknownError
+from protocol.errors import TlsError as LogTlsError
 from protocol.frames import encode_frame
-from dledger.localcluster import LocalCluster
+from protocol.tls import ENV_CA, TlsConfig, TlsConfigError, client_context, dial_context, split_https
+from tests.cli.up_process import UpProcess
 from tests.clusters import console_ok
 from tests.nodes.test_processes import leader_of, wait_until
-from tests.cli.up_process import UpProcess
 
 HOST = "127.0.0.1"
 
@@ -310,9 +312,8 @@ def test_admin_http_cli_and_grpc_speak_tls(tls_up: tuple[UpProcess, str]) -> Non
 
     async def get(url: str, ctx: ssl.SSLContext | bool) -> int:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5),
-                                         connector=aiohttp.TCPConnector(ssl=ctx)) as s:
-            async with s.get(url) as resp:
-                return resp.status
+                                         connector=aiohttp.TCPConnector(ssl=ctx)) as s, s.get(url) as resp:
+            return resp.status
 
     assert _arun(get(f"https://{admin}/status", client_context(ca))) == 200
     assert _arun(get(f"https://localhost:{admin.rsplit(':', 1)[1]}/livez",
@@ -343,9 +344,9 @@ def test_admin_http_cli_and_grpc_speak_tls(tls_up: tuple[UpProcess, str]) -> Non
     with grpc.secure_channel(endpoint, creds) as channel:
         grpc.channel_ready_future(channel).result(timeout=10)
     query_route = "/apache.rocketmq.v2.MessagingService/QueryRoute"
-    with grpc.insecure_channel(endpoint) as channel:  # plain HTTP/2 to the TLS port
-        with pytest.raises(grpc.RpcError) as refused_rpc:
-            channel.unary_unary(query_route)(b"", timeout=10)
+    # plain HTTP/2 to the TLS port
+    with grpc.insecure_channel(endpoint) as channel, pytest.raises(grpc.RpcError) as refused_rpc:
+        channel.unary_unary(query_route)(b"", timeout=10)
     assert refused_rpc.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
@@ -357,10 +358,10 @@ def test_the_console_and_metrics_work_over_tls(tls_up: tuple[UpProcess, str]) ->
 
     async def get(path: str) -> tuple[int, Any]:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15),
-                                         connector=aiohttp.TCPConnector(ssl=client_context(ca))) as s:
-            async with s.get(f"https://{up.namesrv}{path}") as resp:
-                body = await resp.json() if path.startswith("/console/api") else await resp.text()
-                return resp.status, body
+                                         connector=aiohttp.TCPConnector(ssl=client_context(ca))) as s, \
+                s.get(f"https://{up.namesrv}{path}") as resp:
+            body = await resp.json() if path.startswith("/console/api") else await resp.text()
+            return resp.status, body
 
     async def snapshot() -> dict[str, Any]:
         status, snap = await get("/console/api/snapshot")

@@ -8,13 +8,13 @@ scenarios from the Raft paper can be replayed step by step.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
-from dledger.storage.memstore import MemoryHardStateStore, MemoryLogStore
 from dledger.raft.config import Canaries, RaftConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.types import Entry, EntryKind, HardState, Message, Role, SnapshotMeta
+from dledger.storage.memstore import MemoryHardStateStore, MemoryLogStore
 
 
 @dataclass

@@ -101,7 +101,7 @@ def test_replication_an_entry_commits_once_a_majority_stores_it() -> None:
     c = Cluster(3)
     c.elect("n1")
     c.crash("n3")
-    term, index = c.propose("n1", b"hello")
+    _term, index = c.propose("n1", b"hello")
     assert c.core("n1").log.commit_index == index
     c.tick(3)  # heartbeats carry the commit index to followers
     assert c.core("n2").log.commit_index == index

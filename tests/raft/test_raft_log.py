@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.storage.memstore import MemoryLogStore
 from dledger.raft.log import RaftLog
 from dledger.raft.types import Entry, EntryKind
+from dledger.storage.memstore import MemoryLogStore
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("append"), st.integers(0, 6), st.integers(1, 4)),  # (cut back k, n new)

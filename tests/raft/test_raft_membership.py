@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.errors import MembershipChangeError
 from dledger.raft.config import RaftConfig
-from dledger.raft.types import (AppendRequest, Entry, EntryKind, Heartbeat, HeartbeatResponse,
-                                Membership, Role, VoteRequest, VoteResponse)
+from dledger.raft.types import (
+    AppendRequest,
+    Entry,
+    EntryKind,
+    Heartbeat,
+    HeartbeatResponse,
+    Membership,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+from protocol.errors import MembershipChangeError
 from tests.raft import raft_cluster
 from tests.raft.raft_cluster import Cluster
 

@@ -54,7 +54,7 @@ def _quorum_first_with_a_dead_eager_follower() -> tuple[Cluster, str, str]:
 
 
 def test_quorum_first_a_proposal_that_only_a_dead_follower_got_commits_within_two_ticks() -> None:
-    c, eager, other = _quorum_first_with_a_dead_eager_follower()
+    c, _eager, other = _quorum_first_with_a_dead_eager_follower()
     leader = c.core("n1")
     leader.propose(b"waits for the lazy one")
     c.deliver()

@@ -1,6 +1,7 @@
 """The deterministic simulator in CI: a time-boxed sweep over 3- and 5-node groups must find no
 violation, and every canary (a seeded bug) must be caught. Budgets come from the environment:
-DLEDGER_SIM_BUDGET_S (sweep, default 240) and DLEDGER_CANARY_BUDGET_S (each canary, default 300; each stops at its first catch).
+DLEDGER_SIM_BUDGET_S (sweep, default 240) and DLEDGER_CANARY_BUDGET_S (each canary, default 300;
+each stops at its first catch).
 """
 
 from __future__ import annotations

@@ -22,29 +22,29 @@ def test_a_good_trace_passes() -> None:
 
 
 def test_two_leaders_in_one_term_are_reported() -> None:
-    bad = GOOD + [ev("n2", "role", term=1, role="leader")]
+    bad = [*GOOD, ev("n2", "role", term=1, role="leader")]
     assert any("term 1 had leaders" in p for p in traces.check(bad))
 
 
 def test_a_term_going_back_across_a_restart_is_reported() -> None:
-    bad = GOOD + [ev("n1", "start"), ev("n1", "role", term=0, role="follower")]
+    bad = [*GOOD, ev("n1", "start"), ev("n1", "role", term=0, role="follower")]
     assert any("term went back" in p for p in traces.check(bad))
 
 
 def test_two_votes_in_one_term_are_reported() -> None:
-    bad = GOOD + [ev("n1", "start"), ev("n1", "vote", term=1, voted_for="n2")]
+    bad = [*GOOD, ev("n1", "start"), ev("n1", "vote", term=1, voted_for="n2")]
     assert any("voted for" in p for p in traces.check(bad))
 
 
 def test_a_changed_committed_entry_is_reported() -> None:
-    bad = GOOD + [ev("n3", "commit", index=1, term=2, crc=9)]
+    bad = [*GOOD, ev("n3", "commit", index=1, term=2, crc=9)]
     assert any("committed" in p for p in traces.check(bad))
 
 
 def test_commit_going_back_within_a_life_is_reported_but_not_across_restarts() -> None:
-    back = GOOD + [ev("n1", "commit", index=0, term=0, crc=0)]
+    back = [*GOOD, ev("n1", "commit", index=0, term=0, crc=0)]
     assert any("went back" in p for p in traces.check(back))
-    restart = GOOD + [ev("n1", "start"), ev("n1", "commit", index=1, term=1, crc=7)]
+    restart = [*GOOD, ev("n1", "start"), ev("n1", "commit", index=1, term=1, crc=7)]
     assert traces.check(restart) == []
 
 

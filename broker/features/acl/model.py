@@ -17,8 +17,9 @@ node checks each request it serves).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from protocol.auth_rules import check_access_key, check_secret_key
 from protocol.topics import TRACE_TOPIC, is_system_topic

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from broker.features.acl.model import ADMIN, PUB, SUB, Account, Need, permits
 from broker.features.host import BrokerHost

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import bisect
 import struct
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from protocol.topics import SCHEDULE_TOPIC  # RocketMQ's; one queue (0) holds every pending message
 
@@ -238,5 +239,15 @@ class DelayIndex:
         return index
 
 
-__all__ = ["DEFAULT_LEVELS", "DEFAULT_MAX_DELAY_MS", "DelayError", "DelayIndex", "SCHEDULE_TOPIC",
-           "due_of", "parse_levels", "route_run", "schedule_message", "timer_of"]
+__all__ = [
+    "DEFAULT_LEVELS",
+    "DEFAULT_MAX_DELAY_MS",
+    "SCHEDULE_TOPIC",
+    "DelayError",
+    "DelayIndex",
+    "due_of",
+    "parse_levels",
+    "route_run",
+    "schedule_message",
+    "timer_of",
+]

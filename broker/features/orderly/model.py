@@ -21,7 +21,8 @@ Pure and deterministic: applied on every replica from the entries alone.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from protocol.consume_rules import LOCK_LEASE_S, LOCK_RENEW_S, LOCK_TTL_MS
 

@@ -41,8 +41,9 @@ Pure and deterministic: no clock, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 INFLIGHT_MAX = 2048  # offsets of one queue a group may hold invisible at once
 INVISIBLE_MS_MIN = 1_000
@@ -237,5 +238,14 @@ class PopTable:
         return table
 
 
-__all__ = ["INFLIGHT_MAX", "INVISIBLE_MS_MAX", "INVISIBLE_MS_MIN", "InFlight", "POP_CANARIES",
-           "PopConflict", "PopKey", "PopQueue", "PopTable"]
+__all__ = [
+    "INFLIGHT_MAX",
+    "INVISIBLE_MS_MAX",
+    "INVISIBLE_MS_MIN",
+    "POP_CANARIES",
+    "InFlight",
+    "PopConflict",
+    "PopKey",
+    "PopQueue",
+    "PopTable",
+]

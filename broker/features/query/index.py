@@ -25,8 +25,9 @@ import fcntl
 import logging
 import os
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from broker.core.entries import StoredSend
 from broker.core.registry import EntryRegistry

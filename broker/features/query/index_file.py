@@ -27,7 +27,8 @@ import os
 import struct
 import sys
 import zlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from protocol.broker_errors import BrokerError
 

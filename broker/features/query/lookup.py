@@ -12,7 +12,8 @@ of this node: a follower answers from what it has applied, which may lag its lea
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from broker.core.registry import StoredTopics, message_at
 from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC

@@ -12,8 +12,9 @@ which consumers see as the message id of every copy) and ``RECONSUME_TIME``.
 
 A copy's unique key is the original's with the offset message id of the copy sent back
 (``<key>#<offset msg id>``): a send-back retried after a lost answer is stored once (the dedup
-table), while the next failure's send-back, of another stored copy, is a new message. The reconsume count lives only in the
-replicated message, so a new leader continues the count where the old one left it.
+table), while the next failure's send-back, of another stored copy, is a new message. The reconsume
+count lives only in the replicated message, so a new leader continues the count where the old one
+left it.
 """
 
 from __future__ import annotations

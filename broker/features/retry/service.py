@@ -1,8 +1,8 @@
-"""The leader's side of retry and dead letters (``broker.features.retry.model``): a consumer's send-back and an
-operator's dead-letter resend, each read from the commitlog at the named queue offset, copied
-by ``broker.features.retry.model``'s rules, and stored through the send path (delayed through the schedule
-topic when retried). The retry and dead-letter topics are created, with one queue each, by a
-replicated topic entry before their first message. Owns nothing replicated.
+"""The leader's side of retry and dead letters (``broker.features.retry.model``): a consumer's
+send-back and an operator's dead-letter resend, each read from the commitlog at the named queue
+offset, copied by ``broker.features.retry.model``'s rules, and stored through the send path (delayed
+through the schedule topic when retried). The retry and dead-letter topics are created, with one
+queue each, by a replicated topic entry before their first message. Owns nothing replicated.
 
 The canary ``retry_count_lost`` (tests only) counts reconsumes in the leader's memory instead of
 reading the replicated ``RECONSUME_TIME``: a new leader starts from 0 again, so a message

@@ -173,5 +173,16 @@ class TxnTable:
         return table
 
 
-__all__ = ["CHECK_MAX_TOPIC", "COMMIT", "HALF_QUEUE", "HALF_TOPIC", "OpenTxn", "ROLLBACK",
-           "TxnError", "TxnTable", "committed_message", "half_message", "half_of"]
+__all__ = [
+    "CHECK_MAX_TOPIC",
+    "COMMIT",
+    "HALF_QUEUE",
+    "HALF_TOPIC",
+    "ROLLBACK",
+    "OpenTxn",
+    "TxnError",
+    "TxnTable",
+    "committed_message",
+    "half_message",
+    "half_of",
+]

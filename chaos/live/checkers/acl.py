@@ -1,6 +1,6 @@
-"""The checker of access control (``broker.features.acl.model``) over a recorded history: the permission changes
-an admin made (when each was acknowledged) and the sends an account attempted on a topic (when
-each began, how it ended).
+"""The checker of access control (``broker.features.acl.model``) over a recorded history: the
+permission changes an admin made (when each was acknowledged) and the sends an account attempted on
+a topic (when each began, how it ended).
 
 Judged, for a send that began after a change was acknowledged and before the next change began
 (sends overlapping a change may see either side):

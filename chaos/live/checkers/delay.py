@@ -15,8 +15,8 @@ process tests, each with the canaries that must make it fire (``delay_early``,
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ the canaries ``lock_unfenced`` and ``lock_leader_local`` that must make it fire.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
-"""The checker of pop consumption (RocketMQ 5 clients at the gRPC endpoint, ``broker.features.pop.model``) over
-a recorded history: what the producers were told was sent, what the consumers received (when
-each receive call began), and which acks the brokers acknowledged (when each ack returned).
+"""The checker of pop consumption (RocketMQ 5 clients at the gRPC endpoint,
+``broker.features.pop.model``) over a recorded history: what the producers were told was sent, what
+the consumers received (when each receive call began), and which acks the brokers acknowledged (when
+each ack returned).
 
 Judged:
 - loss: a send acknowledged to its producer never received by the group;

@@ -29,8 +29,8 @@ that must make it fire.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 ALWAYS = -1  # a plan: every delivery fails
 

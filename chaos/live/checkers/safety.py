@@ -15,6 +15,7 @@ Pure: no I/O, no clock, no asyncio; sets, dicts and sorts, O(n log n) in the siz
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -218,7 +219,7 @@ def check_producer_fifo(obs: Observed) -> Finding:
             runs[(s.proc, s.queue)].append(s)
     items = [{"proc": proc, "queue": q, "earlier": [a.value, a.offset], "later": [b.value, b.offset]}
              for (proc, q), sends in sorted(runs.items())
-             for a, b in zip(sends, sends[1:]) if (a.offset or 0) >= (b.offset or 0)]
+             for a, b in itertools.pairwise(sends) if (a.offset or 0) >= (b.offset or 0)]
     return _finding(items)
 
 
@@ -387,7 +388,8 @@ def check_run(history: list[dict[str, Any]], replicas: dict[str, Dump], leader_d
     return replace(result, failed_checks=failed, violations=violations + silence_lines)
 
 
-def _violations(r: CheckResult, max_leader_changes: int | None, allow_loss: bool) -> tuple[list[str], list[str]]:
+def _violations(r: CheckResult, max_leader_changes: int | None,
+                allow_loss: bool) -> tuple[list[str], list[str]]:
     failed: list[str] = []
     lines: list[str] = []
     named = _named_findings(r)

@@ -34,8 +34,8 @@ Pure: the caller records and reads the cluster; this only judges.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 COMMIT, ROLLBACK, UNKNOWN = "COMMIT", "ROLLBACK", "UNKNOWN"
 PLANS = ("commit", "rollback", "raise-commit", "unknown-rollback", "unknown-commit")
@@ -203,5 +203,16 @@ def redeliveries(deliveries: Iterable[TxnDelivery]) -> dict[str, int]:
     return dict(extra)
 
 
-__all__ = ["COMMIT", "COMMITTING", "PLANS", "ROLLBACK", "Resolution", "TxnDelivery", "TxnEvent",
-           "TxnStored", "UNKNOWN", "check_transactions", "redeliveries"]
+__all__ = [
+    "COMMIT",
+    "COMMITTING",
+    "PLANS",
+    "ROLLBACK",
+    "UNKNOWN",
+    "Resolution",
+    "TxnDelivery",
+    "TxnEvent",
+    "TxnStored",
+    "check_transactions",
+    "redeliveries",
+]

@@ -26,10 +26,9 @@ from chaos.live.checkers.orderly import Processing
 from chaos.live.checkers.retry import ALWAYS, RetryDelivery, RetrySent, fails
 from client import errors
 from client.consumer.orderly import OrderlyPushConsumer
-from client.producer.producer import Producer
-from client.types import ConsumeStatus
 from client.consumer.push import PushConsumer
-from client.types import Message, ReceivedMessage
+from client.producer.producer import Producer
+from client.types import ConsumeStatus, Message, ReceivedMessage
 from protocol.errors import DLedgerError
 
 DELAY_TOPIC = "chaos-delay"
@@ -67,7 +66,7 @@ async def _pause(stop: asyncio.Event, seconds: float) -> bool:
     """Wait ``seconds`` (the senders' pacing) or until ``stop``; True while not stopped."""
     try:
         await asyncio.wait_for(stop.wait(), seconds)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     return not stop.is_set()
 

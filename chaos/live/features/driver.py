@@ -30,9 +30,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from protocol import broker_kinds as bp
 from broker.features.retry.model import ORIGIN_MESSAGE_ID, RECONSUME_TIME, UNIQ_KEY, dlq_topic
 from chaos.live.checkers.delay import Delivered, check_delayed
+from chaos.live.checkers.orderly import check_orderly
+from chaos.live.checkers.retry import ALWAYS, DeadLetter, check_retries
 from chaos.live.features.clients import (
     DELAY_TOPIC,
     MAX_RECONSUME_TIMES,
@@ -48,16 +49,15 @@ from chaos.live.features.clients import (
     send_orders,
     send_retried,
 )
-from chaos.live.nemesis import find_leader
-from chaos.live.checkers.orderly import check_orderly
-from chaos.live.checkers.retry import ALWAYS, DeadLetter, check_retries
 from chaos.live.features.txn import BROKER_ARGS as TXN_BROKER_ARGS
 from chaos.live.features.txn import TXN_TOPIC, TxnFeature
-from client.consumer.pull import PullConsumer
+from chaos.live.nemesis import find_leader
 from client.consumer.orderly import OrderlyPushConsumer
-from client.producer.producer import Producer
+from client.consumer.pull import PullConsumer
 from client.consumer.push import PushConsumer
+from client.producer.producer import Producer
 from dledger.client import LogClient
+from protocol import broker_kinds as bp
 
 # The seeded broker bugs the features' checkers must catch (given to the brokers as
 # --broker-canary; chaos.live.nemesis.CANARIES names each one's scenario).
@@ -91,7 +91,7 @@ def log_to(path: str) -> Iterator[None]:
 
 def broker_args(canary: str | None) -> tuple[str, ...]:
     args: tuple[str, ...] = ("--delay-levels", DELAY_LEVELS, *TXN_BROKER_ARGS)
-    return args + ("--broker-canary", canary) if canary in BROKER_CANARIES else args
+    return (*args, "--broker-canary", canary) if canary in BROKER_CANARIES else args
 
 
 class Features:
@@ -279,7 +279,7 @@ class Features:
     async def _rows(self, topic: str, queue_id: int) -> list[list[Any]]:
         leader = await find_leader(self.control, self.nodes)
         if leader is None:
-            raise asyncio.TimeoutError("no leader to read from")
+            raise TimeoutError("no leader to read from")
         rows: list[list[Any]] = []
         offset = 0
         while True:  # each round moves on by at least one message, or ends

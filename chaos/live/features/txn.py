@@ -36,7 +36,6 @@ from typing import Any
 
 from broker.features.txn.model import CHECK_MAX_TOPIC, TRANSACTION_ID
 from broker.features.txn.service import CHECK_PERIOD_S
-from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.checkers.txn import (
     COMMITTING,
     Resolution,
@@ -46,11 +45,11 @@ from chaos.live.checkers.txn import (
     check_transactions,
     redeliveries,
 )
+from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.features.txn_producer import TXN_TOPIC, Recorder, load, parse, producer, send_loop
-from client.types import ConsumeStatus
 from client.consumer.push import PushConsumer
 from client.producer.transaction import TransactionProducer
-from client.types import ReceivedMessage
+from client.types import ConsumeStatus, ReceivedMessage
 
 TIMEOUT_S, INTERVAL_S, CHECK_MAX = 2.0, 1.0, 12
 BROKER_ARGS = ("--transaction-timeout-s", f"{TIMEOUT_S:g}", "--transaction-check-interval-s",

@@ -27,8 +27,8 @@ import time
 from dataclasses import asdict
 from typing import IO, Any
 
-from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.checkers.txn import PLANS, TxnEvent
+from chaos.live.features.clients import SEND_ERRORS
 from client.producer.transaction import TransactionProducer, TransactionState
 from client.types import Message, ReceivedMessage
 
@@ -156,7 +156,7 @@ async def send_loop(prod: TransactionProducer, name: str, rec: Recorder, stop: a
             rec.add("sent", send_id, state=r.state.value)
         try:
             await asyncio.wait_for(stop.wait(), SEND_PAUSE_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -186,5 +186,14 @@ if __name__ == "__main__":
     main(sys.argv[1:])
 
 
-__all__ = ["PRODUCER_GROUP", "Recorder", "TXN_TOPIC", "body",
-           "check_answer", "load", "parse", "producer", "send_loop"]
+__all__ = [
+    "PRODUCER_GROUP",
+    "TXN_TOPIC",
+    "Recorder",
+    "body",
+    "check_answer",
+    "load",
+    "parse",
+    "producer",
+    "send_loop",
+]

@@ -90,7 +90,7 @@ def plot_timeline(run: Run, path: str | Path) -> None:
     ax_lat.set_ylabel("ack latency (ms)")
 
     # (2) acknowledgements per second
-    bins = int(math.ceil(t_end))
+    bins = math.ceil(t_end)
     counts = [0] * (bins + 1)
     for t, _ in acks:
         if t >= 0:

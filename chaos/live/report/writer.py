@@ -25,7 +25,7 @@ from chaos.live.report.cells import png_names, summarize
 from chaos.live.report.tables import render_markdown
 from chaos.live.report.timeline import plot_timeline
 
-__all__ = ["write_report", "render_markdown", "plot_timeline", "png_names", "summarize"]
+__all__ = ["plot_timeline", "png_names", "render_markdown", "summarize", "write_report"]
 
 
 # ---------------------------------------------------------------------------------------------
