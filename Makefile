@@ -23,12 +23,15 @@ install-dev: $(BIN)/python
 up: install
 	$(BIN)/dledger up
 
-# The whole test suite, including the simulator sweep (time-boxed) and canaries.
+# The whole test suite, including the simulator sweep (time-boxed) and canaries, on
+# PYTEST_WORKERS processes (pytest-xdist: a module's tests on one worker, each live chaos run on
+# its own; tests/conftest.py), the 25 slowest printed at the end.
+PYTEST_WORKERS ?= 3
 test: install-dev
 	$(BIN)/ruff check protocol bench dledger broker namesrv client chaos cli tests examples
 	$(BIN)/mypy --strict client protocol
 	$(BIN)/mypy dledger broker namesrv chaos cli bench examples
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 sim: install-dev
 	$(BIN)/python -m chaos.sim --seeds 0-999 --nodes 3,5

@@ -1,7 +1,7 @@
 """The broker benchmark (``dledger bench``): a fresh NameServer + 3-node broker group in both flush
 modes, and NATS JetStream R3 (three ``nats-server`` processes, a file stream with 3 replicas) side
-by side in one run, over the workloads of BENCH.md: sync, 64 concurrent, batch/pipelined, consume,
-64 concurrent over N topics (BENCH.md's growth workload; NATS: one stream with N subjects, as
+by side in one run, over the workloads of docs/performance.md: sync, 64 concurrent, batch/pipelined, consume,
+64 concurrent over N topics (the growth workload of docs/performance.md; NATS: one stream with N subjects, as
 our N topics share one group's log), and (ours) failover (``bench.failover``). Our servers
 run with the node options given (``--busy-poll-us``, ``--quorum-first``; by default the node's
 defaults), stated in the output. Prints a table with ratios to NATS, the server processes' CPU

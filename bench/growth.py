@@ -1,4 +1,4 @@
-"""What a backlog costs a broker (BENCH.md's growth workload, issue 19 item 5; a tool, not a
+"""What a backlog costs a broker (the growth workload of docs/performance.md, issue 19 item 5; a tool, not a
 test): ``python -m bench.growth --messages 100000,1000000``.
 
 For each backlog size: a fresh NameServer and 3-node group (async flush, to fill it quickly;

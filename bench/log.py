@@ -6,7 +6,7 @@
     python -m bench.log --json out.json       # also save the figures
     python -m bench.log --repeats 5           # each row the median of 5 alternating runs
 
-Workloads (BENCH.md): "one" = one proposer awaiting each commit; "inflight" = 64 proposers in
+Workloads (docs/performance.md): "one" = one proposer awaiting each commit; "inflight" = 64 proposers in
 flight for dledger, 1,000 calls in flight for pysyncobj (its best case). Prints a table with
 ratios to pysyncobj and checks the targets of the replicated-log issue. It also measures the
 disk (one entry's write and fdatasync with 1, 2 and 3 processes flushing at once, see

@@ -1,5 +1,5 @@
 """The client library's exceptions: one hierarchy, retriable and non-retriable branches, and a
-timeout whose commit outcome is unknown (DESIGN.md section 6)."""
+timeout whose commit outcome is unknown (docs/design.md)."""
 
 from __future__ import annotations
 

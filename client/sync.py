@@ -1,5 +1,5 @@
 """Blocking versions of the producer and the consumers, with the same method names: each runs its
-async twin on a private event loop in a thread (DESIGN.md section 6), and each is a context
+async twin on a private event loop in a thread (docs/design.md), and each is a context
 manager (``with SyncProducer(ns) as p: ...``). A call after ``close()`` raises
 ``ClientClosedError`` at once (the private loop is gone).
 

@@ -1,6 +1,76 @@
-"""Test-wide setup. Hypothesis is imported here, before any test starts a thread: CPython 3.11
-can raise "AST constructor recursion depth mismatch" when pytest's assertion rewriting compiles
-a lazily imported plugin module while another thread compiles code at the same time."""
+"""Test-wide setup.
+
+Hypothesis is imported here, before any test starts a thread: CPython 3.11 can raise "AST
+constructor recursion depth mismatch" when pytest's assertion rewriting compiles a lazily
+imported plugin module while another thread compiles code at the same time.
+
+Run in parallel (``make test``: pytest-xdist, ``--dist loadgroup``), a module's tests stay on one
+worker, since many share a module's cluster; but each live chaos run is a group of its own, so
+that they spread over the workers. The longest work is collected first, so that no worker is
+left with a long run at the end: the live chaos runs (their canaries first), then the modules
+with tests marked ``slow`` (real processes), then the rest.
+
+A time-boxed test says how much it ran with the ``ran`` fixture: its lines travel with the
+test's report (from any worker) and are printed together at the end of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
 
 import hypothesis
-import hypothesis.internal.conjecture.providers  # noqa: F401
+import hypothesis.internal.conjecture.providers
+import pytest
+
+LIVE_CHAOS_PREFIX = "tests.chaos.test_chaos_"  # scenarios, tls, canaries, membership
+# The longest live runs, started first (a minute of faults, or a canary run to the end).
+LONGEST_FIRST = ("test_membership_changes_under_kills_and_isolation", "test_seeded_bug_is_caught")
+
+
+def _module(item: pytest.Item) -> str:
+    module = getattr(item, "module", None)
+    return module.__name__ if module is not None else item.nodeid
+
+
+def _is_live_chaos(item: pytest.Item) -> bool:
+    return _module(item).startswith(LIVE_CHAOS_PREFIX) and item.get_closest_marker("slow") is not None
+
+
+def _order(item: pytest.Item) -> int:
+    if _is_live_chaos(item):
+        return 0 if item.name.startswith(LONGEST_FIRST) else 1
+    return 2 if item.get_closest_marker("slow") is not None else 3
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank: dict[str, int] = {}  # a module's items stay together: its rank is its longest item's
+    for item in items:
+        rank[_module(item)] = min(rank.get(_module(item), 3), _order(item))
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = item.nodeid if _is_live_chaos(item) else _module(item)
+            item.add_marker(pytest.mark.xdist_group(group))
+    # (stable: within a rank, the files' own order)
+    items.sort(key=lambda it: _order(it) if _is_live_chaos(it) else rank[_module(it)])
+
+
+@pytest.fixture
+def ran(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """``ran(text)``: a line of how much this test ran, printed at the end of the run."""
+    def say(text: str) -> None:
+        request.node.user_properties.append(("ran", text))
+    return say
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = [f"{report.nodeid}\n    " + str(value).replace("\n", "\n    ")
+             for reports in terminalreporter.stats.values() for report in reports
+             if getattr(report, "when", "") == "call"
+             for key, value in getattr(report, "user_properties", ()) if key == "ran"]
+    if lines:
+        terminalreporter.section("how much the time-boxed tests ran")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+__all__ = ["hypothesis", "ran"]

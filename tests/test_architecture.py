@@ -1,5 +1,5 @@
 """Keeps the pure modules pure: the Raft core and the broker's state machine import nothing with
-I/O, time or global randomness (DESIGN.md sections 1 and 8). Checked on the source, so a lazy
+I/O, time or global randomness (docs/design.md). Checked on the source, so a lazy
 import inside a function counts."""
 
 from __future__ import annotations

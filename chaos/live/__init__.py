@@ -1,2 +1,2 @@
-"""The live chaos harness (CHAOS.md layer L2): real broker processes, every peer link through its
+"""The live chaos harness (docs/testing.md): real broker processes, every peer link through its
 own fault proxy, process and disk faults, a recorded client history, offline checkers, a report."""

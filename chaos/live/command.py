@@ -49,7 +49,7 @@ def plan(scenarios: tuple[str, ...], all_: bool, ci: bool, canaries: tuple[str, 
 
 @click.group()
 def chaos() -> None:
-    """Live chaos scenarios on real processes (CHAOS.md 4.4)."""
+    """Live chaos scenarios on real processes (docs/testing.md)."""
 
 
 @chaos.command("run")

@@ -1,4 +1,4 @@
-"""The fault schedules of CHAOS.md 4.4 (S0-S15, and S16: issue 16's silent leader), each a
+"""The fault schedules of docs/testing.md (S0-S15, and S16: issue 16's silent leader), each a
 coroutine driven by one seeded RNG.
 
 A schedule runs until its deadline, records every fault it starts and stops in the history
@@ -398,7 +398,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")
 
-# Seeded bugs (CHAOS.md 4.7) and the scenario that must catch each.
+# Seeded bugs (docs/testing.md) and the scenario that must catch each.
 CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "commit_without_quorum": ("S1", {}),  # ack on the leader's own copy: lost after isolation
     # acknowledge from the page cache, fsync later (async flush, as DLedger does by default):

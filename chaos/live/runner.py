@@ -1,4 +1,4 @@
-"""Runs one live chaos scenario end to end (CHAOS.md 4.2 and 4.4) and returns its result record:
+"""Runs one live chaos scenario end to end (docs/testing.md) and returns its result record:
 
 start the cluster (every link through a proxy) -> create the topic -> start producers and
 consumers (and, where the scenario has them, the messaging features: ``chaos.live.features.driver``)

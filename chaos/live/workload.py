@@ -1,4 +1,4 @@
-"""The client side of a live chaos run (CHAOS.md 4.2): the recorded history, producers, consumers,
+"""The client side of a live chaos run (docs/testing.md): the recorded history, producers, consumers,
 and the final drain of every replica.
 
 - ``History``: one JSON object per event (Appendix A's format; ``t`` is wall-clock seconds, as the

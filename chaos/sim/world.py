@@ -1,5 +1,5 @@
 """The simulated world: Raft cores with in-memory disks, a lossy network, faults and clients,
-all driven by one seed (DESIGN.md section 7.2, CHAOS.md 4.6).
+all driven by one seed (docs/design.md, docs/testing.md).
 
 Owns the node shell (the same Ready contract as the runtime: persist, fsync, send, apply,
 advance), the network (drop, delay, duplicate, reorder, partitions of several shapes), crashes

@@ -1,10 +1,10 @@
 """A Toxiproxy-compatible fault proxy server (asyncio) and a checked client wrapper.
 
-The chaos suite drives network faults through the Toxiproxy 2.x HTTP API (see
-shared/TOXIPROXY.md); no Toxiproxy binary is installable here, so this package implements the
-server: ``ToxiproxyServer`` (embedded, asyncio), ``ServerThread`` (for synchronous code) and
-``python -m chaos.toxiproxy`` (standalone). ``client.ToxiproxyClient`` wraps toxiproxy-python and
-honours ``TOXIPROXY_URL`` to run the same tests against a real Toxiproxy.
+The chaos suite drives network faults through the Toxiproxy 2.x HTTP API (docs/toxiproxy.md); no
+Toxiproxy binary is installable here, so this package implements the server: ``ToxiproxyServer``
+(embedded, asyncio), ``ServerThread`` (for synchronous code) and ``python -m chaos.toxiproxy``
+(standalone). ``client.ToxiproxyClient`` wraps toxiproxy-python and honours ``TOXIPROXY_URL`` to run
+the same tests against a real Toxiproxy.
 """
 
 from chaos.toxiproxy.errors import (

@@ -1,6 +1,6 @@
 """The HTTP API of Toxiproxy 2.x on aiohttp: routing, middleware and reply shapes.
 
-Owns the wire form of TOXIPROXY.md sections 3.1 and 3.3: the routes and their status codes,
+Owns the wire form of docs/toxiproxy.md: the routes and their status codes,
 compact JSON success bodies, ``{"error": msg, "status": code}\\n`` error bodies served as
 text/plain, Go's ``404 page not found`` for unknown paths and an empty 405 for a wrong method,
 the browser User-Agent guard (403), the 25 s handler cap (503) and the request-id header. All

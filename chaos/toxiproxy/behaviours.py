@@ -1,4 +1,4 @@
-"""What each toxic type does to the chunks of one link (TOXIPROXY.md section 3.6).
+"""What each toxic type does to the chunks of one link (docs/toxiproxy.md).
 
 Owns one coroutine per type. Each takes chunks from its stage one at a time, in order, and
 returns once it has passed end-of-stream on or ended the stream itself. A behaviour must keep
@@ -70,7 +70,7 @@ async def bandwidth(stage: Stage) -> None:
             return
         if rate == 0:
             # Held until the toxic is updated or removed: that cancels this wait and the stage
-            # hands the held chunk on (TOXIPROXY.md 3.6). No deadline on purpose.
+            # hands the held chunk on (docs/toxiproxy.md). No deadline on purpose.
             await asyncio.Event().wait()
         data, piece_bytes = chunk.data, rate * 100
         while len(data) > piece_bytes:

@@ -1,6 +1,6 @@
 """A thin, checked wrapper around toxiproxy-python for the chaos suite.
 
-Owns the fixes for the client's gaps listed in TOXIPROXY.md section 2.4: every call has a timeout,
+Owns the fixes for the client's gaps listed in docs/toxiproxy.md: every call has a timeout,
 every non-2xx status raises (400/404/409 keep toxiproxy-python's ``InvalidToxic``/``NotFound``/
 ``ProxyExists``; any other failure, e.g. a 500 bind error, raises ``ToxiproxyApiError``), proxies
 are addressed by name, toxics can be updated, ``populate`` uses the server's ``/populate``, and

@@ -1,6 +1,6 @@
 """Decoding of API request bodies: JSON parsing and typed field access with Go-like strictness.
 
-Owns the rules of TOXIPROXY.md section 3.1: bodies are JSON whatever the Content-Type, unknown keys
+Owns the rules of docs/toxiproxy.md: bodies are JSON whatever the Content-Type, unknown keys
 are ignored, a missing or null field keeps its default, and a type mismatch (including a
 non-integer number where an integer is expected) is a 400 ``bad request body: ...``. Every
 failure raises ``BadRequestError``; nothing here knows about proxies, sockets or HTTP.

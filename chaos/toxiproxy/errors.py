@@ -1,7 +1,7 @@
 """Named errors of the Toxiproxy-compatible server.
 
 Owns the mapping from a failed operation to the HTTP status and message that Toxiproxy 2.x
-returns for it (TOXIPROXY.md section 3.3). Raised by the registry and the request decoders;
+returns for it (docs/toxiproxy.md). Raised by the registry and the request decoders;
 turned into an HTTP reply only by ``api``. Must not know anything about HTTP framing.
 """
 

@@ -1,6 +1,6 @@
 """The plumbing of one direction of a proxied connection: chunks, inboxes, reader and writer.
 
-Owns the hand-off between pipeline stages (TOXIPROXY.md section 3.5): a chunk is a piece of data
+Owns the hand-off between pipeline stages (docs/toxiproxy.md): a chunk is a piece of data
 stamped with its arrival time, or the end-of-stream marker; each stage has a bounded ``Inbox``;
 an ``Emitter`` looks its target up again every time it waits, so a stage can be inserted or
 removed while data flows. The ``Reader`` turns a socket into chunks (at most 32 KiB) and the

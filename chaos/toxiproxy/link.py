@@ -2,7 +2,7 @@
 
 Owns, per connection, the ``upstream`` link (client -> server) and the ``downstream`` link
 (server -> client), each a pipeline reader -> toxic stages -> writer, and the live rewiring of
-those pipelines when toxics are added, updated or removed (TOXIPROXY.md sections 3.5 and 3.7).
+those pipelines when toxics are added, updated or removed (docs/toxiproxy.md).
 Also owns how a connection ends: when either writer closes its socket, the other side's reader
 sees EOF and the end travels back through the other link's toxics; once both writers are closed
 every task of the connection is cancelled. ``abort`` (disable/delete) and ``reset`` (RST) cut it

@@ -1,6 +1,6 @@
 """One proxy: its listening socket, its toxics, and the connections it is carrying.
 
-Owns the lifecycle of TOXIPROXY.md section 3.4: bind ``listen`` (port 0 picks one; the bound
+Owns the lifecycle of docs/toxiproxy.md: bind ``listen`` (port 0 picks one; the bound
 address is reported and reused on re-enable), accept a client, dial ``upstream`` and join the two
 with a ``Connection``; stop = close the listener (new connects are refused) and abort every open
 connection. Owns the proxy's toxic list (upstream and downstream, in insertion order) and applies

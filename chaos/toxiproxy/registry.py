@@ -1,6 +1,6 @@
 """The set of proxies and every operation the API performs on it, with Toxiproxy's checks.
 
-Owns name uniqueness, the order in which a request is checked (TOXIPROXY.md section 3.3: body,
+Owns name uniqueness, the order in which a request is checked (docs/toxiproxy.md: body,
 required fields, conflicts, then binding), proxy updates (restart on a changed listen or
 upstream, compared after resolving), ``populate`` and ``reset``. Every failure is a named
 ``ApiError``; turning results into HTTP replies is ``api``'s job. Operations are serialised by

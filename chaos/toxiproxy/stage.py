@@ -3,7 +3,7 @@
 Owns the per-(link, toxic) run state: the inbox, the chunk currently ``held`` (taken from the
 inbox but not yet fully passed on), the per-link ``state`` that survives restarts (limit_data's
 byte count), the toxicity draw, and the stop/restart protocol used for live updates and removal
-(TOXIPROXY.md section 3.7). The behaviour of each toxic type lives in ``behaviours``; the wiring of
+(docs/toxiproxy.md). The behaviour of each toxic type lives in ``behaviours``; the wiring of
 stages into a link lives in ``link``.
 """
 
@@ -59,7 +59,7 @@ class Stage(Emitter, Receiver):
         self.active = self._draw_toxicity()
 
     def _draw_toxicity(self) -> bool:
-        """Whether the real toxic runs on this link (drawn once per start, TOXIPROXY.md 3.5)."""
+        """Whether the real toxic runs on this link (drawn once per start, docs/toxiproxy.md)."""
         toxicity = self.spec.toxicity
         if toxicity >= 1.0:
             return True

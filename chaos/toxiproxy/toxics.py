@@ -1,6 +1,6 @@
 """Toxic definitions: the types, their attributes, request decoding and JSON shape.
 
-Owns what a toxic *is* (TOXIPROXY.md sections 3.2, 3.3 and 3.6): the attribute names of each type
+Owns what a toxic *is* (docs/toxiproxy.md): the attribute names of each type
 (all integers, defaulting to 0), the default name ``<type>_<stream-as-sent>``, the float32
 toxicity, the merge rule of updates, and the value checks for inputs that crash Go's server
 (negative bandwidth, a slicer that never stops slicing). It does not run toxics: the data plane
@@ -129,7 +129,7 @@ def merge_attributes(toxic_type: str, base: dict[str, int],
 
 
 def _check_values(toxic_type: str, attributes: dict[str, int]) -> None:
-    """Reject the values that make Go's server crash or loop forever (TOXIPROXY.md 3.6)."""
+    """Reject the values that make Go's server crash or loop forever (docs/toxiproxy.md)."""
     if toxic_type == "bandwidth" and attributes["rate"] < 0:
         raise bad_body("bandwidth: rate must not be negative")
     if toxic_type == "slicer":

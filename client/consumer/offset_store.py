@@ -3,7 +3,7 @@ LocalFileOffsetStore): in broadcasting every member reads every queue, so progre
 member, not to the group on the broker. One JSON file per client id and consumer group under a
 directory (default ``~/.dledger/offsets``): ``<dir>/<client_id>/<group>.json``.
 
-This is the one place the library writes files (DESIGN.md section 6 says it never does; this is
+This is the one place the library writes files (docs/design.md says it never does; this is
 the documented exception, because RocketMQ's broadcasting semantics need it). The file is written
 atomically (a temporary file, fsync, rename, fsync of the directory), so a crash leaves the old
 or the new progress, never a torn one. A lock (``flock``) on ``<group>.json.lock`` keeps a second

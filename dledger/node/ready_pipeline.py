@@ -1,5 +1,5 @@
 """The Ready pipeline of a node: persist -> send -> apply -> advance, with the durability contract
-of DESIGN.md section 1 (a Ready's hard state and entries are written, and fsynced when it must
+of docs/design.md (a Ready's hard state and entries are written, and fsynced when it must
 sync, before any of its messages leaves; committed entries are applied in order after that).
 
 Owns how each Ready's fsync happens (``_sync_plan``: none, inline, spin-waited, awaited while

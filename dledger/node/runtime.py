@@ -1,7 +1,7 @@
 """The node runtime: one asyncio task owns a Raft core and drives it
 (tick -> step -> ready -> persist -> send -> apply -> advance), around its log store, hard-state
 store and transport (given to it, or its own files and TCP links: ``dledger.node.seams``). This
-is the imperative shell of DESIGN.md section 2.
+is the imperative shell of docs/design.md
 
 ``Node`` is made of parts, each a module: ``node_config`` (configuration and the values the API
 hands out), ``node_base`` (the fields the parts share), ``seams`` (what it runs on), ``proposals``

@@ -1,5 +1,5 @@
 """A node's event trace: one JSON object per line, appended and flushed at each event, kept
-across restarts (CHAOS.md appendix A). Written by the runtime when asked (tests and chaos runs),
+across restarts (docs/testing.md). Written by the runtime when asked (tests and chaos runs),
 read by ``chaos.traces`` to check Raft's invariants on real processes.
 
 Events: ``start`` (a process life begins), ``role`` (term, role), ``vote`` (term, voted_for, once

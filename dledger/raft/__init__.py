@@ -1,4 +1,4 @@
-"""The Raft consensus core: pure, deterministic, no I/O (see DESIGN.md section 1)."""
+"""The Raft consensus core: pure, deterministic, no I/O (see docs/design.md)."""
 
 from dledger.raft.types import (
     AppendRequest,

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from chaos.live.runner import RunConfig, run_scenario
 
@@ -49,27 +48,28 @@ FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_co
                     "txn_half_visible", "txn_forget")
 
 
-def run_live(tmp_path: Path, scenario: str, canary: str | None = None, duration_s: float = DURATION_S,
-         quiet_s: float = 3.0, recovery_s: float = 5.0,
-         capsys: pytest.CaptureFixture[str] | None = None, seed: int = SEED,
-         features: bool | None = None, tls: bool = False) -> dict[str, Any]:
+def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
+             duration_s: float = DURATION_S, quiet_s: float = 3.0, recovery_s: float = 5.0,
+             ran: Callable[[str], None] | None = None, seed: int = SEED,
+             features: bool | None = None, tls: bool = False) -> dict[str, Any]:
+    """One run, its report returned; ``ran`` (the tests' fixture) is told how much it ran."""
     lines: list[str] = []
     cfg = RunConfig(scenario, seed, duration_s, str(tmp_path), canary, quiet_s=quiet_s,
                     recovery_s=recovery_s, features=features, tls=tls)
     run = asyncio.run(run_scenario(cfg, say=lines.append))
     print("\n".join(lines))  # the fault timeline, shown when a run fails
-    ran = [f"{scenario}{'/' + canary if canary else ''}: {duration_s:g} s of faults, "
+    lines_ran = [f"{scenario}{'/' + canary if canary else ''}: {duration_s:g} s of faults, "
            f"{run['wall_s']} s wall, {run['check'].get('ok', 0)} acknowledged, {run['verdict']}"]
     feats = run.get("features")
     if feats:  # how much of the features ran
         d, o, r = feats["delay"], feats["orderly"], feats["retry"]
-        ran.append(f"  features: delayed {d['acked']} acked / {d['delivered']} delivered; "
+        lines_ran.append(f"  features: delayed {d['acked']} acked / {d['delivered']} delivered; "
                    f"ordered {o['acked']} acked / {o['processed']} processed, {o['rejoins']} "
                    f"rejoins; retried {r['acked']} acked / {r['consumed']} consumed / "
                    f"{r['dead_letters']} dead letters ({r['deliveries']} deliveries); work ended "
                    f"{feats['finished_in_s']} s after the stop")
         t = feats.get("txn") or {}
-        ran.append(f"  transactions: {t.get('sent')} sent / {t.get('halves')} halves / "
+        lines_ran.append(f"  transactions: {t.get('sent')} sent / {t.get('halves')} halves / "
                    f"{t.get('committed')} committed / {t.get('rolled_back')} rolled back, "
                    f"{t.get('resolved_by_check')} resolved by check-back "
                    f"({t.get('resolved_for_another')} for another producer), "
@@ -77,9 +77,7 @@ def run_live(tmp_path: Path, scenario: str, canary: str | None = None, duration_
                    f"redeliveries {t.get('redeliveries')}; none open "
                    f"{t.get('resolved_in_s')} s after the stop (bound {t.get('bound_s')} s), "
                    f"slowest check-back decision {t.get('slowest_check_s')} s after its half")
-    if capsys is None:
-        print("\n".join(ran))
-    else:
-        with capsys.disabled():  # in the CI log: how much ran
-            print("\n" + "\n".join(ran))
+    print("\n".join(lines_ran))
+    if ran is not None:  # in the CI log: how much ran
+        ran("\n".join(lines_ran))
     return run

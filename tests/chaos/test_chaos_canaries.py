@@ -4,6 +4,7 @@ faults: each is caught within its first fault)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,10 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("canary", sorted(set(CANARIES) - {"stale_leader",  # its own tests below
                                                            "membership_forget_on_restart"}))
 def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+                                             ran: Callable[[str], None]) -> None:
     scenario = CANARIES[canary][0]
     duration_s = FEATURE_CANARY_DURATION_S if canary in FEATURE_CANARIES else DURATION_S
-    run = run_live(tmp_path, scenario, canary, duration_s=duration_s, capsys=capsys)
+    run = run_live(tmp_path, scenario, canary, duration_s=duration_s, ran=ran)
     assert run["verdict"] == "FAIL", f"canary {canary} was not caught by {scenario}"
     fired = [v for v in run["violations"] if v.startswith(CANARY_DETECTORS[canary])]
     assert fired, f"{canary}: expected {CANARY_DETECTORS[canary]}, got {run['violations'][:5]}"

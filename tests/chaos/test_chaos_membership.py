@@ -4,6 +4,7 @@ with a restarted node forgetting the changes its log holds, the checkers find th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,12 +24,12 @@ MEMBERSHIP_SEED = int(os.environ.get("DLEDGER_CHAOS_MEMBERSHIP_SEED", "3"))
 
 @pytest.mark.parametrize("canary", [None, "membership_forget_on_restart"])
 def test_membership_changes_under_kills_and_isolation(canary: str | None, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+                                                      ran: Callable[[str], None]) -> None:
     """S17 (issue 19, item 6): nodes added and removed one at a time while members are killed
     and isolated, removed nodes left running; the usual checkers find nothing. With a restarted
     node forgetting the changes its log holds, they find the split brain it causes."""
     run = run_live(tmp_path, "S17", canary, duration_s=MEMBERSHIP_CANARY_DURATION_S if canary
-               else DURATION_S, capsys=capsys, seed=MEMBERSHIP_SEED)
+               else DURATION_S, ran=ran, seed=MEMBERSHIP_SEED)
     if canary is None:
         assert run["violations"] == [], "\n".join(run["violations"][:10])
         assert run["faults"].get("add-node", 0) >= 1 and run["faults"].get("remove-node", 0) >= 1

@@ -5,6 +5,7 @@ messages) and their checkers. And S16: a producer leaves a silent leader at once
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("scenario", CI_SUBSET)
 def test_scenario_has_no_safety_violation(scenario: str, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
-    run = run_live(tmp_path, scenario, capsys=capsys)
+                                          ran: Callable[[str], None]) -> None:
+    run = run_live(tmp_path, scenario, ran=ran)
     check = run["check"]
     assert run["violations"] == [], "\n".join(run["violations"][:10])
     assert run["faults"], "the schedule injected no fault"

@@ -3,6 +3,7 @@ links (the proxies forward the TLS bytes): each scenario without the features, 1
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,9 @@ TLS_DURATION_S = min(DURATION_S, 12.0)
 
 @pytest.mark.parametrize("scenario", TLS_SUBSET)
 def test_scenario_with_tls_on_peer_links_has_no_safety_violation(
-        scenario: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        scenario: str, tmp_path: Path, ran: Callable[[str], None]) -> None:
     assert scenario in CI_SUBSET
-    run = run_live(tmp_path, scenario, duration_s=TLS_DURATION_S, capsys=capsys, features=False,
+    run = run_live(tmp_path, scenario, duration_s=TLS_DURATION_S, ran=ran, features=False,
                tls=True)
     check = run["check"]
     assert run["verdict"] == "PASS" and run["violations"] == [], "\n".join(run["violations"][:10])

@@ -1,5 +1,5 @@
 """The checked wrapper ``chaos.toxiproxy.client``: it raises where toxiproxy-python swallows a
-failure (TOXIPROXY.md 2.4), addresses proxies by name, updates toxics, and honours TOXIPROXY_URL.
+failure (docs/toxiproxy.md), addresses proxies by name, updates toxics, and honours TOXIPROXY_URL.
 Also the embedded server's ``-config`` loading.
 """
 

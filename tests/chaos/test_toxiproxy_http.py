@@ -1,5 +1,5 @@
 """Golden tests of the HTTP API: status code, headers and body shape of every endpoint and error,
-as TOXIPROXY.md section 3.3 gives them for Toxiproxy 2.12 (error strings as upstream api_test.go
+as docs/toxiproxy.md gives them for Toxiproxy 2.12 (error strings as upstream api_test.go
 asserts them). Runs against $TOXIPROXY_URL when set, else an embedded server.
 """
 

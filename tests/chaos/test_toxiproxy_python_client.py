@@ -1,6 +1,6 @@
 """Every call of toxiproxy-python 0.1.1 (the PyPI client, used as is) against our server.
 
-The checklist is TOXIPROXY.md section 5.1: each result is what a real Toxiproxy 2.x gives. Set
+The checklist is docs/toxiproxy.md: each result is what a real Toxiproxy 2.x gives. Set
 TOXIPROXY_URL to run the same tests against a real Toxiproxy instead of the embedded one.
 """
 

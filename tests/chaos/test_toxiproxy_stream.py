@@ -2,7 +2,7 @@
 
 The stream test ports the idea of Go's TestToxicAddRemove: about 1 MB is echoed through one open
 connection while toxics are added, updated and removed on both streams, and the echo must be
-byte-exact (removal flushes held data, TOXIPROXY.md 3.7). Then: the embedded asyncio API
+byte-exact (removal flushes held data, docs/toxiproxy.md). Then: the embedded asyncio API
 (``ToxiproxyServer`` in ``asyncio.run``) and the command ``python -m chaos.toxiproxy``.
 """
 

@@ -1,4 +1,4 @@
-"""Data-plane behaviour of each toxic on loopback (TOXIPROXY.md sections 3.5 to 3.7).
+"""Data-plane behaviour of each toxic on loopback (docs/toxiproxy.md).
 
 Tolerances are generous: the machine has 2 shared cores. Every wait has a deadline; nothing
 sleeps to wait for a condition. Set TOXIPROXY_URL to run against a real Toxiproxy.

@@ -8,8 +8,15 @@ from typing import Any
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.frontends.grpc.codec import (PROP_BORN_HOST, PROP_DELIVER_MS, PROP_MESSAGE_GROUP, GatewayError,
-                               code_of, inbound, outbound)
+from broker.frontends.grpc.codec import (
+    PROP_BORN_HOST,
+    PROP_DELIVER_MS,
+    PROP_MESSAGE_GROUP,
+    GatewayError,
+    code_of,
+    inbound,
+    outbound,
+)
 from client import errors
 
 NOW_MS = 1_800_000_000_000

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message as RmqMessage
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from rocketmq import Message as RmqMessage
 from rocketmq import Producer as RmqProducer
-from rocketmq import SimpleConsumer
 
 from chaos.live.checkers.pop import Ack, Delivery, PopVerdict, check_pop
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
-from tests.clusters import namesrv_group
 from tests.broker.test_broker_processes import _wait_leader
+from tests.clusters import namesrv_group
 from tests.frontends.test_grpc_gateway import grpc_endpoints
 
 pytestmark = pytest.mark.slow
@@ -63,7 +63,7 @@ def produce(endpoints: str, h: History) -> None:
             k += 1
             try:
                 receipt = producer.send(m)
-            except Exception:  # noqa: BLE001 - an outcome unknown: not counted as sent
+            except Exception:
                 with h.lock:
                     h.send_failures += 1
                 continue
@@ -82,7 +82,7 @@ def consume(endpoints: str, h: History) -> None:
             began = time.monotonic()
             try:
                 messages = consumer.receive(32, INVISIBLE_S)
-            except Exception:  # noqa: BLE001 - a receive under the fault: try again
+            except Exception:
                 continue
             with h.lock:
                 h.deliveries += [Delivery(m.message_id, began, m.delivery_attempt or 1)
@@ -90,7 +90,7 @@ def consume(endpoints: str, h: History) -> None:
             for m in messages:
                 try:
                     consumer.ack(m)
-                except Exception:  # noqa: BLE001 - not acknowledged: it may come again
+                except Exception:
                     with h.lock:
                         h.ack_failures += 1
                     continue

@@ -12,18 +12,29 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import pytest
-from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression,
-                      Message as RmqMessage, MessageListener, Producer as RmqProducer,
-                      PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    MessageListener,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+from rocketmq import Message as RmqMessage
+from rocketmq import Producer as RmqProducer
 
-from protocol import broker_kinds as bp
 from client import Message, Producer, PullConsumer, ReceivedMessage
 from dledger.client import LogClient
+from protocol import broker_kinds as bp
 from tests.clusters import namesrv_group
 
 pytestmark = pytest.mark.slow

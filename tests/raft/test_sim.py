@@ -7,6 +7,7 @@ each stops at its first catch).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -18,16 +19,11 @@ SWEEP_SEEDS = int(os.environ.get("DLEDGER_SIM_SEEDS", "500"))  # per group size
 MIN_SEEDS = 500
 
 
-def _say(capsys: pytest.CaptureFixture[str], text: str) -> None:
-    with capsys.disabled():
-        print(f"\n{text}")
-
-
 @pytest.mark.slow
-def test_sim_sweep_3_and_5_nodes_finds_no_violation(capsys: pytest.CaptureFixture[str]) -> None:
+def test_sim_sweep_3_and_5_nodes_finds_no_violation(ran: Callable[[str], None]) -> None:
     jobs = [(seed, size, None) for seed in range(SWEEP_SEEDS) for size in (3, 5)]
     summary = sweep(jobs, SWEEP_BUDGET_S, workers=2)
-    _say(capsys, summary.line())
+    ran(summary.line())
     assert not summary.failures, "\n\n".join(r.report() for r in summary.failures[:3])
     assert summary.ran >= min(MIN_SEEDS, len(jobs)), f"only {summary.ran} seeds ran in the budget"
     assert summary.acked > summary.ran * 10, "too few proposals were acknowledged to mean much"
@@ -35,11 +31,11 @@ def test_sim_sweep_3_and_5_nodes_finds_no_violation(capsys: pytest.CaptureFixtur
 
 @pytest.mark.slow
 @pytest.mark.parametrize("canary", sorted(CANARIES))
-def test_sim_catches_canary(canary: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sim_catches_canary(canary: str, ran: Callable[[str], None]) -> None:
     jobs = [(seed, size, canary) for seed in range(5000) for size in (3, 5)]
     summary = sweep(jobs, CANARY_BUDGET_S, workers=2, stop_on_failure=True)
     caught = summary.failures[0] if summary.failures else None
-    _say(capsys, f"canary {canary}: "
+    ran(f"canary {canary}: "
                  + (f"caught by {caught.invariant} at seed {caught.seed} ({caught.nodes} nodes) "
                     f"after {summary.ran} seeds, {summary.elapsed_s:.1f} s" if caught
                     else f"NOT caught in {summary.ran} seeds"))

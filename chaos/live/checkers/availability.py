@@ -1,4 +1,4 @@
-"""Liveness measurements of one live chaos run (CHAOS.md 4.5 item 11 and 4.9 tables 3-4): ack
+"""Liveness measurements of one live chaos run (docs/testing.md): ack
 counts, ack latency, windows without acks, recovery after the heal, time to the next ack after each
 fault, ack rates inside and outside fault windows, and leadership (terms, leader changes, a leader
 timeline) from the nodes' trace events.

@@ -1,4 +1,4 @@
-"""Register-like sub-histories of a live chaos run (CHAOS.md 4.5 items 8 and 10): consumer offsets
+"""Register-like sub-histories of a live chaos run (docs/testing.md): consumer offsets
 committed to the broker and read back through the leader.
 
 Each tail-following consumer commits its own group's offset for its queue every few seconds (the

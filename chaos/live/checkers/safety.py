@@ -1,4 +1,4 @@
-"""The safety checkers of a live chaos run (CHAOS.md 4.5): it owns the verdict of one L2 run, decided
+"""The safety checkers of a live chaos run (docs/testing.md): it owns the verdict of one L2 run, decided
 offline from what the harness recorded - the client history, each replica's final committed log,
 the drain through the leader and the nodes' trace events.
 

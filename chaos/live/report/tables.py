@@ -1,4 +1,4 @@
-"""The markdown of the live chaos report (``chaos.live.report.writer``): tables 1-5 and 7 of CHAOS.md
+"""The markdown of the live chaos report (``chaos.live.report.writer``): tables 1-5 and 7 of docs/testing.md
 section 4.9 (metadata, safety, leadership, availability and latency, durability faults, the
 canary matrix) and one section per run (its timeline image, fault timeline and, for failed
 runs, the first violations). Text only: it writes no file and draws nothing.

@@ -1,4 +1,4 @@
-"""The report of live chaos runs (CHAOS.md section 4.9): it owns how the results of L2 scenario runs
+"""The report of live chaos runs (docs/testing.md): it owns how the results of L2 scenario runs
 are shown, and nothing else - it runs no scenario and checks no history.
 
 Input is what the harness hands over: a ``meta`` dict (commit, date, machine, Raft timing, the
