@@ -4,7 +4,7 @@ sizes) and against the state machine's topics, grouped with the other sends of t
 
 The hot path of the broker: a request from the connection is handled without a task (``handle``)
 and the node's future always ends (committed, leadership lost, stopped); the client enforces
-its own deadline. Owns nothing replicated: it reads the server's state machine, node and
+its own deadline. Owns nothing replicated: it reads the broker's state machine, node and
 configuration.
 """
 

@@ -37,7 +37,7 @@ from dledger.storage.hardstate import write_file_atomically
 from dledger.storage.seams import LogStore
 from protocol.broker_errors import BadEntryError
 
-log = logging.getLogger("broker.checkpoint")
+log = logging.getLogger("broker.shell.checkpoint")
 
 CHECKPOINT_FILE = "broker.checkpoint"
 QUEUES_DIR = "consumequeue"
@@ -61,7 +61,7 @@ class CheckpointHost(Protocol):
 
 
 class Checkpoints:
-    """Writes the server's checkpoints on a period and serves snapshots of them."""
+    """Writes the broker's checkpoints on a period and serves snapshots of them."""
 
     def __init__(self, server: CheckpointHost, interval_s: float) -> None:
         self.server = server

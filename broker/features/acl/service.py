@@ -75,7 +75,7 @@ from protocol.errors import NotLeaderError, WireError
 
 __all__ = ["NEEDS", "AclService", "credentials_of"]
 
-log = logging.getLogger("broker.features.acl.model")
+log = logging.getLogger("broker.features.acl")
 
 # A seeded bug (tests only): an ACL change is made on the leader's table alone, not through
 # the log, so a new leader does not know it (the live ACL checker must catch that).

@@ -4,7 +4,7 @@ CONSUMER_STATUS, one node's view of a group (its live members with their subscri
 their heartbeats told this node, and its offsets against the queues' max offsets). Also
 STATE_DIGEST (issue 19): a CRC32 of this node's whole state machine, to compare replicas.
 
-Registers with ``broker.core.requests`` (``handles``); owns no state: it reads the server's state
+Its handlers are in ``HANDLERS`` (``broker.api.table``); owns no state: it reads the broker's state
 machine and membership and proposes through the broker.
 
 A reset is refused (GROUP_ACTIVE) while live members of the group subscribe to the topic: the

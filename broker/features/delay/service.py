@@ -25,7 +25,7 @@ from broker.features.host import BrokerHost
 from protocol.broker_errors import BrokerError
 from protocol.errors import DLedgerError
 
-log = logging.getLogger("broker.features.delay.model")
+log = logging.getLogger("broker.features.delay")
 
 # Seeded bugs (tests only): "delay_early" delivers timers EARLY_MS before they are due;
 # "timer_redeliver" (with the state machine's canary of that name) makes a new leader deliver

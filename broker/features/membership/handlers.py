@@ -6,7 +6,7 @@ the membership then in force. Leader only; the rules (one change at a time, one 
 time, a voter must first catch up as a learner) are the Raft core's (``dledger.raft.membership``)
 and come back as MembershipChangeError, by name.
 
-Registers with ``broker.core.requests``; owns no state.
+Its handlers are in ``HANDLERS`` (``broker.api.table``); owns no state.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The query requests (``protocol.broker_kinds`` kinds 120-122): VIEW_MESSAGE, QUERY_BY_KEY and
-QUERY_BY_UNIQUE_KEY, registered in the request table of ``broker.core.requests`` (each field
+QUERY_BY_UNIQUE_KEY, in the request table (``broker.api.table``; each field
 checked there before the handler runs; a malformed offset msg id is a BAD_REQUEST naming it).
 Any replica answers, from what it has applied (``broker.features.query.lookup``)."""
 

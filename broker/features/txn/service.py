@@ -46,7 +46,7 @@ from protocol.broker_kinds import CHECK_TRANSACTION, SendRefusedError, offset_ms
 from protocol.errors import DLedgerError
 from protocol.frames import encode_payload
 
-log = logging.getLogger("broker.features.txn.model")
+log = logging.getLogger("broker.features.txn")
 
 # Seeded bug (tests only): "txn_forget" makes a new leader forget the transactions open when it
 # took over: it never checks them back, so an UNKNOWN one stays open for ever.
