@@ -11,6 +11,7 @@ import asyncio
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,7 +25,7 @@ from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExp
 from protocol import broker_kinds as bp
 from client import Message, Producer, PullConsumer, ReceivedMessage
 from dledger.client import LogClient
-from tests.clusters import namesrv_group
+from tests.clusters import namesrv_group, namesrv_groups
 
 pytestmark = pytest.mark.slow
 
@@ -517,3 +518,34 @@ def test_the_leaders_endpoint_serves_in_process_and_a_followers_forwards_once_to
         leader = next(nid for nid, st in after.items() if st["role"] == "leader")
         assert after[leader]["forwarded"] == 0  # the leader never forwards
         assert all(grew[nid]["own_group_calls"] == 0 for nid in after if nid != target)
+
+
+def test_a_topic_only_another_group_serves_goes_to_that_groups_leader(tmp_path: Path) -> None:
+    """Two groups: a send and a receive of a topic only group b serves, made on group a's
+    endpoint, go through the client library to b's leader (a stores nothing of it)."""
+    with namesrv_groups(tmp_path, "--grpc-listen", "127.0.0.1:0", size=1) as (ns, clusters):
+        async def put() -> None:
+            async with LogClient(clusters["b"].client_addresses, timeout_s=5) as client:
+                await client.call_leader(bp.TOPIC_PUT, "only-b", 2, 2, 6)
+        asyncio.run(put())
+        deadline = time.monotonic() + 20
+        while True:  # until the NameServer routes the topic to b (its next registration)
+            try:
+                with urllib.request.urlopen(f"http://{ns}/v1/topics/only-b/route",
+                                            timeout=5) as resp:
+                    if [g["group"] for g in json.loads(resp.read())["groups"]] == ["b"]:
+                        break
+            except urllib.error.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the topic's route never showed group b"
+            time.sleep(0.1)  # (polling the NameServer with a deadline)
+        a_grpc = "%s:%d" % tuple(clusters["a"].servers["n0"].ready["grpc"])
+        _send_receive_ack(a_grpc, "only-b", b"for b")
+
+        async def counts(name: str) -> dict[str, Any]:
+            async with LogClient(clusters[name].client_addresses, timeout_s=5) as client:
+                st = await client.call("n0", bp.BROKER_STATUS)
+                return {"grpc": st["grpc"], "topics": st["topics"]}
+        a, b = asyncio.run(counts("a")), asyncio.run(counts("b"))
+    assert a["grpc"]["own_group_calls"] == 0 and a["grpc"]["calls"] >= 3
+    assert "only-b" not in a["topics"] and "only-b" in b["topics"]
