@@ -119,6 +119,8 @@ class BrokerServer:
         st["transactions"] = broker.txns.status()
         st["pop"] = broker.pops.status()
         st["key_index"] = broker.index.status()
+        if self._gateway is not None:
+            st["grpc"] = self._gateway.status()
         st["snapshot"] = {**broker.node.snapshot_status(),
                           "checkpoint_index": broker.checkpoints.checkpointed_index}
         return st

@@ -6,9 +6,10 @@ send path, served by this node's broker.
 A request this node must not serve (a write, or a read that needs the leader) raises
 NotLeaderError before it does anything; a front end whose clients do not follow redirects
 (RocketMQ's) gives a ``forward``, and the API then sends the request once to the group's leader
-(``forward`` follows the NOT_LEADER hints within its own deadline). Our own protocol's clients
-follow redirects themselves: its front end gives none, and the client gets the refusal with
-the leader's name.
+(``forward`` follows the NOT_LEADER hints within the deadline it is given: ``timeout_s``, which
+only a forwarded request has; one served here ends on its own, as the send path's and the
+handlers' waits do). Our own protocol's clients follow redirects themselves: its front end
+gives none, and the client gets the refusal with the leader's name.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from protocol.broker_kinds import SEND, SEND_RUNS
 from protocol.envelope import Request
 from protocol.errors import NotLeaderError
 
-__all__ = ["BrokerApi", "Forward"]
+__all__ = ["FORWARD_TIMEOUT_S", "BrokerApi", "Forward"]
 
-Forward = Callable[[int, list[Any]], Awaitable[Any]]  # (kind, arguments) -> the leader's answer
+# (kind, arguments, deadline in seconds) -> the leader's answer
+Forward = Callable[[int, list[Any], float], Awaitable[Any]]
+FORWARD_TIMEOUT_S = 3.0  # a forwarded request's deadline unless the caller gives one
 
 
 class BrokerApi:
@@ -35,7 +38,8 @@ class BrokerApi:
         self.forward = forward
         self.forwarded = 0  # requests this node sent on to its leader
 
-    async def call(self, kind: int, *args: Any, connection: Any = None) -> Any:
+    async def call(self, kind: int, *args: Any, connection: Any = None,
+                   timeout_s: float = FORWARD_TIMEOUT_S) -> Any:
         """One request of the broker's kinds: its answer, as our protocol's would be."""
         try:
             return await self.local(kind, list(args), connection)
@@ -43,7 +47,7 @@ class BrokerApi:
             if self.forward is None:
                 raise
         self.forwarded += 1
-        return await self.forward(kind, list(args))
+        return await self.forward(kind, list(args), timeout_s)
 
     async def local(self, kind: int, args: list[Any], connection: Any = None) -> Any:
         """The request served by this node alone (NotLeaderError where it must not)."""
@@ -55,8 +59,9 @@ class BrokerApi:
             return await self.broker.sends.send(args[0], args[1], args[2])
         return await dispatch(TABLE, self.broker, Request(kind, 0, args), connection)
 
-    async def send_runs(self, runs: list[list[Any]]) -> list[Any]:
+    async def send_runs(self, runs: list[list[Any]],
+                        timeout_s: float = FORWARD_TIMEOUT_S) -> list[Any]:
         """SEND_RUNS: ``[[topic, queue id, [message...]]...]``, one answer per run (a stored run's
         ``[SEND_OK, ...]`` or a refused one's ``[code, detail]``)."""
-        answer: list[Any] = await self.call(SEND_RUNS, runs)
+        answer: list[Any] = await self.call(SEND_RUNS, runs, timeout_s=timeout_s)
         return answer

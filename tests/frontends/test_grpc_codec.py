@@ -106,7 +106,7 @@ def test_a_stored_message_maps_back_with_its_system_properties() -> None:
     assert sp.message_type == pb.MessageType.FIFO and sp.message_group == "g1"
     assert sp.born_host == "10.0.0.7" and sp.born_timestamp.ToMilliseconds() == NOW_MS - 9
     assert dict(m.user_properties) == {"color": "red"}
-    assert sp.body_digest.checksum == "%08X" % __import__("zlib").crc32(b"body")
+    assert sp.body_digest.checksum == f"{__import__('zlib').crc32(b'body'):08X}"
 
 
 def test_client_errors_map_to_protocol_codes() -> None:
@@ -114,6 +114,41 @@ def test_client_errors_map_to_protocol_codes() -> None:
     assert code_of(errors.OverloadedError("busy")) == pb.Code.TOO_MANY_REQUESTS
     assert code_of(errors.MessageTooLargeError("big")) == pb.Code.MESSAGE_BODY_TOO_LARGE
     assert code_of(RuntimeError("?")) == pb.Code.INTERNAL_SERVER_ERROR
+
+
+def test_the_broker_apis_named_errors_map_to_protocol_codes() -> None:
+    """In process (the broker's and the log's named errors) and from a leader a request was
+    forwarded to (``RemoteError`` with the broker's code), the same code for the same refusal."""
+    from protocol.broker_errors import BadDelayError, BadRequestError, InvalidTopicError
+    from protocol.broker_kinds import MessageTooLargeError, SendRefusedError
+    from protocol.envelope import RemoteError
+    from protocol.errors import (
+        LeadershipLostError,
+        NodeStoppedError,
+        NotLeaderError,
+        OverloadedError,
+        ProposalTimeoutError,
+    )
+    from protocol.group_client import UnavailableError
+
+    for code, err in ((pb.Code.TOPIC_NOT_FOUND, SendRefusedError("TOPIC_NOT_FOUND", "t")),
+                      (pb.Code.FORBIDDEN, SendRefusedError("NO_PERMISSION", "t")),
+                      (pb.Code.INVALID_RECEIPT_HANDLE,
+                       SendRefusedError("INVALID_RECEIPT_HANDLE", "stale")),
+                      (pb.Code.MESSAGE_BODY_TOO_LARGE, MessageTooLargeError("big")),
+                      (pb.Code.ILLEGAL_TOPIC, InvalidTopicError("%SYS")),
+                      (pb.Code.ILLEGAL_DELIVERY_TIME, BadDelayError("far")),
+                      (pb.Code.BAD_REQUEST, BadRequestError("POP_ACK: receipts")),
+                      (pb.Code.INVALID_TRANSACTION_ID, SendRefusedError("TXN_NOT_FOUND", "x"))):
+        assert code_of(err) == code, err
+        assert code_of(RemoteError(str(err.code), str(err))) == code, err
+    assert code_of(NotLeaderError("n1", 3)) == pb.Code.HA_NOT_AVAILABLE
+    assert code_of(NodeStoppedError("stopping")) == pb.Code.HA_NOT_AVAILABLE
+    assert code_of(UnavailableError("no leader answered")) == pb.Code.HA_NOT_AVAILABLE
+    assert code_of(OverloadedError("full")) == pb.Code.TOO_MANY_REQUESTS
+    assert code_of(ProposalTimeoutError("late")) == pb.Code.PROXY_TIMEOUT
+    assert code_of(LeadershipLostError("lost")) == pb.Code.PROXY_TIMEOUT
+    assert code_of(RemoteError("SOMETHING_NEW", "?")) == pb.Code.INTERNAL_SERVER_ERROR
 
 
 def test_an_unexpected_failure_is_answered_internal_server_error_not_unknown() -> None:

@@ -11,8 +11,9 @@ Owns:
   the broker deduplicates by, so a retried send is stored once.
 - ``outbound``: a message read from a queue as the protocol's ``Message`` (the same mapping
   back; the queue, offset, store time and delivery attempt filled in).
-- status codes: ``GatewayError`` carries a protocol ``Code``; ``code_of`` maps our client
-  library's errors onto the codes a RocketMQ 5 client understands.
+- status codes: ``GatewayError`` carries a protocol ``Code``; ``code_of`` maps the broker API's
+  named errors (in process or forwarded), the log's and our client library's onto the codes a
+  RocketMQ 5 client understands.
 
 Pure: no sockets, no clock (times are passed in).
 """
@@ -23,15 +24,38 @@ import asyncio
 import functools
 import logging
 import zlib
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from client import errors
 from protocol import broker_kinds as bp
+from protocol.broker_errors import BrokerError
+from protocol.envelope import BadRequestError, RemoteError
+from protocol.errors import (
+    DiskFullError,
+    OutcomeUnknownError,
+    OverloadedError,
+    ProposalError,
+    WireError,
+)
+from protocol.group_client import UnavailableError
 
-__all__ = ["GatewayError", "Inbound", "inbound", "outbound", "code_of", "guarded", "status",
-           "PROP_MESSAGE_GROUP", "PROP_BORN_HOST", "PROP_DELIVER_MS", "SYSTEM_PROPERTY_NAMES"]
+__all__ = [
+    "PROP_BORN_HOST",
+    "PROP_DELIVER_MS",
+    "PROP_MESSAGE_GROUP",
+    "SYSTEM_PROPERTY_NAMES",
+    "GatewayError",
+    "Inbound",
+    "code_of",
+    "guarded",
+    "inbound",
+    "outbound",
+    "status",
+    "status_code",
+]
 
 PROP_MESSAGE_GROUP = "__SHARDINGKEY"  # RocketMQ's MessageConst.PROPERTY_SHARDING_KEY
 PROP_BORN_HOST = "__BORNHOST"
@@ -67,7 +91,7 @@ def guarded(response: Callable[..., Any]) -> Callable[[Call], Call]:
                 return await fn(self, request, context)
             except asyncio.CancelledError:
                 raise
-            except Exception as err:  # noqa: BLE001 - any bug: a named status, logged
+            except Exception as err:
                 log.exception("gRPC %s failed", fn.__name__)
                 return response(status=status(pb.Code.INTERNAL_SERVER_ERROR,
                                               f"{type(err).__name__}: {err}"))
@@ -228,26 +252,73 @@ def _crc32(body: bytes) -> int:
     return zlib.crc32(body) & 0xFFFFFFFF
 
 
-# Our client library's errors (client.errors) as the protocol's codes.
+# A broker's named refusals by their wire code (``BrokerError.code`` raised by the broker API
+# in process, ``RemoteError.code`` from a leader a request was forwarded to, a refused run's
+# status), and the log's errors by their wire code, as the protocol's codes.
+_BROKER_CODES: dict[str, int] = {
+    "TOPIC_NOT_FOUND": pb.Code.TOPIC_NOT_FOUND,
+    "NO_PERMISSION": pb.Code.FORBIDDEN,
+    "ACCESS_DENIED": pb.Code.FORBIDDEN,
+    "SIGNATURE_REFUSED": pb.Code.UNAUTHORIZED,
+    "MESSAGE_TOO_LARGE": pb.Code.MESSAGE_BODY_TOO_LARGE,
+    "INVALID_TOPIC": pb.Code.ILLEGAL_TOPIC,
+    "BAD_DELAY": pb.Code.ILLEGAL_DELIVERY_TIME,
+    "BAD_REQUEST": pb.Code.BAD_REQUEST,
+    "QUEUE_NOT_FOUND": pb.Code.BAD_REQUEST,
+    "INVALID_RECEIPT_HANDLE": pb.Code.INVALID_RECEIPT_HANDLE,
+    "MESSAGE_NOT_FOUND": pb.Code.MESSAGE_NOT_FOUND,
+    "BAD_TRANSACTION": pb.Code.INVALID_TRANSACTION_ID,  # and every TXN_* status
+    "OFFSET_CONFLICT": pb.Code.INVALID_TRANSACTION_ID,
+    "NOT_LEADER": pb.Code.HA_NOT_AVAILABLE,
+    "TRANSFERRING": pb.Code.HA_NOT_AVAILABLE,
+    "STOPPED": pb.Code.HA_NOT_AVAILABLE,
+    "DISK_FULL": pb.Code.HA_NOT_AVAILABLE,
+    "OVERLOADED": pb.Code.TOO_MANY_REQUESTS,
+    "LEADERSHIP_LOST": pb.Code.PROXY_TIMEOUT,
+    "TIMEOUT": pb.Code.PROXY_TIMEOUT,
+    "OUTCOME_UNKNOWN": pb.Code.PROXY_TIMEOUT,
+}
+
+# Our client library's errors (client.errors) and the log's (protocol.errors), by class.
 _CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.TopicNotFoundError, pb.Code.TOPIC_NOT_FOUND),
     (errors.MessageTooLargeError, pb.Code.MESSAGE_BODY_TOO_LARGE),
     (errors.NoPermissionError, pb.Code.FORBIDDEN),
     (errors.InvalidTopicError, pb.Code.ILLEGAL_TOPIC),
     (errors.BadDelayError, pb.Code.ILLEGAL_DELIVERY_TIME),
+    (errors.TransactionError, pb.Code.INVALID_TRANSACTION_ID),
+    (errors.BadTransactionError, pb.Code.INVALID_TRANSACTION_ID),
+    (errors.MessageNotFoundError, pb.Code.MESSAGE_NOT_FOUND),
     (errors.OverloadedError, pb.Code.TOO_MANY_REQUESTS),
     (errors.SendTimeoutError, pb.Code.PROXY_TIMEOUT),
-    (errors.UnavailableError, pb.Code.HA_NOT_AVAILABLE),
+    (errors.RetriableError, pb.Code.HA_NOT_AVAILABLE),  # unavailable, no leader yet
     (errors.NonRetriableError, pb.Code.BAD_REQUEST),
+    (OverloadedError, pb.Code.TOO_MANY_REQUESTS),
+    (OutcomeUnknownError, pb.Code.PROXY_TIMEOUT),  # timeouts, leadership lost, connection lost
+    (ProposalError, pb.Code.HA_NOT_AVAILABLE),  # not leader, transferring, stopped: not acted on
+    (DiskFullError, pb.Code.HA_NOT_AVAILABLE),
+    (UnavailableError, pb.Code.HA_NOT_AVAILABLE),  # no node of the group answered as leader
+    (BadRequestError, pb.Code.BAD_REQUEST),
+    (WireError, pb.Code.BAD_REQUEST),
 )
 
 
 def code_of(err: Exception) -> int:
-    """The protocol code for an error our client library raised (INTERNAL_SERVER_ERROR for
-    one it does not name)."""
+    """The protocol code for an error of the broker API (a broker's named refusal, in process or
+    from the leader a request was forwarded to; the log's errors), of our client library (other
+    groups' requests), or the gateway's own (INTERNAL_SERVER_ERROR for one none of them names)."""
     if isinstance(err, GatewayError):
         return err.code
+    if isinstance(err, (BrokerError, RemoteError)):
+        return status_code(str(err.code))
     for cls, code in _CODES:
         if isinstance(err, cls):
             return code
     return int(pb.Code.INTERNAL_SERVER_ERROR)
+
+
+def status_code(name: str) -> int:
+    """The protocol code for a broker's named status (a refusal's code)."""
+    if name.startswith("TXN_"):
+        return int(pb.Code.INVALID_TRANSACTION_ID)
+    return int(_BROKER_CODES.get(name, pb.Code.INTERNAL_SERVER_ERROR))

@@ -1,7 +1,9 @@
 """The consuming calls of the gRPC endpoint (``broker.frontends.grpc.gateway``): QueryAssignment,
 ReceiveMessage, AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue, on
-pop consumption (``broker.features.pop.model``), each forwarded to the leader of the group that holds the
-queue.
+pop consumption (``broker.features.pop.model``), each a request (POP_RECEIVE, POP_ACK, POP_CHANGE,
+POP_DEAD) to the leader of the group that holds the queue (``_leader_call``): this node's own
+group through the broker API (``broker.frontends.grpc.owngroup``: in process on the leader,
+forwarded once from a follower), another group through our client library.
 
 A receipt handle names that group, the queue, the offset and the receipt's epoch:
 ``<group>/<queue id>/<offset>/<epoch>``. It is checked by the state machine (the epoch must be
@@ -15,31 +17,24 @@ consumption); the instances of a consumer group share the queues message by mess
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from broker.features.pop.model import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
 from broker.frontends.grpc.codec import GatewayError, code_of, guarded, log, outbound, status
+from broker.frontends.grpc.owngroup import OwnGroup
 from client import errors
-from client.cluster.routes import GroupRoute, Routes, TopicRoute, client_error
+from client.cluster.routes import GroupRoute, Routes, TopicRoute
 from protocol import broker_kinds as bp
-from protocol.envelope import RemoteError
 from protocol.errors import DLedgerError
 
 DEFAULT_INVISIBLE_MS = 60_000  # a push consumer's receive (it names none; RocketMQ's default)
 POLL_MS_MAX = 30_000
 ACK_ENTRIES_MAX = 1024
 DEADLINE_MARGIN_S = 1.0  # a long poll answers this long before the client's deadline
-REMOTE_CODES = {
-    "INVALID_RECEIPT_HANDLE": pb.Code.INVALID_RECEIPT_HANDLE,
-    "TOPIC_NOT_FOUND": pb.Code.TOPIC_NOT_FOUND,
-    "QUEUE_NOT_FOUND": pb.Code.BAD_REQUEST,
-    "NO_PERMISSION": pb.Code.FORBIDDEN,
-    "MESSAGE_NOT_FOUND": pb.Code.MESSAGE_NOT_FOUND,
-    "BAD_REQUEST": pb.Code.BAD_REQUEST,
-}
 
 
 def handle_text(group: str, queue_id: int, offset: int, epoch: int) -> str:
@@ -75,6 +70,7 @@ def _ms(duration: Any) -> int:
 class ConsumeCalls:
     """The consuming RPCs, mixed into ``GrpcGateway`` (which provides these)."""
 
+    own: OwnGroup
     routes: Routes
     calls: int
     max_delivery_attempts: int
@@ -97,15 +93,14 @@ class ConsumeCalls:
 
     async def _leader_call(self, topic: str, group: str, kind: int, *args: Any,
                            timeout_s: float = 5.0) -> Any:
+        """A request to the leader of ``group``; its named refusal as a ``GatewayError``."""
+        if group == self.own.group:
+            return await self.own.call(kind, *args, timeout_s=timeout_s)
         g = await self._group_route(topic, group)
         try:
             _, res = await self.routes.group_client(g).call_leader(kind, *args, timeout_s=timeout_s)
-        except RemoteError as err:
-            code = pb.Code.INVALID_TRANSACTION_ID if err.code.startswith("TXN_") \
-                or err.code == "BAD_TRANSACTION" else REMOTE_CODES.get(err.code)
-            raise GatewayError(code or pb.Code.INTERNAL_SERVER_ERROR, str(err)) from err
-        except DLedgerError as err:
-            raise GatewayError(code_of(client_error(err)), str(err)) from err
+        except DLedgerError as err:  # a named refusal (RemoteError), or the log's error
+            raise GatewayError(code_of(err), str(err)) from err
         return res
 
     async def _fresh_route(self, topic: str) -> TopicRoute:
@@ -171,7 +166,7 @@ class ConsumeCalls:
         except GatewayError as err:
             yield sv.ReceiveMessageResponse(status=status(err.code, str(err)))
             return
-        except Exception as err:  # noqa: BLE001 - any bug: a named status, logged
+        except Exception as err:
             log.exception("gRPC ReceiveMessage failed")
             yield sv.ReceiveMessageResponse(status=status(pb.Code.INTERNAL_SERVER_ERROR,
                                                           f"{type(err).__name__}: {err}"))

@@ -1,17 +1,20 @@
 """The gRPC endpoint for RocketMQ 5 clients (``--grpc-listen``): the shell that serves
-``apache.rocketmq.v2.MessagingService`` on ``grpc.aio`` in the broker's event loop.
+``apache.rocketmq.v2.MessagingService`` on ``grpc.aio`` in the broker's event loop, a thin
+adapter over the in-process broker API.
 
-Owns the gRPC server, the clients' telemetry sessions (``GatewaySessions``), and the
-translation of each call into requests of our own client protocol. Those go through our
-client library's routing (``client.cluster.routes`` / ``client.producer.delivery``) to the leader of the group
-that owns the queue, wherever that leader is: a RocketMQ 5 client does not follow redirects,
-so the endpoint a client was given for a group keeps working across leader changes, this node
-forwarding what it does not lead. Reads of committed data could be served by any replica;
-this first cut forwards everything to the leader.
+Owns the gRPC server, the clients' telemetry sessions (settings, and the transaction check-backs
+``broker.frontends.grpc.txn`` hands them) and the route answers. Each call becomes a request of the
+broker's kinds: for a queue of this node's group through the broker API
+(``broker.frontends.grpc.owngroup``; in process on the leader, forwarded once from a follower, as a
+RocketMQ 5 client does not follow redirects: the endpoint a client was given for a group keeps
+working across leader changes); for a queue of another group through our client library's routing
+(``client.cluster.routes`` / ``client.producer.delivery``) to that group's leader. The sending calls
+are ``broker.frontends.grpc.sends``', the consuming ones ``broker.frontends.grpc.consume``'s.
 
 ``QueryRoute`` answers every group that serves the topic, each with the gRPC addresses of its
-nodes as registered with the NameServers (``Endpoints`` with several addresses: the client's
-channel picks one and moves to another when it fails). The protocol's pure half (messages,
+nodes as registered with the NameServers, its leader's first (``Endpoints`` with several
+addresses: a client that takes the first talks to the leader, whose calls need no forward; the
+channel moves to another address when that one fails). The protocol's pure half (messages,
 codes) is ``broker.frontends.grpc.codec``.
 
 Calls not served yet answer with the protocol's NOT_IMPLEMENTED status (never hang).
@@ -22,9 +25,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
-import zlib
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc import aio
@@ -32,15 +34,14 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from broker.frontends.grpc.codec import GatewayError, code_of, guarded, inbound, status
+from broker.frontends.grpc.codec import code_of, guarded, status
 from broker.frontends.grpc.consume import ConsumeCalls
-from broker.frontends.grpc.sends import GatewaySends
-from broker.frontends.grpc.txn import GatewayTransactions, parse_txn, txn_group, txn_text
+from broker.frontends.grpc.owngroup import OwnGroup
+from broker.frontends.grpc.sends import SEND_TIMEOUT_S, SendCalls
+from broker.frontends.grpc.txn import GatewayTransactions
 from client import errors
-from client.producer.delivery import Delivery
 from client.cluster.routes import GroupRoute, Routes
-from client.types import MessageQueue
-from protocol import broker_kinds as bp
+from client.producer.delivery import Delivery
 from protocol.tls import TlsConfig
 
 if TYPE_CHECKING:
@@ -51,7 +52,6 @@ log = logging.getLogger("broker.grpc")
 Address = tuple[str, int]
 ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY,
                   pb.MessageType.TRANSACTION)
-SEND_TIMEOUT_S = 3.0  # a send's deadline inside the cluster (the client's default is 3 s too)
 TELEMETRY_QUEUE_MAX = 64  # commands waiting to go out on one client's telemetry stream
 GRPC_MESSAGE_BYTES_MAX = 16 << 20
 # What a client is told in its settings (RocketMQ proxy's defaults)
@@ -70,6 +70,13 @@ def _server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
     return grpc.ssl_server_credentials([(key, chain)])
 
 
+def server_options() -> list[tuple[str, int]]:
+    """The ``grpc.aio`` server's options (the benchmark's no-op server uses them too)."""
+    return [("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.so_reuseport", 0)]
+
+
 def _metadata(context: Any, name: str) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == name:
@@ -77,7 +84,7 @@ def _metadata(context: Any, name: str) -> str:
     return ""
 
 
-class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[misc]
+class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type: ignore[misc]
     """One broker node's gRPC endpoint (see the module docstring)."""
 
     def __init__(self, server: Broker, listen: Address) -> None:
@@ -85,15 +92,18 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
         self.listen = listen
         self.group = server.config.node.group
         self.max_body_bytes = server.config.max_message_bytes
+        self.max_delay_ms = server.config.max_delay_ms
         tls = server.config.node.tls
         self.tls = tls
         self.routes = Routes(list(server.config.namesrv),  # its calls into the cluster: TLS too
                              ssl_context=tls.dial_context() if tls is not None else None,
                              from_env=False)
-        self.delivery = Delivery(self.routes)
-        self.sends = GatewaySends(self.delivery, SEND_TIMEOUT_S)
+        self.delivery = Delivery(self.routes)  # (other groups' queues)
+        self.own = OwnGroup(server, self.routes, self._ensure_routes,  # this group's queues
+                            SEND_TIMEOUT_S)
         self._grpc: aio.Server | None = None
         self._routes_started = False
+        self._routes_lock = asyncio.Lock()
         self._round_robin: dict[str, itertools.count[int]] = {}
         self.sessions: dict[str, asyncio.Queue[Any]] = {}  # client id -> its telemetry outbox
         self.calls = 0
@@ -108,11 +118,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> Address:
-        self._grpc = aio.server(options=[
-            ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-            ("grpc.so_reuseport", 0),
-        ])
+        self._grpc = aio.server(options=server_options())
         sg.add_MessagingServiceServicer_to_server(self, self._grpc)
         host, port = self.listen
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -129,7 +135,7 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
 
     async def stop(self) -> None:
         await self.txns.stop()
-        await self.sends.close()
+        await self.own.gather.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=0.5)
             self._grpc = None
@@ -140,9 +146,20 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
             await self.routes.close()
 
     async def _ensure_routes(self) -> None:
-        if not self._routes_started:
-            await self.routes.start()  # fails fast (UnavailableError) while no NameServer answers
-            self._routes_started = True
+        if self._routes_started:
+            return
+        async with self._routes_lock:  # (concurrent first calls start the routes once)
+            if not self._routes_started:
+                await self.routes.start()  # fails fast (UnavailableError) while no NameServer
+                self._routes_started = True  # answers
+
+    def status(self) -> dict[str, Any]:
+        """The endpoint's counts (the node's status shows them): gRPC calls; those for this
+        group's queues (served through the broker API); the SEND_RUNS requests their messages
+        were gathered into; the API's requests forwarded to the leader (none on the leader)."""
+        return {"calls": self.calls, "own_group_calls": self.own.calls,
+                "send_requests": self.own.gather.requests, "forwarded": self.own.api.forwarded,
+                "sessions": len(self.sessions)}
 
     # -- routes -------------------------------------------------------------------------------------
 
@@ -167,88 +184,6 @@ class GrpcGateway(ConsumeCalls, sg.MessagingServiceServicer):  # type: ignore[mi
                 pb.Code.TOPIC_NOT_FOUND if not route.groups else pb.Code.HA_NOT_AVAILABLE,
                 f"no group serves {topic!r} over gRPC"))
         return sv.QueryRouteResponse(status=status(), message_queues=queues)
-
-    # -- sending --------------------------------------------------------------------------------------
-
-    @guarded(sv.SendMessageResponse)
-    async def SendMessage(self, request: Any, context: Any) -> Any:
-        self.calls += 1
-        if len(request.messages) != 1:
-            return sv.SendMessageResponse(status=status(
-                pb.Code.BAD_REQUEST, "send one message per request (batches are not supported)"))
-        try:
-            await self._ensure_routes()
-            now_ms = int(time.time() * 1000)
-            msg = inbound(request.messages[0], self.max_body_bytes, now_ms,
-                          self.server.config.max_delay_ms)
-            txn_id = ""
-            if msg.kind in (pb.MessageType.NORMAL, pb.MessageType.DELAY):
-                result = await self.sends.send(msg.topic, msg.row,
-                                               msg.kind == pb.MessageType.DELAY)
-                offset = result.queue_offset
-            elif msg.kind == pb.MessageType.TRANSACTION:
-                mq = await self._choose_queue(msg.topic, msg.message_group)
-                offset = await self._half(mq, msg.message_id, msg.row)
-                txn_id = txn_text(mq.group, msg.message_id)
-            else:
-                mq = await self._choose_queue(msg.topic, msg.message_group)
-                result = await self.delivery.to_queue([msg.row], mq,
-                                                      time.monotonic() + SEND_TIMEOUT_S)
-                offset = result.queue_offset
-        except (GatewayError, errors.ClientError) as err:
-            code = code_of(err)
-            return sv.SendMessageResponse(status=status(code, str(err)),
-                                          entries=[sv.SendResultEntry(status=status(code, str(err)))])
-        entry = sv.SendResultEntry(status=status(), message_id=msg.message_id,
-                                   transaction_id=txn_id, offset=offset)
-        return sv.SendMessageResponse(status=status(), entries=[entry])
-
-    async def _half(self, mq: MessageQueue, message_id: str, row: list[Any]) -> int:
-        """A half message of the transaction named by the message id (``broker.frontends.grpc.txn``)."""
-        got = await self._leader_call(mq.topic, mq.group, bp.TXN_HALF, txn_group(mq.topic),
-                                      message_id, mq.topic, mq.queue_id, [row])
-        return int(got[2][0])
-
-    @guarded(sv.EndTransactionResponse)
-    async def EndTransaction(self, request: Any, context: Any) -> Any:
-        self.calls += 1
-        topic = request.topic.name
-        try:
-            group, txn_id = parse_txn(request.transaction_id)
-            if request.resolution == pb.TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED:
-                # the producer does not know yet (a Java client's UNKNOWN): it stays open, and the
-                # broker asks again at its next check (RocketMQ's answer to an unknown state)
-                return sv.EndTransactionResponse(status=status())
-            if request.resolution not in (pb.TransactionResolution.COMMIT,
-                                          pb.TransactionResolution.ROLLBACK):
-                raise GatewayError(pb.Code.BAD_REQUEST, "the resolution is COMMIT or ROLLBACK")
-            decision = "COMMIT" if request.resolution == pb.TransactionResolution.COMMIT \
-                else "ROLLBACK"
-            await self._leader_call(topic, group, bp.END_TRANSACTION, txn_group(topic), txn_id,
-                                    decision,
-                                    request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
-                                    [])
-        except GatewayError as err:
-            return sv.EndTransactionResponse(status=status(err.code, str(err)))
-        return sv.EndTransactionResponse(status=status())
-
-    async def _choose_queue(self, topic: str, message_group: str) -> MessageQueue:
-        """The queue a message goes to: in this node's group if it serves the topic (the client
-        chose this group's endpoint), else in any group that takes writes; a FIFO message's
-        queue by its group's hash (its messages stay in one queue, in order), others round
-        robin."""
-        route = await self.routes.route(topic)
-        writable = [g for g in route.groups if g.perm & 2 and g.write_queues > 0]
-        if not writable:
-            raise errors.NoPermissionError(f"no group takes writes to {topic!r}")
-        own = [g for g in writable if g.group == self.group]
-        if message_group:
-            g = own[0] if own else writable[zlib.crc32(message_group.encode()) % len(writable)]
-            return MessageQueue(topic, g.group, zlib.crc32(message_group.encode()) % g.write_queues)
-        pool = [(g, q) for g in (own or writable) for q in range(g.write_queues)]
-        n = next(self._round_robin.setdefault(topic, itertools.count()))
-        g, q = pool[n % len(pool)]
-        return MessageQueue(topic, g.group, q)
 
     # -- clients --------------------------------------------------------------------------------------
 
@@ -360,10 +295,15 @@ def _not_yet(rpc: str) -> Any:
 
 
 def _endpoints(g: GroupRoute) -> Any:
-    """The group's nodes' gRPC addresses as one ``Endpoints`` (None: none serves gRPC)."""
+    """The group's nodes' gRPC addresses as one ``Endpoints``, the leader's first (None: none
+    serves gRPC)."""
     addrs = sorted(g.grpc.values())
     if not addrs:
         return None
+    leader = g.grpc.get(g.leader) if g.leader is not None else None
+    if leader is not None:
+        addrs.remove(leader)
+        addrs.insert(0, leader)
     e = pb.Endpoints(scheme=_scheme(addrs[0][0]))
     if e.scheme == pb.AddressScheme.DOMAIN_NAME:
         addrs = addrs[:1]  # the protocol allows one address of a domain name

@@ -1,80 +1,139 @@
-"""The gRPC endpoint's sends that travel together (``broker.frontends.grpc.gateway``): NORMAL and DELAY
-messages of concurrent SendMessage calls that arrive in one turn of the event loop go to the
-groups' leaders as one request per group, as our own producer's sends do (``client.producer.producer``:
-each message to its own queue, round robin over the topic's writable queues of every group).
-A FIFO message goes alone to the queue its message group selects (``Delivery.to_queue``).
+"""The sending calls of the gRPC endpoint (``broker.frontends.grpc.gateway``): SendMessage (NORMAL,
+FIFO, DELAY and TRANSACTION half messages) and EndTransaction.
 
-The calls of a RocketMQ client arrive one by one (it sends the next as one completes), not in
-one turn, so at most ``IN_FLIGHT_MAX`` deliveries are under way at once: what arrives meanwhile
-waits for one of them to end and then travels together (a group commit that adds no wait when
-the endpoint is idle). Each entry then carries many messages, as our own producer's do."""
+A message for a topic this node's group serves goes to one of the group's queues through the
+broker API (``broker.frontends.grpc.owngroup``): on the leader into the send path in this
+process, on a follower forwarded once to the leader; concurrent calls travel together as one
+request and one log entry (``broker.frontends.grpc.gather``). A FIFO message goes to the queue its
+message group's hash selects, others round robin; a TRANSACTION message is a half message
+(TXN_HALF) of the transaction its message id names, ended by EndTransaction (END_TRANSACTION).
+
+Only a topic the NameServers say other groups serve (and this one does not) goes elsewhere:
+through our client library to the leader of one of those groups (``client.producer.delivery`` for a
+message, ``_leader_call`` for a half message or an end), as before the endpoint served its
+own group in process.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import time
-from typing import Any
+import zlib
+from typing import TYPE_CHECKING, Any
 
-from client.producer.delivery import Attempt, Delivery, Sends, chunks
-from client.producer.producer import SEND_GROUP_BYTES, SEND_GROUP_MAX
-from client.types import SendResult
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
 
-SEND_ATTEMPTS = 3  # attempts of one send inside the cluster (the client retries as well)
-IN_FLIGHT_MAX = 2  # deliveries under way at once; later sends gather meanwhile
+from broker.frontends.grpc.codec import GatewayError, code_of, guarded, inbound, status
+from broker.frontends.grpc.owngroup import OwnGroup
+from broker.frontends.grpc.txn import parse_txn, txn_group, txn_text
+from client import errors
+from client.cluster.routes import Routes
+from client.producer.delivery import Delivery
+from client.types import MessageQueue
+from protocol import broker_kinds as bp
+
+SEND_TIMEOUT_S = 3.0  # a send's deadline inside the cluster (the client's default is 3 s too)
+
+__all__ = ["SEND_TIMEOUT_S", "SendCalls"]
 
 
-class GatewaySends:
-    def __init__(self, delivery: Delivery, timeout_s: float) -> None:
-        self.delivery = delivery
-        self.timeout_s = timeout_s
-        self._pending: list[tuple[str, list[Any], bool, asyncio.Future[SendResult]]] = []
-        self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
+class SendCalls:
+    """The sending RPCs, mixed into ``GrpcGateway`` (which provides these)."""
 
-    def send(self, topic: str, row: list[Any], delayed: bool) -> asyncio.Future[SendResult]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[SendResult] = loop.create_future()
-        self._pending.append((topic, row, delayed, fut))
-        if not self._scheduled and len(self._tasks) < IN_FLIGHT_MAX:
-            self._scheduled = True
-            loop.call_soon(self._flush)
-        return fut
+    own: OwnGroup
+    routes: Routes
+    delivery: Delivery
+    calls: int
+    max_body_bytes: int
+    max_delay_ms: int
+    _round_robin: dict[str, itertools.count[int]]
 
-    def _flush(self) -> None:
-        self._scheduled = False
-        if not self._pending:
-            return
-        items = [x for x in self._pending if not x[3].done()]
-        self._pending = []
-        # a broker takes a run of delayed messages or of immediate ones, not both
-        for part in ([x for x in items if not x[2]], [x for x in items if x[2]]):
-            for chunk in chunks(part, SEND_GROUP_BYTES, SEND_GROUP_MAX, lambda x: len(x[1][0])):
-                sends = Sends([t for t, *_ in chunk], [r for _, r, _, _ in chunk],
-                              [f for *_, f in chunk])
-                attempt = Attempt(time.monotonic() + self.timeout_s, SEND_ATTEMPTS)
-                task = asyncio.get_running_loop().create_task(self._deliver(sends, attempt))
-                self._tasks.add(task)
-                task.add_done_callback(self._delivered)
+    if TYPE_CHECKING:  # (the gateway's and ``ConsumeCalls``')
+        async def _ensure_routes(self) -> None: ...
 
-    def _delivered(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self._pending and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        async def _leader_call(self, topic: str, group: str, kind: int, *args: Any,
+                               timeout_s: float = 5.0) -> Any: ...
 
-    async def _deliver(self, sends: Sends, attempt: Attempt) -> None:
+    @guarded(sv.SendMessageResponse)
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        if len(request.messages) != 1:
+            return sv.SendMessageResponse(status=status(
+                pb.Code.BAD_REQUEST, "send one message per request (batches are not supported)"))
         try:
-            await self.delivery.deliver(sends, list(range(len(sends.topics))), attempt, True)
-        except asyncio.CancelledError:
-            sends.cancel()
-            raise
-        except Exception as err:  # noqa: BLE001 - handed to every caller still waiting
-            sends.fail_all(err)
+            msg = inbound(request.messages[0], self.max_body_bytes, int(time.time() * 1000),
+                          self.max_delay_ms)
+            queues = await self.own.write_queues(msg.topic)
+            if queues is None:
+                offset, txn_id = await self._send_elsewhere(msg.topic, msg.kind,
+                                                            msg.message_group, msg.message_id,
+                                                            msg.row)
+            elif msg.kind == pb.MessageType.TRANSACTION:
+                qid = self.own.queue_id(queues, msg.message_group)
+                got = await self.own.call(bp.TXN_HALF, txn_group(msg.topic), msg.message_id,
+                                          msg.topic, qid, [msg.row], timeout_s=SEND_TIMEOUT_S)
+                offset, txn_id = int(got[2][0]), txn_text(self.own.group, msg.message_id)
+            else:  # NORMAL, DELAY (the send path routes it to the schedule topic), FIFO
+                answer = await self.own.send(msg.topic,
+                                             self.own.queue_id(queues, msg.message_group),
+                                             msg.row)
+                offset, txn_id = int(answer[2][0]), ""
+        except (GatewayError, errors.ClientError) as err:
+            code = code_of(err)
+            return sv.SendMessageResponse(status=status(code, str(err)),
+                                          entries=[sv.SendResultEntry(status=status(code, str(err)))])
+        entry = sv.SendResultEntry(status=status(), message_id=msg.message_id,
+                                   transaction_id=txn_id, offset=offset)
+        return sv.SendMessageResponse(status=status(), entries=[entry])
 
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def _send_elsewhere(self, topic: str, kind: int, message_group: str, message_id: str,
+                              row: list[Any]) -> tuple[int, str]:
+        """A message for a topic other groups serve: (its queue offset, its transaction id)."""
+        await self._ensure_routes()
+        mq = await self._choose_queue(topic, message_group)
+        if kind == pb.MessageType.TRANSACTION:
+            got = await self._leader_call(mq.topic, mq.group, bp.TXN_HALF, txn_group(mq.topic),
+                                          message_id, mq.topic, mq.queue_id, [row])
+            return int(got[2][0]), txn_text(mq.group, message_id)
+        result = await self.delivery.to_queue([row], mq, time.monotonic() + SEND_TIMEOUT_S)
+        return result.queue_offset, ""
 
+    async def _choose_queue(self, topic: str, message_group: str) -> MessageQueue:
+        """A queue of a group that takes writes to ``topic``: a FIFO message's by its group's
+        hash (its messages stay in one queue, in order), others round robin."""
+        route = await self.routes.route(topic)
+        writable = [g for g in route.groups if g.perm & 2 and g.write_queues > 0]
+        if not writable:
+            raise errors.NoPermissionError(f"no group takes writes to {topic!r}")
+        if message_group:
+            h = zlib.crc32(message_group.encode())
+            g = writable[h % len(writable)]
+            return MessageQueue(topic, g.group, h % g.write_queues)
+        pool = [(g, q) for g in writable for q in range(g.write_queues)]
+        n = next(self._round_robin.setdefault(topic, itertools.count()))
+        g, q = pool[n % len(pool)]
+        return MessageQueue(topic, g.group, q)
 
-__all__ = ["GatewaySends"]
+    @guarded(sv.EndTransactionResponse)
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        topic = request.topic.name
+        try:
+            group, txn_id = parse_txn(request.transaction_id)
+            if request.resolution == pb.TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED:
+                # the producer does not know yet (a Java client's UNKNOWN): it stays open, and the
+                # broker asks again at its next check (RocketMQ's answer to an unknown state)
+                return sv.EndTransactionResponse(status=status())
+            if request.resolution not in (pb.TransactionResolution.COMMIT,
+                                          pb.TransactionResolution.ROLLBACK):
+                raise GatewayError(pb.Code.BAD_REQUEST, "the resolution is COMMIT or ROLLBACK")
+            decision = "COMMIT" if request.resolution == pb.TransactionResolution.COMMIT \
+                else "ROLLBACK"
+            await self._leader_call(topic, group, bp.END_TRANSACTION, txn_group(topic), txn_id,
+                                    decision,
+                                    request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+                                    [])
+        except GatewayError as err:
+            return sv.EndTransactionResponse(status=status(err.code, str(err)))
+        return sv.EndTransactionResponse(status=status())

@@ -21,15 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from broker.frontends.grpc.codec import GatewayError, outbound
 from client import errors
-from client.producer.group import RETRY_S, CheckRequest, ProducerRegistration, next_pause_s, parse_check
 from client.cluster.routes import Routes
+from client.producer.group import RETRY_S, CheckRequest, ProducerRegistration, next_pause_s, parse_check
 from protocol import broker_kinds as bp
 
 log = logging.getLogger("broker.grpc")
