@@ -105,7 +105,7 @@ def test_three_failures_then_success_is_four_deliveries_and_the_offset_moves_on(
             assert [dict(m.properties).get("DELAY") for m in got] == [None, "3", "4", "5"]
             assert all(m.topic == "retried" and m.keys == ("order-1",) for m in got)
             assert [m.queue.topic for m in got] == ["retried"] + ["%RETRY%flaky-group"] * 3
-            for earlier, later in itertools.pairwise(got):  # each retry due later than the last
+            for earlier, later in itertools.pairwise(got[1:]):  # each retry due later than the last
                 assert int(dict(later.properties)["TIMER_DELIVER_MS"]) > \
                     int(dict(earlier.properties)["TIMER_DELIVER_MS"])
     asyncio.run(run())

@@ -25,7 +25,7 @@ from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from tests.broker.test_broker_processes import _wait_leader
 from tests.clusters import namesrv_group
-from tests.frontends.test_grpc_gateway import grpc_endpoints
+from tests.frontends.endpoints import grpc_endpoints
 
 pytestmark = pytest.mark.slow
 
