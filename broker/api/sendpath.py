@@ -17,14 +17,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from broker.api.sendgroup import Run, RunKey, SendGroups
-from broker.config import BrokerConfig
 from broker.core.applied import ApplyResult
 from broker.core.entries import encode_runs, encode_send
 from broker.core.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
 from broker.features.delay.model import DelayError, route_run
-from broker.machine.state import BrokerState
+from broker.features.host import BrokerHost
 from dledger.node.config import Committed
-from dledger.node.runtime import Node
 from protocol.broker_errors import BadDelayError, BadEntryError, BrokerError
 from protocol.broker_kinds import SEND, SendRefusedError
 from protocol.envelope import Request, encode_error, encode_result
@@ -43,28 +41,15 @@ class SendMetrics(Protocol):
     def proposed(self, fut: asyncio.Future[Committed]) -> None: ...
 
 
-class SendHost(Protocol):
-    """What the send path uses of its broker (``broker.api.broker.Broker``)."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def group(self) -> str: ...
-
-    @property
-    def state(self) -> BrokerState: ...
-
-    @property
-    def node(self) -> Node: ...
+class SendHost(BrokerHost, Protocol):
+    """What the send path uses of its broker (``broker.api.broker.Broker``) beyond any
+    feature's: the apply results by index and the send metrics."""
 
     @property
     def results(self) -> OrderedDict[int, ApplyResult]: ...
 
     @property
     def metrics(self) -> SendMetrics: ...
-
-    def require_leader(self) -> None: ...
 
 
 class SendPath:
