@@ -176,7 +176,7 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: in
         try:
             await js.add_stream(name="BENCH", subjects=["bench.>"], num_replicas=3)
             break
-        except Exception:
+        except Exception:  # any error before the cluster is ready: retry
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)

@@ -80,8 +80,8 @@ def acl_put(namesrv: tuple[str, ...], access_key: str, new_secret: str, admin: b
 
     async def put(routes: Routes) -> None:
         for g in await groups_of(routes, broker_groups):
-            node, status = await routes.group_client(g).call_leader(
-                bp.ACL_PUT, account.row(), timeout_s=ACL_TIMEOUT_S)
+            node, status = await routes.call_group_leader(
+                g, bp.ACL_PUT, account.row(), timeout_s=ACL_TIMEOUT_S)
             click.echo(f"group {g.group}: account {access_key} {status} (leader {node})")
     with_routes(namesrv, put)
 
@@ -94,8 +94,8 @@ def acl_delete(namesrv: tuple[str, ...], access_key: str, broker_groups: tuple[s
     """Delete the account ACCESS_KEY."""
     async def delete(routes: Routes) -> None:
         for g in await groups_of(routes, broker_groups):
-            node, _status = await routes.group_client(g).call_leader(
-                bp.ACL_DELETE, access_key, timeout_s=ACL_TIMEOUT_S)
+            node, _status = await routes.call_group_leader(
+                g, bp.ACL_DELETE, access_key, timeout_s=ACL_TIMEOUT_S)
             click.echo(f"group {g.group}: account {access_key} deleted (leader {node})")
     with_routes(namesrv, delete)
 
@@ -111,8 +111,8 @@ def acl_list(namesrv: tuple[str, ...], access_key: str, as_json: bool,
     async def show(routes: Routes) -> None:
         report: dict[str, Any] = {}
         for g in await groups_of(routes, broker_groups):
-            _, accounts = await routes.group_client(g).call_leader(
-                bp.ACL_LIST, access_key, timeout_s=ACL_TIMEOUT_S)
+            _, accounts = await routes.call_group_leader(
+                g, bp.ACL_LIST, access_key, timeout_s=ACL_TIMEOUT_S)
             report[g.group] = accounts
         if as_json:
             click.echo(json.dumps(report, indent=2, sort_keys=True))

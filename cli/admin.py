@@ -29,8 +29,8 @@ def leader_transfer(namesrv: tuple[str, ...], group: str, to: str) -> None:
             if to not in g.nodes:  # named here: the broker's answer would be a bare ValueError
                 raise click.ClickException(f"group {g.group} has no registered node {to!r} "
                                            f"(registered: {', '.join(sorted(g.nodes))})")
-            node, _ = await routes.group_client(g).call_leader(bp.TRANSFER_LEADERSHIP, to,
-                                                               timeout_s=TRANSFER_TIMEOUT_S)
+            node, _ = await routes.call_group_leader(g, bp.TRANSFER_LEADERSHIP, to,
+                                                     timeout_s=TRANSFER_TIMEOUT_S)
             click.echo(f"group {g.group}: leadership moved from {node} to {to}")
     with_routes(namesrv, transfer)
 

@@ -65,8 +65,8 @@ def reset_offset(namesrv: tuple[str, ...], group: str, topic_name: str,
             raise click.ClickException(f"no broker group serves topic {topic_name!r}")
         if not force:  # refuse before any group resets, rather than halfway through
             for g in route.groups:
-                _, st = await routes.group_client(g).call_leader(bp.CONSUMER_STATUS, group,
-                                                                 timeout_s=NODE_TIMEOUT_S)
+                _, st = await routes.call_group_leader(g, bp.CONSUMER_STATUS, group,
+                                                       timeout_s=NODE_TIMEOUT_S)
                 live = [m["client_id"] for m in st["members"]
                         if topic_name in m["subscriptions"]]
                 if live:
@@ -76,8 +76,8 @@ def reset_offset(namesrv: tuple[str, ...], group: str, topic_name: str,
                         f"they would overwrite the reset. Stop them first, or use --force.")
         click.echo(f"resetting {group}'s offsets on {topic_name} to {said}")
         for g in sorted(route.groups, key=lambda g: g.group):
-            _, rows = await routes.group_client(g).call_leader(
-                bp.OFFSET_RESET, group, topic_name, timestamp_ms, force,
+            _, rows = await routes.call_group_leader(
+                g, bp.OFFSET_RESET, group, topic_name, timestamp_ms, force,
                 timeout_s=NODE_TIMEOUT_S)
             for qid, old, new in rows:
                 click.echo(f"{g.group + '/' + str(qid):<12} {_offset(old):>10} -> {new}")

@@ -13,8 +13,6 @@ once the command returns.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import click
@@ -23,10 +21,8 @@ from cli.common import groups_of, namesrv_option, with_routes
 from client.cluster.routes import GroupRoute, Routes
 from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
-from protocol.group_client import UnknownLeaderError
 
 STEP_TIMEOUT_S = 60.0
-ROUTE_RETRY_S = 0.2  # before the route is read again for a leader it did not name
 
 
 @click.group()
@@ -46,19 +42,7 @@ async def _one(routes: Routes, name: str) -> GroupRoute:
 
 async def _leader_call(routes: Routes, g: GroupRoute, kind: int, *args: Any,
                        timeout_s: float) -> tuple[str, Any]:
-    """One request to the group's leader. A leader the route does not name yet (a node added
-    since it was read, to which leadership moved) is looked up again at the NameServer until
-    the deadline: a NOT_LEADER answer means the request was not acted on, so it is sent again."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return await routes.group_client(g).call_leader(
-                kind, *args, timeout_s=max(0.1, deadline - time.monotonic()))
-        except UnknownLeaderError:
-            if time.monotonic() + ROUTE_RETRY_S >= deadline:
-                raise
-        await asyncio.sleep(ROUTE_RETRY_S)  # (the new leader registers at once; a moment)
-        g = await _one(routes, g.group)
+    return await routes.call_group_leader(g, kind, *args, timeout_s=timeout_s)
 
 
 def _show(group_name: str, m: dict[str, Any]) -> str:

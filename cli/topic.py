@@ -37,8 +37,8 @@ def topic_create(namesrv: tuple[str, ...], queues: int, perm: str, groups: tuple
     """Create (or overwrite) topic NAME on every broker group (cluster mode) or the given ones."""
     async def put(routes: Routes) -> None:
         for g in await groups_of(routes, groups):
-            _, st = await routes.group_client(g).call_leader(bp.TOPIC_PUT, name, queues, queues,
-                                                             int(perm))
+            _, st = await routes.call_group_leader(g, bp.TOPIC_PUT, name, queues, queues,
+                                                   int(perm))
             click.echo(f"group {g.group}: {st}")
     with_routes(namesrv, put)
 
@@ -88,11 +88,11 @@ def topic_delete(namesrv: tuple[str, ...], name: str) -> None:
     async def delete(routes: Routes) -> None:
         found = False
         for g in await groups_of(routes, ()):
-            _, st = await routes.group_client(g).call_leader(bp.BROKER_STATUS)
+            _, st = await routes.call_group_leader(g, bp.BROKER_STATUS)
             if name not in st["topics"]:
                 click.echo(f"group {g.group}: no topic {name!r}")
                 continue
-            _, res = await routes.group_client(g).call_leader(bp.TOPIC_DELETE, name)
+            _, res = await routes.call_group_leader(g, bp.TOPIC_DELETE, name)
             click.echo(f"group {g.group}: {res}")
             found = True
         if not found:

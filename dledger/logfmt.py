@@ -40,7 +40,7 @@ def _context_now() -> dict[str, Any]:
         return {}
     try:
         return context()
-    except Exception:
+    except Exception:  # a log call must never fail for want of its context
         return {}
 
 

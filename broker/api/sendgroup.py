@@ -111,7 +111,7 @@ class SendGroups:
     def _propose_group(self, group: _Group) -> None:
         try:
             fut = self._propose(list(group.runs.items()))
-        except Exception as err:
+        except Exception as err:  # named or not, every request must be answered
             for reply, _ in group.replies:
                 reply(None, err)
             return

@@ -84,7 +84,7 @@ class SendPath:
                                                 else _sole_answer(got[0])))
             except (DLedgerError, BrokerError) as failure:
                 conn.send_payload(encode_error(rid, failure))
-            except Exception as failure:
+            except Exception as failure:  # the client must get an answer
                 conn.send_payload(encode_error(rid, BrokerError(f"send failed: {failure!r}")))
 
         if runs:

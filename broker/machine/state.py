@@ -137,5 +137,5 @@ def _restore(state: BrokerState, fields: list[Any]) -> None:
 def _load(blob: bytes) -> Any:
     try:
         return cbor2.loads(blob)
-    except Exception as err:
+    except Exception as err:  # any decode failure is a corrupt checkpoint
         raise BadEntryError(f"corrupt checkpoint: {err}") from err

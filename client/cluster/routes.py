@@ -10,6 +10,7 @@ leader is a suggestion its connection pool weighs against what the nodes answere
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from protocol.namesrv_addrs import parse_namesrv_list
 from protocol.tls import dial_context, split_https, tls_failure
 
 ROUTE_REFRESH_S = 30.0
+ROUTE_RETRY_S = 0.2  # before a group's route is read again for a leader it did not name
 NOT_FOUND_REFRESH_S = 1.0  # a topic no group serves yet may be auto-created any moment
 DEFAULT_QUEUES = 4
 # Seeded bugs for the chaos suite (tests only, never in production): "stale_leader" brings back
@@ -168,6 +170,23 @@ class Routes:
             self._groups[g.group] = client
         client.suggest(g.leader, g.term)
         return client
+
+    async def call_group_leader(self, g: GroupRoute, kind: int, *args: Any,
+                                timeout_s: float | None = None) -> tuple[str, Any]:
+        """One request to a group's leader (``GroupClient.call_leader``), within ``timeout_s``
+        (the pool's own by default). A leader the route does not name (a node added since the
+        route was read, to which leadership moved) is looked up again at the NameServer until
+        the deadline: a NOT_LEADER answer means the request was not acted on, so it goes again."""
+        deadline = time.monotonic() + (timeout_s or self.group_client(g).timeout_s)
+        while True:
+            try:
+                return await self.group_client(g).call_leader(
+                    kind, *args, timeout_s=max(0.1, deadline - time.monotonic()))
+            except UnknownLeaderError:
+                if time.monotonic() + ROUTE_RETRY_S >= deadline:
+                    raise
+            await asyncio.sleep(ROUTE_RETRY_S)  # (the new leader registers at once: a moment)
+            g = next((x for x in await self.cluster_groups() if x.group == g.group), g)
 
     async def _get(self, path: str) -> tuple[int, Any]:
         assert self._session is not None, "call start() first"

@@ -396,7 +396,7 @@ class PushConsumer:
             log.warning("listener of %s did not answer in %.0f s: counted as a failure",
                         self.group, self.consume_timeout_s)
             return ConsumeStatus.LATER
-        except Exception:
+        except Exception:  # a listener's exception means "later", as RocketMQ's
             log.exception("listener of %s failed; the messages will be redelivered", self.group)
             return ConsumeStatus.LATER
         return out if out is ConsumeStatus.SUCCESS else ConsumeStatus.LATER  # SUSPEND too

@@ -324,7 +324,7 @@ def fresh(err: Exception) -> Exception:
     tracebacks); ``err`` itself when it cannot be copied."""
     try:
         twin = copy.copy(err)
-    except Exception:
+    except Exception:  # an exception type that does not copy: share it
         return err
     if str(twin) != str(err) or vars(twin) != vars(err):
         return err  # its constructor takes other arguments than its args: share it

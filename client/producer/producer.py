@@ -157,7 +157,7 @@ class Producer:
         except asyncio.CancelledError:  # the loop is closing: the callers must not hang
             sends.cancel()
             raise
-        except Exception as err:
+        except Exception as err:  # handed to every caller still waiting
             sends.fail_all(err)
 
     async def queues(self, topic: str) -> list[MessageQueue]:

@@ -251,7 +251,7 @@ async def _run(fn: Any, timeout_s: float, *args: Any) -> TransactionState:
                 got = await asyncio.to_thread(fn, *args)
                 if inspect.isawaitable(got):
                     got = await got
-    except Exception:
+    except Exception:  # the user's callback: any failure is UNKNOWN
         return TransactionState.UNKNOWN
     return got if isinstance(got, TransactionState) else TransactionState.UNKNOWN
 

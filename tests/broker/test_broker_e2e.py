@@ -203,7 +203,7 @@ async def _wait_route(ns: str, topic: str, a: LocalCluster, b: LocalCluster) -> 
         async def both() -> bool:
             try:
                 return {q.group for q in await pc.fetch_queues(topic)} == {"a", "b"}
-            except Exception:
+            except Exception:  # not routed yet
                 return False
         await wait_until(both, 20, "routes to both groups")
 

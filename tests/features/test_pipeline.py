@@ -48,7 +48,7 @@ asyncio.run(main(*sys.argv[1:]))
 async def queue_totals(c: PullConsumer, topic: str) -> int:
     try:
         queues = await c.fetch_queues(topic, wait=False)
-    except Exception:
+    except Exception:  # not created yet: nothing there
         return 0
     return sum([(await c.pull(mq, 0, 0)).max_offset for mq in queues])
 

@@ -231,7 +231,7 @@ async def trace_records(ns: str) -> list[TraceRecord]:
     async with PullConsumer(ns, "trace-reader") as c:
         try:
             queues = await c.fetch_queues(TRACE_TOPIC, wait=False)
-        except Exception:
+        except Exception:  # not created yet: no records
             return []
         out = []
         for mq in queues:

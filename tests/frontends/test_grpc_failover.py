@@ -63,7 +63,7 @@ def produce(endpoints: str, h: History) -> None:
             k += 1
             try:
                 receipt = producer.send(m)
-            except Exception:
+            except Exception:  # an outcome unknown: not counted as sent
                 with h.lock:
                     h.send_failures += 1
                 continue
@@ -82,7 +82,7 @@ def consume(endpoints: str, h: History) -> None:
             began = time.monotonic()
             try:
                 messages = consumer.receive(32, INVISIBLE_S)
-            except Exception:
+            except Exception:  # a receive under the fault: try again
                 continue
             with h.lock:
                 h.deliveries += [Delivery(m.message_id, began, m.delivery_attempt or 1)
@@ -90,7 +90,7 @@ def consume(endpoints: str, h: History) -> None:
             for m in messages:
                 try:
                     consumer.ack(m)
-                except Exception:
+                except Exception:  # not acknowledged: it may come again
                     with h.lock:
                         h.ack_failures += 1
                     continue

@@ -102,13 +102,13 @@ def retained_on_a_node(tmp_path: Path, **retention: object) -> None:
             await wait_until(lambda: server.broker.node.is_leader, 10, "the node to lead")
             for i in range(200):
                 await server.broker.sends.send("t", 0, _raw(b"m%03d" % i))
-            first_before = server.broker.node.store.first_index() if server.broker.node.store else 0
 
             async def retained() -> bool:
                 return (await server.broker.pull("t", 0, 0, 1, 1 << 20, 0, ["*"]))[0] == OFFSET_OUT_OF_RANGE
             await wait_until(retained, 15, "retention to delete old segments")
             store = server.broker.node.store
-            assert store is not None and store.first_index() > first_before
+            # the log began at index 1: old segments went (perhaps already during the sends)
+            assert store is not None and store.first_index() > 1
             assert len(store.segment_files()) >= 1
             _, _, lo, hi, _ = await server.broker.pull("t", 0, 0, 1, 1 << 20, 0, ["*"])
             assert 0 < lo < hi == 200

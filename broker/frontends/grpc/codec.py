@@ -91,7 +91,7 @@ def guarded(response: Callable[..., Any]) -> Callable[[Call], Call]:
                 return await fn(self, request, context)
             except asyncio.CancelledError:
                 raise
-            except Exception as err:
+            except Exception as err:  # any bug: a named status, logged
                 log.exception("gRPC %s failed", fn.__name__)
                 return response(status=status(pb.Code.INTERNAL_SERVER_ERROR,
                                               f"{type(err).__name__}: {err}"))

@@ -166,7 +166,7 @@ class ConsumeCalls:
         except GatewayError as err:
             yield sv.ReceiveMessageResponse(status=status(err.code, str(err)))
             return
-        except Exception as err:
+        except Exception as err:  # any bug: a named status, logged
             log.exception("gRPC ReceiveMessage failed")
             yield sv.ReceiveMessageResponse(status=status(pb.Code.INTERNAL_SERVER_ERROR,
                                                           f"{type(err).__name__}: {err}"))
