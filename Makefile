@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test install install-dev sim bench clean
+.PHONY: up test install install-dev clients sim bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,16 @@ install: $(BIN)/python
 install-dev: $(BIN)/python
 	$(BIN)/pip install -q $(EDITABLE) -e '.[dev]'
 
+# RocketMQ 4.x applications in the tests (tests/remoting): the C++ client's Python wrapper, in a
+# virtual environment of its own (it installs the top-level module `rocketmq`, as the RocketMQ 5
+# client of the main one does). 2.0.0 on PyPI lacks the native library: the pin is exact.
+CLIENTS := .venv-clients
+$(CLIENTS)/rmq4/bin/python:
+	$(PY) -m venv $(CLIENTS)/rmq4
+	$(CLIENTS)/rmq4/bin/pip install -q rocketmq-client-python==0.5.0rc2
+
+clients: $(CLIENTS)/rmq4/bin/python
+
 # Start a NameServer and a 3-node broker group in the foreground (Ctrl-C stops them).
 up: install
 	$(BIN)/dledger up
@@ -27,7 +37,7 @@ up: install
 # PYTEST_WORKERS processes (pytest-xdist: a module's tests on one worker, each live chaos run on
 # its own; tests/conftest.py), the 25 slowest printed at the end.
 PYTEST_WORKERS ?= 3
-test: install-dev
+test: install-dev clients
 	$(BIN)/ruff check protocol bench dledger broker namesrv client chaos cli tests examples
 	$(BIN)/mypy --strict client protocol
 	$(BIN)/mypy dledger broker namesrv chaos cli bench examples
@@ -40,4 +50,4 @@ bench: install-dev
 	$(BIN)/python -m bench.log
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(CLIENTS) build *.egg-info

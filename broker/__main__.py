@@ -61,6 +61,9 @@ def main() -> None:
 @click.option("--grpc-listen", default=None,
               help="Serve RocketMQ 5 clients (gRPC, apache.rocketmq.v2) at HOST:PORT "
                    "(off unless given; needs --namesrv).")
+@click.option("--remoting-listen", default=None,
+              help="Serve RocketMQ 4.x clients (the remoting protocol) at HOST:PORT "
+                   "(off unless given; needs --namesrv).")
 @click.option("--grpc-max-delivery-attempts", type=click.IntRange(1, 10_000), default=16,
               show_default=True,
               help="Deliveries of a message to a RocketMQ 5 consumer group before it goes to the "
@@ -105,7 +108,7 @@ def main() -> None:
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
           checkpoint_interval_s: float, advertise: str | None, admin_advertise: str | None,
-          grpc_listen: str | None,
+          grpc_listen: str | None, remoting_listen: str | None,
           grpc_max_delivery_attempts: int,
           delay_levels: str,
           max_delay_ms: int, transaction_timeout_s: float, transaction_check_interval_s: float,
@@ -125,6 +128,9 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
     if grpc_listen and not names:
         raise click.BadParameter("the gRPC endpoint routes through the NameServers: give "
                                  "--namesrv as well", param_hint="'--grpc-listen'")
+    if remoting_listen and not names:
+        raise click.BadParameter("the remoting endpoint routes through the NameServers: give "
+                                 "--namesrv as well", param_hint="'--remoting-listen'")
     limits = client_limits(opts)
     try:
         admins = credentials_of(list(acl_admin_keys))
@@ -144,6 +150,8 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                               advertise_admin=_advertised(admin_advertise,
                                                           "--admin-advertise"),
                               grpc_listen=parse_address(grpc_listen) if grpc_listen else None,
+                              remoting_listen=(parse_address(remoting_listen)
+                                               if remoting_listen else None),
                               grpc_max_delivery_attempts=grpc_max_delivery_attempts,
                               max_connections=limits.connections_max,
                               input_buffer_bytes_max=limits.input_bytes_max,
@@ -181,7 +189,8 @@ async def _serve(config: BrokerConfig) -> None:
     await serve_until_signal(server, lambda: {
         "node": config.node.node_id, "peer": list(server.node.peer_address or ()),
         "client": list(server.client_address or ()), "admin": list(server.admin_address or ()),
-        "grpc": list(server.grpc_address or ())})
+        "grpc": list(server.grpc_address or ()),
+        "remoting": list(server.remoting_address or ())})
 
 
 if __name__ == "__main__":

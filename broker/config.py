@@ -56,6 +56,7 @@ class BrokerConfig:
     canaries: frozenset[str] = frozenset()  # seeded broker bugs (BROKER_CANARIES), tests only
     index: IndexConfig = field(default_factory=IndexConfig)  # the key index's files
     grpc_listen: Address | None = None  # serve RocketMQ 5 clients here (broker.frontends.grpc.gateway)
+    remoting_listen: Address | None = None  # serve RocketMQ 4.x clients here (broker.frontends.remoting)
     grpc_max_delivery_attempts: int = 16  # a gRPC consumer's deliveries of a message before DLQ
     acl: bool = False  # access control: every request signed and checked (broker.features.acl.service)
     acl_admins: tuple[Credentials, ...] = ()  # bootstrap admin accounts (not in the log)
@@ -82,6 +83,8 @@ class BrokerConfig:
             raise ValueError("the replay window is at least 1000 ms (clocks differ)")
         if self.grpc_listen is not None and not self.namesrv:
             raise ValueError("the gRPC endpoint routes through the NameServers: give --namesrv")
+        if self.remoting_listen is not None and not self.namesrv:
+            raise ValueError("the remoting endpoint routes through the NameServers: give --namesrv")
         self._check_advertised()
         if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_CEILING:
             raise ValueError(f"max_message_bytes must be 1..{MAX_MESSAGE_BYTES_CEILING}, "
@@ -108,6 +111,10 @@ class BrokerConfig:
             raise ValueError(f"--grpc-listen {_fmt(self.grpc_listen)} binds every interface: "
                              "give --advertise HOST:PORT (the gRPC endpoint is registered at its "
                              "host)")
+        if every(self.remoting_listen) and self.advertise_client is None:
+            raise ValueError(f"--remoting-listen {_fmt(self.remoting_listen)} binds every "
+                             "interface: give --advertise HOST:PORT (the remoting endpoint is "
+                             "registered at its host)")
         if every(self.admin_listen) and self.advertise_admin is None \
                 and self.advertise_client is None:
             raise ValueError(f"--admin-listen {_fmt(self.admin_listen)} binds every interface, "
@@ -115,10 +122,10 @@ class BrokerConfig:
                              "--admin-advertise HOST:PORT (or --advertise, whose host it takes)")
 
     def registered(self, listener: str, bound: Address) -> Address:
-        """The address to register for ``listener`` ("client", "admin" or "grpc") bound at
-        ``bound``: its advertised one (a port 0 there is the bound port), else the bound port
-        at ``advertise_client``'s host (the clients' listeners always, the admin one when bound
-        to every interface), else the bound address."""
+        """The address to register for ``listener`` ("client", "admin", "grpc" or "remoting")
+        bound at ``bound``: its advertised one (a port 0 there is the bound port), else the
+        bound port at ``advertise_client``'s host (the clients' listeners always, the admin one
+        when bound to every interface), else the bound address."""
         advertised = self.advertise_admin if listener == "admin" else None
         if advertised is None and (listener != "admin" or bound[0] in WILDCARD_HOSTS):
             advertised = self.advertise_client

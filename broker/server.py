@@ -54,6 +54,8 @@ class BrokerServer:
         self.admin_address: Address | None = None
         self.grpc_address: Address | None = None  # where RocketMQ 5 clients are served
         self._gateway: Any = None  # a GrpcGateway (imported only when asked for: grpcio)
+        self.remoting_address: Address | None = None  # where RocketMQ 4.x clients are served
+        self._remoting: Any = None  # a RemotingServer (broker.frontends.remoting)
         self._admin: web.AppRunner | None = None
 
     # The broker's parts the shell's modules read (registrar, metrics, admin endpoints).
@@ -88,6 +90,12 @@ class BrokerServer:
             from broker.frontends.grpc.gateway import GrpcGateway
             self._gateway = GrpcGateway(self.broker, self.config.grpc_listen)
             self.grpc_address = self.config.registered("grpc", await self._gateway.start())
+        if self.config.remoting_listen is not None:
+            from broker.frontends.remoting.server import RemotingServer
+            self._remoting = RemotingServer(self.broker, self.config.remoting_listen)
+            bound = await self._remoting.start()
+            self.remoting_address = self.config.registered("remoting", bound)
+            self._remoting.store_host = self.remoting_address
         if self.config.namesrv:
             self.registrar.start()
         await self.broker.start_services()
@@ -98,6 +106,8 @@ class BrokerServer:
             await self.registrar.stop()
         if self._gateway is not None:
             await self._gateway.stop()
+        if self._remoting is not None:
+            await self._remoting.stop()
         if self._admin is not None:
             await self._admin.cleanup()
         self.native.close()
@@ -121,6 +131,8 @@ class BrokerServer:
         st["key_index"] = broker.index.status()
         if self._gateway is not None:
             st["grpc"] = self._gateway.status()
+        if self._remoting is not None:
+            st["remoting"] = self._remoting.status()
         st["snapshot"] = {**broker.node.snapshot_status(),
                           "checkpoint_index": broker.checkpoints.checkpointed_index}
         return st

@@ -45,12 +45,15 @@ LEADERS_TIMEOUT_S = 30.0
 @click.option("--grpc-port", type=int, default=8081, show_default=True,
               help="gRPC port for RocketMQ 5 clients of group a's n0 (same scheme); 0 picks "
                    "free ports.")
+@click.option("--remoting-port", type=int, default=30911, show_default=True,
+              help="Remoting port for RocketMQ 4.x clients of group a's n0 (same scheme); 0 "
+                   "picks free ports. 4.x clients need only the NameServer's address.")
 @click.option("--tls", "use_tls", is_flag=True,
               help="TLS on every listener, mutual TLS on peer links: a test CA and certificates "
                    "are made under DATA_DIR/tls (docs/tls.md).")
 @click.option("--exit-after-s", type=float, default=None, help="Stop by itself after this long.")
 def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port: int,
-       peer_port: int, client_port: int, grpc_port: int, use_tls: bool,
+       peer_port: int, client_port: int, grpc_port: int, remoting_port: int, use_tls: bool,
        exit_after_s: float | None) -> None:
     """Start a NameServer and broker groups in the foreground; Ctrl-C stops everything.
 
@@ -74,6 +77,7 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
                                          peer_port + 10 * g if peer_port else 0,
                                          client_port + 10 * g if client_port else 0,
                                          grpc_port + 10 * g if grpc_port else 0,
+                                         remoting_port + 10 * g if remoting_port else 0,
                                          namesrv.address, up_tls))
         supervisor = Supervisor(data_dir, namesrv, clusters, "https" if up_tls else "http")
         supervisor.write()
@@ -126,7 +130,7 @@ def _listdir(folder: str) -> list[str]:
 
 
 def _start_group(data_dir: str, group: str, replicas: int, flush_mode: str, peer_port: int,
-                 client_port: int, grpc_port: int, namesrv: str,
+                 client_port: int, grpc_port: int, remoting_port: int, namesrv: str,
                  up_tls: UpTls | None = None) -> LocalCluster:
     cluster = LocalCluster(
         data_dir, size=replicas, group=group, flush_mode=flush_mode, peer_port=peer_port,
@@ -134,6 +138,8 @@ def _start_group(data_dir: str, group: str, replicas: int, flush_mode: str, peer
         program=("-m", "broker", "start", "--namesrv", namesrv,
                  "--register-interval-s", str(REGISTER_INTERVAL_S)),
         node_args={f"n{i}": ("--grpc-listen", f"127.0.0.1:{grpc_port + i if grpc_port else 0}",
+                             "--remoting-listen",
+                             f"127.0.0.1:{remoting_port + i if remoting_port else 0}",
                              *(up_tls.args(f"{group}-n{i}", peer_mtls=True) if up_tls else ()))
                    for i in range(replicas)})
     try:
@@ -147,6 +153,11 @@ def _start_group(data_dir: str, group: str, replicas: int, flush_mode: str, peer
 def grpc_of(s: ServerProcess) -> str | None:
     grpc = s.ready.get("grpc")
     return f"{grpc[0]}:{grpc[1]}" if grpc else None
+
+
+def remoting_of(s: ServerProcess) -> str | None:
+    remoting = s.ready.get("remoting")
+    return f"{remoting[0]}:{remoting[1]}" if remoting else None
 
 
 def admin_of(s: ServerProcess) -> str | None:
@@ -164,6 +175,7 @@ def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode:
         for nid, s in c.servers.items():
             click.echo(f"  group {c.group} {nid}: pid {s.pid}  client {_fmt(s.client_address)}  "
                        f"peer {_fmt(s.peer_address)}  grpc {grpc_of(s)}  "
+                       f"remoting {remoting_of(s)}  "
                        f"admin {scheme}://{admin_of(s)}/status")
     click.echo(f"\nconsole:  {scheme}://{ns}/console")
     if up_tls is not None:
@@ -175,6 +187,7 @@ def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode:
     click.echo(f"          dledger consume --namesrv {ns} orders")
     grpc = ";".join(a for c in clusters for s in c.servers.values() if (a := grpc_of(s)))
     click.echo(f"RocketMQ 5 clients (gRPC): endpoints \"{grpc}\"")
+    click.echo(f"RocketMQ 4.x clients (remoting): NameServer address \"{ns}\"")
     click.echo(f"nodes:    dledger node stop|kill|restart GROUP NODE --data-dir {data_dir}  "
                f"(PIDs in {control.control_path(data_dir)})")
     click.echo("Ctrl-C stops everything.")

@@ -71,6 +71,9 @@ class Registration:
     # Where the node serves RocketMQ 5 clients (gRPC, ``broker.frontends.grpc.gateway``); "" when it
     # does not, or a broker that does not say.
     grpc_address: str = ""
+    # Where the node serves RocketMQ 4.x clients (the remoting protocol,
+    # ``broker.frontends.remoting``); "" when it does not.
+    remoting_address: str = ""
 
     @property
     def claims_leadership(self) -> bool:
@@ -141,8 +144,11 @@ def parse_registration(body: object) -> Registration:
     grpc_address = obj.get("grpc_address", "")
     if grpc_address != "":
         _dialable(grpc_address, "grpc_address")
+    remoting_address = obj.get("remoting_address", "")
+    if remoting_address != "":
+        _dialable(remoting_address, "remoting_address")
     return Registration(group, node_id, client_address, admin_address, role, term, topics,
-                        _parse_instance(obj), _parse_members(obj), grpc_address)
+                        _parse_instance(obj), _parse_members(obj), grpc_address, remoting_address)
 
 
 def parse_unregistration(body: object) -> Unregistration:

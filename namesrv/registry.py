@@ -95,6 +95,7 @@ class NodeView:
     term: int
     last_seen_s_ago: float
     grpc_address: str = ""
+    remoting_address: str = ""
 
     def to_json(self, with_admin: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"node_id": self.node_id, "client_address": self.client_address}
@@ -102,6 +103,8 @@ class NodeView:
             out["admin_address"] = self.admin_address
         if self.grpc_address:
             out["grpc_address"] = self.grpc_address
+        if self.remoting_address:
+            out["remoting_address"] = self.remoting_address
         out.update(role=self.role, term=self.term, last_seen_s_ago=self.last_seen_s_ago)
         return out
 
@@ -343,5 +346,6 @@ def _node_views(group: _GroupState, now_s: float) -> tuple[NodeView, ...]:
         rec = group.nodes[node_id]
         reg = rec.registration
         views.append(NodeView(node_id, reg.client_address, reg.admin_address, reg.role, reg.term,
-                              round(max(0.0, now_s - rec.last_seen_s), 3), reg.grpc_address))
+                              round(max(0.0, now_s - rec.last_seen_s), 3), reg.grpc_address,
+                              reg.remoting_address))
     return tuple(views)

@@ -16,6 +16,8 @@ Endpoints:
   GET  /livez, /readyz
   GET  /metrics                  Prometheus text (``namesrv.metrics``)
   GET  /console ...                the operators' web console (``console``; off with console=False)
+
+The same port serves RocketMQ 4.x clients in the remoting protocol (``namesrv.remoting``).
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ from namesrv.errors import (
     ServerStateError,
     TermNotCorroboratedError,
 )
+from namesrv.listener import Sniffer
 from namesrv.metrics import NameServerMetrics, metrics_middleware
 from namesrv.model import parse_registration, parse_topic_name, parse_unregistration
 from namesrv.registry import LEASE_S_DEFAULT, Registry
+from namesrv.remoting import RemotingNameServer
+from protocol.framed import ConnectionLimits
 from protocol.tls import TlsConfig
 
 __all__ = ["BODY_BYTES_MAX", "BOOT_ID_HEADER", "NameServer", "make_app"]
@@ -238,6 +243,8 @@ class NameServer:
         self.console_read_only = console_read_only
         self.tls = tls  # serve https; reach the brokers' admin endpoints over TLS (protocol.tls)
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._remoting_limits = ConnectionLimits()  # the 4.x clients' connections
         self._scan_task: asyncio.Task[None] | None = None
         self._address: tuple[str, int] | None = None
         self._metrics: NameServerMetrics | None = None
@@ -266,15 +273,19 @@ class NameServer:
         runner = web.AppRunner(app, access_log=None,
                                handle_signals=False, shutdown_timeout=STOP_TIMEOUT_S)
         await runner.setup()
-        try:
-            site = web.TCPSite(runner, self.host, self.port,
-                               ssl_context=tls.server_context() if tls else None)
-            await site.start()
+        http = runner.server
+        assert http is not None
+        limits = self._remoting_limits = ConnectionLimits()
+        try:  # one port for HTTP and RocketMQ's remoting protocol (namesrv.listener)
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: Sniffer(http, lambda: RemotingNameServer(self.registry, self._clock,
+                                                                 limits)),
+                self.host, self.port, ssl=tls.server_context() if tls else None)
         except OSError:
             await runner.cleanup()
             raise
         self._runner = runner
-        bound = runner.addresses[0]
+        bound = self._server.sockets[0].getsockname()
         self._address = (bound[0], bound[1])
         self._scan_task = asyncio.create_task(self._scan_forever(), name="namesrv-lease-scan")
         return self._address
@@ -285,6 +296,12 @@ class NameServer:
         if task is not None:
             task.cancel()
             await asyncio.wait([task], timeout=STOP_TIMEOUT_S)
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            for conn in list(self._remoting_limits.open):
+                if conn.transport is not None:
+                    conn.transport.abort()
         runner, self._runner = self._runner, None
         if runner is not None:
             await asyncio.wait_for(runner.cleanup(), timeout=2 * STOP_TIMEOUT_S)

@@ -54,6 +54,9 @@ class RegistrarHost(Protocol):
     @property
     def grpc_address(self) -> Address | None: ...
 
+    @property
+    def remoting_address(self) -> Address | None: ...
+
     def caught_up(self) -> bool: ...
 
 
@@ -156,6 +159,7 @@ class Registrar:
                 "role": role, "term": raft.term, "instance": self.instance,
                 "members": sorted(raft.voters + raft.learners),
                 **({"grpc_address": _fmt(s.grpc_address)} if s.grpc_address else {}),
+                **({"remoting_address": _fmt(s.remoting_address)} if s.remoting_address else {}),
                 "topics": {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                     "perm": t.perm} for t in s.state.topics.values()}}
 

@@ -82,6 +82,7 @@ def test_broker_cluster_up_send_consume_status(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", "import cli; cli.main()", "up", "--data-dir", str(tmp_path / "d"),
          "--namesrv-port", "0", "--peer-port", "0", "--client-port", "0", "--grpc-port", "0",
+         "--remoting-port", "0",
          "--exit-after-s", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout is not None

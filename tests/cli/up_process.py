@@ -27,6 +27,7 @@ class UpProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "import cli; cli.main()", "up", "--data-dir", str(data_dir),
              "--namesrv-port", "0", "--peer-port", "0", "--client-port", "0", "--grpc-port", "0",
+         "--remoting-port", "0",
              "--exit-after-s", "600", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self._lines: dict[str, list[str]] = {"out": [], "err": []}

@@ -1,4 +1,4 @@
-"""The gRPC endpoint's gathering of its own group's sends (``broker.frontends.grpc.gather``),
+"""The gRPC endpoint's gathering of its own group's sends (``broker.frontends.gather``),
 against a stand-in for the broker API's ``send_runs`` whose requests the test answers: a lone
 send goes at once; sends that arrive while a request is under way travel together in the next;
 after a request, the next waits for as many callers as were under way at once (bounded by the
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from broker.frontends.grpc.gather import SendGather
+from broker.frontends.gather import SendGather
 from protocol.errors import ProposalTimeoutError
 
 

@@ -107,6 +107,12 @@ class RetryService:
             raise SendRefusedError("MESSAGE_NOT_FOUND", f"{topic}@{offset}: {err}") from err
         return list(m), offset_msg_id(self.host.group, unit.position, unit.slot)
 
+    async def ensure_retry_topic(self, group: str) -> None:
+        """``%RETRY%group`` created if it is not yet (leader only): a RocketMQ broker makes it
+        when a clustering consumer of the group first heartbeats, so that the consumer's
+        route lookup finds it before its first message is sent back."""
+        await self._ensure(retry_topic(group), RETRY_QUEUES)
+
     async def _ensure(self, topic: str, queues: int) -> None:
         if topic not in self.host.state.topics:
             await self.host.leader_commit(TopicPut(topic, queues, queues, PERM_RW, system=True))

@@ -34,6 +34,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
+from broker.frontends.forward import RoutesOnce
 from broker.frontends.grpc.codec import code_of, guarded, status
 from broker.frontends.grpc.consume import ConsumeCalls
 from broker.frontends.grpc.owngroup import OwnGroup
@@ -102,8 +103,7 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
         self.own = OwnGroup(server, self.routes, self._ensure_routes,  # this group's queues
                             SEND_TIMEOUT_S)
         self._grpc: aio.Server | None = None
-        self._routes_started = False
-        self._routes_lock = asyncio.Lock()
+        self._routes_once = RoutesOnce(self.routes)
         self._round_robin: dict[str, itertools.count[int]] = {}
         self.sessions: dict[str, asyncio.Queue[Any]] = {}  # client id -> its telemetry outbox
         self.calls = 0
@@ -142,16 +142,10 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
         for outbox in self.sessions.values():
             outbox.put_nowait(None)
         self.sessions.clear()
-        if self._routes_started:
-            await self.routes.close()
+        await self._routes_once.close()
 
     async def _ensure_routes(self) -> None:
-        if self._routes_started:
-            return
-        async with self._routes_lock:  # (concurrent first calls start the routes once)
-            if not self._routes_started:
-                await self.routes.start()  # fails fast (UnavailableError) while no NameServer
-                self._routes_started = True  # answers
+        await self._routes_once.ensure()
 
     def status(self) -> dict[str, Any]:
         """The endpoint's counts (the node's status shows them): gRPC calls; those for this

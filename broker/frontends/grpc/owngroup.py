@@ -3,10 +3,7 @@ call for a queue of this node's group goes through the in-process broker API
 (``broker.api.api.BrokerApi``). On the group's leader it is served in this process: a send goes
 into the send path (every field checked, grouped with the other sends of its event-loop turn
 into one log entry), any other request through the request table. On a follower the API sends it
-once to the leader (``_forward``): through the group's connection pool from the gateway's
-``Routes`` (``GroupClient.call_leader``, which follows NOT_LEADER hints), with the group's nodes
-as the NameServers list them (cached; looked up again, until the request's deadline, while
-the pool does not know the leader it is pointed to: a node that registered since).
+once to the leader (``broker.frontends.forward``).
 
 Owns which queue of the group a message goes to (the topic's write queues as this node's state
 knows them, else as the NameServers' route says, else the broker's default for a topic its
@@ -17,9 +14,7 @@ library).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import time
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -27,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker.api.api import FORWARD_TIMEOUT_S, BrokerApi
+from broker.frontends.forward import LeaderForward
+from broker.frontends.gather import SendGather
 from broker.frontends.grpc.codec import GatewayError, code_of, status_code
-from broker.frontends.grpc.gather import SendGather
 from client import errors
-from client.cluster.routes import GroupRoute, Routes
+from client.cluster.routes import Routes
 from protocol.broker_errors import BrokerError
 from protocol.errors import DLedgerError
-from protocol.group_client import GroupClient, UnknownLeaderError
 
 if TYPE_CHECKING:
     from broker.api.broker import Broker
@@ -41,8 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["OwnGroup"]
 
 SEND_OK = "SEND_OK"
-ROUTE_REFRESH_S = 30.0  # the group's nodes as the NameServers list them, looked up this often
-NODES_POLL_S = 0.1  # looked up again this soon while they do not list the leader
 API_ERRORS = (BrokerError, DLedgerError, errors.ClientError)
 
 
@@ -54,11 +47,9 @@ class OwnGroup:
         self.group = broker.group
         self.routes = routes
         self.ensure_routes = ensure_routes
-        self.api = BrokerApi(broker, forward=self._forward)
+        self.api = BrokerApi(broker, forward=LeaderForward(self.group, routes, ensure_routes))
         self.gather = SendGather(self.api.send_runs, send_timeout_s)
         self.calls = 0  # requests of the gRPC clients made to the API (served here or forwarded)
-        self._route: GroupRoute | None = None
-        self._route_s = 0.0
         self._turn = itertools.count()
 
     async def call(self, kind: int, *args: Any, timeout_s: float = FORWARD_TIMEOUT_S) -> Any:
@@ -71,7 +62,7 @@ class OwnGroup:
 
     async def send(self, topic: str, queue_id: int, row: list[Any]) -> list[Any]:
         """One message (a send row) to one queue of the group, with the concurrent calls' in
-        one request (``broker.frontends.grpc.gather``): its run's answer, ``[SEND_OK, queue id,
+        one request (``broker.frontends.gather``): its run's answer, ``[SEND_OK, queue id,
         [queue offset], [message id], ...]`` (``broker.core.sendwire.run_answers``)."""
         self.calls += 1
         try:
@@ -109,35 +100,3 @@ class OwnGroup:
         if message_group:
             return zlib.crc32(message_group.encode()) % queues
         return next(self._turn) % queues
-
-    # -- the forward to the leader ----------------------------------------------------------------
-
-    async def _forward(self, kind: int, args: list[Any], timeout_s: float) -> Any:
-        """The request sent once to the group's leader (this node does not lead): its answer,
-        or the leader's named refusal (``RemoteError``) or the log's error."""
-        deadline = time.monotonic() + timeout_s
-        refresh = False
-        while True:
-            client = await self._client(refresh)
-            try:
-                _, result = await client.call_leader(
-                    kind, *args, timeout_s=max(0.001, deadline - time.monotonic()))
-                return result
-            except UnknownLeaderError:  # a node the NameServers did not list when last asked
-                if time.monotonic() + NODES_POLL_S >= deadline:
-                    raise
-            refresh = True  # (certainly not acted on: the leader was never asked)
-            await asyncio.sleep(NODES_POLL_S)  # polling the NameServers until they list it
-
-    async def _client(self, refresh: bool) -> GroupClient:
-        if refresh or self._route is None \
-                or time.monotonic() - self._route_s > ROUTE_REFRESH_S:
-            await self.ensure_routes()
-            found = next((g for g in await self.routes.cluster_groups()
-                          if g.group == self.group), None)
-            if found is None:
-                raise errors.UnavailableError(
-                    f"the NameServers do not list this node's group {self.group!r} yet")
-            self._route, self._route_s = found, time.monotonic()
-        # (the pool weighs the leader the route names against what the nodes answered)
-        return self.routes.group_client(self._route)

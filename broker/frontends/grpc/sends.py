@@ -4,7 +4,7 @@ FIFO, DELAY and TRANSACTION half messages) and EndTransaction.
 A message for a topic this node's group serves goes to one of the group's queues through the
 broker API (``broker.frontends.grpc.owngroup``): on the leader into the send path in this
 process, on a follower forwarded once to the leader; concurrent calls travel together as one
-request and one log entry (``broker.frontends.grpc.gather``). A FIFO message goes to the queue its
+request and one log entry (``broker.frontends.gather``). A FIFO message goes to the queue its
 message group's hash selects, others round robin; a TRANSACTION message is a half message
 (TXN_HALF) of the transaction its message id names, ended by EndTransaction (END_TRANSACTION).
 

@@ -1,8 +1,9 @@
-"""The gRPC endpoint's sends to its own group that travel together (``SendGather``): the
-messages of concurrent SendMessage calls go to the broker API as one SEND_RUNS request, each
-message a run of its own (so each is answered, or refused, alone), and become one log entry.
+"""A front end's sends to its own group that travel together (``SendGather``): the messages of
+concurrent calls (gRPC SendMessage, remoting SEND_MESSAGE) go to the broker API as one SEND_RUNS
+request, each message a run of its own (so each is answered, or refused, alone), and become one
+log entry.
 
-Why the endpoint gathers although the send path groups the sends of one event-loop turn into one
+Why a front end gathers although the send path groups the sends of one event-loop turn into one
 entry: a RocketMQ client's calls arrive one by one (``grpc.aio`` hands the server one call per turn,
 and the client sends the next as one completes), and the leader's event loop waits out a lone
 entry's fsync, so ungathered the entries stayed small, each with its own fsync and replication

@@ -1,0 +1,300 @@
+"""The remoting endpoint's consuming requests, each made of requests of the broker's kinds:
+
+- 11 PULL_MESSAGE: PULL (TAG subscriptions: ``*`` or ``a || b``) or PULL_SQL (``expressionType``
+  SQL92), long-polling up to the client's ``suspendTimeoutMillis`` (at most MAX_SUSPEND_MS) when
+  its sys flag asks. Found messages answer SUCCESS with RocketMQ's records in the body
+  (``protocol.remoting.record``) and ``nextBeginOffset`` / ``minOffset`` / ``maxOffset``; an
+  empty poll PULL_NOT_FOUND; messages all filtered out PULL_RETRY_IMMEDIATELY past them; an
+  offset outside the queue PULL_OFFSET_MOVED to where the queue is.
+- 14 QUERY_CONSUMER_OFFSET: the group's committed offset; for a group with none, 0 while the
+  queue still holds its first message (RocketMQ's broker answers so: a new consumer reads the
+  backlog, whatever its CONSUME_FROM_* says), else QUERY_NOT_FOUND (the client then starts
+  where its CONSUME_FROM_* says). 15 UPDATE_CONSUMER_OFFSET: OFFSET_COMMIT (on the leader).
+- 29 SEARCH_OFFSET_BY_TIMESTAMP, 30/31 GET_MAX/MIN_OFFSET, 32 GET_EARLIEST_MSG_STORETIME.
+- 34 HEART_BEAT (consumers: HEARTBEAT for each group, on this node, with RocketMQ's channel
+  lifetime; the leader creates a clustering group's ``%RETRY%`` topic, as RocketMQ's broker
+  does), 35 UNREGISTER_CLIENT, 38 GET_CONSUMER_LIST_BY_GROUP.
+- 36 CONSUMER_SEND_MSG_BACK: the message named by its commitlog offset (VIEW_MESSAGE) is
+  SEND_BACK to ``%RETRY%group`` or ``%DLQ%group`` (``broker.features.retry``).
+- 41/42 LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (orderly consumers' queue locks, on the leader).
+- 46 CHECK_CLIENT_CONFIG: accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from broker.frontends.remoting.fields import RemotingRefusal, integer, text
+from broker.frontends.remoting.host import ClientConnection, Handler, RemotingHost
+from protocol.broker_errors import BrokerError
+from protocol.broker_kinds import (
+    FOUND,
+    HEARTBEAT,
+    LOCK_BATCH,
+    MAX_SUSPEND_MS,
+    NO_NEW_MSG,
+    OFFSET_COMMIT,
+    OFFSET_QUERY,
+    PULL,
+    PULL_SQL,
+    SEARCH_OFFSET,
+    SEND_BACK,
+    UNLOCK_BATCH,
+    VIEW_MESSAGE,
+    offset_msg_id,
+    parse_offset_msg_id,
+)
+from protocol.errors import DLedgerError
+from protocol.remoting import codes
+from protocol.remoting.command import Command
+from protocol.remoting.record import (
+    SLOT_BITS,
+    StoredRecord,
+    commitlog_offset,
+    encode_record,
+    join_properties,
+)
+
+__all__ = ["CLIENT_TTL_MS", "HANDLERS"]
+
+log = logging.getLogger("broker.remoting")
+
+CLIENT_TTL_MS = 120_000  # a client unheard of this long leaves its groups (RocketMQ's channel expiry)
+PULL_BYTES_MAX = 8 << 20  # one pull's messages (at least one, however large)
+PULL_MESSAGES_MAX = 1024
+FLAG_SUSPEND = 2  # PullSysFlag: long-poll
+DEFAULT_MAX_RECONSUME_TIMES = 16
+RECONSUME_TIME = "RECONSUME_TIME"
+BODY_JSON_MAX = 1 << 20
+
+
+def _ok(cmd: Command, **ext: object) -> Command:
+    return cmd.response(codes.SUCCESS, ext={k: str(v) for k, v in ext.items()})
+
+
+def _json_body(cmd: Command) -> Any:
+    if len(cmd.body) > BODY_JSON_MAX:
+        raise RemotingRefusal(codes.INVALID_PARAMETER, f"a body over {BODY_JSON_MAX} bytes")
+    try:
+        return json.loads(cmd.body or b"{}")
+    except (ValueError, RecursionError) as err:
+        raise RemotingRefusal(codes.INVALID_PARAMETER, f"the body is not JSON: {err}") from None
+
+
+def _queue(cmd: Command) -> tuple[str, int]:
+    return text(cmd.ext, "topic", max_len=255), integer(cmd.ext, "queueId", hi=65_535)
+
+
+async def _bounds(server: RemotingHost, topic: str, qid: int) -> tuple[int, int]:
+    """(min, max) offset of a queue as this node has it."""
+    answer = await server.call(PULL, topic, qid, 0, 0, 0, 0, ["*"])
+    return int(answer[2]), int(answer[3])
+
+
+def _tags(expression: str) -> list[str]:
+    tags = [t.strip() for t in expression.split("||") if t.strip()]
+    return ["*"] if not tags or "*" in tags else tags
+
+
+def _record(server: RemotingHost, topic: str, qid: int, row: list[Any]) -> bytes:
+    offset, body, tags, keys, unique, props, born_ms, store_ms, oid = row[:9]
+    _, position, slot = parse_offset_msg_id(oid)
+    reconsume = next((int(v) for k, v in props if k == RECONSUME_TIME and v.isdigit()), 0)
+    return encode_record(StoredRecord(
+        topic, qid, offset, commitlog_offset(position, slot), body,
+        join_properties(tags, keys, unique, props), born_ms, store_ms, server.store_host,
+        reconsume_times=reconsume))
+
+
+async def pull_message(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    ext = cmd.ext
+    topic, qid = _queue(cmd)
+    start = integer(ext, "queueOffset")
+    count = min(integer(ext, "maxMsgNums", 32), PULL_MESSAGES_MAX)
+    sys_flag = integer(ext, "sysFlag", 0, hi=2**31 - 1)
+    suspend_ms = min(integer(ext, "suspendTimeoutMillis", 0), MAX_SUSPEND_MS) \
+        if sys_flag & FLAG_SUSPEND else 0
+    expression = text(ext, "subscription", "*", max_len=65_536)
+    if ext.get("expressionType", "TAG").upper() == "SQL92":
+        answer = await server.call(PULL_SQL, topic, qid, start, count, PULL_BYTES_MAX,
+                                   suspend_ms, expression)
+    else:
+        answer = await server.call(PULL, topic, qid, start, count, PULL_BYTES_MAX, suspend_ms,
+                                   _tags(expression))
+    status, nxt, lo, hi, rows = answer
+    offsets = {"suggestWhichBrokerId": 0, "nextBeginOffset": nxt, "minOffset": lo,
+               "maxOffset": hi}
+    if status == FOUND and rows:
+        body = b"".join(_record(server, topic, qid, r) for r in rows)
+        return cmd.response(codes.SUCCESS, ext={k: str(v) for k, v in offsets.items()},
+                            body=body)
+    if status == FOUND:
+        code = codes.PULL_RETRY_IMMEDIATELY  # every message there was filtered out
+    elif status == NO_NEW_MSG:
+        code = codes.PULL_NOT_FOUND
+    else:
+        code = codes.PULL_OFFSET_MOVED
+    return cmd.response(code, str(status), ext={k: str(v) for k, v in offsets.items()})
+
+
+async def query_consumer_offset(server: RemotingHost, conn: ClientConnection,
+                                cmd: Command) -> Command:
+    group = text(cmd.ext, "consumerGroup")
+    topic, qid = _queue(cmd)
+    committed = await server.call(OFFSET_QUERY, group, topic, qid)
+    if committed >= 0:
+        return _ok(cmd, offset=committed)
+    lo, _ = await _bounds(server, topic, qid)
+    if lo == 0:
+        return _ok(cmd, offset=0)
+    return cmd.response(codes.QUERY_NOT_FOUND, f"group {group} has no offset in {topic}:{qid}")
+
+
+async def update_consumer_offset(server: RemotingHost, conn: ClientConnection,
+                                 cmd: Command) -> Command:
+    group = text(cmd.ext, "consumerGroup")
+    topic, qid = _queue(cmd)
+    await server.call(OFFSET_COMMIT, group, topic, qid, integer(cmd.ext, "commitOffset"))
+    return _ok(cmd)
+
+
+async def search_offset(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    topic, qid = _queue(cmd)
+    found = await server.call(SEARCH_OFFSET, topic, qid, integer(cmd.ext, "timestamp"))
+    return _ok(cmd, offset=found)
+
+
+async def max_offset(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    return _ok(cmd, offset=(await _bounds(server, *_queue(cmd)))[1])
+
+
+async def min_offset(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    return _ok(cmd, offset=(await _bounds(server, *_queue(cmd)))[0])
+
+
+async def earliest_store_time(server: RemotingHost, conn: ClientConnection,
+                              cmd: Command) -> Command:
+    topic, qid = _queue(cmd)
+    lo, _ = await _bounds(server, topic, qid)
+    status, _, _, _, rows = await server.call(PULL, topic, qid, lo, 1, PULL_BYTES_MAX, 0, ["*"])
+    if status != FOUND or not rows:
+        return cmd.response(codes.SYSTEM_ERROR, f"{topic}:{qid} holds no message")
+    return _ok(cmd, timestamp=rows[0][7])
+
+
+async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    data = _json_body(cmd)
+    if not isinstance(data, dict):
+        raise RemotingRefusal(codes.INVALID_PARAMETER, "a heartbeat's body is a JSON object")
+    client_id = str(data.get("clientID", ""))[:255]
+    for consumer in data.get("consumerDataSet") or []:
+        if not isinstance(consumer, dict) or not client_id:
+            continue
+        group = str(consumer.get("groupName", ""))[:255]
+        model = str(consumer.get("messageModel", "CLUSTERING")).upper()
+        subs = {str(s.get("topic", ""))[:255]: str(s.get("subString", "*"))[:4096]
+                for s in consumer.get("subscriptionDataSet") or [] if isinstance(s, dict)}
+        clustering = model not in ("BROADCASTING", "0")
+        await server.call(HEARTBEAT, client_id, group,
+                          "clustering" if clustering else "broadcasting", subs, CLIENT_TTL_MS)
+        conn.consumers.add((client_id, group))
+        if clustering and server.broker.node.is_leader:
+            try:  # (the consumer heartbeats the leader too; a follower leaves it to it)
+                await server.broker.retries.ensure_retry_topic(group)
+            except (BrokerError, DLedgerError) as err:  # leadership lost meanwhile: next beat
+                log.info("the retry topic of %s is not created yet: %s", group, err)
+    return _ok(cmd)
+
+
+async def unregister_client(server: RemotingHost, conn: ClientConnection,
+                            cmd: Command) -> Command:
+    client_id = text(cmd.ext, "clientID")
+    group = cmd.ext.get("consumerGroup", "")
+    if group:
+        await server.call(HEARTBEAT, client_id, group, "clustering", {}, 0)
+        conn.consumers.discard((client_id, group))
+    return _ok(cmd)
+
+
+async def consumer_list(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    group = text(cmd.ext, "consumerGroup")
+    members = server.broker.members.live(group, time.monotonic())
+    if not members:
+        return cmd.response(codes.SYSTEM_ERROR, f"no consumer of group {group} on this broker")
+    return cmd.response(codes.SUCCESS, body=json.dumps({"consumerIdList": members}).encode())
+
+
+def _our_id(server: RemotingHost, at: int) -> str:
+    """Our message id of the message at a 4.x commitlog offset (``record.commitlog_offset``)."""
+    return offset_msg_id(server.broker.group, at >> SLOT_BITS, at & ((1 << SLOT_BITS) - 1))
+
+
+async def send_back(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    ext = cmd.ext
+    group = text(ext, "group")
+    at = integer(ext, "offset")
+    level = integer(ext, "delayLevel", 0, lo=-1, hi=1024)
+    max_times = integer(ext, "maxReconsumeTimes", -1, lo=-1, hi=10_000)
+    found = await server.call(VIEW_MESSAGE, _our_id(server, at))
+    _, _, topic, qid, queue_offset = found[:5]
+    await server.call(SEND_BACK, group, topic, qid, queue_offset, level,
+                      DEFAULT_MAX_RECONSUME_TIMES if max_times < 0 else max_times)
+    return _ok(cmd)
+
+
+def _lock_body(cmd: Command) -> tuple[str, str, list[list[Any]]]:
+    data = _json_body(cmd)
+    if not isinstance(data, dict):
+        raise RemotingRefusal(codes.INVALID_PARAMETER, "a lock request's body is a JSON object")
+    queues = [[str(q.get("topic", "")), int(q.get("queueId", 0))]
+              for q in data.get("mqSet") or [] if isinstance(q, dict)]
+    return str(data.get("consumerGroup", "")), str(data.get("clientId", "")), queues
+
+
+async def lock_batch(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    group, client_id, queues = _lock_body(cmd)
+    granted = await server.call(LOCK_BATCH, group, client_id, queues)
+    body = {"lockOKMQSet": [{"topic": t, "queueId": q, "brokerName": server.broker.group}
+                            for t, q in granted]}
+    return cmd.response(codes.SUCCESS, body=json.dumps(body).encode())
+
+
+async def unlock_batch(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    group, client_id, queues = _lock_body(cmd)
+    await server.call(UNLOCK_BATCH, group, client_id, queues)
+    return _ok(cmd)
+
+
+async def check_client_config(server: RemotingHost, conn: ClientConnection,
+                              cmd: Command) -> Command:
+    return _ok(cmd)
+
+
+async def view_message(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
+    at = integer(cmd.ext, "offset")
+    found = await server.call(VIEW_MESSAGE, _our_id(server, at))
+    oid, _, topic, qid, queue_offset, body, tags, keys, unique, props, born, stored = found[:12]
+    row = [queue_offset, body, tags, keys, unique, props, born, stored, oid]
+    return cmd.response(codes.SUCCESS, body=_record(server, topic, qid, row))
+
+
+HANDLERS: dict[int, Handler] = {
+    codes.PULL_MESSAGE: pull_message,
+    codes.QUERY_CONSUMER_OFFSET: query_consumer_offset,
+    codes.UPDATE_CONSUMER_OFFSET: update_consumer_offset,
+    codes.SEARCH_OFFSET_BY_TIMESTAMP: search_offset,
+    codes.GET_MAX_OFFSET: max_offset,
+    codes.GET_MIN_OFFSET: min_offset,
+    codes.GET_EARLIEST_MSG_STORETIME: earliest_store_time,
+    codes.VIEW_MESSAGE_BY_ID: view_message,
+    codes.HEART_BEAT: heart_beat,
+    codes.UNREGISTER_CLIENT: unregister_client,
+    codes.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
+    codes.CONSUMER_SEND_MSG_BACK: send_back,
+    codes.LOCK_BATCH_MQ: lock_batch,
+    codes.UNLOCK_BATCH_MQ: unlock_batch,
+    codes.CHECK_CLIENT_CONFIG: check_client_config,
+}

@@ -1,0 +1,111 @@
+"""The remoting endpoint's sends: SEND_MESSAGE (10, named header fields), SEND_MESSAGE_V2 (310,
+the same fields named ``a``..``m``) and SEND_BATCH_MESSAGE (320: a V2 header, the messages
+encoded in the body, ``protocol.remoting.record.decode_batch``).
+
+A message becomes a send row of the broker's (``protocol.broker_kinds``: body, tags, keys, unique
+key, properties, born time) from its property string: ``TAGS``, ``KEYS`` and ``UNIQ_KEY`` are
+fields there, every other property is kept (``DELAY`` delays it, as the send path reads it). A
+body the client compressed (sys flag bit 0) is stored inflated, so every client reads it the
+same; one that inflates past the broker's maximum is refused. One message goes to the API with
+the concurrent sends of other calls (``SendGather``); a batch as one run (all or nothing). The
+answer carries the first message's ``offsetMsgId`` (``record.offset_msg_id_4x``: this node's
+address and the message's place), its queue and queue offset; a batch's ids comma-separated.
+A retried send carries the same ``UNIQ_KEY`` and is stored once (the state machine's dedup).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any
+
+from broker.frontends.remoting.fields import RemotingRefusal, code_of, integer, text
+from broker.frontends.remoting.host import ClientConnection, Handler, RemotingHost
+from protocol.broker_kinds import SEND, SendRefusedError, parse_offset_msg_id
+from protocol.remoting import codes
+from protocol.remoting.command import Command
+from protocol.remoting.record import (
+    SYSFLAG_COMPRESSED,
+    RecordError,
+    decode_batch,
+    offset_msg_id_4x,
+    split_properties,
+)
+
+__all__ = ["HANDLERS", "V2_NAMES"]
+
+SEND_OK = "SEND_OK"
+SYSFLAG_TRANSACTION_PREPARED = 4
+# SEND_MESSAGE_V2's one-letter names for SEND_MESSAGE's header fields
+V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
+            "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag", "g": "bornTimestamp",
+            "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode",
+            "l": "maxReconsumeTimes", "m": "batch"}
+QUEUE_ID_MAX = 65_535
+
+
+def _header(cmd: Command) -> dict[str, str]:
+    if cmd.code == codes.SEND_MESSAGE:
+        return cmd.ext
+    return {V2_NAMES.get(k, k): v for k, v in cmd.ext.items()}
+
+
+def _row(body: bytes, props: str, born_ms: int, sys_flag: int, max_bytes: int) -> list[Any]:
+    if sys_flag & SYSFLAG_COMPRESSED:
+        inflater = zlib.decompressobj()
+        try:
+            body = inflater.decompress(body, max_bytes + 1)
+        except zlib.error as err:
+            raise RemotingRefusal(codes.MESSAGE_ILLEGAL,
+                                  f"the body is flagged compressed but does not inflate: {err}") from None
+        if len(body) > max_bytes or inflater.unconsumed_tail:
+            raise RemotingRefusal(codes.MESSAGE_ILLEGAL,
+                                  f"the body inflates past the broker's maximum of {max_bytes} bytes")
+    tags, keys, unique, rest = split_properties(props)
+    return [body, tags, keys, unique, rest, born_ms]
+
+
+def _answer(server: RemotingHost, cmd: Command, answer: list[Any]) -> Command:
+    if answer[0] != SEND_OK:
+        return cmd.response(code_of(SendRefusedError(str(answer[0]), str(answer[1]))),
+                            f"{answer[0]}: {answer[1]}")
+    queue_id, offsets, ids = answer[1], answer[2], answer[3]
+    msg_ids = []
+    for oid in ids:
+        _, position, slot = parse_offset_msg_id(oid)
+        msg_ids.append(offset_msg_id_4x(server.store_host, position, slot))
+    return cmd.response(codes.SUCCESS, ext={
+        "msgId": ",".join(msg_ids), "queueId": str(queue_id),
+        "queueOffset": str(offsets[0] if offsets else 0), "MSG_REGION": "DefaultRegion",
+        "TRACE_ON": "false"})
+
+
+async def send_message(server: RemotingHost, conn: ClientConnection,
+                       cmd: Command) -> Command:
+    head = _header(cmd)
+    topic = text(head, "topic", max_len=255)
+    queue_id = integer(head, "queueId", lo=0, hi=QUEUE_ID_MAX)
+    sys_flag = integer(head, "sysFlag", 0, lo=0, hi=2**31 - 1)
+    born_ms = integer(head, "bornTimestamp", int(time.time() * 1000))
+    props = text(head, "properties", "", max_len=32767)
+    if sys_flag & SYSFLAG_TRANSACTION_PREPARED:
+        raise RemotingRefusal(codes.MESSAGE_ILLEGAL, "transactional messages over the remoting "
+                              "protocol are not served yet: use our client or RocketMQ 5's")
+    max_bytes = server.broker.config.max_message_bytes
+    if cmd.code == codes.SEND_BATCH_MESSAGE:
+        try:
+            batch = decode_batch(cmd.body)
+        except RecordError as err:
+            raise RemotingRefusal(codes.MESSAGE_ILLEGAL, str(err)) from None
+        if not batch:
+            raise RemotingRefusal(codes.MESSAGE_ILLEGAL, "a batch of no messages")
+        rows = [_row(m.body, m.properties, born_ms, 0, max_bytes) for m in batch]
+        answer = await server.call(SEND, topic, queue_id, rows)
+        return _answer(server, cmd, answer)
+    row = _row(cmd.body, props, born_ms, sys_flag, max_bytes)
+    return _answer(server, cmd, await server.gathered_send(topic, queue_id, row))
+
+
+HANDLERS: dict[int, Handler] = {codes.SEND_MESSAGE: send_message,
+                                codes.SEND_MESSAGE_V2: send_message,
+                                codes.SEND_BATCH_MESSAGE: send_message}

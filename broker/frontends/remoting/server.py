@@ -1,0 +1,184 @@
+"""The remoting endpoint for RocketMQ 4.x clients (``--remoting-listen``): the listener, one
+connection's requests, and the table of request codes it serves, a thin adapter over the
+in-process broker API (``broker.api.api.BrokerApi``).
+
+Each request becomes requests of the broker's kinds: on the group's leader served in this process;
+on a follower a write (a send, an offset commit, a lock) is forwarded once to the leader
+(``broker.frontends.forward``), as a 4.x client sends to the address its route names and does not
+follow redirects; reads of committed data (pulls, offsets by time) are served where they arrive.
+Concurrent sends travel to the API together (``broker.frontends.gather``). The sends are
+``broker.frontends.remoting.sends``', the consuming requests ``broker.frontends.remoting.consume``'s.
+
+Every request gets an answer: a code not served is REQUEST_CODE_NOT_SUPPORTED, a refusal its
+RocketMQ response code with a remark naming the reason (``RemotingRefusal``, the API's named
+errors by ``code_of``). A frame that is not a command closes the connection; a connection with
+``IN_FLIGHT_MAX`` requests under way has the next answered SYSTEM_BUSY. A connection that closes
+takes its consumers out of their groups at once (as a RocketMQ broker does on a closed channel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from broker.api.api import FORWARD_TIMEOUT_S, BrokerApi
+from broker.frontends.forward import LeaderForward, RoutesOnce
+from broker.frontends.gather import SendGather
+from broker.frontends.remoting import consume, sends
+from broker.frontends.remoting.fields import RemotingRefusal, code_of
+from broker.frontends.remoting.host import Handler
+from client import errors
+from client.cluster.routes import Routes
+from protocol.broker_errors import BrokerError
+from protocol.errors import DLedgerError, OutcomeUnknownError, WireError
+from protocol.framed import ConnectionLimits, FramedProtocol
+from protocol.remoting import codes
+from protocol.remoting.command import Command, RemotingFrameError, decode, encode
+
+if TYPE_CHECKING:
+    from broker.api.broker import Broker
+
+__all__ = ["IN_FLIGHT_MAX", "RemotingConnection", "RemotingServer"]
+
+log = logging.getLogger("broker.remoting")
+
+Address = tuple[str, int]
+IN_FLIGHT_MAX = 1024  # requests under way on one connection (a push consumer's pulls and sends)
+
+class RemotingConnection(FramedProtocol):
+    """One 4.x client's connection to this node."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        super().__init__(limits=server.limits)
+        self.server = server
+        self.in_flight = 0
+        self.consumers: set[tuple[str, str]] = set()  # (client id, group) heard on it
+        self.peer: str = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
+
+    def payload_received(self, payload: bytes) -> None:
+        try:
+            cmd = decode(payload)
+        except RemotingFrameError as err:
+            log.info("closing a remoting connection from %s: %s", self.peer, err)
+            self.server.refused_frames += 1
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if cmd.is_response:
+            self.server.response_received(cmd)
+            return
+        if self.in_flight >= IN_FLIGHT_MAX:
+            self.reply(cmd, cmd.response(codes.SYSTEM_BUSY,
+                                         f"{IN_FLIGHT_MAX} requests under way on this connection"))
+            return
+        self.in_flight += 1
+        asyncio.get_running_loop().create_task(self._serve(cmd))
+
+    async def _serve(self, cmd: Command) -> None:
+        try:
+            response = await self.server.serve(self, cmd)
+        finally:
+            self.in_flight -= 1
+        if response is not None:
+            self.reply(cmd, response)
+
+    def reply(self, cmd: Command, response: Command) -> None:
+        if not cmd.is_oneway and self.alive:
+            self.send_payload(encode(response))
+
+    def framing_failed(self, err: WireError) -> None:
+        log.info("closing a remoting connection from %s: %s", self.peer, err)
+        self.server.refused_frames += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        for client_id, group in self.consumers:  # gone with its connection
+            self.server.broker.heartbeat(client_id, group, "clustering", {}, 0)
+        self.consumers.clear()
+
+
+class RemotingServer:
+    """One broker node's remoting endpoint (see the module docstring)."""
+
+    def __init__(self, broker: Broker, listen: Address) -> None:
+        self.broker = broker
+        self.listen = listen
+        config = broker.config
+        tls = config.node.tls
+        self.tls = tls
+        self.routes = Routes(list(config.namesrv),
+                             ssl_context=tls.dial_context() if tls is not None else None,
+                             from_env=False)
+        self.api = BrokerApi(broker, forward=LeaderForward(broker.group, self.routes,
+                                                           self._ensure_routes))
+        self.gather = SendGather(self.api.send_runs, FORWARD_TIMEOUT_S)
+        self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
+        self.store_host: Address = listen  # the registered address: in the message ids
+        self.handlers: dict[int, Handler] = {**sends.HANDLERS, **consume.HANDLERS}
+        self.requests = 0
+        self.refused_frames = 0
+        self.unsupported = 0
+        self._server: asyncio.Server | None = None
+        self._routes_once = RoutesOnce(self.routes)
+
+    async def start(self) -> Address:
+        host, port = self.listen
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: RemotingConnection(self), host, port,
+            ssl=self.tls.server_context() if self.tls is not None else None)
+        bound = self._server.sockets[0].getsockname()
+        return bound[0], bound[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for conn in list(self.limits.open):
+            if conn.transport is not None:
+                conn.transport.abort()
+        await self.gather.close()
+        await self._routes_once.close()
+
+    async def _ensure_routes(self) -> None:
+        await self._routes_once.ensure()
+
+    async def serve(self, conn: RemotingConnection, cmd: Command) -> Command | None:
+        """The answer to one request (None: nothing to send back)."""
+        self.requests += 1
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            self.unsupported += 1
+            return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED,
+                                f"request code {cmd.code} is not supported by this broker")
+        try:
+            return await handler(self, conn, cmd)
+        except (RemotingRefusal, BrokerError, DLedgerError, errors.ClientError) as err:
+            return cmd.response(code_of(err), str(err)[:1000])
+        except OutcomeUnknownError as err:  # (a DLedgerError too; named for the reader)
+            return cmd.response(codes.SYSTEM_ERROR, str(err)[:1000])
+        except Exception as err:  # a bug of ours: answered, logged, the connection lives on
+            log.exception("remoting request %d failed", cmd.code)
+            return cmd.response(codes.SYSTEM_ERROR, f"{type(err).__name__}: {err}"[:1000])
+
+    def response_received(self, cmd: Command) -> None:
+        """A client's answer to a request of this node's (none are sent yet)."""
+
+    async def call(self, kind: int, *args: Any) -> Any:
+        """One request of the broker's kinds through the API (forwarded from a follower)."""
+        return await self.api.call(kind, *args)
+
+    def gathered_send(self, topic: str, queue_id: int,
+                      row: list[Any]) -> asyncio.Future[list[Any]]:
+        """One message to the API with the concurrent sends of other requests."""
+        return self.gather.send(topic, queue_id, row)
+
+    def status(self) -> dict[str, Any]:
+        return {"requests": self.requests, "unsupported": self.unsupported,
+                "refused_frames": self.refused_frames, "connections": self.limits.stats(),
+                "send_requests": self.gather.requests, "forwarded": self.api.forwarded}

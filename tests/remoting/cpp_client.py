@@ -1,0 +1,130 @@
+"""A RocketMQ 4.x application: the C++ client (PyPI ``rocketmq-client-python``, a ctypes wrapper
+around librocketmq) driven from the command line, one JSON line per event on stdout.
+
+Runs in its own virtual environment (``tests.remoting.clients``), never imports dledger:
+
+    python cpp_client.py produce --namesrv HOST:PORT --topic T --count N [--tags A] [--mode sync]
+    python cpp_client.py consume --namesrv HOST:PORT --topic T --group G --expect N [--timeout-s S]
+
+``produce`` prints ``{"i", "msg_id", "offset", "queue"}`` per acknowledged send (``{"i",
+"error"}`` per failed one); ``consume`` prints every message received with its topic, tags,
+keys, body, properties and ids, and ends after ``--expect`` messages or ``--timeout-s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+from rocketmq.client import ConsumeStatus, Message, MessageModel, Producer, PushConsumer
+
+PROPS = ("UNIQ_KEY", "color", "RETRY_TOPIC", "REAL_TOPIC", "DELAY")
+
+
+def text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def out(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def produce(a: argparse.Namespace) -> None:
+    producer = Producer(a.group, orderly=a.mode == "orderly", timeout=a.send_timeout_ms)
+    producer.set_namesrv_addr(a.namesrv)
+    producer.start()
+    try:
+        for i in range(a.count):
+            msg = Message(a.topic)
+            msg.set_keys(f"{a.key_prefix}{i}")
+            msg.set_tags(a.tags)
+            msg.set_property("color", "red" if i % 2 else "blue")
+            msg.set_body(f"{a.body_prefix}{i}")
+            if a.delay_level:
+                msg.set_delay_time_level(a.delay_level)
+            started = time.time()
+            try:
+                if a.mode == "oneway":
+                    producer.send_oneway(msg)
+                    out({"i": i, "oneway": True})
+                    continue
+                if a.mode == "orderly":
+                    r = producer.send_orderly_with_sharding_key(msg, f"order-{i % a.shards}")
+                else:
+                    r = producer.send_sync(msg)
+                out({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset,
+                     "sent_ms": int(started * 1000)})
+            except Exception as err:  # counted by the caller: a failed send is an event
+                out({"i": i, "error": f"{type(err).__name__}: {err}"[:500]})
+    finally:
+        producer.shutdown()
+
+
+def consume(a: argparse.Namespace) -> None:
+    model = MessageModel.BROADCASTING if a.broadcast else MessageModel.CLUSTERING
+    consumer = PushConsumer(a.group, orderly=a.orderly, message_model=model)
+    consumer.set_namesrv_addr(a.namesrv)
+    if a.instance:
+        consumer.set_instance_name(a.instance)
+    seen = [0]
+    done = threading.Event()
+    fail_left = {"n": a.fail_first}
+    lock = threading.Lock()
+
+    def on_message(msg) -> ConsumeStatus:  # type: ignore[no-untyped-def]
+        with lock:
+            failing = fail_left["n"] > 0
+            if failing:
+                fail_left["n"] -= 1
+            out({"topic": text(msg.topic), "tags": text(msg.tags), "keys": text(msg.keys),
+                 "body": text(msg.body), "id": text(msg.id), "queue": msg.queue_id,
+                 "offset": msg.queue_offset, "reconsume": msg.reconsume_times,
+                 "recv_ms": int(time.time() * 1000), "failed": failing,
+                 "props": {p: text(msg.get_property(p)) for p in PROPS}})
+            if not failing:
+                seen[0] += 1
+                if seen[0] >= a.expect:
+                    done.set()
+        return ConsumeStatus.RECONSUME_LATER if failing else ConsumeStatus.CONSUME_SUCCESS
+
+    consumer.subscribe(a.topic, on_message, a.expression)
+    consumer.start()
+    out({"started": True})
+    done.wait(a.timeout_s)
+    consumer.shutdown()
+    out({"done": seen[0]})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["produce", "consume"])
+    p.add_argument("--namesrv", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", default="cpp-producer")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--tags", default="TagA")
+    p.add_argument("--key-prefix", default="key-")
+    p.add_argument("--body-prefix", default="hello ")
+    p.add_argument("--mode", choices=["sync", "oneway", "orderly"], default="sync")
+    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--delay-level", type=int, default=0)
+    p.add_argument("--send-timeout-ms", type=int, default=3000)
+    p.add_argument("--expect", type=int, default=1)
+    p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--expression", default="*")
+    p.add_argument("--orderly", action="store_true")
+    p.add_argument("--broadcast", action="store_true")
+    p.add_argument("--instance", default="")
+    p.add_argument("--fail-first", type=int, default=0)
+    a = p.parse_args()
+    produce(a) if a.role == "produce" else consume(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""RocketMQ 4.x applications, unmodified, against two broker groups: the C++ client (PyPI
+``rocketmq-client-python``, in its own environment: ``tests.remoting.clients``) given only the
+NameServer's address sends and consumes through the remoting endpoints (``--remoting-listen``).
+The notes' examples in 4.x form, each asserting what arrived."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client import LitePullConsumer, Message, Producer, ReceivedMessage
+from tests.clusters import namesrv_groups
+from tests.nodes.test_processes import wait_until
+from tests.remoting.clients import cpp, cpp_python, finish, read_until
+
+pytestmark = pytest.mark.xdist_group("remoting-cpp")
+
+
+@pytest.fixture(scope="module")
+def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    cpp_python()  # (skipped before a cluster starts when the client is not there)
+    base = tmp_path_factory.mktemp("cpp")
+    with namesrv_groups(base, "--remoting-listen", "127.0.0.1:0") as (address, _):
+        yield address
+
+
+def _produce(home: Path, ns: str, topic: str, *args: str, timeout_s: float = 60) -> list[dict]:
+    events = finish(cpp(home, "produce", "--namesrv", ns, "--topic", topic, *args), timeout_s)
+    failed = [e for e in events if "error" in e]
+    assert not failed, failed[:3]
+    return events
+
+
+def test_sends_reach_a_new_consumer_group_with_tags_keys_and_properties(ns: str,
+                                                                          tmp_path: Path) -> None:
+    sent = _produce(tmp_path, ns, "cpp-plain", "--count", "100", "--tags", "TagA")
+    assert len(sent) == 100 and all(e["status"] == 0 for e in sent)
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-plain", "--group",
+                     "cpp-new-group", "--expect", "100", "--timeout-s", "90"), 120)
+    messages = [e for e in got if "body" in e]
+    bodies = sorted(int(m["body"].split()[-1]) for m in messages)
+    assert bodies == list(range(100)), f"{len(bodies)} received"
+    for m in messages:
+        i = int(m["body"].split()[-1])
+        assert m["tags"] == "TagA" and m["keys"] == f"key-{i}"
+        assert m["props"]["color"] == ("red" if i % 2 else "blue")
+        assert m["id"] == m["props"]["UNIQ_KEY"] == sent[i]["msg_id"]
+    groups = {(m["queue"], m["offset"]) for m in messages}
+    assert len(groups) == 100  # each message stored once, at its own place
+
+
+def test_oneway_sends_arrive(ns: str, tmp_path: Path) -> None:
+    _produce(tmp_path, ns, "cpp-oneway", "--count", "20", "--mode", "oneway")
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-oneway", "--group",
+                     "cpp-oneway-g", "--expect", "20", "--timeout-s", "60"), 90)
+    assert sorted(int(e["body"].split()[-1]) for e in got if "body" in e) == list(range(20))
+
+
+def test_an_orderly_producer_and_consumer_keep_each_queues_order(ns: str,
+                                                                  tmp_path: Path) -> None:
+    sent = _produce(tmp_path, ns, "cpp-orderly", "--count", "60", "--mode", "orderly",
+                    "--shards", "4")
+    assert len(sent) == 60
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-orderly", "--group",
+                     "cpp-orderly-g", "--orderly", "--expect", "60", "--timeout-s", "90"), 120)
+    messages = [e for e in got if "body" in e]
+    assert len({m["body"] for m in messages}) == 60
+    by_shard: dict[int, list[int]] = {}
+    for m in messages:  # (a shard's messages share one queue: the selector hashes the key)
+        i = int(m["body"].split()[-1])
+        by_shard.setdefault(i % 4, []).append(i)
+    for shard, seq in by_shard.items():
+        first = [i for k, i in enumerate(seq) if i not in seq[:k]]
+        assert first == sorted(first), f"shard {shard} out of order: {first}"
+
+
+def test_delay_level_3_arrives_ten_seconds_later(ns: str, tmp_path: Path) -> None:
+    _produce(tmp_path, ns, "cpp-delay", "--count", "1", "--body-prefix", "first")
+    consumer = cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-delay", "--group",
+                   "cpp-delay-g", "--expect", "2", "--timeout-s", "90")
+    try:
+        assert read_until(consumer, lambda e: "body" in e, 60), "the consumer received nothing"
+        sent = _produce(tmp_path, ns, "cpp-delay", "--count", "1", "--delay-level", "3",
+                        "--body-prefix", "later")
+        got = read_until(consumer, lambda e: e.get("body", "").startswith("later"), 40)
+    finally:
+        consumer.kill()
+        consumer.wait(10)
+    later = [e for e in got if e.get("body", "").startswith("later")]
+    assert later, "the delayed message did not arrive"
+    waited_s = (later[0]["recv_ms"] - sent[0]["sent_ms"]) / 1000
+    assert 9.0 <= waited_s <= 11.5, waited_s  # level 3 is 10 s (the bound is the issue's)
+
+
+def test_a_failed_message_comes_back_from_the_retry_topic(ns: str, tmp_path: Path) -> None:
+    _produce(tmp_path, ns, "cpp-retry", "--count", "1")
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-retry", "--group",
+                     "cpp-retry-g", "--fail-first", "1", "--expect", "1", "--timeout-s", "90"),
+                 120)
+    messages = [e for e in got if "body" in e]
+    assert messages[0]["failed"] and messages[0]["reconsume"] == 0
+    again = [m for m in messages if not m["failed"]]
+    assert again and again[0]["reconsume"] == 1 and again[0]["body"] == messages[0]["body"]
+    assert again[0]["props"]["RETRY_TOPIC"] == "cpp-retry"
+    assert again[0]["topic"] == "cpp-retry"  # (the client shows the original topic)
+
+
+def test_messages_cross_between_a_4x_client_and_ours(ns: str, tmp_path: Path) -> None:
+    _produce(tmp_path, ns, "cpp-to-ours", "--count", "5", "--tags", "TagX")
+
+    async def ours() -> None:
+        lite = LitePullConsumer(ns, "ours-g", start_from="first")
+        lite.subscribe("cpp-to-ours")
+        seen: list[ReceivedMessage] = []
+        async with await lite.start():
+            async def five() -> bool:
+                seen.extend(await lite.poll(0.2))
+                return len(seen) >= 5
+            await wait_until(five, 30, "our consumer to receive the 4.x client's messages")
+        assert sorted(m.body for m in seen) == [f"hello {i}".encode() for i in range(5)]
+        for m in seen:
+            i = int(m.body.split()[-1])
+            assert m.tags == "TagX" and list(m.keys) == [f"key-{i}"]
+            assert dict(m.properties)["color"] == ("red" if i % 2 else "blue")
+        async with Producer(ns) as p:
+            for i in range(5):
+                await p.send(Message("ours-to-cpp", f"ours {i}".encode(), tags="TagY",
+                                     keys=[f"ok-{i}"], properties={"color": "green"}))
+    asyncio.run(ours())
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "ours-to-cpp", "--group",
+                     "cpp-from-ours", "--expect", "5", "--timeout-s", "60"), 90)
+    messages = [e for e in got if "body" in e]
+    assert sorted(m["body"] for m in messages) == [f"ours {i}" for i in range(5)]
+    for m in messages:
+        i = int(m["body"].split()[-1])
+        assert m["tags"] == "TagY" and m["keys"] == f"ok-{i}" and m["props"]["color"] == "green"

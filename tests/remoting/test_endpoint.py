@@ -1,0 +1,260 @@
+"""The remoting endpoints seen from the wire, with a bare remoting connection
+(``tests.remoting.raw``): the NameServer's route answers on its one port, a broker node's codes,
+a follower forwarding a send, and bad input answered by name or with a closed connection, never
+a crash or a stored half message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from protocol.frames import encode_frame
+from protocol.remoting import codes
+from protocol.remoting.command import Command, encode
+from protocol.remoting.record import (
+    BatchMessage,
+    decode_records,
+    encode_batch,
+    join_properties,
+    parse_offset_msg_id_4x,
+)
+from tests.clusters import namesrv_group
+from tests.remoting.raw import RawRemoting
+
+pytestmark = pytest.mark.xdist_group("remoting-endpoint")
+
+
+@pytest.fixture(scope="module")
+def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with namesrv_group(tmp_path_factory.mktemp("remoting"),
+                       "--remoting-listen", "127.0.0.1:0") as (address, _):
+        yield address
+
+
+async def _cluster(ns: str) -> dict[str, Any]:
+    async with RawRemoting(ns) as c:
+        answer = await c.call(codes.GET_BROKER_CLUSTER_INFO)
+    assert answer.code == codes.SUCCESS
+    return json.loads(answer.body)
+
+
+async def _addrs(ns: str) -> dict[str, str]:
+    """The group's remoting addresses by broker id ("0" the leader), once all three show."""
+    for _ in range(300):
+        addrs = (await _cluster(ns))["brokerAddrTable"].get("a", {}).get("brokerAddrs", {})
+        if len(addrs) == 3 and "0" in addrs:
+            return dict(addrs)
+        await asyncio.sleep(0.1)  # (polling the NameServer: bounded by the count)
+    raise AssertionError(f"the group's remoting addresses did not all register: {addrs}")
+
+
+def _send_ext(topic: str, queue_id: int = 0, props: str = "", sys_flag: int = 0) -> dict[str, str]:
+    return {"a": "raw-producer", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id),
+            "f": str(sys_flag), "g": "1700000000000", "h": "0", "i": props, "j": "0",
+            "k": "false", "m": "false"}
+
+
+def test_the_namesrv_answers_4x_clients_on_its_http_port(ns: str) -> None:
+    async def run() -> None:
+        addrs = await _addrs(ns)
+        async with RawRemoting(ns) as c:
+            for _ in range(300):  # (the topic shows with the leader's next registration)
+                route = await c.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "warmup"})
+                if route.code == codes.SUCCESS:
+                    break
+                await asyncio.sleep(0.1)
+            assert route.code == codes.SUCCESS, route.remark
+            body = json.loads(route.body)
+            assert body["brokerDatas"][0]["brokerName"] == "a"
+            assert body["brokerDatas"][0]["brokerAddrs"] == addrs
+            queue = body["queueDatas"][0]
+            assert queue["brokerName"] == "a" and queue["perm"] == 6
+            assert queue["readQueueNums"] >= 1 and queue["writeQueueNums"] >= 1
+            auto = json.loads((await c.call(codes.GET_ROUTEINFO_BY_TOPIC,
+                                            {"topic": codes.AUTO_CREATE_TOPIC})).body)
+            assert auto["queueDatas"][0]["perm"] & codes.PERM_WRITE
+            missing = await c.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "no-such-topic"})
+            assert missing.code == codes.TOPIC_NOT_EXIST
+            topics = json.loads((await c.call(codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body)
+            assert "warmup" in topics["topicList"]
+            unknown = await c.call(4321)
+            assert unknown.code == codes.REQUEST_CODE_NOT_SUPPORTED and "4321" in unknown.remark
+            binary = await c.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "warmup"},
+                                  serialization=codes.ROCKETMQ)
+            assert binary.serialization == codes.ROCKETMQ and binary.code == codes.SUCCESS
+        async with aiohttp.ClientSession() as s, s.get(f"http://{ns}/v1/cluster") as r:
+            assert r.status == 200 and (await r.json())["groups"][0]["group"] == "a"
+    asyncio.run(run())
+
+
+def test_sends_pulls_offsets_and_lookups_on_a_broker_node(ns: str) -> None:
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            batch = encode_batch([BatchMessage(0, f"b{i}".encode(),
+                                               join_properties("T", [f"k{i}"], f"u-{i}", []))
+                                  for i in range(3)])
+            sent = await c.call(codes.SEND_BATCH_MESSAGE, _send_ext("raw-batch"), batch)
+            assert sent.code == codes.SUCCESS, sent.remark
+            ids = sent.ext["msgId"].split(",")
+            assert len(ids) == 3 and sent.ext["queueOffset"] == "0"
+            again = await c.call(codes.SEND_BATCH_MESSAGE, _send_ext("raw-batch"), batch)
+            assert again.code == codes.SUCCESS  # a retried batch: stored once (its UNIQ_KEYs)
+            top = await c.call(codes.GET_MAX_OFFSET, {"topic": "raw-batch", "queueId": "0"})
+            assert top.ext["offset"] == "3"
+            pulled = await c.call(codes.PULL_MESSAGE, {
+                "consumerGroup": "raw-g", "topic": "raw-batch", "queueId": "0",
+                "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+                "suspendTimeoutMillis": "0", "subscription": "*"})
+            assert pulled.code == codes.SUCCESS and pulled.ext["nextBeginOffset"] == "3"
+            records = decode_records(pulled.body)
+            assert [r.body for r in records] == [b"b0", b"b1", b"b2"]
+            assert [r.queue_offset for r in records] == [0, 1, 2]
+            assert all(r.topic == "raw-batch" for r in records)
+            host, _, _ = parse_offset_msg_id_4x(ids[1])
+            assert f"{host[0]}:{host[1]}" == leader
+            viewed = await c.call(codes.VIEW_MESSAGE_BY_ID,
+                                  {"offset": str(records[1].commitlog_offset)})
+            assert decode_records(viewed.body)[0].body == b"b1"
+            new_group = await c.call(codes.QUERY_CONSUMER_OFFSET, {
+                "consumerGroup": "raw-new", "topic": "raw-batch", "queueId": "0"})
+            assert new_group.code == codes.SUCCESS and new_group.ext["offset"] == "0"
+            commit = await c.call(codes.UPDATE_CONSUMER_OFFSET, {
+                "consumerGroup": "raw-new", "topic": "raw-batch", "queueId": "0",
+                "commitOffset": "2"})
+            assert commit.code == codes.SUCCESS
+            read = await c.call(codes.QUERY_CONSUMER_OFFSET, {
+                "consumerGroup": "raw-new", "topic": "raw-batch", "queueId": "0"})
+            assert read.ext["offset"] == "2"
+            empty = await c.call(codes.PULL_MESSAGE, {
+                "consumerGroup": "raw-g", "topic": "raw-batch", "queueId": "0",
+                "queueOffset": "3", "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
+                "suspendTimeoutMillis": "200", "subscription": "T"})
+            assert empty.code == codes.PULL_NOT_FOUND
+            unknown = await c.call(9999)
+            assert unknown.code == codes.REQUEST_CODE_NOT_SUPPORTED
+            bad = await c.call(codes.SEND_MESSAGE_V2, {"a": "p", "e": "0"}, b"x")
+            assert bad.code == codes.INVALID_PARAMETER and "topic" in bad.remark
+            bad_queue = await c.call(codes.SEND_MESSAGE_V2, {**_send_ext("t"), "e": "x"}, b"x")
+            assert bad_queue.code == codes.INVALID_PARAMETER and "queueId" in bad_queue.remark
+    asyncio.run(run())
+
+
+def test_a_follower_forwards_a_send_to_the_leader(ns: str) -> None:
+    async def run() -> None:
+        addrs = await _addrs(ns)
+        async with RawRemoting(addrs["1"]) as follower:
+            sent = await follower.call(codes.SEND_MESSAGE_V2, _send_ext(
+                "raw-forward", props=join_properties("", [], "forwarded-1", [])), b"via follower")
+            assert sent.code == codes.SUCCESS, sent.remark
+        async with RawRemoting(addrs["0"]) as leader:
+            top = await leader.call(codes.GET_MAX_OFFSET, {"topic": "raw-forward", "queueId": "0"})
+            assert top.ext["offset"] == "1"
+    asyncio.run(run())
+
+
+def _frame_of(header: bytes, kind: int = 0, body: bytes = b"") -> bytes:
+    return encode_frame(struct.pack(">I", (kind << 24) | len(header)) + header + body)
+
+
+BAD_FRAMES = {
+    "unknown serialization": _frame_of(b"{}", kind=7),
+    "header past the frame": encode_frame(struct.pack(">I", 500) + b"{}"),
+    "JSON that does not parse": _frame_of(b"{\"code\": 310, \"extFields\": {"),
+    "JSON that is not an object": _frame_of(b"[310]"),
+    "binary header cut short": _frame_of(b"\x01\x36\x00", kind=1),
+    "zero-length frame": struct.pack(">I", 0),
+    "frame over the maximum": struct.pack(">I", 64 << 20) + b"\0" * 1024,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FRAMES))
+def test_a_malformed_frame_closes_the_connection_and_stores_nothing(ns: str, name: str) -> None:
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            before = await c.call(codes.GET_MAX_OFFSET, {"topic": "raw-batch", "queueId": "0"})
+        for address in (leader, ns):
+            async with RawRemoting(address) as c:
+                c.send_raw(BAD_FRAMES[name])
+                assert await c.closed(), f"{address} kept the connection after: {name}"
+        async with RawRemoting(leader) as c:  # the node serves on, nothing was stored
+            after = await c.call(codes.GET_MAX_OFFSET, {"topic": "raw-batch", "queueId": "0"})
+            assert after.ext["offset"] == before.ext["offset"]
+    asyncio.run(run())
+
+
+def test_oversized_and_inflating_bodies_are_refused_by_name(ns: str) -> None:
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            big = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-big"), b"x" * (5 << 20))
+            assert big.code == codes.MESSAGE_ILLEGAL, big.remark
+            bomb = zlib.compress(b"\0" * (64 << 20))
+            inflated = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-big", sys_flag=1), bomb)
+            assert inflated.code == codes.MESSAGE_ILLEGAL and "inflates" in inflated.remark
+            garbage = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-big", sys_flag=1),
+                                   b"not zlib")
+            assert garbage.code == codes.MESSAGE_ILLEGAL
+            batch = await c.call(codes.SEND_BATCH_MESSAGE, _send_ext("raw-big"), b"\0\0\0\x30cut")
+            assert batch.code == codes.MESSAGE_ILLEGAL
+            top = await c.call(codes.GET_MAX_OFFSET, {"topic": "raw-big", "queueId": "0"})
+            assert top.code != codes.SUCCESS or top.ext["offset"] == "0"
+            ok = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-big"), b"small")
+            assert ok.code == codes.SUCCESS
+    asyncio.run(run())
+
+
+def test_a_command_round_trips_in_both_header_forms(tmp_path: Path) -> None:
+    from protocol.remoting.command import decode
+    for form in (codes.JSON, codes.ROCKETMQ):
+        cmd = Command(310, 7, codes.FLAG_ONEWAY, "r\u00e9mark", {"b": "topic", "e": "3"}, b"body",
+                      serialization=form)
+        back = decode(encode(cmd))
+        assert (back.code, back.opaque, back.flag, back.remark, back.ext, back.body) == \
+            (310, 7, codes.FLAG_ONEWAY, "r\u00e9mark", {"b": "topic", "e": "3"}, b"body")
+        assert back.is_oneway and not back.is_response
+
+
+def test_a_fuzz_of_malformed_frames_leaves_every_listener_serving(ns: str) -> None:
+    """300 malformed frames (random bytes as a header of either form, a send's frame cut or its
+    header word changed), each on its own connection, at a broker node and the NameServer: both
+    serve on and nothing was stored."""
+    import random
+    rng = random.Random(20261206)
+    valid = encode(Command(codes.SEND_MESSAGE_V2, 1, ext=_send_ext("raw-fuzz"), body=b"fuzz"))
+
+    def malformed() -> bytes:
+        choice = rng.randrange(4)
+        if choice == 0:  # random bytes as a JSON header
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+            return _frame_of(b"{" + junk)
+        if choice == 1:  # random bytes as a binary header, too short for its fields
+            return _frame_of(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12))),
+                             kind=1)
+        if choice == 2:  # the send cut inside its header
+            return encode_frame(valid[: rng.randrange(1, 40)])
+        word = struct.pack(">I", (rng.randrange(2, 256) << 24) | (len(valid) - 4))
+        return encode_frame(word + valid[4:])  # an unknown serialization
+
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        for _ in range(150):
+            for address in (leader, ns):
+                async with RawRemoting(address) as c:
+                    c.send_raw(malformed())
+                    assert await c.closed(), address
+        async with RawRemoting(leader) as c:
+            top = await c.call(codes.GET_MAX_OFFSET, {"topic": "raw-fuzz", "queueId": "0"})
+            assert top.code != codes.SUCCESS or top.ext["offset"] == "0"
+        async with RawRemoting(ns) as c:
+            assert (await c.call(codes.GET_BROKER_CLUSTER_INFO)).code == codes.SUCCESS
+    asyncio.run(run())
