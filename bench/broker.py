@@ -288,12 +288,16 @@ def options(f: F) -> F:
     f = click.option("--grpc", is_flag=True,
                      help="Only the RocketMQ 5 client through the gRPC endpoint against our own "
                           "client (sync p50, 64 in flight), one group, sync flush.")(f)
+    f = click.option("--remoting", is_flag=True,
+                     help="Only the RocketMQ 4.x C++ client through the remoting endpoint against "
+                          "our own client (sync p50, 64 in flight), one group, sync flush; the "
+                          "client's environment comes from `make clients`.")(f)
     return click.option("--quick", is_flag=True, help="A short run (2,000 messages per workload).")(f)
 
 
 def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_poll_us: int = 0,
          quorum_first: bool = False, grpc: bool = False, acl: bool = False,
-         tls: bool = False) -> int:
+         tls: bool = False, remoting: bool = False) -> int:
     sizes = [int(p) for p in payloads.split(",") if p]
     extra: tuple[str, ...] = ()
     if acl:  # an admin account the brokers know from the start; the client signs as it
@@ -305,8 +309,9 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
     n = 2000 if quick else 20_000
     plan: list[tuple[str, Any]] = []
     for size in sizes:
-        plan += [("grpc", size)] if grpc else [("nats", size), ("sync", size), ("async", size)]
-    missing = None if grpc else "left out with --acl" if acl else nats_available()
+        plan += [("grpc", size)] if grpc else [("remoting", size)] if remoting \
+            else [("nats", size), ("sync", size), ("async", size)]
+    missing = None if grpc or remoting else "left out with --acl" if acl else nats_available()
     rows: list[Row] = []
     click.echo(f"dledger bench: {flags.describe()}{', TLS' if tls else ''}", err=True)
     with click.progressbar(plan, label="dledger bench", file=sys.stderr,
@@ -315,6 +320,9 @@ def main(quick: bool, payloads: str, out_dir: str, topics: int = TOPICS, busy_po
             if what == "grpc":
                 from bench.grpc import run_grpc
                 rows += run_grpc(size, n // 4, flags)
+            elif what == "remoting":
+                from bench.remoting import run_remoting
+                rows += run_remoting(size, n // 4, flags)
             elif what == "nats":
                 if missing:
                     continue

@@ -74,7 +74,7 @@ async def _leadership(cluster: Any, node: str, lead: bool, timeout_s: float = 30
             await asyncio.sleep(0.2)  # until the transfer shows in the nodes' status
 
 
-async def _ours(ns: str, servers: Servers, topic: str, body: bytes, n: int) -> list[Row]:
+async def our_rows(ns: str, servers: Servers, topic: str, body: bytes, n: int) -> list[Row]:
     rows = []
     async with Producer(ns, send_timeout_s=10) as p:
         await p.send(Message(topic, body))
@@ -174,7 +174,7 @@ def run_grpc(size: int, n: int, flags: NodeFlags = DEFAULT_FLAGS) -> list[Row]:
     body = os.urandom(size)
     with broker_group("sync", flags, extra=("--grpc-listen", "127.0.0.1:0")) as (ns, cluster):
         servers = Servers([s.proc.pid for s in cluster.servers.values() if s.proc is not None])
-        ours = asyncio.run(_ours(ns, servers, f"bench-ours-{size}", body, n))
+        ours = asyncio.run(our_rows(ns, servers, f"bench-ours-{size}", body, n))
         theirs = []
         for system, lead in ((RMQ_LEADER, True), (RMQ_FOLLOWER, False)):
             asyncio.run(_leadership(cluster, _pinned(cluster), lead))

@@ -45,7 +45,7 @@ def test_a_send_back_copies_the_message_with_rocketmqs_properties() -> None:
     assert dict(map(tuple, props)) == {"user": "1", "RETRY_TOPIC": "orders",
                                       "ORIGIN_MESSAGE_ID": "a-00-0", "UNIQ_KEY": "K",
                                       "RECONSUME_TIME": "1", "DELAY": "3"}
-    assert key == "K#a-00-0"  # a retried send-back of this copy is a duplicate
+    assert key == "K#g#a-00-0"  # a retried send-back of this copy is a duplicate
     # the retry copy fails again: read from the retry topic, level 4, the origin kept
     as_stored = [*first.message[:4], [*props, ["REAL_TOPIC", "%RETRY%g"], ["REAL_QID", "0"],
                                        ["TIMER_DELIVER_MS", "9"]], 7]
@@ -54,11 +54,13 @@ def test_a_send_back_copies_the_message_with_rocketmqs_properties() -> None:
     assert named["RETRY_TOPIC"] == "orders" and named["ORIGIN_MESSAGE_ID"] == "a-00-0"
     assert named["UNIQ_KEY"] == "K" and named["RECONSUME_TIME"] == "2" and named["DELAY"] == "4"
     assert "REAL_TOPIC" not in named and "TIMER_DELIVER_MS" not in named
-    assert second.message[3] == "K#a-10-0"  # another copy: another message
+    assert second.message[3] == "K#g#a-10-0"  # another copy: another message
     dead = send_back("g", stored([["RECONSUME_TIME", "16"]]), "%RETRY%g", "a-20-0", 0, 16)
     assert (dead.topic, dead.reconsume_times, dead.dead) == ("%DLQ%g", 16, True)
     assert "DELAY" not in dict(map(tuple, dead.message[4]))
     assert send_back("g", stored([]), "t", "x", -1, 16).dead  # level -1: straight to the DLQ
+    other_group = send_back("h", stored([["user", "1"]]), "orders", "a-00-0", 0, 16)
+    assert other_group.message[3] != key  # each group that fails it gets its own retry copy
     again = resent_from_dlq(dead.message, "a-30-0")
     assert dict(map(tuple, again[4]))["RECONSUME_TIME"] == "0" and again[3] == "K#a-30-0"
 

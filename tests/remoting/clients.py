@@ -1,7 +1,7 @@
 """The real RocketMQ 4.x clients the tests drive, each in an environment of its own that
-``make clients`` makes (``.venv-clients/``; ``make test`` makes it first): the C++ client's Python
-wrapper (``cpp_client.py`` runs in it). Missing, a test is skipped saying so, or fails under
-``CI``, which must have made it."""
+``make clients`` makes (``.venv-clients/``; ``make test`` makes it first): the C++ client's
+Python wrapper (``cpp_client.py`` runs in it) and ali-ons in JavaScript (``ali_client.js``).
+Missing, a test is skipped saying so, or fails under ``CI``, which must have made it."""
 
 from __future__ import annotations
 
@@ -17,16 +17,32 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CPP_PYTHON = REPO / ".venv-clients" / "rmq4" / "bin" / "python"
 CPP_CLIENT = Path(__file__).with_name("cpp_client.py")
+ALI_ONS_DIR = REPO / ".venv-clients" / "ali-ons"
+ALI_CLIENT = Path(__file__).with_name("ali_client.js")
 
 
 def cpp_python() -> str:
     """The C++ client's interpreter, or a skip (a failure in CI) saying how to make it."""
     if not CPP_PYTHON.exists():
-        why = f"{CPP_PYTHON} is missing: run `make clients`"
-        if os.environ.get("CI"):
-            pytest.fail(why + "; CI must make it (make test does)")
-        pytest.skip(why)
+        _missing(CPP_PYTHON, "run `make clients`")
     return str(CPP_PYTHON)
+
+
+def _missing(what: Path, how: str) -> None:
+    why = f"{what} is missing: {how}"
+    if os.environ.get("CI"):
+        pytest.fail(why + "; CI must make it (make test does)")
+    pytest.skip(why)
+
+
+def ali(home: Path, *args: str) -> subprocess.Popen[str]:
+    """``node ali_client.js ARGS`` started (ali-ons from ``make clients``); stop it by its PID."""
+    if not (ALI_ONS_DIR / "node_modules" / "ali-ons" / "package.json").exists():
+        _missing(ALI_ONS_DIR, "run `make clients` (npm and Node 20)")
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "ALI_ONS_DIR": str(ALI_ONS_DIR)}
+    return subprocess.Popen(["node", str(ALI_CLIENT), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=str(home))
 
 
 def cpp(home: Path, *args: str) -> subprocess.Popen[str]:

@@ -5,6 +5,7 @@ Runs in its own virtual environment (``tests.remoting.clients``), never imports 
 
     python cpp_client.py produce --namesrv HOST:PORT --topic T --count N [--tags A] [--mode sync]
     python cpp_client.py consume --namesrv HOST:PORT --topic T --group G --expect N [--timeout-s S]
+    python cpp_client.py transact --namesrv HOST:PORT --topic T --count N --linger-s S
 
 ``produce`` prints ``{"i", "msg_id", "offset", "queue"}`` per acknowledged send (``{"i",
 "error"}`` per failed one); ``consume`` prints every message received with its topic, tags,
@@ -19,7 +20,15 @@ import sys
 import threading
 import time
 
-from rocketmq.client import ConsumeStatus, Message, MessageModel, Producer, PushConsumer
+from rocketmq.client import (
+    ConsumeStatus,
+    Message,
+    MessageModel,
+    Producer,
+    PushConsumer,
+    TransactionMQProducer,
+    TransactionStatus,
+)
 
 PROPS = ("UNIQ_KEY", "color", "RETRY_TOPIC", "REAL_TOPIC", "DELAY")
 
@@ -35,19 +44,27 @@ def out(obj: dict) -> None:
     sys.stdout.flush()
 
 
+def message(a: argparse.Namespace, i: int) -> Message:
+    """Message i: key ``key-i``, the tags given, ``color`` red or blue, body ``hello i``."""
+    msg = Message(a.topic)
+    msg.set_keys(f"{a.key_prefix}{i}")
+    msg.set_tags(a.tags)
+    msg.set_property("color", "red" if i % 2 else "blue")
+    msg.set_body(f"{a.body_prefix}{i}")
+    return msg
+
+
 def produce(a: argparse.Namespace) -> None:
     producer = Producer(a.group, orderly=a.mode == "orderly", timeout=a.send_timeout_ms)
     producer.set_namesrv_addr(a.namesrv)
     producer.start()
     try:
         for i in range(a.count):
-            msg = Message(a.topic)
-            msg.set_keys(f"{a.key_prefix}{i}")
-            msg.set_tags(a.tags)
-            msg.set_property("color", "red" if i % 2 else "blue")
-            msg.set_body(f"{a.body_prefix}{i}")
+            msg = message(a, i)
             if a.delay_level:
                 msg.set_delay_time_level(a.delay_level)
+            if a.interval_ms:
+                time.sleep(a.interval_ms / 1000)  # the application's pace (a client's own wait)
             started = time.time()
             try:
                 if a.mode == "oneway":
@@ -62,6 +79,33 @@ def produce(a: argparse.Namespace) -> None:
                      "sent_ms": int(started * 1000)})
             except Exception as err:  # counted by the caller: a failed send is an event
                 out({"i": i, "error": f"{type(err).__name__}: {err}"[:500]})
+    finally:
+        producer.shutdown()
+
+
+def transact(a: argparse.Namespace) -> None:
+    """Message i's local transaction: commit (i % 3 == 0), roll back (1), not known yet (2);
+    asked by the check-back, the producer commits; it stays ``--linger-s`` for the checks."""
+    local = {0: TransactionStatus.COMMIT, 1: TransactionStatus.ROLLBACK,
+             2: TransactionStatus.UNKNOWN}
+
+    def check(msg) -> TransactionStatus:  # type: ignore[no-untyped-def]
+        out({"checked": text(msg.keys), "body": text(msg.body)})
+        return TransactionStatus.COMMIT
+
+    producer = TransactionMQProducer(a.group, check, timeout=a.send_timeout_ms)
+    producer.set_namesrv_addr(a.namesrv)
+    producer.start()
+    try:
+        for i in range(a.count):
+            msg = message(a, i)
+            try:
+                state = local[i % 3]
+                r = producer.send_message_in_transaction(msg, lambda m, _, s=state: s)
+                out({"i": i, "status": int(r.status), "msg_id": r.msg_id, "local": int(state)})
+            except Exception as err:  # counted by the caller
+                out({"i": i, "error": f"{type(err).__name__}: {err}"[:500]})
+        time.sleep(a.linger_s)  # the check-backs arrive meanwhile (a client's own wait)
     finally:
         producer.shutdown()
 
@@ -103,7 +147,7 @@ def consume(a: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["produce", "consume"])
+    p.add_argument("role", choices=["produce", "consume", "transact"])
     p.add_argument("--namesrv", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--group", default="cpp-producer")
@@ -122,8 +166,10 @@ def main() -> None:
     p.add_argument("--broadcast", action="store_true")
     p.add_argument("--instance", default="")
     p.add_argument("--fail-first", type=int, default=0)
+    p.add_argument("--linger-s", type=float, default=0.0)
+    p.add_argument("--interval-ms", type=int, default=0)
     a = p.parse_args()
-    produce(a) if a.role == "produce" else consume(a)
+    {"produce": produce, "consume": consume, "transact": transact}[a.role](a)
 
 
 if __name__ == "__main__":

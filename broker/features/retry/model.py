@@ -10,9 +10,11 @@ properties, and carries RocketMQ's properties: ``RETRY_TOPIC`` (the original top
 ``ORIGIN_MESSAGE_ID`` (the original's offset message id), ``UNIQ_KEY`` (the original's msg id,
 which consumers see as the message id of every copy) and ``RECONSUME_TIME``.
 
-A copy's unique key is the original's with the offset message id of the copy sent back
-(``<key>#<offset msg id>``): a send-back retried after a lost answer is stored once (the dedup
-table), while the next failure's send-back, of another stored copy, is a new message. The reconsume
+A copy's unique key is the original's with the group and the offset message id of the copy sent
+back (``<key>#<group>#<offset msg id>``): a send-back retried after a lost answer is stored once
+(the dedup table), while the next failure's send-back, of another stored copy, is a new message,
+and so is another group's send-back of the same message (each group that fails it gets its own
+copy; the key without the group made the second group's a duplicate, and its retry was lost). The reconsume
 count lives only in the replicated message, so a new leader continues the count where the old one
 left it.
 """
@@ -78,7 +80,7 @@ def send_back(group: str, m: list[Any], topic: str, offset_msg_id: str, delay_le
     kept.append([RECONSUME_TIME, str(count)])
     if not dead:
         kept.append([DELAY, str(delay_level or FIRST_RETRY_LEVEL + times)])
-    key = f"{original_key}#{offset_msg_id}"
+    key = f"{original_key}#{group}#{offset_msg_id}"
     return SendBack(dlq_topic(group) if dead else retry_topic(group),
                     [body, tags, keys, key, kept, born], count, dead)
 

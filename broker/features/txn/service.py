@@ -9,7 +9,8 @@
 - the check-back loop, on the leader only once it has applied its own term's first entry: an
   open transaction with no end ``transaction_timeout_s`` after its first half message, and
   every ``check_interval_s`` after its last check, is counted (one ``TxnCheck`` entry) and then
-  asked about on the connection of a live producer of its group (a CHECK_TRANSACTION frame,
+  asked about on the connection of a live producer of its group (``ProducerConnection``: our
+  protocol's CHECK_TRANSACTION frame or the remoting protocol's CHECK_TRANSACTION_STATE,
   server-initiated; the producer answers with an END_TRANSACTION); after ``check_max`` checks it
   is rolled back and its half messages stored in the check-max topic. Progress is replicated,
   so a new leader carries on from the checks counted; a check proposed twice counts once.
@@ -42,9 +43,8 @@ from broker.features.txn.model import (
 )
 from broker.features.txn.producers import ProducerGroups
 from protocol.broker_errors import BadTransactionError, BrokerError
-from protocol.broker_kinds import CHECK_TRANSACTION, SendRefusedError, offset_msg_id
+from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.errors import DLedgerError
-from protocol.frames import encode_payload
 
 log = logging.getLogger("broker.features.txn")
 
@@ -53,6 +53,18 @@ log = logging.getLogger("broker.features.txn")
 CHECK_PERIOD_S = 0.25
 CHECKS_PER_ENTRY = 256  # transactions counted in one TxnCheck entry, at most
 END_RETRIES = 3  # an END whose transaction changed under it (a half joined) is read again
+
+
+class ProducerConnection(Protocol):
+    """A producer's connection, as the check-back sees it (each front end's connection class):
+    whether it is open, and how to ask it about a transaction (``messages``: its first half
+    message as a pull row, its offset the half queue's)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    def check_transaction(self, group: str, producer_group: str, txn_id: str, checks: int,
+                          messages: list[list[Any]]) -> None: ...
 
 
 class RunChecker(Protocol):
@@ -70,7 +82,7 @@ class TxnHost(BrokerHost, Protocol):
 class TxnService:
     def __init__(self, host: TxnHost) -> None:
         self.host = host
-        self.producers: ProducerGroups[Any] = ProducerGroups()
+        self.producers: ProducerGroups[ProducerConnection] = ProducerGroups()
         self._task: asyncio.Task[None] | None = None
         self._term = -1
         self._forgotten: frozenset[str] = frozenset()
@@ -178,7 +190,8 @@ class TxnService:
             raise SendRefusedError("TXN_UNREADABLE", f"half message at offset {offset} of "
                                    f"{HALF_TOPIC} is no longer in the log: {err}") from err
 
-    def heartbeat(self, client_id: str, group: str, conn: Any, ttl_s: float) -> list[str]:
+    def heartbeat(self, client_id: str, group: str, conn: ProducerConnection,
+                  ttl_s: float) -> list[str]:
         return self.producers.heartbeat(client_id, group, conn, ttl_s, time.monotonic())
 
     # -- check-back -------------------------------------------------------------------------------
@@ -259,8 +272,8 @@ class TxnService:
             unit = self.host.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
             messages.append([offset, *m, unit.store_ts_ms,
                              offset_msg_id(self.host.group, unit.position, unit.slot)])
-        producer.conn.send_payload(encode_payload(CHECK_TRANSACTION, [
-            self.host.group, txn.producer_group, txn_id, txn.checks, messages]))
+        producer.conn.check_transaction(self.host.group, txn.producer_group, txn_id,
+                                        txn.checks, messages)
         self.checks_sent += 1
 
     def status(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from broker.api.broker import Broker
 from broker.api.table import SERVED_KINDS
 from protocol.auth import SIGNED, AccessDeniedError, SignatureError
 from protocol.broker_errors import BadEntryError, BadRequestError, BrokerError
-from protocol.broker_kinds import SEND_KINDS
+from protocol.broker_kinds import CHECK_TRANSACTION, SEND_KINDS
 from protocol.envelope import (
     Request,
     decode_request,
@@ -29,6 +29,7 @@ from protocol.envelope import (
 )
 from protocol.errors import DLedgerError, NotLeaderError, WireError
 from protocol.framed import ConnectionLimits, FramedProtocol
+from protocol.frames import encode_payload
 from protocol.group_client import Address
 
 __all__ = ["ACCEPTED_KINDS", "NativeFrontend"]
@@ -57,6 +58,12 @@ class _Connection(FramedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.frontend.broker.txns.producers.drop(self)  # its producers can no longer be asked
+
+    def check_transaction(self, group: str, producer_group: str, txn_id: str, checks: int,
+                          messages: list[list[Any]]) -> None:
+        """The check-back's question to a producer of ours: a CHECK_TRANSACTION frame."""
+        self.send_payload(encode_payload(CHECK_TRANSACTION, [group, producer_group, txn_id,
+                                                             checks, messages]))
 
     def payload_received(self, payload: bytes) -> None:
         try:

@@ -11,9 +11,12 @@
   backlog, whatever its CONSUME_FROM_* says), else QUERY_NOT_FOUND (the client then starts
   where its CONSUME_FROM_* says). 15 UPDATE_CONSUMER_OFFSET: OFFSET_COMMIT (on the leader).
 - 29 SEARCH_OFFSET_BY_TIMESTAMP, 30/31 GET_MAX/MIN_OFFSET, 32 GET_EARLIEST_MSG_STORETIME.
-- 34 HEART_BEAT (consumers: HEARTBEAT for each group, on this node, with RocketMQ's channel
+- 34 HEART_BEAT (producers: PRODUCER_HEARTBEAT with the connection, where the check-back asks;
+  consumers: HEARTBEAT for each group, on this node, with RocketMQ's channel
   lifetime; the leader creates a clustering group's ``%RETRY%`` topic, as RocketMQ's broker
-  does), 35 UNREGISTER_CLIENT, 38 GET_CONSUMER_LIST_BY_GROUP.
+  does), 35 UNREGISTER_CLIENT, 38 GET_CONSUMER_LIST_BY_GROUP. A consumer that joins or leaves
+  a group here has the group's other consumers on this node told at once (40
+  NOTIFY_CONSUMER_IDS_CHANGED, oneway): they rebalance without waiting for their 20 s timer.
 - 36 CONSUMER_SEND_MSG_BACK: the message named by its commitlog offset (VIEW_MESSAGE) is
   SEND_BACK to ``%RETRY%group`` or ``%DLQ%group`` (``broker.features.retry``).
 - 41/42 LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (orderly consumers' queue locks, on the leader).
@@ -38,6 +41,7 @@ from protocol.broker_kinds import (
     NO_NEW_MSG,
     OFFSET_COMMIT,
     OFFSET_QUERY,
+    PRODUCER_HEARTBEAT,
     PULL,
     PULL_SQL,
     SEARCH_OFFSET,
@@ -58,10 +62,11 @@ from protocol.remoting.record import (
     join_properties,
 )
 
-__all__ = ["CLIENT_TTL_MS", "HANDLERS"]
+__all__ = ["CLIENT_TTL_MS", "HANDLERS", "record_of"]
 
 log = logging.getLogger("broker.remoting")
 
+CLIENT_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"  # every 4.x client's own, for send-back
 CLIENT_TTL_MS = 120_000  # a client unheard of this long leaves its groups (RocketMQ's channel expiry)
 PULL_BYTES_MAX = 8 << 20  # one pull's messages (at least one, however large)
 PULL_MESSAGES_MAX = 1024
@@ -99,14 +104,19 @@ def _tags(expression: str) -> list[str]:
     return ["*"] if not tags or "*" in tags else tags
 
 
-def _record(server: RemotingHost, topic: str, qid: int, row: list[Any]) -> bytes:
+def record_of(store_host: tuple[str, int], topic: str, qid: int, row: list[Any]) -> bytes:
+    """RocketMQ's record of a pull row (``protocol.broker_kinds``' PULL answer) of a queue."""
     offset, body, tags, keys, unique, props, born_ms, store_ms, oid = row[:9]
     _, position, slot = parse_offset_msg_id(oid)
     reconsume = next((int(v) for k, v in props if k == RECONSUME_TIME and v.isdigit()), 0)
     return encode_record(StoredRecord(
         topic, qid, offset, commitlog_offset(position, slot), body,
-        join_properties(tags, keys, unique, props), born_ms, store_ms, server.store_host,
+        join_properties(tags, keys, unique, props), born_ms, store_ms, store_host,
         reconsume_times=reconsume))
+
+
+def _record(server: RemotingHost, topic: str, qid: int, row: list[Any]) -> bytes:
+    return record_of(server.store_host, topic, qid, row)
 
 
 async def pull_message(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
@@ -157,7 +167,9 @@ async def update_consumer_offset(server: RemotingHost, conn: ClientConnection,
                                  cmd: Command) -> Command:
     group = text(cmd.ext, "consumerGroup")
     topic, qid = _queue(cmd)
-    await server.call(OFFSET_COMMIT, group, topic, qid, integer(cmd.ext, "commitOffset"))
+    committed = integer(cmd.ext, "commitOffset", lo=-1)
+    if committed >= 0:  # (-1: a queue the client holds no offset for yet; ali-ons sends it)
+        await server.call(OFFSET_COMMIT, group, topic, qid, committed)
     return _ok(cmd)
 
 
@@ -190,6 +202,11 @@ async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command)
     if not isinstance(data, dict):
         raise RemotingRefusal(codes.INVALID_PARAMETER, "a heartbeat's body is a JSON object")
     client_id = str(data.get("clientID", ""))[:255]
+    for producer in data.get("producerDataSet") or []:
+        group = str(producer.get("groupName", ""))[:255] if isinstance(producer, dict) else ""
+        if client_id and group and group != CLIENT_INNER_PRODUCER:
+            await server.call(PRODUCER_HEARTBEAT, client_id, group, CLIENT_TTL_MS,
+                              connection=conn)  # (where the check-back asks it)
     for consumer in data.get("consumerDataSet") or []:
         if not isinstance(consumer, dict) or not client_id:
             continue
@@ -200,7 +217,9 @@ async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command)
         clustering = model not in ("BROADCASTING", "0")
         await server.call(HEARTBEAT, client_id, group,
                           "clustering" if clustering else "broadcasting", subs, CLIENT_TTL_MS)
-        conn.consumers.add((client_id, group))
+        if (client_id, group) not in conn.consumers:
+            conn.consumers.add((client_id, group))
+            server.consumers_changed(group)
         if clustering and server.broker.node.is_leader:
             try:  # (the consumer heartbeats the leader too; a follower leaves it to it)
                 await server.broker.retries.ensure_retry_topic(group)
@@ -216,6 +235,7 @@ async def unregister_client(server: RemotingHost, conn: ClientConnection,
     if group:
         await server.call(HEARTBEAT, client_id, group, "clustering", {}, 0)
         conn.consumers.discard((client_id, group))
+        server.consumers_changed(group)
     return _ok(cmd)
 
 

@@ -10,7 +10,8 @@ same; one that inflates past the broker's maximum is refused. One message goes t
 the concurrent sends of other calls (``SendGather``); a batch as one run (all or nothing). The
 answer carries the first message's ``offsetMsgId`` (``record.offset_msg_id_4x``: this node's
 address and the message's place), its queue and queue offset; a batch's ids comma-separated.
-A retried send carries the same ``UNIQ_KEY`` and is stored once (the state machine's dedup).
+A retried send carries the same ``UNIQ_KEY`` and is stored once (the state machine's dedup). A
+send flagged PREPARED is a transaction's half message (``broker.frontends.remoting.txn``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import zlib
 from typing import Any
 
+from broker.frontends.remoting import txn
 from broker.frontends.remoting.fields import RemotingRefusal, code_of, integer, text
 from broker.frontends.remoting.host import ClientConnection, Handler, RemotingHost
 from protocol.broker_kinds import SEND, SendRefusedError, parse_offset_msg_id
@@ -35,7 +37,6 @@ from protocol.remoting.record import (
 __all__ = ["HANDLERS", "V2_NAMES"]
 
 SEND_OK = "SEND_OK"
-SYSFLAG_TRANSACTION_PREPARED = 4
 # SEND_MESSAGE_V2's one-letter names for SEND_MESSAGE's header fields
 V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
             "d": "defaultTopicQueueNums", "e": "queueId", "f": "sysFlag", "g": "bornTimestamp",
@@ -88,9 +89,6 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
     sys_flag = integer(head, "sysFlag", 0, lo=0, hi=2**31 - 1)
     born_ms = integer(head, "bornTimestamp", int(time.time() * 1000))
     props = text(head, "properties", "", max_len=32767)
-    if sys_flag & SYSFLAG_TRANSACTION_PREPARED:
-        raise RemotingRefusal(codes.MESSAGE_ILLEGAL, "transactional messages over the remoting "
-                              "protocol are not served yet: use our client or RocketMQ 5's")
     max_bytes = server.broker.config.max_message_bytes
     if cmd.code == codes.SEND_BATCH_MESSAGE:
         try:
@@ -103,6 +101,12 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
         answer = await server.call(SEND, topic, queue_id, rows)
         return _answer(server, cmd, answer)
     row = _row(cmd.body, props, born_ms, sys_flag, max_bytes)
+    if sys_flag & txn.PREPARED:
+        answer = await txn.half(server, topic, queue_id, head.get("producerGroup", ""), row)
+        response = _answer(server, cmd, answer)
+        if response.code == codes.SUCCESS:
+            response.ext["transactionId"] = row[3]
+        return response
     return _answer(server, cmd, await server.gathered_send(topic, queue_id, row))
 
 

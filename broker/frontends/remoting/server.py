@@ -19,19 +19,22 @@ takes its consumers out of their groups at once (as a RocketMQ broker does on a 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.api.api import FORWARD_TIMEOUT_S, BrokerApi
+from broker.features.txn.model import HALF_TOPIC, REAL_QID, REAL_TOPIC
 from broker.frontends.forward import LeaderForward, RoutesOnce
 from broker.frontends.gather import SendGather
-from broker.frontends.remoting import consume, sends
+from broker.frontends.remoting import consume, sends, txn
+from broker.frontends.remoting.consume import record_of
 from broker.frontends.remoting.fields import RemotingRefusal, code_of
 from broker.frontends.remoting.host import Handler
 from client import errors
 from client.cluster.routes import Routes
 from protocol.broker_errors import BrokerError
-from protocol.errors import DLedgerError, OutcomeUnknownError, WireError
+from protocol.errors import DLedgerError, WireError
 from protocol.framed import ConnectionLimits, FramedProtocol
 from protocol.remoting import codes
 from protocol.remoting.command import Command, RemotingFrameError, decode, encode
@@ -96,11 +99,28 @@ class RemotingConnection(FramedProtocol):
         log.info("closing a remoting connection from %s: %s", self.peer, err)
         self.server.refused_frames += 1
 
+    def check_transaction(self, group: str, producer_group: str, txn_id: str, checks: int,
+                          messages: list[list[Any]]) -> None:
+        """The check-back's question to a 4.x producer: CHECK_TRANSACTION_STATE (oneway), the
+        transaction's first half message as a record in the body."""
+        if not messages:
+            return
+        row = messages[0]
+        props = dict(row[5])
+        cmd = txn.check_request(self.server.store_host, txn_id, row)
+        cmd.opaque = next(self.server.opaques)
+        cmd.body = record_of(self.server.store_host, props.get(REAL_TOPIC, HALF_TOPIC),
+                             int(props.get(REAL_QID, "0") or 0), row)
+        self.send_payload(encode(cmd))
+
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        for client_id, group in self.consumers:  # gone with its connection
+        self.server.broker.txns.producers.drop(self)  # its producers can no longer be asked
+        gone, self.consumers = self.consumers, set()
+        for client_id, group in gone:  # gone with its connection
             self.server.broker.heartbeat(client_id, group, "clustering", {}, 0)
-        self.consumers.clear()
+        for group in {g for _, g in gone}:
+            self.server.consumers_changed(group)
 
 
 class RemotingServer:
@@ -120,10 +140,14 @@ class RemotingServer:
         self.gather = SendGather(self.api.send_runs, FORWARD_TIMEOUT_S)
         self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.store_host: Address = listen  # the registered address: in the message ids
-        self.handlers: dict[int, Handler] = {**sends.HANDLERS, **consume.HANDLERS}
+        self.handlers: dict[int, Handler] = {**sends.HANDLERS, **consume.HANDLERS,
+                                             **txn.HANDLERS}
+        self.opaques = itertools.count(1)  # of the requests this node sends to clients
         self.requests = 0
         self.refused_frames = 0
         self.unsupported = 0
+        self.notices = 0  # consumer-list changes told to a group's consumers
+        self.refusals: dict[str, int] = {}  # "request code:response code" -> count
         self._server: asyncio.Server | None = None
         self._routes_once = RoutesOnce(self.routes)
 
@@ -159,19 +183,35 @@ class RemotingServer:
         try:
             return await handler(self, conn, cmd)
         except (RemotingRefusal, BrokerError, DLedgerError, errors.ClientError) as err:
-            return cmd.response(code_of(err), str(err)[:1000])
-        except OutcomeUnknownError as err:  # (a DLedgerError too; named for the reader)
-            return cmd.response(codes.SYSTEM_ERROR, str(err)[:1000])
+            return self._refused(cmd, code_of(err), str(err))
         except Exception as err:  # a bug of ours: answered, logged, the connection lives on
             log.exception("remoting request %d failed", cmd.code)
-            return cmd.response(codes.SYSTEM_ERROR, f"{type(err).__name__}: {err}"[:1000])
+            return self._refused(cmd, codes.SYSTEM_ERROR, f"{type(err).__name__}: {err}")
+
+    def _refused(self, cmd: Command, code: int, remark: str) -> Command:
+        key = f"{cmd.code}:{code}"
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+        log.debug("remoting request %d from %s refused (%d): %s", cmd.code, cmd.language,
+                  code, remark)
+        return cmd.response(code, remark[:1000])
 
     def response_received(self, cmd: Command) -> None:
         """A client's answer to a request of this node's (none are sent yet)."""
 
-    async def call(self, kind: int, *args: Any) -> Any:
-        """One request of the broker's kinds through the API (forwarded from a follower)."""
-        return await self.api.call(kind, *args)
+    async def call(self, kind: int, *args: Any, connection: Any = None) -> Any:
+        """One request of the broker's kinds through the API (forwarded from a follower);
+        ``connection``: the client's, for the kinds that keep it (a producer's heartbeat)."""
+        return await self.api.call(kind, *args, connection=connection)
+
+    def consumers_changed(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to the group's consumers connected here (oneway)."""
+        for conn in list(self.limits.open):
+            if isinstance(conn, RemotingConnection) and conn.alive \
+                    and any(g == group for _, g in conn.consumers):
+                notice = Command(codes.NOTIFY_CONSUMER_IDS_CHANGED, next(self.opaques),
+                                 codes.FLAG_ONEWAY, ext={"consumerGroup": group})
+                conn.send_payload(encode(notice))
+        self.notices += 1
 
     def gathered_send(self, topic: str, queue_id: int,
                       row: list[Any]) -> asyncio.Future[list[Any]]:
@@ -180,5 +220,6 @@ class RemotingServer:
 
     def status(self) -> dict[str, Any]:
         return {"requests": self.requests, "unsupported": self.unsupported,
+                "consumer_notices": self.notices, "refusals": dict(self.refusals),
                 "refused_frames": self.refused_frames, "connections": self.limits.stats(),
                 "send_requests": self.gather.requests, "forwarded": self.api.forwarded}

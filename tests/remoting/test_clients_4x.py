@@ -1,29 +1,44 @@
 """RocketMQ 4.x applications, unmodified, against two broker groups: the C++ client (PyPI
-``rocketmq-client-python``, in its own environment: ``tests.remoting.clients``) given only the
-NameServer's address sends and consumes through the remoting endpoints (``--remoting-listen``).
-The notes' examples in 4.x form, each asserting what arrived."""
+``rocketmq-client-python``) and ali-ons (npm, JavaScript), each in its own environment
+(``tests.remoting.clients``), given only the NameServer's address, send and consume through the
+remoting endpoints (``--remoting-listen``). The notes' examples in 4.x form, each asserting what
+arrived."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from client import LitePullConsumer, Message, Producer, ReceivedMessage
+from protocol.remoting import codes
 from tests.clusters import namesrv_groups
 from tests.nodes.test_processes import wait_until
-from tests.remoting.clients import cpp, cpp_python, finish, read_until
+from tests.remoting.clients import ali, cpp, cpp_python, finish, read_until
+from tests.remoting.raw import RawRemoting
 
-pytestmark = pytest.mark.xdist_group("remoting-cpp")
+pytestmark = pytest.mark.xdist_group("remoting-4x")
+
+
+async def _routed(ns: str, topic: str) -> None:
+    async def shown() -> bool:
+        async with RawRemoting(ns) as c:
+            answer = await c.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        return answer.code == codes.SUCCESS
+    await wait_until(shown, 30, f"the NameServer to route {topic}")
 
 
 @pytest.fixture(scope="module")
 def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cpp_python()  # (skipped before a cluster starts when the client is not there)
     base = tmp_path_factory.mktemp("cpp")
-    with namesrv_groups(base, "--remoting-listen", "127.0.0.1:0") as (address, _):
+    with namesrv_groups(base, "--remoting-listen", "127.0.0.1:0", "--transaction-timeout-s", "1",
+                        "--transaction-check-interval-s", "1") as (address, _):
         yield address
 
 
@@ -42,14 +57,12 @@ def test_sends_reach_a_new_consumer_group_with_tags_keys_and_properties(ns: str,
                      "cpp-new-group", "--expect", "100", "--timeout-s", "90"), 120)
     messages = [e for e in got if "body" in e]
     bodies = sorted(int(m["body"].split()[-1]) for m in messages)
-    assert bodies == list(range(100)), f"{len(bodies)} received"
+    assert bodies == list(range(100)), f"{len(bodies)} received"  # each once
     for m in messages:
         i = int(m["body"].split()[-1])
         assert m["tags"] == "TagA" and m["keys"] == f"key-{i}"
         assert m["props"]["color"] == ("red" if i % 2 else "blue")
         assert m["id"] == m["props"]["UNIQ_KEY"] == sent[i]["msg_id"]
-    groups = {(m["queue"], m["offset"]) for m in messages}
-    assert len(groups) == 100  # each message stored once, at its own place
 
 
 def test_oneway_sends_arrive(ns: str, tmp_path: Path) -> None:
@@ -137,3 +150,63 @@ def test_messages_cross_between_a_4x_client_and_ours(ns: str, tmp_path: Path) ->
     for m in messages:
         i = int(m["body"].split()[-1])
         assert m["tags"] == "TagY" and m["keys"] == f"ok-{i}" and m["props"]["color"] == "green"
+
+
+def test_a_transaction_producer_commits_rolls_back_and_answers_the_check_back(
+        ns: str, tmp_path: Path) -> None:
+    """Message i's local transaction commits (i % 3 == 0), rolls back (1) or is not known yet
+    (2): the leader's check-back asks the producer, which commits. Consumers see 0, 2, 3, 5."""
+    events = finish(cpp(tmp_path, "transact", "--namesrv", ns, "--topic", "cpp-txn", "--group",
+                        "cpp-txn-producer", "--count", "6", "--linger-s", "12"), 60)
+    sent = [e for e in events if "i" in e]
+    assert [e.get("error") for e in sent] == [None] * 6 and len(sent) == 6
+    checked = sorted({e["checked"] for e in events if "checked" in e})
+    assert checked == ["key-2", "key-5"], events
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-txn", "--group",
+                     "cpp-txn-g", "--expect", "4", "--timeout-s", "60"), 90)
+    bodies = sorted(e["body"] for e in got if "body" in e)
+    assert bodies == ["hello 0", "hello 2", "hello 3", "hello 5"]
+
+
+def test_ali_ons_consumes_with_sql92_and_a_failing_message_goes_to_retry_then_dlq(
+        ns: str, tmp_path: Path) -> None:
+    """ali-ons sends ten messages with the user property a = i; a consumer subscribed with
+    ``a >= 5`` gets 5..9; the one it always fails (``ali 7``) comes back from ``%RETRY%`` once
+    (its maximum reconsume times: 1) and then lands in ``%DLQ%<group>``. ali-ons sends only to
+    a topic that exists (it does not ask for TBW102): the operator creates it first."""
+    subprocess.run([sys.executable, "-c", "import cli; cli.main()", "topic", "create", "ali-sql",
+                    "--queues", "4", "--namesrv", ns], check=True, capture_output=True, timeout=60)
+    asyncio.run(_routed(ns, "ali-sql"))
+    sent = finish(ali(tmp_path, "produce", ns, "ali-sql", "10"), 60)
+    assert [e.get("error") for e in sent] == [None] * 10, sent
+    async def dead_letter() -> list[ReceivedMessage]:
+        lite = LitePullConsumer(ns, "dlq-reader", start_from="first")
+        lite.subscribe("%DLQ%ali-sql-g")
+        seen: list[ReceivedMessage] = []
+        async with await lite.start():
+            async def arrived() -> bool:
+                seen.extend(await lite.poll(0.2))
+                return bool(seen)
+            await wait_until(arrived, 60, "the failing message in the dead-letter queue")
+        return seen
+
+    consumer = ali(tmp_path, "consume", ns, "ali-sql", "ali-sql-g", "a >= 5", "4", "150",
+                   "ali 7", "1")
+    failures = [0]
+
+    def second_failure(e: dict[str, Any]) -> bool:
+        failures[0] += bool(e.get("failed"))
+        return failures[0] >= 2  # the first delivery and its one retry
+
+    try:
+        got = read_until(consumer, second_failure, 110)
+        dead = asyncio.run(dead_letter())  # (the consumer sends it back: it still runs)
+    finally:
+        consumer.kill()
+        consumer.wait(10)
+    delivered = [e for e in got if "body" in e]
+    assert sorted({e["body"] for e in delivered}) == [f"ali {i}" for i in range(5, 10)]
+    assert all(int(e["a"]) >= 5 for e in delivered)
+    failing = [e for e in delivered if e["failed"]]
+    assert [e["reconsume"] for e in failing] == [0, 1], failing
+    assert [m.body for m in dead] == [b"ali 7"]
