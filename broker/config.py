@@ -19,13 +19,17 @@ from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from protocol.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
 from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 
-__all__ = ["BROKER_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]
+__all__ = ["BROKER_CANARIES", "REMOTING_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})  # bind every interface: no one dials it
 
 # Every seeded bug a test may turn on: each feature's own set.
+# "remoting_ack_early": the remoting endpoint answers a 4.x send SUCCESS at once and stores it a
+# second later (broker.frontends.remoting.sends); the 4.x chaos scenario's checker must find the
+# sends a leader kill took before they were stored lost
+REMOTING_CANARIES = frozenset({"remoting_ack_early"})
 BROKER_CANARIES = (DELAY_CANARIES | ORDERLY_CANARIES | TXN_CANARIES | POP_CANARIES | RETRY_CANARIES
-                   | ACL_CANARIES | QUEUE_CANARIES)
+                   | ACL_CANARIES | QUEUE_CANARIES | REMOTING_CANARIES)
 
 
 @dataclass(frozen=True)

@@ -370,6 +370,7 @@ class Scenario:
     silence: SilenceBound | None = None  # availability under a silent leader is bounded
     features: bool = False  # the messaging features run beside (chaos.live.features.driver)
     spares: int = 0  # nodes outside the group at the start (S17 adds and removes nodes)
+    remoting: int = 0  # RocketMQ 4.x producers (the C++ client) beside ours (chaos.live.remoting)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -394,6 +395,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("S16", "One-way silence of the leader", s16_leader_silence, producers=1, pause_s=0.0,
              silence=SilenceBound()),
     Scenario("S17", "Membership changes under kills and isolation", s17_membership, spares=2),
+    # two C++ producers through the remoting endpoints beside two of ours
+    Scenario("S18", "RocketMQ 4.x producers while the leader is killed", s6_kill_leader,
+             producers=2, remoting=2),
 ]}
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")
@@ -428,6 +432,8 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     # the replay of the log appends them again: its queues hold messages twice, at offsets the
     # other replicas give to other messages (broker.core.cq_files)
     "cq_keep_tail": ("S6", {}),
+    # the remoting endpoint acknowledges a 4.x send before it is stored: lost with the leader
+    "remoting_ack_early": ("S18", {}),
     # a restarted node forgets the membership changes its log holds (chaos.live.membership)
     "membership_forget_on_restart": ("S17", {}),
 }

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from broker.config import REMOTING_CANARIES
 from chaos import traces
 from chaos.live.checkers.safety import check_run
 from chaos.live.cluster import ChaosCluster
@@ -32,6 +33,7 @@ from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.features.driver import Features, broker_args, log_to
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
+from chaos.live.remoting import RemotingProducers
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from chaos.toxiproxy.errors import ToxiproxyError
 from client.cluster.routes import CANARIES as CLIENT_CANARIES
@@ -65,6 +67,16 @@ class RunConfig:
     features: bool | None = None  # the messaging features beside the workload (None: the
     # scenario's choice)
     tls: bool = False  # TLS on every listener, mutual TLS on peer links (ChaosCluster.tls)
+
+
+def _broker_args(sc: Scenario, canary: str | None) -> tuple[str, ...]:
+    """The brokers' extra options: the features' (with a broker canary), the remoting endpoint."""
+    args = broker_args(canary) if sc.features else ()
+    if sc.remoting:
+        args += ("--remoting-listen", "127.0.0.1:0")
+        if canary in REMOTING_CANARIES:
+            args += ("--broker-canary", canary)
+    return args
 
 
 def scenario_for(cfg: RunConfig) -> Scenario:
@@ -164,7 +176,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     cluster = ChaosCluster(base, size=sc.nodes, flush_mode=sc.flush_mode, tick_ms=cfg.tick_ms,
                            election_ticks=cfg.election_ticks, canaries=core_canaries,
                            async_flush_ms=sc.async_flush_ms, seed=cfg.seed, spares=sc.spares,
-                           broker_args=broker_args(cfg.canary) if sc.features else (),
+                           broker_args=_broker_args(sc, cfg.canary),
                            tls=cfg.tls)
     wall0 = time.monotonic()
     t0 = time.time()
@@ -181,6 +193,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     feats: Features | None = None
     workers: list[asyncio.Task[None]] = []
     readers: list[asyncio.Task[None]] = []
+    remoting: RemotingProducers | None = None
     stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
     client_log = contextlib.ExitStack()
     client_log.enter_context(log_to(os.path.join(base, "clients.log")))
@@ -200,6 +213,14 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                 history, cluster.namesrv, f"c{q}{kind}", q, cluster.group, stop_consumers,
                 None if kind == "t" else 10.0, random.Random(rng.random())))
                 for q in range(QUEUES) for kind in ("t", "r")]
+            if sc.remoting:
+                remoting = RemotingProducers(history, cluster.namesrv, TOPIC, sc.remoting,
+                                             sc.pause_s, rng.randrange(1 << 30),
+                                             os.path.join(base, "remoting-home"))
+                try:
+                    await remoting.start()
+                except (RuntimeError, OSError, TimeoutError) as err:
+                    raise HarnessError(f"the 4.x producers did not start: {err!r}") from err
             if sc.features:
                 feats = Features(cluster.namesrv, control, nodes, random.Random(rng.random()),
                                  stop_producers, work_dir=base)
@@ -216,7 +237,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             history.add(proc="nemesis", type="info", f="heal")
             nodes = await _final_members(control, cluster, notes)
             await _after_heal(cfg, control, nodes, stop_producers, workers, notes, problems,
-                              feats, os.path.join(base, "features.jsonl"))
+                              feats, os.path.join(base, "features.jsonl"), remoting)
             await asyncio.sleep(1.0)  # consumers' last long polls see the end of each queue
             stop_consumers.set()
             await asyncio.gather(*readers)
@@ -231,6 +252,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         for task in workers + readers:
             task.cancel()
         await asyncio.gather(*workers, *readers, return_exceptions=True)
+        if remoting is not None:
+            await remoting.stop()
         if feats is not None:
             await feats.close()
         client_log.close()
@@ -265,6 +288,10 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     }
     if feats is not None:
         run["features"] = feats.result
+    if sc.remoting:  # how much the 4.x producers did (their procs are r0, r1 ...)
+        outcomes = [e["type"] for e in history.events if e.get("f") == "send"
+                    and str(e.get("proc", "")).startswith("r") and e["type"] != "invoke"]
+        run["remoting"] = {"acked": outcomes.count("ok"), "unknown": outcomes.count("info")}
     if sc.flush_mode == "async":
         run["notes"].append("async flush: acknowledged from the page cache; what a power loss "
                             "takes is measured here")
@@ -306,7 +333,7 @@ async def _final_members(control: LogClient, cluster: ChaosCluster, notes: list[
 async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
                       stop_producers: asyncio.Event, workers: list[asyncio.Task[None]],
                       notes: list[str], problems: list[str], feats: Features | None,
-                      features_path: str) -> None:
+                      features_path: str, remoting: RemotingProducers | None = None) -> None:
     """Wait for a leader, let the workload run on, stop the producers, let the features finish,
     wait until every replica has applied the whole log. A wait that runs out is a problem to
     report, and the run goes on to drain what the replicas hold (a seeded bug may have left a
@@ -320,6 +347,8 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
     await asyncio.sleep(cfg.recovery_s)  # the workload runs on: recovery is measured
     stop_producers.set()
     await asyncio.gather(*workers)
+    if remoting is not None:
+        await remoting.stop()  # (their last sends are recorded before the drain)
     if feats is not None:
         await feats.finish(features_path)
         ended = feats.result.get("finished_in_s")

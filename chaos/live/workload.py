@@ -43,7 +43,11 @@ class History:
         self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
 
     def add(self, **event: Any) -> dict[str, Any]:
-        event["t"] = time.time()
+        return self.add_at(time.time(), **event)
+
+    def add_at(self, t: float, **event: Any) -> dict[str, Any]:
+        """An event that happened at wall-clock ``t`` (another process's, read later)."""
+        event["t"] = t
         self.events.append(event)
         self._f.write(json.dumps(event) + "\n")
         return event

@@ -13,8 +13,8 @@ from chaos.live.nemesis import CANARIES
 from tests.chaos.live_runs import (
     CANARY_DETECTORS,
     DURATION_S,
-    FEATURE_CANARIES,
     FEATURE_CANARY_DURATION_S,
+    SHORT_CANARIES,
     run_live,
 )
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,
                                              ran: Callable[[str], None]) -> None:
     scenario = CANARIES[canary][0]
-    duration_s = FEATURE_CANARY_DURATION_S if canary in FEATURE_CANARIES else DURATION_S
+    duration_s = FEATURE_CANARY_DURATION_S if canary in SHORT_CANARIES else DURATION_S
     run = run_live(tmp_path, scenario, canary, duration_s=duration_s, ran=ran)
     assert run["verdict"] == "FAIL", f"canary {canary} was not caught by {scenario}"
     fired = [v for v in run["violations"] if v.startswith(CANARY_DETECTORS[canary])]

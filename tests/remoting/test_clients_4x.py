@@ -37,7 +37,8 @@ async def _routed(ns: str, topic: str) -> None:
 def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cpp_python()  # (skipped before a cluster starts when the client is not there)
     base = tmp_path_factory.mktemp("cpp")
-    with namesrv_groups(base, "--remoting-listen", "127.0.0.1:0", "--transaction-timeout-s", "1",
+    with namesrv_groups(base, "--remoting-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+                        "--transaction-timeout-s", "1",
                         "--transaction-check-interval-s", "1") as (address, _):
         yield address
 
@@ -105,7 +106,7 @@ def test_delay_level_3_arrives_ten_seconds_later(ns: str, tmp_path: Path) -> Non
     later = [e for e in got if e.get("body", "").startswith("later")]
     assert later, "the delayed message did not arrive"
     waited_s = (later[0]["recv_ms"] - sent[0]["sent_ms"]) / 1000
-    assert 9.0 <= waited_s <= 11.5, waited_s  # level 3 is 10 s (the bound is the issue's)
+    assert 9.0 <= waited_s <= 11.0, waited_s  # level 3 is 10 s (the bound is the issue's)
 
 
 def test_a_failed_message_comes_back_from_the_retry_topic(ns: str, tmp_path: Path) -> None:
@@ -119,6 +120,19 @@ def test_a_failed_message_comes_back_from_the_retry_topic(ns: str, tmp_path: Pat
     assert again and again[0]["reconsume"] == 1 and again[0]["body"] == messages[0]["body"]
     assert again[0]["props"]["RETRY_TOPIC"] == "cpp-retry"
     assert again[0]["topic"] == "cpp-retry"  # (the client shows the original topic)
+
+
+def _cpp_reads(home: Path, ns: str, topic: str, body: str, tags: str, key: str,
+               color: str) -> None:
+    """The C++ client (a new group) reads five messages ``<body> i`` of ``topic``, each with its
+    tag, key ``<key>i`` and property ``color`` intact."""
+    got = finish(cpp(home, "consume", "--namesrv", ns, "--topic", topic, "--group",
+                     f"cpp-from-{topic}", "--expect", "5", "--timeout-s", "60"), 90)
+    messages = [e for e in got if "body" in e]
+    assert sorted(m["body"] for m in messages) == [f"{body} {i}" for i in range(5)]
+    for m in messages:
+        i = int(m["body"].split()[-1])
+        assert m["tags"] == tags and m["keys"] == f"{key}{i}" and m["props"]["color"] == color
 
 
 def test_messages_cross_between_a_4x_client_and_ours(ns: str, tmp_path: Path) -> None:
@@ -143,13 +157,7 @@ def test_messages_cross_between_a_4x_client_and_ours(ns: str, tmp_path: Path) ->
                 await p.send(Message("ours-to-cpp", f"ours {i}".encode(), tags="TagY",
                                      keys=[f"ok-{i}"], properties={"color": "green"}))
     asyncio.run(ours())
-    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "ours-to-cpp", "--group",
-                     "cpp-from-ours", "--expect", "5", "--timeout-s", "60"), 90)
-    messages = [e for e in got if "body" in e]
-    assert sorted(m["body"] for m in messages) == [f"ours {i}" for i in range(5)]
-    for m in messages:
-        i = int(m["body"].split()[-1])
-        assert m["tags"] == "TagY" and m["keys"] == f"ok-{i}" and m["props"]["color"] == "green"
+    _cpp_reads(tmp_path, ns, "ours-to-cpp", "ours", "TagY", "ok-", "green")
 
 
 def test_a_transaction_producer_commits_rolls_back_and_answers_the_check_back(
@@ -210,3 +218,46 @@ def test_ali_ons_consumes_with_sql92_and_a_failing_message_goes_to_retry_then_dl
     failing = [e for e in delivered if e["failed"]]
     assert [e["reconsume"] for e in failing] == [0, 1], failing
     assert [m.body for m in dead] == [b"ali 7"]
+
+
+def test_messages_cross_between_a_4x_client_and_a_rocketmq_5_client(ns: str,
+                                                                    tmp_path: Path) -> None:
+    """The C++ client's messages reach the RocketMQ 5 client (gRPC) with body, tag, keys and
+    properties, and the RocketMQ 5 client's reach the C++ client the same way."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import Message as RmqMessage
+    from rocketmq import Producer as RmqProducer
+
+    from tests.frontends.endpoints import grpc_endpoints
+    endpoints = grpc_endpoints(ns)
+    _produce(tmp_path, ns, "cpp-to-rmq5", "--count", "5", "--tags", "TagX")
+    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), "rmq5-from-cpp",
+                              {"cpp-to-rmq5": FilterExpression()}, await_duration=1)
+    consumer.startup()
+    try:
+        got: list[Any] = []
+        for _ in range(60):  # (each receive long-polls 1 s: bounded by the count)
+            got += consumer.receive(16, 30)
+            if len(got) >= 5:
+                break
+        for m in got:
+            consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    assert sorted(m.body for m in got) == [f"hello {i}".encode() for i in range(5)]
+    for m in got:
+        i = int(m.body.split()[-1])
+        assert m.tag == "TagX" and m.keys == {f"key-{i}"}
+        assert m.properties["color"] == ("red" if i % 2 else "blue")
+    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), ["rmq5-to-cpp"])
+    producer.startup()
+    try:
+        for i in range(5):
+            m = RmqMessage()
+            m.topic, m.body, m.tag = "rmq5-to-cpp", f"rmq5 {i}".encode(), "TagZ"
+            m.keys = f"r-{i}"
+            m.add_property("color", "violet")
+            producer.send(m)
+    finally:
+        producer.shutdown()
+    _cpp_reads(tmp_path, ns, "rmq5-to-cpp", "rmq5", "TagZ", "r-", "violet")

@@ -16,6 +16,8 @@ send flagged PREPARED is a transaction's half message (``broker.frontends.remoti
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import zlib
 from typing import Any
@@ -43,6 +45,10 @@ V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
             "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode",
             "l": "maxReconsumeTimes", "m": "batch"}
 QUEUE_ID_MAX = 65_535
+log = logging.getLogger("broker.remoting")
+ACK_EARLY = "remoting_ack_early"  # broker.config.REMOTING_CANARIES
+ACK_EARLY_S = 1.0  # how long after its acknowledgement the canary stores a send
+_EARLY: set[asyncio.Future[None]] = set()  # the canary's sends under way
 
 
 def _header(cmd: Command) -> dict[str, str]:
@@ -107,7 +113,21 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
         if response.code == codes.SUCCESS:
             response.ext["transactionId"] = row[3]
         return response
+    if ACK_EARLY in server.broker.config.canaries:  # a seeded bug (tests only): acknowledged
+        late = asyncio.ensure_future(_store_late(server, topic, queue_id, row))  # at once,
+        _EARLY.add(late)  # stored a second later, whatever becomes of it meanwhile
+        late.add_done_callback(_EARLY.discard)
+        return cmd.response(codes.SUCCESS, ext={"msgId": "0" * 32, "queueId": str(queue_id),
+                                                "queueOffset": "0"})
     return _answer(server, cmd, await server.gathered_send(topic, queue_id, row))
+
+
+async def _store_late(server: RemotingHost, topic: str, queue_id: int, row: list[Any]) -> None:
+    await asyncio.sleep(ACK_EARLY_S)
+    try:
+        await server.gathered_send(topic, queue_id, row)
+    except Exception as err:  # the canary's send: whatever happens is what it is there for
+        log.info("remoting_ack_early: a send acknowledged before it was stored failed: %s", err)
 
 
 HANDLERS: dict[int, Handler] = {codes.SEND_MESSAGE: send_message,
