@@ -58,7 +58,10 @@ class RemotingProducers:
     async def _record(self, proc: asyncio.subprocess.Process, name: str) -> None:
         assert proc.stdout is not None
         async for line in proc.stdout:
-            ev: dict[str, Any] = json.loads(line)
+            try:
+                ev: dict[str, Any] = json.loads(line)
+            except ValueError:  # not one of its events (the client library printed something)
+                continue
             if ev.get("type") in ("invoke", "ok", "info"):
                 self.history.add_at(float(ev.pop("t")), proc=name, f="send", **ev)
 

@@ -121,14 +121,15 @@ def _json_command(header: bytes) -> Command:
     remark = obj.get("remark")
     return Command(code=_int32(obj.get("code"), "code"), opaque=_int32(obj.get("opaque", 0), "opaque"),
                    flag=_int32(obj.get("flag", 0), "flag"),
-                   remark=remark if isinstance(remark, str) else "",
-                   ext={str(k): _text(v) for k, v in ext.items() if v is not None},
+                   remark=_utf8(remark) if isinstance(remark, str) else "",
+                   ext={_utf8(str(k)): _text(v) for k, v in ext.items() if v is not None},
                    language=str(obj.get("language", "OTHER"))[:16],
                    version=_int32(obj.get("version", 0), "version"), serialization=JSON)
 
 
 def _int32(value: object, what: str) -> int:
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and value.lstrip("-").isascii() and value.lstrip("-").isdigit() \
+            and len(value) <= 11:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not _INT32_MIN <= value <= _INT32_MAX:
         raise RemotingFrameError(f"{what} must be a 32-bit integer, not {value!r:.40}")
@@ -136,14 +137,23 @@ def _int32(value: object, what: str) -> int:
 
 
 def _text(value: object) -> str:
-    """An extFields value as a string (Java clients send strings, the C++ client numbers too)."""
+    """An extFields value as a string (Java clients send strings, the C++ client numbers too);
+    a string that is no UTF-8 (a lone surrogate from a ``\\ud800`` escape) is refused."""
     if isinstance(value, str):
-        return value
+        return _utf8(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return str(value)
     return json.dumps(value, separators=(",", ":"))
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode()
+    except UnicodeEncodeError as err:
+        raise RemotingFrameError(f"a header string is not UTF-8: {err}") from None
+    return text
 
 
 # -- RocketMQ's binary form ----------------------------------------------------------------------

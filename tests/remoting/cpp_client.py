@@ -85,13 +85,15 @@ def produce(a: argparse.Namespace) -> None:
 
 def transact(a: argparse.Namespace) -> None:
     """Message i's local transaction: commit (i % 3 == 0), roll back (1), not known yet (2);
-    asked by the check-back, the producer commits; it stays ``--linger-s`` for the checks."""
+    asked by the check-back (about any of them: an END may come after the broker asks), the
+    producer answers what it decided, the unknown ones commit; it stays ``--linger-s``."""
     local = {0: TransactionStatus.COMMIT, 1: TransactionStatus.ROLLBACK,
              2: TransactionStatus.UNKNOWN}
 
     def check(msg) -> TransactionStatus:  # type: ignore[no-untyped-def]
         out({"checked": text(msg.keys), "body": text(msg.body)})
-        return TransactionStatus.COMMIT
+        i = int(text(msg.body).split()[-1])
+        return TransactionStatus.ROLLBACK if i % 3 == 1 else TransactionStatus.COMMIT
 
     producer = TransactionMQProducer(a.group, check, timeout=a.send_timeout_ms)
     producer.set_namesrv_addr(a.namesrv)

@@ -168,8 +168,8 @@ def test_a_transaction_producer_commits_rolls_back_and_answers_the_check_back(
                         "cpp-txn-producer", "--count", "6", "--linger-s", "12"), 60)
     sent = [e for e in events if "i" in e]
     assert [e.get("error") for e in sent] == [None] * 6 and len(sent) == 6
-    checked = sorted({e["checked"] for e in events if "checked" in e})
-    assert checked == ["key-2", "key-5"], events
+    checked = {e["checked"] for e in events if "checked" in e}
+    assert {"key-2", "key-5"} <= checked, events  # (a loaded box may ask about the others too)
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-txn", "--group",
                      "cpp-txn-g", "--expect", "4", "--timeout-s", "60"), 90)
     bodies = sorted(e["body"] for e in got if "body" in e)

@@ -101,3 +101,10 @@ def test_a_4x_message_id_leads_back_to_the_node_and_the_message() -> None:
     for bad in ("", "zz" * 16, "00" * 15, "7F000001000078BF" + "F" * 16):
         with pytest.raises(RecordError):
             parse_offset_msg_id_4x(bad)
+
+
+def test_a_number_that_is_no_ascii_digit_or_a_lone_surrogate_is_a_frame_error() -> None:
+    for header in (b'{"code":"\\u00b2"}', b'{"code":1,"extFields":{"a":"\\ud800"}}',
+                   b'{"code":1,"remark":"\\udfff"}', b'{"code":"' + b"9" * 5000 + b'"}'):
+        with pytest.raises(RemotingFrameError):
+            decode(struct.pack(">I", len(header)) + header)

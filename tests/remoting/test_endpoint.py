@@ -258,3 +258,40 @@ def test_a_fuzz_of_malformed_frames_leaves_every_listener_serving(ns: str) -> No
         async with RawRemoting(ns) as c:
             assert (await c.call(codes.GET_BROKER_CLUSTER_INFO)).code == codes.SUCCESS
     asyncio.run(run())
+
+
+def test_what_a_review_found_is_answered_by_name(ns: str) -> None:
+    """An offset past the queue's end moves the client to the end (not back to where it asked);
+    a stored property a record cannot carry as a number does not break pulls; a duplicate's
+    answer names the original's queue; a cut compressed body, a lock request with a malformed
+    queue and a header string that is no UTF-8 are refused by name."""
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            odd = join_properties("", [], "odd-1", [["RECONSUME_TIME", "\u00b2"]])
+            first = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-review", 0, odd), b"odd")
+            assert first.code == codes.SUCCESS, first.remark
+            again = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-review", 1, odd), b"odd")
+            assert again.code == codes.SUCCESS and again.ext["queueId"] == "0"  # the original's
+            pulled = await c.call(codes.PULL_MESSAGE, {
+                "consumerGroup": "g", "topic": "raw-review", "queueId": "0", "queueOffset": "0",
+                "maxMsgNums": "8", "sysFlag": "0", "suspendTimeoutMillis": "0",
+                "subscription": "*"})
+            assert pulled.code == codes.SUCCESS and decode_records(pulled.body)[0].body == b"odd"
+            past = await c.call(codes.PULL_MESSAGE, {
+                "consumerGroup": "g", "topic": "raw-review", "queueId": "0", "queueOffset": "50",
+                "maxMsgNums": "8", "sysFlag": "0", "suspendTimeoutMillis": "0",
+                "subscription": "*"})
+            assert past.code == codes.PULL_OFFSET_MOVED and past.ext["nextBeginOffset"] == "1"
+            cut = zlib.compress(b"x" * 10_000)[:-8]
+            refused = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-review", sys_flag=1), cut)
+            assert refused.code == codes.MESSAGE_ILLEGAL and "cut short" in refused.remark
+            lock = await c.call(codes.LOCK_BATCH_MQ, body=json.dumps(
+                {"consumerGroup": "g", "clientId": "c", "mqSet": [{"topic": "t", "queueId": "x"}]}
+            ).encode())
+            assert lock.code == codes.INVALID_PARAMETER and "queueId" in lock.remark
+        async with RawRemoting(leader) as c:
+            header = b'{"code":310,"opaque":1,"extFields":{"b":"t\\ud800"}}'
+            c.send_raw(_frame_of(header))
+            assert await c.closed()
+    asyncio.run(run())

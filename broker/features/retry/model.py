@@ -47,7 +47,7 @@ def reconsume_times(props: list[Any] | tuple[Any, ...]) -> int:
     """A stored message's ``RECONSUME_TIME`` (0 for an original, or a malformed value)."""
     for name, value in props:
         if name == RECONSUME_TIME:
-            return int(value) if value.isdigit() and len(value) < 10 else 0
+            return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 0
     return 0
 
 

@@ -272,8 +272,14 @@ class TxnService:
             unit = self.host.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
             messages.append([offset, *m, unit.store_ts_ms,
                              offset_msg_id(self.host.group, unit.position, unit.slot)])
-        producer.conn.check_transaction(self.host.group, txn.producer_group, txn_id,
-                                        txn.checks, messages)
+        try:
+            producer.conn.check_transaction(self.host.group, txn.producer_group, txn_id,
+                                            txn.checks, messages)
+        except Exception as err:  # a front end's failure to ask: the loop must go on
+            log.error("transaction %s: the check-back could not ask its producer: %r", txn_id,
+                      err)
+            self.unanswerable += 1
+            return
         self.checks_sent += 1
 
     def status(self) -> dict[str, Any]:

@@ -4,8 +4,9 @@
   SQL92), long-polling up to the client's ``suspendTimeoutMillis`` (at most MAX_SUSPEND_MS) when
   its sys flag asks. Found messages answer SUCCESS with RocketMQ's records in the body
   (``protocol.remoting.record``) and ``nextBeginOffset`` / ``minOffset`` / ``maxOffset``; an
-  empty poll PULL_NOT_FOUND; messages all filtered out PULL_RETRY_IMMEDIATELY past them; an
-  offset outside the queue PULL_OFFSET_MOVED to where the queue is.
+  empty poll PULL_NOT_FOUND; an offset before the queue's first message PULL_OFFSET_MOVED to it,
+  one past its end PULL_OFFSET_MOVED to the end on a caught-up leader, else (a node still
+  applying) PULL_RETRY_IMMEDIATELY at the same offset.
 - 14 QUERY_CONSUMER_OFFSET: the group's committed offset; for a group with none, 0 while the
   queue still holds its first message (RocketMQ's broker answers so: a new consumer reads the
   backlog, whatever its CONSUME_FROM_* says), else QUERY_NOT_FOUND (the client then starts
@@ -30,6 +31,7 @@ import logging
 import time
 from typing import Any
 
+from broker.features.retry.model import reconsume_times
 from broker.frontends.remoting.fields import RemotingRefusal, integer, text
 from broker.frontends.remoting.host import ClientConnection, Handler, RemotingHost
 from protocol.broker_errors import BrokerError
@@ -72,8 +74,9 @@ PULL_BYTES_MAX = 8 << 20  # one pull's messages (at least one, however large)
 PULL_MESSAGES_MAX = 1024
 FLAG_SUSPEND = 2  # PullSysFlag: long-poll
 DEFAULT_MAX_RECONSUME_TIMES = 16
-RECONSUME_TIME = "RECONSUME_TIME"
 BODY_JSON_MAX = 1 << 20
+BODY_ENTRIES_MAX = 256  # producers, consumers, subscriptions or queues in one body
+CONSUMERS_PER_CONNECTION_MAX = 1024  # (client id, group) pairs heard on one connection
 
 
 def _ok(cmd: Command, **ext: object) -> Command:
@@ -84,9 +87,22 @@ def _json_body(cmd: Command) -> Any:
     if len(cmd.body) > BODY_JSON_MAX:
         raise RemotingRefusal(codes.INVALID_PARAMETER, f"a body over {BODY_JSON_MAX} bytes")
     try:
-        return json.loads(cmd.body or b"{}")
-    except (ValueError, RecursionError) as err:
+        data = json.loads(cmd.body or b"{}")
+        json.dumps(data, ensure_ascii=False).encode()  # (a lone surrogate is no UTF-8)
+    except (ValueError, RecursionError) as err:  # (UnicodeEncodeError is a ValueError)
         raise RemotingRefusal(codes.INVALID_PARAMETER, f"the body is not JSON: {err}") from None
+    return data
+
+
+def _entries(obj: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """A list of objects in a JSON body (RemotingRefusal if it is not one, or too long)."""
+    value = obj.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise RemotingRefusal(codes.INVALID_PARAMETER, f"{name} must be a list of objects")
+    if len(value) > BODY_ENTRIES_MAX:
+        raise RemotingRefusal(codes.INVALID_PARAMETER,
+                              f"{name} has more than {BODY_ENTRIES_MAX} entries")
+    return value
 
 
 def _queue(cmd: Command) -> tuple[str, int]:
@@ -108,7 +124,7 @@ def record_of(store_host: tuple[str, int], topic: str, qid: int, row: list[Any])
     """RocketMQ's record of a pull row (``protocol.broker_kinds``' PULL answer) of a queue."""
     offset, body, tags, keys, unique, props, born_ms, store_ms, oid = row[:9]
     _, position, slot = parse_offset_msg_id(oid)
-    reconsume = next((int(v) for k, v in props if k == RECONSUME_TIME and v.isdigit()), 0)
+    reconsume = reconsume_times(props)  # (a malformed value reads as 0)
     return encode_record(StoredRecord(
         topic, qid, offset, commitlog_offset(position, slot), body,
         join_properties(tags, keys, unique, props), born_ms, store_ms, store_host,
@@ -135,19 +151,25 @@ async def pull_message(server: RemotingHost, conn: ClientConnection, cmd: Comman
         answer = await server.call(PULL, topic, qid, start, count, PULL_BYTES_MAX, suspend_ms,
                                    _tags(expression))
     status, nxt, lo, hi, rows = answer
-    offsets = {"suggestWhichBrokerId": 0, "nextBeginOffset": nxt, "minOffset": lo,
-               "maxOffset": hi}
     if status == FOUND and rows:
         body = b"".join(_record(server, topic, qid, r) for r in rows)
-        return cmd.response(codes.SUCCESS, ext={k: str(v) for k, v in offsets.items()},
-                            body=body)
+        return cmd.response(codes.SUCCESS, ext=_pull_ext(nxt, lo, hi), body=body)
     if status == FOUND:
         code = codes.PULL_RETRY_IMMEDIATELY  # every message there was filtered out
     elif status == NO_NEW_MSG:
         code = codes.PULL_NOT_FOUND
-    else:
-        code = codes.PULL_OFFSET_MOVED
-    return cmd.response(code, str(status), ext={k: str(v) for k, v in offsets.items()})
+    elif start < lo:  # retention took it: on from the first message kept
+        code, nxt = codes.PULL_OFFSET_MOVED, lo
+    elif server.broker.node.is_leader and server.broker.caught_up():
+        code, nxt = codes.PULL_OFFSET_MOVED, hi  # past the end on the group's own data
+    else:  # past what this node has applied yet: ask again (RocketMQ's slave answers so)
+        code, nxt = codes.PULL_RETRY_IMMEDIATELY, start
+    return cmd.response(code, str(status), ext=_pull_ext(nxt, lo, hi))
+
+
+def _pull_ext(nxt: int, lo: int, hi: int) -> dict[str, str]:
+    return {"suggestWhichBrokerId": "0", "nextBeginOffset": str(nxt), "minOffset": str(lo),
+            "maxOffset": str(hi)}
 
 
 async def query_consumer_offset(server: RemotingHost, conn: ClientConnection,
@@ -202,18 +224,24 @@ async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command)
     if not isinstance(data, dict):
         raise RemotingRefusal(codes.INVALID_PARAMETER, "a heartbeat's body is a JSON object")
     client_id = str(data.get("clientID", ""))[:255]
-    for producer in data.get("producerDataSet") or []:
-        group = str(producer.get("groupName", ""))[:255] if isinstance(producer, dict) else ""
+    producers = _entries(data, "producerDataSet")
+    consumers = _entries(data, "consumerDataSet")
+    for producer in producers:
+        group = str(producer.get("groupName", ""))[:255]
         if client_id and group and group != CLIENT_INNER_PRODUCER:
             await server.call(PRODUCER_HEARTBEAT, client_id, group, CLIENT_TTL_MS,
                               connection=conn)  # (where the check-back asks it)
-    for consumer in data.get("consumerDataSet") or []:
-        if not isinstance(consumer, dict) or not client_id:
-            continue
+    for consumer in consumers:
+        if not client_id:
+            break
+        if (client_id, str(consumer.get("groupName", ""))[:255]) not in conn.consumers \
+                and len(conn.consumers) >= CONSUMERS_PER_CONNECTION_MAX:
+            raise RemotingRefusal(codes.INVALID_PARAMETER, f"more than "
+                                  f"{CONSUMERS_PER_CONNECTION_MAX} consumers on one connection")
         group = str(consumer.get("groupName", ""))[:255]
         model = str(consumer.get("messageModel", "CLUSTERING")).upper()
         subs = {str(s.get("topic", ""))[:255]: str(s.get("subString", "*"))[:4096]
-                for s in consumer.get("subscriptionDataSet") or [] if isinstance(s, dict)}
+                for s in _entries(consumer, "subscriptionDataSet")}
         clustering = model not in ("BROADCASTING", "0")
         await server.call(HEARTBEAT, client_id, group,
                           "clustering" if clustering else "broadcasting", subs, CLIENT_TTL_MS)
@@ -269,8 +297,12 @@ def _lock_body(cmd: Command) -> tuple[str, str, list[list[Any]]]:
     data = _json_body(cmd)
     if not isinstance(data, dict):
         raise RemotingRefusal(codes.INVALID_PARAMETER, "a lock request's body is a JSON object")
-    queues = [[str(q.get("topic", "")), int(q.get("queueId", 0))]
-              for q in data.get("mqSet") or [] if isinstance(q, dict)]
+    queues = []
+    for q in _entries(data, "mqSet"):
+        qid = q.get("queueId", 0)
+        if not isinstance(qid, int) or isinstance(qid, bool):
+            raise RemotingRefusal(codes.INVALID_PARAMETER, "mqSet: queueId must be an integer")
+        queues.append([str(q.get("topic", ""))[:255], qid])
     return str(data.get("consumerGroup", "")), str(data.get("clientId", "")), queues
 
 

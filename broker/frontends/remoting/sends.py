@@ -65,6 +65,8 @@ def _row(body: bytes, props: str, born_ms: int, sys_flag: int, max_bytes: int) -
         except zlib.error as err:
             raise RemotingRefusal(codes.MESSAGE_ILLEGAL,
                                   f"the body is flagged compressed but does not inflate: {err}") from None
+        if not inflater.eof and len(body) <= max_bytes:
+            raise RemotingRefusal(codes.MESSAGE_ILLEGAL, "the compressed body is cut short")
         if len(body) > max_bytes or inflater.unconsumed_tail:
             raise RemotingRefusal(codes.MESSAGE_ILLEGAL,
                                   f"the body inflates past the broker's maximum of {max_bytes} bytes")
@@ -76,7 +78,9 @@ def _answer(server: RemotingHost, cmd: Command, answer: list[Any]) -> Command:
     if answer[0] != SEND_OK:
         return cmd.response(code_of(SendRefusedError(str(answer[0]), str(answer[1]))),
                             f"{answer[0]}: {answer[1]}")
-    queue_id, offsets, ids = answer[1], answer[2], answer[3]
+    offsets, ids = answer[2], answer[3]
+    queue_id = answer[5][0] if len(answer) > 5 and answer[5] else answer[1]  # (a duplicate's:
+    # the original's queue, where its offset is)
     msg_ids = []
     for oid in ids:
         _, position, slot = parse_offset_msg_id(oid)

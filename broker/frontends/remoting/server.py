@@ -58,6 +58,7 @@ class RemotingConnection(FramedProtocol):
         self.in_flight = 0
         self.consumers: set[tuple[str, str]] = set()  # (client id, group) heard on it
         self.peer: str = ""
+        self.closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -65,11 +66,14 @@ class RemotingConnection(FramedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
 
     def payload_received(self, payload: bytes) -> None:
+        if self.closing:
+            return  # (frames that came in the same read as a malformed one)
         try:
             cmd = decode(payload)
         except RemotingFrameError as err:
             log.info("closing a remoting connection from %s: %s", self.peer, err)
             self.server.refused_frames += 1
+            self.closing = True
             if self.transport is not None:
                 self.transport.close()
             return
@@ -81,15 +85,21 @@ class RemotingConnection(FramedProtocol):
                                          f"{IN_FLIGHT_MAX} requests under way on this connection"))
             return
         self.in_flight += 1
-        asyncio.get_running_loop().create_task(self._serve(cmd))
+        task = asyncio.get_running_loop().create_task(self._serve(cmd))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
 
     async def _serve(self, cmd: Command) -> None:
         try:
             response = await self.server.serve(self, cmd)
         finally:
             self.in_flight -= 1
-        if response is not None:
+        if response is None:
+            return
+        try:
             self.reply(cmd, response)
+        except (ValueError, TypeError) as err:  # (an answer that does not encode: a bug of ours)
+            log.error("remoting answer to request %d does not encode: %s", cmd.code, err)
 
     def reply(self, cmd: Command, response: Command) -> None:
         if not cmd.is_oneway and self.alive:
@@ -143,6 +153,7 @@ class RemotingServer:
         self.handlers: dict[int, Handler] = {**sends.HANDLERS, **consume.HANDLERS,
                                              **txn.HANDLERS}
         self.opaques = itertools.count(1)  # of the requests this node sends to clients
+        self.tasks: set[asyncio.Task[None]] = set()  # requests being served
         self.requests = 0
         self.refused_frames = 0
         self.unsupported = 0
@@ -166,6 +177,10 @@ class RemotingServer:
         for conn in list(self.limits.open):
             if conn.transport is not None:
                 conn.transport.abort()
+        tasks, self.tasks = list(self.tasks), set()
+        for task in tasks:  # long polls and forwards under way
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.gather.close()
         await self._routes_once.close()
 
