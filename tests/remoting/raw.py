@@ -37,8 +37,8 @@ class RawRemoting:
         self.send_raw(encode_frame(encode(cmd)))
         while True:
             response = await asyncio.wait_for(self.read(), timeout_s)
-            if response.opaque == cmd.opaque:
-                return response
+            if response.is_response and response.opaque == cmd.opaque:
+                return response  # (the server's own requests, NOTIFY_... , are passed over)
 
     def send_raw(self, data: bytes) -> None:
         assert self.writer is not None

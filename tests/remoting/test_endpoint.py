@@ -295,3 +295,33 @@ def test_what_a_review_found_is_answered_by_name(ns: str) -> None:
             c.send_raw(_frame_of(header))
             assert await c.closed()
     asyncio.run(run())
+
+
+def test_a_closed_connection_takes_its_consumer_out_unless_it_is_live_on_another(ns: str) -> None:
+    """A consumer whose connection closes leaves its group at once; one that heartbeats on a
+    newer connection too stays (RocketMQ removes by channel, not by client id)."""
+    beat = json.dumps({"clientID": "twice@1", "consumerDataSet": [
+        {"groupName": "conn-g", "messageModel": "CLUSTERING",
+         "subscriptionDataSet": [{"topic": "t", "subString": "*"}]}]}).encode()
+
+    async def members(c: RawRemoting) -> list[str]:
+        answer = await c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "conn-g"})
+        return list(json.loads(answer.body)["consumerIdList"]) if answer.body else []
+
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as watcher:
+            async with RawRemoting(leader) as old:
+                assert (await old.call(codes.HEART_BEAT, body=beat)).code == codes.SUCCESS
+                async with RawRemoting(leader) as new:
+                    assert (await new.call(codes.HEART_BEAT, body=beat)).code == codes.SUCCESS
+                    await old.__aexit__()
+                    for _ in range(20):  # watched for a while after the close: it stays, live
+                        assert await members(watcher) == ["twice@1"]  # on `new` (bounded)
+                        await asyncio.sleep(0.05)
+            for _ in range(100):  # both closed now: it leaves (bounded poll)
+                if await members(watcher) == []:
+                    break
+                await asyncio.sleep(0.05)
+            assert await members(watcher) == []
+    asyncio.run(run())

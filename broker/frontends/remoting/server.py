@@ -13,7 +13,8 @@ Every request gets an answer: a code not served is REQUEST_CODE_NOT_SUPPORTED, a
 RocketMQ response code with a remark naming the reason (``RemotingRefusal``, the API's named
 errors by ``code_of``). A frame that is not a command closes the connection; a connection with
 ``IN_FLIGHT_MAX`` requests under way has the next answered SYSTEM_BUSY. A connection that closes
-takes its consumers out of their groups at once (as a RocketMQ broker does on a closed channel).
+takes its consumers out of their groups at once (as a RocketMQ broker does on a closed channel),
+but for those live on another connection (a client that reconnected).
 """
 
 from __future__ import annotations
@@ -127,7 +128,10 @@ class RemotingConnection(FramedProtocol):
         super().connection_lost(exc)
         self.server.broker.txns.producers.drop(self)  # its producers can no longer be asked
         gone, self.consumers = self.consumers, set()
-        for client_id, group in gone:  # gone with its connection
+        others = [c for c in self.server.limits.open
+                  if isinstance(c, RemotingConnection) and c is not self]
+        gone = {pair for pair in gone if not any(pair in c.consumers for c in others)}
+        for client_id, group in gone:  # gone with its connection (unless live on another)
             self.server.broker.heartbeat(client_id, group, "clustering", {}, 0)
         for group in {g for _, g in gone}:
             self.server.consumers_changed(group)
