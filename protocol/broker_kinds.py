@@ -102,7 +102,7 @@ naming the field. A pull's ``max_messages`` is capped at MAX_PULL_MESSAGES and i
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from protocol.broker_errors import BrokerError
 
@@ -193,6 +193,19 @@ def message_bytes(topic: str, body: bytes, tags: str, keys: Sequence[str], uniqu
     for name, value in properties:
         n += _utf8(name) + _utf8(value)
     return n
+
+
+UNIQ_KEY = "UNIQ_KEY"
+
+
+def message_id(unique_key: str, properties: Iterable[Sequence[str]]) -> str:
+    """The message id a consumer sees: the ``UNIQ_KEY`` property where the message carries one
+    (a copy whose unique key is scoped for the dedup table: a retry or dead-letter copy, a 4.x
+    client's send), else its unique key."""
+    for name, value in properties:
+        if name == UNIQ_KEY:
+            return value
+    return unique_key
 
 
 def _utf8(text: str) -> int:

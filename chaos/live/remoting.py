@@ -26,12 +26,6 @@ CPP_PYTHON = Path(__file__).resolve().parents[2] / ".venv-clients" / "rmq4" / "b
 DRIVER = Path(__file__).with_name("remoting_producer.py")
 READY_S = 30.0
 STOP_S = 10.0
-# The C++ client (rocketmq-client-python 0.5.0rc2) derives its message ids' prefix from a random
-# number seeded with the second it starts: two processes started in the same second send
-# colliding UNIQ_KEYs (measured: 18 of 300), which the broker's dedup takes for retries and
-# stores once (docs/client.md). The producers here start a second apart; that defect is not
-# what this scenario tests.
-ID_SECOND_S = 1.1
 
 
 class RemotingProducers:
@@ -60,8 +54,6 @@ class RemotingProducers:
             if not line:
                 raise RuntimeError("a 4.x producer ended before it was ready")
             self.readers.append(asyncio.create_task(self._record(proc, f"r{k}")))
-            if k + 1 < self.count:  # (see ID_SECOND_S)
-                await asyncio.sleep(ID_SECOND_S)
 
     async def _record(self, proc: asyncio.subprocess.Process, name: str) -> None:
         assert proc.stdout is not None

@@ -66,6 +66,23 @@ def test_sends_reach_a_new_consumer_group_with_tags_keys_and_properties(ns: str,
         assert m["id"] == m["props"]["UNIQ_KEY"] == sent[i]["msg_id"]
 
 
+def test_two_producers_started_together_lose_nothing_to_shared_message_ids(
+        ns: str, tmp_path: Path) -> None:
+    """The C++ client gives processes started in the same second some of the same message ids;
+    the broker stores each message (a retry is the same id and content, not the same id)."""
+    procs = [cpp(tmp_path / name, "produce", "--namesrv", ns, "--topic", "cpp-twins", "--count",
+                 "150", "--body-prefix", f"{name} ", "--group", "cpp-twins-p")
+             for name in ("p1", "p2")]
+    sent = [finish(p, 90) for p in procs]
+    assert all(len(events) == 150 and all("error" not in e for e in events) for events in sent)
+    shared = {e["msg_id"] for e in sent[0]} & {e["msg_id"] for e in sent[1]}
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-twins", "--group",
+                     "cpp-twins-g", "--expect", "300", "--timeout-s", "90"), 120)
+    bodies = sorted(e["body"] for e in got if "body" in e)
+    expected = sorted(f"{name} {i}" for name in ("p1", "p2") for i in range(150))
+    assert bodies == expected, f"{len(bodies)} of 300 received; {len(shared)} ids shared"
+
+
 def test_oneway_sends_arrive(ns: str, tmp_path: Path) -> None:
     _produce(tmp_path, ns, "cpp-oneway", "--count", "20", "--mode", "oneway")
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-oneway", "--group",

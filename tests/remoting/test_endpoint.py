@@ -161,6 +161,49 @@ def test_a_follower_forwards_a_send_to_the_leader(ns: str) -> None:
     asyncio.run(run())
 
 
+def test_one_message_id_on_two_messages_stores_both_and_a_query_finds_them(ns: str) -> None:
+    """Two producers' messages under one id (the C++ client gives processes started in the same
+    second the same ids) are two messages; the same message again is a retry, stored once.
+    Consumers and a query by that id (12 QUERY_MESSAGE, ``_UNIQUE_KEY_QUERY``) see the id the
+    client gave; a query by key finds the message by its ``KEYS``."""
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        shared = join_properties("T", ["order-7"], "C0A8000100002A9F0000000000000001", [])
+        async with RawRemoting(leader) as c:
+            sent = []
+            for body in (b"from producer 1", b"from producer 2", b"from producer 1"):
+                sent.append(await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-ids", 0, shared),
+                                         body))
+                assert sent[-1].code == codes.SUCCESS, sent[-1].remark
+            assert [s.ext["queueOffset"] for s in sent] == ["0", "1", "0"]  # the third: a retry
+            pulled = await c.call(codes.PULL_MESSAGE, {
+                "consumerGroup": "g", "topic": "raw-ids", "queueId": "0", "queueOffset": "0",
+                "maxMsgNums": "8", "sysFlag": "0", "suspendTimeoutMillis": "0",
+                "subscription": "*"})
+            records = decode_records(pulled.body)
+            assert [r.body for r in records] == [b"from producer 1", b"from producer 2"]
+            for r in records:
+                assert r.properties.count("UNIQ_KEY") == 1
+                assert "UNIQ_KEY\x01C0A8000100002A9F0000000000000001\x02" in r.properties
+            by_id = await c.call(codes.QUERY_MESSAGE, {
+                "topic": "raw-ids", "key": "C0A8000100002A9F0000000000000001", "maxNum": "32",
+                "beginTimestamp": "0", "endTimestamp": str(2**62), "_UNIQUE_KEY_QUERY": "true"})
+            assert by_id.code == codes.SUCCESS, by_id.remark
+            assert sorted(r.body for r in decode_records(by_id.body)) == [b"from producer 1",
+                                                                          b"from producer 2"]
+            by_key = await c.call(codes.QUERY_MESSAGE, {
+                "topic": "raw-ids", "key": "order-7", "maxNum": "1", "beginTimestamp": "0",
+                "endTimestamp": str(2**62)})
+            assert by_key.code == codes.SUCCESS and len(decode_records(by_key.body)) == 1
+            none = await c.call(codes.QUERY_MESSAGE, {
+                "topic": "raw-ids", "key": "no-such-key", "maxNum": "8", "beginTimestamp": "0",
+                "endTimestamp": str(2**62)})
+            assert none.code == codes.QUERY_NOT_FOUND
+            bad = await c.call(codes.QUERY_MESSAGE, {"topic": "raw-ids", "key": "k"})
+            assert bad.code == codes.INVALID_PARAMETER and "maxNum" in bad.remark
+    asyncio.run(run())
+
+
 def _frame_of(header: bytes, kind: int = 0, body: bytes = b"") -> bytes:
     return encode_frame(struct.pack(">I", (kind << 24) | len(header)) + header + body)
 

@@ -34,6 +34,7 @@ from broker.core.registry import EntryRegistry
 from broker.features.delay.model import SCHEDULE_TOPIC
 from broker.features.query.index_file import IndexFile, IndexFileError
 from protocol.broker_errors import BadEntryError
+from protocol.broker_kinds import message_id
 from protocol.topics import TRACE_TOPIC
 
 log = logging.getLogger("broker.features.query.index")
@@ -103,6 +104,10 @@ def _run_hashes(topic: str, messages: list[Any], slot: int, out: list[int]) -> l
         if unique_key:
             add(crc(unique_key.encode("utf-8", "surrogatepass"), seed))
             add(slot)
+            shown = message_id(unique_key, m[4])
+            if shown != unique_key:  # a copy or a 4.x send: found by the id consumers see too
+                add(crc(shown.encode("utf-8", "surrogatepass"), seed))
+                add(slot)
         slot += 1
     return out
 

@@ -20,7 +20,7 @@ from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC
 from broker.features.host import BrokerHost
 from broker.features.query.index import KeyIndex, key_hash, unique_hash
 from protocol.broker_errors import BadEntryError, MessageNotFoundError
-from protocol.broker_kinds import offset_msg_id, parse_offset_msg_id
+from protocol.broker_kinds import message_id, offset_msg_id, parse_offset_msg_id
 from protocol.errors import DLedgerError
 
 QUERY_MESSAGES_MAX = 1024  # messages one query answers at most
@@ -71,7 +71,8 @@ class Lookup:
 
     def by_unique_key(self, unique_key: str, topic: str, max_messages: int) -> list[list[Any]]:
         return self._collect(unique_hash(unique_key), 0, 2**63 - 1, max_messages,
-                             lambda t, m: m[3] == unique_key and (not topic or t == topic))
+                             lambda t, m: unique_key in (m[3], message_id(m[3], m[4]))
+                             and (not topic or t == topic))
 
     def _collect(self, h: int, begin_ms: int, end_ms: int, max_messages: int,
                  wanted: Any) -> list[list[Any]]:

@@ -217,7 +217,7 @@ def outbound(topic: str, queue_id: int, queue_offset: int, body: bytes, tags: st
     sp = m.system_properties
     sp.tag = tags
     sp.keys.extend(keys)
-    sp.message_id = unique_key
+    sp.message_id = bp.message_id(unique_key, properties)
     sp.body_encoding = pb.Encoding.IDENTITY
     sp.born_timestamp.FromMilliseconds(born_ts_ms)
     sp.store_timestamp.FromMilliseconds(store_ts_ms)

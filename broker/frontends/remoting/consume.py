@@ -50,6 +50,7 @@ from protocol.broker_kinds import (
     SEND_BACK,
     UNLOCK_BATCH,
     VIEW_MESSAGE,
+    message_id,
     offset_msg_id,
     parse_offset_msg_id,
 )
@@ -58,13 +59,14 @@ from protocol.remoting import codes
 from protocol.remoting.command import Command
 from protocol.remoting.record import (
     SLOT_BITS,
+    UNIQ_KEY,
     StoredRecord,
     commitlog_offset,
     encode_record,
     join_properties,
 )
 
-__all__ = ["CLIENT_TTL_MS", "HANDLERS", "record_of"]
+__all__ = ["CLIENT_TTL_MS", "HANDLERS", "PULL_BYTES_MAX", "our_id", "record_of"]
 
 log = logging.getLogger("broker.remoting")
 
@@ -127,7 +129,8 @@ def record_of(store_host: tuple[str, int], topic: str, qid: int, row: list[Any])
     reconsume = reconsume_times(props)  # (a malformed value reads as 0)
     return encode_record(StoredRecord(
         topic, qid, offset, commitlog_offset(position, slot), body,
-        join_properties(tags, keys, unique, props), born_ms, store_ms, store_host,
+        join_properties(tags, keys, message_id(unique, props),
+                        [p for p in props if p[0] != UNIQ_KEY]), born_ms, store_ms, store_host,
         reconsume_times=reconsume))
 
 
@@ -275,7 +278,7 @@ async def consumer_list(server: RemotingHost, conn: ClientConnection, cmd: Comma
     return cmd.response(codes.SUCCESS, body=json.dumps({"consumerIdList": members}).encode())
 
 
-def _our_id(server: RemotingHost, at: int) -> str:
+def our_id(server: RemotingHost, at: int) -> str:
     """Our message id of the message at a 4.x commitlog offset (``record.commitlog_offset``)."""
     return offset_msg_id(server.broker.group, at >> SLOT_BITS, at & ((1 << SLOT_BITS) - 1))
 
@@ -286,7 +289,7 @@ async def send_back(server: RemotingHost, conn: ClientConnection, cmd: Command) 
     at = integer(ext, "offset")
     level = integer(ext, "delayLevel", 0, lo=-1, hi=1024)
     max_times = integer(ext, "maxReconsumeTimes", -1, lo=-1, hi=10_000)
-    found = await server.call(VIEW_MESSAGE, _our_id(server, at))
+    found = await server.call(VIEW_MESSAGE, our_id(server, at))
     _, _, topic, qid, queue_offset = found[:5]
     await server.call(SEND_BACK, group, topic, qid, queue_offset, level,
                       DEFAULT_MAX_RECONSUME_TIMES if max_times < 0 else max_times)
@@ -325,14 +328,6 @@ async def check_client_config(server: RemotingHost, conn: ClientConnection,
     return _ok(cmd)
 
 
-async def view_message(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
-    at = integer(cmd.ext, "offset")
-    found = await server.call(VIEW_MESSAGE, _our_id(server, at))
-    oid, _, topic, qid, queue_offset, body, tags, keys, unique, props, born, stored = found[:12]
-    row = [queue_offset, body, tags, keys, unique, props, born, stored, oid]
-    return cmd.response(codes.SUCCESS, body=_record(server, topic, qid, row))
-
-
 HANDLERS: dict[int, Handler] = {
     codes.PULL_MESSAGE: pull_message,
     codes.QUERY_CONSUMER_OFFSET: query_consumer_offset,
@@ -341,7 +336,6 @@ HANDLERS: dict[int, Handler] = {
     codes.GET_MAX_OFFSET: max_offset,
     codes.GET_MIN_OFFSET: min_offset,
     codes.GET_EARLIEST_MSG_STORETIME: earliest_store_time,
-    codes.VIEW_MESSAGE_BY_ID: view_message,
     codes.HEART_BEAT: heart_beat,
     codes.UNREGISTER_CLIENT: unregister_client,
     codes.GET_CONSUMER_LIST_BY_GROUP: consumer_list,

@@ -10,13 +10,15 @@ same; one that inflates past the broker's maximum is refused. One message goes t
 the concurrent sends of other calls (``SendGather``); a batch as one run (all or nothing). The
 answer carries the first message's ``offsetMsgId`` (``record.offset_msg_id_4x``: this node's
 address and the message's place), its queue and queue offset; a batch's ids comma-separated.
-A retried send carries the same ``UNIQ_KEY`` and is stored once (the state machine's dedup). A
-send flagged PREPARED is a transaction's half message (``broker.frontends.remoting.txn``).
+A retried send carries the same ``UNIQ_KEY`` and content and is stored once (the state machine's
+dedup, under ``dedup_key``: a 4.x client's id and a digest of the content). A send flagged
+PREPARED is a transaction's half message (``broker.frontends.remoting.txn``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import zlib
@@ -30,8 +32,10 @@ from protocol.remoting import codes
 from protocol.remoting.command import Command
 from protocol.remoting.record import (
     SYSFLAG_COMPRESSED,
+    UNIQ_KEY,
     RecordError,
     decode_batch,
+    join_properties,
     offset_msg_id_4x,
     split_properties,
 )
@@ -45,6 +49,7 @@ V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
             "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode",
             "l": "maxReconsumeTimes", "m": "batch"}
 QUEUE_ID_MAX = 65_535
+DIGEST_BYTES = 8  # of a message's content in its dedup key (``dedup_key``)
 log = logging.getLogger("broker.remoting")
 ACK_EARLY = "remoting_ack_early"  # broker.config.REMOTING_CANARIES
 ACK_EARLY_S = 1.0  # how long after its acknowledgement the canary stores a send
@@ -71,7 +76,22 @@ def _row(body: bytes, props: str, born_ms: int, sys_flag: int, max_bytes: int) -
             raise RemotingRefusal(codes.MESSAGE_ILLEGAL,
                                   f"the body inflates past the broker's maximum of {max_bytes} bytes")
     tags, keys, unique, rest = split_properties(props)
+    if unique:
+        rest.append([UNIQ_KEY, unique])
+        unique = dedup_key(unique, body, tags, keys, rest)
     return [body, tags, keys, unique, rest, born_ms]
+
+
+def dedup_key(unique: str, body: bytes, tags: str, keys: list[str],
+              props: list[list[str]]) -> str:
+    """The unique key a 4.x client's message is stored (and deduplicated) under: its
+    ``UNIQ_KEY`` and a 64-bit BLAKE2b digest of its content (body, tags, keys, properties), so
+    a retry (the same message again) is stored once while another message under the same id is
+    not taken for one: the C++ client gives processes started in the same second the same ids.
+    The ``UNIQ_KEY`` property keeps the id consumers see (``broker_kinds.message_id``)."""
+    digest = hashlib.blake2b(body, digest_size=DIGEST_BYTES)
+    digest.update(join_properties(tags, keys, "", props).encode("utf-8", "surrogatepass"))
+    return f"{unique}#{digest.hexdigest()}"
 
 
 def _answer(server: RemotingHost, cmd: Command, answer: list[Any]) -> Command:

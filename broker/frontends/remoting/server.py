@@ -28,7 +28,7 @@ from broker.api.api import FORWARD_TIMEOUT_S, BrokerApi
 from broker.features.txn.model import HALF_TOPIC, REAL_QID, REAL_TOPIC
 from broker.frontends.forward import LeaderForward, RoutesOnce
 from broker.frontends.gather import SendGather
-from broker.frontends.remoting import consume, sends, txn
+from broker.frontends.remoting import consume, lookup, sends, txn
 from broker.frontends.remoting.consume import record_of
 from broker.frontends.remoting.fields import RemotingRefusal, code_of
 from broker.frontends.remoting.host import Handler
@@ -155,7 +155,7 @@ class RemotingServer:
         self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.store_host: Address = listen  # the registered address: in the message ids
         self.handlers: dict[int, Handler] = {**sends.HANDLERS, **consume.HANDLERS,
-                                             **txn.HANDLERS}
+                                             **lookup.HANDLERS, **txn.HANDLERS}
         self.opaques = itertools.count(1)  # of the requests this node sends to clients
         self.tasks: set[asyncio.Task[None]] = set()  # requests being served
         self.requests = 0

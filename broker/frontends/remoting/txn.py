@@ -1,9 +1,10 @@
 """Transactional messages over the remoting protocol (a 4.x ``TransactionMQProducer``):
 
 - a send whose sys flag says PREPARED (properties ``TRAN_MSG``, ``PGROUP``) is a half message:
-  TXN_HALF of the producer group, the transaction id being the message's ``UNIQ_KEY`` (a 4.x
-  transaction is one message; a retried half send is stored once); the answer carries it as
-  ``transactionId`` and the half queue's offset as ``queueOffset``;
+  TXN_HALF of the producer group, the transaction id being the message's dedup key (its
+  ``UNIQ_KEY`` and a digest of its content, ``sends.dedup_key``: a 4.x transaction is one
+  message; a retried half send is stored once); the answer carries it as ``transactionId`` and
+  the half queue's offset as ``queueOffset``;
 - 37 END_TRANSACTION (``commitOrRollback`` 8 commit, 12 rollback, 0 not known yet: nothing to
   do) is END_TRANSACTION of the broker's, on the leader (forwarded from a follower);
 - the leader's check-back asks a producer of the group that heartbeat on a remoting connection
@@ -18,7 +19,7 @@ from typing import Any
 
 from broker.frontends.remoting.fields import RemotingRefusal, boolean, integer, text
 from broker.frontends.remoting.host import ClientConnection, Handler, RemotingHost
-from protocol.broker_kinds import END_TRANSACTION, TXN_HALF, parse_offset_msg_id
+from protocol.broker_kinds import END_TRANSACTION, TXN_HALF, message_id, parse_offset_msg_id
 from protocol.remoting import codes
 from protocol.remoting.command import Command
 from protocol.remoting.record import commitlog_offset, offset_msg_id_4x
@@ -69,7 +70,7 @@ def check_request(store_host: tuple[str, int], txn_id: str, row: list[Any]) -> C
     offset in the half queue, ..., offset msg id); the record goes in the body by the caller."""
     _, position, slot = parse_offset_msg_id(row[8])
     return Command(codes.CHECK_TRANSACTION_STATE, flag=codes.FLAG_ONEWAY, ext={
-        "msgId": row[4] or txn_id, "transactionId": txn_id,
+        "msgId": message_id(row[4], row[5]) or txn_id, "transactionId": txn_id,
         "offsetMsgId": offset_msg_id_4x(store_host, position, slot),
         "commitLogOffset": str(commitlog_offset(position, slot)),
         "tranStateTableOffset": str(row[0])})
