@@ -1,7 +1,8 @@
 """The ``dledger`` command (click), one module per area: ``up`` (a NameServer and broker groups
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
 ``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``; its
-``reset-offset`` and ``status`` in ``consumer_admin``), ``producer``, ``dlq`` (and ``consumer
+``reset-offset`` and ``status`` in ``consumer_admin``, ``running-info`` and ``consume-directly``
+in ``consumer_ask``), ``producer``, ``dlq`` (and ``consumer
 retry``), ``acl`` (access control's accounts), ``bench``, ``tls`` (a test CA), ``message``
 (``query``: show and query stored messages; ``message trace`` in ``trace``);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
@@ -16,6 +17,7 @@ from cli.acl import acl, credentials_options
 from cli.admin import consumer, leader
 from cli.bench import bench
 from cli.consumer_admin import consumer_status, reset_offset
+from cli.consumer_ask import consume_directly, running_info
 from cli.dlq import consumer_retry, dlq
 from cli.group import group
 from cli.messages import consume, send
@@ -59,6 +61,8 @@ def chaos(ctx: click.Context) -> None:
 consumer.add_command(consumer_retry)
 consumer.add_command(reset_offset)
 consumer.add_command(consumer_status)
+consumer.add_command(running_info)
+consumer.add_command(consume_directly)
 for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench,
                 group, acl, tls):
     main.add_command(command)

@@ -131,6 +131,15 @@ class MessageNotFoundError(NonRetriableError):
     refused duplicate, or deleted since by log retention or with its topic."""
 
 
+class ClientNotConnectedError(NonRetriableError):
+    """The consumer asked about (``ask_consumer``) is connected to no node that could ask it:
+    not running, not of that group, or of a protocol the broker cannot ask (our own)."""
+
+
+class ClientNoAnswerError(NonRetriableError):
+    """The consumer asked about did not answer in time, or refused (its remark says why)."""
+
+
 class AccessDeniedError(NonRetriableError):
     """The cluster's access control refused the request: the account lacks the permission it
     needs on the topic or group (PUB to send, SUB to consume), or it is an admin operation."""

@@ -14,6 +14,7 @@ the cluster) and the JSON and event-stream endpoints it reads.
   POST /console/api/topics                   create or update a topic
   POST /console/api/leader-transfer          hand a group's leadership to a node
   POST /console/api/reset-offset             set a consumer group's offsets on a topic
+  POST /console/api/consume-directly         one consumer consumes one stored message again
 
 Owns the routes, the mapping of errors to status codes (every failure is JSON ``{"error": ...,
 "error_type": ...}``), the bound on action bodies, read-only mode (``--console-read-only``: every
@@ -35,7 +36,13 @@ from pathlib import Path
 from aiohttp import web
 
 from client import errors as client_errors
-from namesrv.console_model import parse_reset, parse_search, parse_topic_action, parse_transfer
+from namesrv.console_model import (
+    parse_consume_directly,
+    parse_reset,
+    parse_search,
+    parse_topic_action,
+    parse_transfer,
+)
 from namesrv.console_ops import OP_TIMEOUT_S, Clock, ClusterView, ConsoleOps
 from namesrv.console_poll import ClusterPoller, ConsoleBusyError
 from namesrv.errors import (
@@ -99,6 +106,7 @@ def add_console(app: web.Application, cluster_view: ClusterView, clock: Clock,
     r.add_post("/console/api/topics", _api(_put_topic))
     r.add_post("/console/api/leader-transfer", _api(_transfer))
     r.add_post("/console/api/reset-offset", _api(_reset))
+    r.add_post("/console/api/consume-directly", _api(_consume_directly))
     return console
 
 
@@ -132,6 +140,7 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (client_errors.TopicNotFoundError, 404),
     (ConsoleConflictError, 409),
     (client_errors.ConsumerGroupActiveError, 409),
+    (client_errors.ClientNotConnectedError, 404),  # no such consumer to ask
     (ConsoleBusyError, 503),
     (client_errors.NonRetriableError, 422),  # the cluster refused the request as it is
     (client_errors.RetriableError, 503),  # no leader, unavailable: try again
@@ -285,3 +294,11 @@ async def _reset(request: web.Request) -> web.Response:
     rows = await _ops(request).reset(action, _viewer(request))
     return web.json_response({"ok": True, "consumer_group": action.consumer_group,
                               "topic": action.topic, "queues": rows})
+
+
+async def _consume_directly(request: web.Request) -> web.Response:
+    action = parse_consume_directly(await _action_body(request))
+    result = await _ops(request).consume_directly(action, _viewer(request))
+    return web.json_response({"ok": True, "consumer_group": action.consumer_group,
+                              "client_id": action.client_id,
+                              "offset_msg_id": action.offset_msg_id, "result": result})

@@ -18,15 +18,17 @@ from client import FoundMessage, ReceivedMessage
 from namesrv.errors import BadRequestError
 from namesrv.model import ID_MAX_CHARS
 from protocol.broker_errors import InvalidTopicError
-from protocol.broker_kinds import INT_MAX
+from protocol.broker_kinds import INT_MAX, parse_offset_msg_id
 from protocol.topics import MAX_QUEUES, PERM_READ, PERM_RW, PERM_WRITE, validate_topic_name
 
-__all__ = ["BODY_SHOWN_BYTES", "MessageSearch", "RateTracker", "ResetAction", "TopicAction",
-           "TransferAction", "body_text", "message_json", "parse_reset", "parse_search",
-           "parse_topic_action", "parse_transfer"]
+__all__ = ["BODY_SHOWN_BYTES", "ConsumeDirectlyAction", "MessageSearch", "RateTracker",
+           "ResetAction", "TopicAction", "TransferAction", "body_text", "message_json",
+           "parse_consume_directly", "parse_reset", "parse_search", "parse_topic_action",
+           "parse_transfer"]
 
 PERMS = (PERM_WRITE, PERM_READ, PERM_RW)
 CONSUMER_GROUP_MAX_CHARS = 255  # the broker's bound on a consumer group name
+CLIENT_ID_MAX_CHARS = 255  # and on a client id (broker.features.clients)
 _CONSUMER_GROUP = re.compile(r"^[%|A-Za-z0-9_.-]+$")
 _ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 SEARCH_COUNT_MAX = 64  # messages one search by offset shows
@@ -61,6 +63,15 @@ class ResetAction:
     to: str  # "earliest", "latest" or "timestamp"
     timestamp_ms: int
     force: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeDirectlyAction:
+    """One consumer consumes one stored message once more (RocketMQ's CONSUME_MESSAGE_DIRECTLY)."""
+
+    consumer_group: str
+    client_id: str
+    offset_msg_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +195,23 @@ def parse_reset(body: object) -> ResetAction:
         raise BadRequestError(f"force must be true or false, not {force!r}")
     return ResetAction(_consumer_group(obj["consumer_group"], "consumer_group"),
                        _topic(obj["topic"]), to, timestamp_ms, force)
+
+
+def parse_consume_directly(body: object) -> ConsumeDirectlyAction:
+    obj = _object(body, {"consumer_group", "client_id", "offset_msg_id"})
+    _required(obj, "consumer_group", "client_id", "offset_msg_id")
+    client_id = obj["client_id"]
+    if not isinstance(client_id, str) or not 0 < len(client_id) <= CLIENT_ID_MAX_CHARS \
+            or not client_id.isprintable():
+        raise BadRequestError(f"client_id must be 1..{CLIENT_ID_MAX_CHARS} printable "
+                              f"characters, not {client_id!r}")
+    offset_msg_id = obj["offset_msg_id"]
+    try:
+        parse_offset_msg_id(offset_msg_id if isinstance(offset_msg_id, str) else "")
+    except ValueError as err:
+        raise BadRequestError(f"offset_msg_id {err}") from None
+    return ConsumeDirectlyAction(_consumer_group(obj["consumer_group"], "consumer_group"),
+                                 client_id, offset_msg_id)
 
 
 def _query_int(query: Mapping[str, str], key: str, lo: int, hi: int, default: int) -> int:

@@ -19,9 +19,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from client import ClientError, MessageQuery, MessageQueue, PullConsumer
+from client.cluster import ask_consumer
 from client.cluster.admin_views import consumer_views, summarize_consumers
 from client.cluster.routes import GroupRoute, Routes, client_error
 from namesrv.console_model import (
+    ConsumeDirectlyAction,
     MessageSearch,
     RateTracker,
     ResetAction,
@@ -320,3 +322,11 @@ class ConsoleOps:
                     rows.append({"queue": f"{g.group}/{qid}", "before": old, "after": new})
             return rows
         return await _bounded(reset())
+
+    async def consume_directly(self, a: ConsumeDirectlyAction,
+                               credentials: Credentials | None = None) -> dict[str, Any]:
+        """The consumer consumes the message once more, through a node it is connected to
+        (``client.cluster.ask_consumer``): its result."""
+        async with self._acting(credentials) as routes:
+            return await _bounded(ask_consumer.consume_directly(
+                routes, a.consumer_group, a.client_id, a.offset_msg_id))

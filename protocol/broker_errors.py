@@ -42,6 +42,19 @@ class BadTransactionError(BrokerError):
     code = "BAD_TRANSACTION"
 
 
+class ClientNotConnectedError(BrokerError):
+    """The client asked about is not connected to this node (or does not heartbeat here, or
+    its protocol cannot be asked): try a node it heartbeats on."""
+
+    code = "CLIENT_NOT_CONNECTED"
+
+
+class ClientNoAnswerError(BrokerError):
+    """The client asked did not answer in time, or answered with an error (named)."""
+
+    code = "CLIENT_NO_ANSWER"
+
+
 class MessageNotFoundError(BrokerError):
     """No stored message has that offset msg id here (never stored, a refused duplicate, or
     deleted by log retention or with its topic)."""

@@ -87,6 +87,13 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   name) -> "OK" once committed: the account added or replaced; ACL_DELETE ``access_key`` -> "OK"
   or ACCOUNT_NOT_FOUND (leader); ACL_LIST ``access_key`` ("": all) -> the accounts without
   their secrets (any replica; ``broker.features.acl.service``). Admin only.
+- CONSUMER_RUNNING_INFO ``group, client_id`` -> what that consumer says of itself (a dict:
+  RocketMQ's ConsumerRunningInfo: properties, subscriptions, per-queue progress), and
+  CONSUME_DIRECTLY ``group, client_id, offset_msg_id`` -> ``{"consumeResult": CR_SUCCESS |
+  CR_LATER | ..., "remark", "spentTimeMills", "order", "autoCommit"}``: that consumer consumes
+  the message once more, outside its queues (RocketMQ's 307 / 309, asked on the consumer's own
+  connection, ``broker.features.clients``). Served by a node the consumer heartbeats on (the
+  message's group's, for CONSUME_DIRECTLY); elsewhere CLIENT_NOT_CONNECTED. Admin only.
 
 With access control on (``--acl``), every request comes in a SIGNED envelope
 (``protocol.auth``); an unsigned one, a bad signature, a stale or replayed one is
@@ -141,6 +148,8 @@ POP_DEAD = 133
 ACL_PUT = 134
 ACL_DELETE = 135
 ACL_LIST = 136
+CONSUMER_RUNNING_INFO = 137
+CONSUME_DIRECTLY = 138
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

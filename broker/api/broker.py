@@ -25,6 +25,7 @@ from broker.core.applied import ApplyResult, tag_hash
 from broker.core.codec import Message, message_of
 from broker.core.members import GroupMembers
 from broker.features.acl.service import AclService
+from broker.features.clients.service import ConsumerConnections
 from broker.features.delay.model import SCHEDULE_TOPIC
 from broker.features.delay.service import DelayService
 from broker.features.orderly.service import LockService
@@ -99,6 +100,7 @@ class Broker:
         self.node.set_snapshot_provider(self.checkpoints)
         self.results: OrderedDict[int, ApplyResult] = OrderedDict()
         self.members = GroupMembers()
+        self.consumers = ConsumerConnections()  # those that can be asked (307 / 309)
         self._arrivals: dict[tuple[str, int], asyncio.Event] = {}
         self.metrics: BrokerMetrics = _Uncounted()
         self.status_of: Callable[[], dict[str, Any]] = lambda: {"group": self.group}
@@ -279,6 +281,8 @@ class Broker:
         return message_of(messages[slot])  # only the messages pulled are built
 
     def heartbeat(self, client_id: str, group: str, model: str, subs: dict[str, str],
-                  ttl_s: float) -> list[str]:
-        """A consumer's heartbeat (ttl 0: it leaves); the group's live members on this node."""
+                  ttl_s: float, connection: object = None) -> list[str]:
+        """A consumer's heartbeat (ttl 0: it leaves); the group's live members on this node.
+        ``connection``: the one it came on, kept if the broker can ask the consumer on it."""
+        self.consumers.heartbeat(client_id, group, connection, ttl_s)
         return self.members.heartbeat(client_id, group, model, subs, ttl_s, time.monotonic())

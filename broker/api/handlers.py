@@ -149,8 +149,8 @@ async def transfer_leadership(broker: Broker, node_id: str) -> bool:
     return True
 
 
-@handles(HEARTBEAT, client_id=text(), group=text(), model=one_of(*MODELS),
+@handles(HEARTBEAT, with_connection=True, client_id=text(), group=text(), model=one_of(*MODELS),
          subscriptions=subscriptions, ttl_ms=integer())  # members clamp the ttl
-async def heartbeat(broker: Broker, client_id: str, group: str, model: str,
+async def heartbeat(broker: Broker, connection: object, client_id: str, group: str, model: str,
                     subs: dict[str, str], ttl_ms: int) -> list[str]:
-    return broker.heartbeat(client_id, group, model, subs, ttl_ms / 1000)
+    return broker.heartbeat(client_id, group, model, subs, ttl_ms / 1000, connection)

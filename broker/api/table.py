@@ -8,6 +8,7 @@ from __future__ import annotations
 import broker.api.handlers as core
 import broker.features.acl.handlers as acl
 import broker.features.admin.handlers as admin
+import broker.features.clients.handlers as clients
 import broker.features.membership.handlers as membership
 import broker.features.orderly.handlers as orderly
 import broker.features.pop.handlers as pop
@@ -21,5 +22,6 @@ __all__ = ["SERVED_KINDS", "TABLE"]
 
 TABLE: dict[int, Handler] = table_of(core.HANDLERS, retry.HANDLERS, orderly.HANDLERS,
                                      txn.HANDLERS, query.HANDLERS, admin.HANDLERS,
-                                     membership.HANDLERS, pop.HANDLERS, acl.HANDLERS)
+                                     membership.HANDLERS, pop.HANDLERS, acl.HANDLERS,
+                                     clients.HANDLERS)
 SERVED_KINDS = frozenset({*SEND_KINDS, *TABLE})

@@ -228,6 +228,8 @@ _CODES: dict[str, type[errors.ClientError]] = {
     "BAD_TRANSACTION": errors.BadTransactionError,
     "GROUP_ACTIVE": errors.ConsumerGroupActiveError,
     "MESSAGE_NOT_FOUND": errors.MessageNotFoundError,
+    "CLIENT_NOT_CONNECTED": errors.ClientNotConnectedError,
+    "CLIENT_NO_ANSWER": errors.ClientNoAnswerError,
     "ACCESS_DENIED": errors.AccessDeniedError,
     "SIGNATURE_REFUSED": errors.SignatureError,
 }

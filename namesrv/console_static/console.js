@@ -251,6 +251,22 @@ async function showConsumer(name) {
   form.hidden = READ_ONLY;
   form.dataset.group = r.group;
   if (!form.topic.value && r.queues.length) form.topic.value = r.queues[0].topic;
+  const direct = $("#direct-form");
+  direct.hidden = READ_ONLY;
+  direct.dataset.group = r.group;
+  $("#member-ids").replaceChildren(...r.members.map((m) => el("option", { value: m.client_id })));
+  if (!direct.client_id.value && r.members.length) direct.client_id.value = r.members[0].client_id;
+}
+
+function directSubmit(e) {
+  e.preventDefault();
+  const f = e.target;
+  const body = { consumer_group: f.dataset.group, client_id: f.client_id.value.trim(),
+    offset_msg_id: f.offset_msg_id.value.trim() };
+  act($("#direct-result"), `Have consumer ${body.client_id} of ${body.consumer_group} consume ` +
+    `${body.offset_msg_id} once more (its offsets stay as they are)?`, "consume-directly", body,
+    (a) => `${a.result.consumeResult || "?"} in ${a.result.spentTimeMills ?? "?"} ms via ` +
+      `${a.result.node}${a.result.remark ? ": " + a.result.remark : ""}`);
 }
 
 function resetSubmit(e) {
@@ -330,6 +346,7 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const f of document.querySelectorAll("form.action")) if (READ_ONLY) f.hidden = true;
   $("#topic-form").addEventListener("submit", topicSubmit);
   $("#reset-form").addEventListener("submit", resetSubmit);
+  $("#direct-form").addEventListener("submit", directSubmit);
   $("#consumer-pick").addEventListener("submit", (e) => { e.preventDefault(); showConsumer(e.target.group.value.trim()); });
   $("#search-form").addEventListener("submit", searchSubmit);
   $("#search-form").by.addEventListener("change", searchFields);

@@ -124,6 +124,8 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.ACL_PUT: [["alice", "alice-secret-1", False, 0, 2, [], []]],
     bp.ACL_DELETE: ["alice"],
     bp.ACL_LIST: [""],
+    bp.CONSUMER_RUNNING_INFO: ["g", "c1"],
+    bp.CONSUME_DIRECTLY: ["g", "c1", "a-0000000000000000-0"],
 }
 
 

@@ -1,5 +1,5 @@
 """Producer groups: the broker's table of live producers and their connections
-(``broker.features.txn.producers``: heartbeats, expiry, a closed connection's producers gone, round robin),
+(``broker.core.clients``: heartbeats, expiry, a closed connection's producers gone, round robin),
 the client's reading of a CHECK_TRANSACTION frame (``client.producer.group``), which takes
 garbage without raising, and its heartbeat rounds: one that missed a node is repeated within a
 second, then 2, 4... up to the period (a node back from a crash must know the producers before
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from broker.core.clients import ClientGroups
 from broker.core.members import MAX_MEMBERS
-from broker.features.txn.producers import ProducerGroups
 from client.cluster.routes import GroupRoute
 from client.producer import group as producer_group
 from client.producer.group import (
@@ -28,7 +28,7 @@ from protocol.errors import DLedgerError
 
 
 def test_heartbeats_expire_leave_and_fall_with_their_connection() -> None:
-    table: ProducerGroups[str] = ProducerGroups()
+    table: ClientGroups[str] = ClientGroups()
     assert table.heartbeat("p1", "pg", "conn1", 30, now=0) == ["p1"]
     assert table.heartbeat("p2", "pg", "conn2", 10, now=1) == ["p1", "p2"]
     assert table.snapshot(now=12) == {"pg": ["p1"]}  # p2's ttl ran out
@@ -40,7 +40,7 @@ def test_heartbeats_expire_leave_and_fall_with_their_connection() -> None:
 
 
 def test_a_check_goes_to_each_live_member_in_turn() -> None:
-    table: ProducerGroups[str] = ProducerGroups()
+    table: ClientGroups[str] = ClientGroups()
     for k in range(3):
         table.heartbeat(f"p{k}", "pg", f"c{k}", 30, now=0)
     picked = [p.client_id for p in (table.pick("pg", now=1) for _ in range(6)) if p]
@@ -50,7 +50,7 @@ def test_a_check_goes_to_each_live_member_in_turn() -> None:
 
 
 def test_a_group_holds_a_bounded_number_of_members() -> None:
-    table: ProducerGroups[int] = ProducerGroups()
+    table: ClientGroups[int] = ClientGroups()
     for k in range(MAX_MEMBERS + 5):
         table.heartbeat(f"p{k}", "pg", k, 30, now=0)
     assert len(table.snapshot(now=1)["pg"]) == MAX_MEMBERS

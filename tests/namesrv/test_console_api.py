@@ -182,6 +182,12 @@ def test_the_namesrv_stops_with_a_browser_still_watching() -> None:
      "force must be true or false"),
     ("reset-offset", {"consumer_group": "g g", "topic": "t", "to": "earliest"},
      "consumer_group must be"),
+    ("consume-directly", {"consumer_group": "g", "client_id": "c"},
+     "missing field(s) offset_msg_id"),
+    ("consume-directly", {"consumer_group": "g", "client_id": "c\n", "offset_msg_id": "x"},
+     "client_id must be"),
+    ("consume-directly", {"consumer_group": "g", "client_id": "c", "offset_msg_id": "a-1-0"},
+     "offset_msg_id is not an offset msg id"),
 ])
 def test_every_action_field_is_checked(path: str, body: Any, says: str) -> None:
     async def main() -> None:
@@ -226,6 +232,8 @@ def test_read_only_mode_refuses_every_action_and_tells_the_page() -> None:
                                ("leader-transfer", {"group": "a", "to": "n1"}),
                                ("reset-offset", {"consumer_group": "g", "topic": "t",
                                                  "to": "earliest"}),
+                               ("consume-directly", {"consumer_group": "g", "client_id": "c",
+                                                     "offset_msg_id": "a-" + "0" * 16 + "-0"}),
                                ("topics", {})]:  # refused before its fields are even read
                 status, answer = await post(s, f"{base}/console/api/{path}", body)
                 assert status == 403, (path, answer)

@@ -40,6 +40,16 @@ class RawRemoting:
             if response.is_response and response.opaque == cmd.opaque:
                 return response  # (the server's own requests, NOTIFY_... , are passed over)
 
+    async def request(self, code: int, timeout_s: float = TIMEOUT_S) -> Command:
+        """The next request of the server's with this code (others passed over)."""
+        while True:
+            cmd = await asyncio.wait_for(self.read(), timeout_s)
+            if not cmd.is_response and cmd.code == code:
+                return cmd
+
+    def answer(self, request: Command, code: int, body: bytes = b"", remark: str = "") -> None:
+        self.send_raw(encode_frame(encode(request.response(code, remark, body=body))))
+
     def send_raw(self, data: bytes) -> None:
         assert self.writer is not None
         self.writer.write(data)

@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 
 from client import LitePullConsumer, Message, Producer, ReceivedMessage
+from client.cluster import ask_consumer
+from client.cluster.admin_views import consumer_views, summarize_consumers
+from client.cluster.routes import Routes
 from protocol.remoting import codes
 from tests.clusters import namesrv_groups
 from tests.nodes.test_processes import wait_until
@@ -83,6 +86,40 @@ def test_two_producers_started_together_lose_nothing_to_shared_message_ids(
     assert bodies == expected, f"{len(bodies)} of 300 received; {len(shared)} ids shared"
 
 
+def test_a_running_cpp_consumer_answers_for_itself(ns: str, tmp_path: Path) -> None:
+    """GET_CONSUMER_RUNNING_INFO (307) reaches a C++ push consumer on its connection, through
+    ``dledger consumer running-info``'s library call; it answers with its subscriptions."""
+    _produce(tmp_path, ns, "cpp-info", "--count", "1")
+    asyncio.run(_routed(ns, "cpp-info"))
+    proc = cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-info", "--group",
+               "cpp-info-g", "--expect", "1000000", "--timeout-s", "60")
+
+    async def run() -> dict[str, Any]:
+        routes = Routes(ns)
+        await routes.start()
+        try:
+            async def member() -> bool:
+                views = [v for g in await routes.cluster_groups()
+                         for v in await consumer_views(routes, g, "cpp-info-g")]
+                ids[:] = [m["client_id"] for m in summarize_consumers("cpp-info-g",
+                                                                       views)["members"]]
+                return bool(ids)
+            ids: list[str] = []
+            await wait_until(member, 30, "the C++ consumer's heartbeat")
+            return await ask_consumer.running_info(routes, "cpp-info-g", ids[0])
+        finally:
+            await routes.close()
+    try:
+        read_until(proc, lambda e: "started" in e, 30)
+        info = asyncio.run(run())
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert {"cpp-info", "%RETRY%cpp-info-g"} <= {s["topic"] for s in info["subscriptionSet"]}
+    assert sorted(q["key"]["queueId"] for q in info["mqTable"]) == [0, 1, 2, 3]  # (read from
+    assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"  # object-keyed JSON)
+
+
 def test_oneway_sends_arrive(ns: str, tmp_path: Path) -> None:
     _produce(tmp_path, ns, "cpp-oneway", "--count", "20", "--mode", "oneway")
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-oneway", "--group",
@@ -143,6 +180,7 @@ def _cpp_reads(home: Path, ns: str, topic: str, body: str, tags: str, key: str,
                color: str) -> None:
     """The C++ client (a new group) reads five messages ``<body> i`` of ``topic``, each with its
     tag, key ``<key>i`` and property ``color`` intact."""
+    asyncio.run(_routed(ns, topic))  # (else the client waits for its next route refresh: 30 s)
     got = finish(cpp(home, "consume", "--namesrv", ns, "--topic", topic, "--group",
                      f"cpp-from-{topic}", "--expect", "5", "--timeout-s", "60"), 90)
     messages = [e for e in got if "body" in e]

@@ -4,13 +4,14 @@ do to the decoders (a named error, nothing else)."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.remoting import codes
+from protocol.remoting import codes, loose_json
 from protocol.remoting.command import HEADER_BYTES_MAX, Command, RemotingFrameError, decode, encode
 from protocol.remoting.record import (
     BatchMessage,
@@ -108,3 +109,21 @@ def test_a_number_that_is_no_ascii_digit_or_a_lone_surrogate_is_a_frame_error() 
                    b'{"code":1,"remark":"\\udfff"}', b'{"code":"' + b"9" * 5000 + b'"}'):
         with pytest.raises(RemotingFrameError):
             decode(struct.pack(">I", len(header)) + header)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=20))
+def test_loose_json_reads_json_as_json(value: object) -> None:
+    assert loose_json.loads(json.dumps(value, indent=1)) == value
+
+
+def test_loose_json_reads_object_keys_and_refuses_the_malformed() -> None:
+    text = '{"mqTable":{{"topic":"t","queueId":0}:{"commitOffset":"1"}},"jstack":""}'
+    assert loose_json.loads(text) == {
+        "mqTable": [{"key": {"topic": "t", "queueId": 0}, "value": {"commitOffset": "1"}}],
+        "jstack": ""}
+    for bad in ("{", '{"a"}', "[1,", "{}x", "[" * 100 + "]" * 100, '{"a":1,}'):
+        with pytest.raises(ValueError):
+            loose_json.loads(bad)

@@ -38,6 +38,8 @@ from protocol.broker_kinds import (
     ACL_LIST,
     ACL_PUT,
     BROKER_STATUS,
+    CONSUME_DIRECTLY,
+    CONSUMER_RUNNING_INFO,
     CONSUMER_STATUS,
     DLQ_RESEND,
     END_TRANSACTION,
@@ -175,6 +177,7 @@ NEEDS: dict[int, NeedsOf] = {
     TRANSFER_LEADERSHIP: _admin, VIEW_MESSAGE: _admin, STATE_DIGEST: _admin,
     MEMBER_ADD: _admin, MEMBER_PROMOTE: _admin, MEMBER_REMOVE: _admin,
     ACL_PUT: _admin, ACL_DELETE: _admin, ACL_LIST: _admin,
+    CONSUMER_RUNNING_INFO: _admin, CONSUME_DIRECTLY: _admin,
 }
 
 # The kinds only a leader serves: a follower answers NOT_LEADER before it looks at the account,

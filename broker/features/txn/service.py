@@ -26,6 +26,7 @@ import logging
 import time
 from typing import Any, Protocol
 
+from broker.core.clients import ClientGroups
 from broker.core.entries import encode_send
 from broker.core.sendwire import check_entry_size, run_answers
 from broker.features.delay.model import TIMER_PROPERTIES
@@ -41,7 +42,6 @@ from broker.features.txn.model import (
     committed_message,
     half_message,
 )
-from broker.features.txn.producers import ProducerGroups
 from protocol.broker_errors import BadTransactionError, BrokerError
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.errors import DLedgerError
@@ -82,7 +82,7 @@ class TxnHost(BrokerHost, Protocol):
 class TxnService:
     def __init__(self, host: TxnHost) -> None:
         self.host = host
-        self.producers: ProducerGroups[ProducerConnection] = ProducerGroups()
+        self.producers: ClientGroups[ProducerConnection] = ClientGroups()
         self._task: asyncio.Task[None] | None = None
         self._term = -1
         self._forgotten: frozenset[str] = frozenset()

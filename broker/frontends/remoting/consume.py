@@ -247,7 +247,8 @@ async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command)
                 for s in _entries(consumer, "subscriptionDataSet")}
         clustering = model not in ("BROADCASTING", "0")
         await server.call(HEARTBEAT, client_id, group,
-                          "clustering" if clustering else "broadcasting", subs, CLIENT_TTL_MS)
+                          "clustering" if clustering else "broadcasting", subs, CLIENT_TTL_MS,
+                          connection=conn)  # (where an operator's 307 / 309 asks it)
         if (client_id, group) not in conn.consumers:
             conn.consumers.add((client_id, group))
             server.consumers_changed(group)
@@ -264,7 +265,7 @@ async def unregister_client(server: RemotingHost, conn: ClientConnection,
     client_id = text(cmd.ext, "clientID")
     group = cmd.ext.get("consumerGroup", "")
     if group:
-        await server.call(HEARTBEAT, client_id, group, "clustering", {}, 0)
+        await server.call(HEARTBEAT, client_id, group, "clustering", {}, 0, connection=conn)
         conn.consumers.discard((client_id, group))
         server.consumers_changed(group)
     return _ok(cmd)

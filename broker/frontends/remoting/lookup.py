@@ -24,23 +24,23 @@ from protocol.broker_kinds import INT_MAX, QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VI
 from protocol.remoting import codes
 from protocol.remoting.command import Command
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "found_record"]
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # RocketMQ's MixAll.UNIQUE_MSG_QUERY_FLAG
 UNIQUE_QUERY_MAX = 32  # a unique-key query's answer (RocketMQ's defaultQueryMaxNum)
 QUERY_MAX = 64  # any query's answer, whatever maxNum asks
 
 
-def _record(server: RemotingHost, found: list[Any]) -> bytes:
+def found_record(store_host: tuple[str, int], found: list[Any]) -> bytes:
     """A found message (``broker_kinds``' VIEW_MESSAGE answer) as RocketMQ's record."""
     oid, _, topic, qid, queue_offset, body, tags, keys, unique, props, born, stored = found[:12]
     row = [queue_offset, body, tags, keys, unique, props, born, stored, oid]
-    return record_of(server.store_host, topic, qid, row)
+    return record_of(store_host, topic, qid, row)
 
 
 async def view_message(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
     found = await server.call(VIEW_MESSAGE, our_id(server, integer(cmd.ext, "offset")))
-    return cmd.response(codes.SUCCESS, body=_record(server, found))
+    return cmd.response(codes.SUCCESS, body=found_record(server.store_host, found))
 
 
 async def query_message(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
@@ -63,7 +63,7 @@ async def query_message(server: RemotingHost, conn: ClientConnection, cmd: Comma
     for m in found:  # (at least one, however large)
         if records and size + len(m[5]) > PULL_BYTES_MAX:
             break
-        records.append(_record(server, m))
+        records.append(found_record(server.store_host, m))
         size += len(records[-1])
     newest = max(m[11] for m in found)
     return cmd.response(codes.SUCCESS, body=b"".join(records),

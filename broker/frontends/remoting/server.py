@@ -15,6 +15,10 @@ errors by ``code_of``). A frame that is not a command closes the connection; a c
 ``IN_FLIGHT_MAX`` requests under way has the next answered SYSTEM_BUSY. A connection that closes
 takes its consumers out of their groups at once (as a RocketMQ broker does on a closed channel),
 but for those live on another connection (a client that reconnected).
+
+The node's own requests to a client go on the client's connection: the check-back (39, oneway),
+NOTIFY_CONSUMER_IDS_CHANGED (40, oneway), and an operator's GET_CONSUMER_RUNNING_INFO (307) and
+CONSUME_MESSAGE_DIRECTLY (309), whose answers come back under their opaque (``ask``).
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from broker.frontends.remoting import consume, lookup, sends, txn
 from broker.frontends.remoting.consume import record_of
 from broker.frontends.remoting.fields import RemotingRefusal, code_of
 from broker.frontends.remoting.host import Handler
+from broker.frontends.remoting.lookup import found_record
 from client import errors
 from client.cluster.routes import Routes
-from protocol.broker_errors import BrokerError
+from protocol.broker_errors import BrokerError, ClientNoAnswerError
+from protocol.broker_kinds import message_id
 from protocol.errors import DLedgerError, WireError
 from protocol.framed import ConnectionLimits, FramedProtocol
-from protocol.remoting import codes
+from protocol.remoting import codes, loose_json
 from protocol.remoting.command import Command, RemotingFrameError, decode, encode
 
 if TYPE_CHECKING:
@@ -49,6 +55,21 @@ log = logging.getLogger("broker.remoting")
 
 Address = tuple[str, int]
 IN_FLIGHT_MAX = 1024  # requests under way on one connection (a push consumer's pulls and sends)
+ANSWER_TEXT_MAX = 1 << 20  # of a client's answer that is not JSON, kept
+
+def client_answer(answer: Command) -> dict[str, Any]:
+    """A client's answer to 307 / 309: its JSON body (``loose_json``: RocketMQ's clients write
+    maps keyed by objects; the text as given if even that does not read), or its refusal by
+    name."""
+    if answer.code != codes.SUCCESS:
+        raise ClientNoAnswerError(f"the client refused ({answer.code}): {answer.remark or ''}")
+    text = answer.body.decode("utf-8", "replace")
+    try:
+        body = loose_json.loads(text) if text else {}
+    except (ValueError, RecursionError):
+        return {"text": text[:ANSWER_TEXT_MAX]}
+    return body if isinstance(body, dict) else {"value": body}
+
 
 class RemotingConnection(FramedProtocol):
     """One 4.x client's connection to this node."""
@@ -60,6 +81,7 @@ class RemotingConnection(FramedProtocol):
         self.consumers: set[tuple[str, str]] = set()  # (client id, group) heard on it
         self.peer: str = ""
         self.closing = False
+        self.asked: dict[int, asyncio.Future[Command]] = {}  # this node's requests, by opaque
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -79,8 +101,10 @@ class RemotingConnection(FramedProtocol):
                 self.transport.close()
             return
         if cmd.is_response:
-            self.server.response_received(cmd)
-            return
+            asked = self.asked.pop(cmd.opaque, None)
+            if asked is not None and not asked.done():
+                asked.set_result(cmd)
+            return  # (an answer to a oneway request of ours, or one given up on)
         if self.in_flight >= IN_FLIGHT_MAX:
             self.reply(cmd, cmd.response(codes.SYSTEM_BUSY,
                                          f"{IN_FLIGHT_MAX} requests under way on this connection"))
@@ -124,9 +148,43 @@ class RemotingConnection(FramedProtocol):
                              int(props.get(REAL_QID, "0") or 0), row)
         self.send_payload(encode(cmd))
 
+    async def ask(self, cmd: Command) -> Command:
+        """A request of this node's to the client, and its answer (the caller bounds the
+        wait; the connection closing fails it)."""
+        if not self.alive or len(self.asked) >= IN_FLIGHT_MAX:
+            raise ClientNoAnswerError(f"the connection from {self.peer} is closed or busy")
+        cmd.opaque = next(self.server.opaques)
+        answer: asyncio.Future[Command] = asyncio.get_running_loop().create_future()
+        self.asked[cmd.opaque] = answer
+        try:
+            self.send_payload(encode(cmd))
+            return await answer
+        finally:
+            self.asked.pop(cmd.opaque, None)
+
+    async def running_info(self, group: str, client_id: str) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO (307) to the consumer: its answer's body."""
+        answer = await self.ask(Command(codes.GET_CONSUMER_RUNNING_INFO, ext={
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}))
+        return client_answer(answer)
+
+    async def consume_directly(self, group: str, client_id: str,
+                               found: list[Any]) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY (309) to the consumer, the message as a record."""
+        answer = await self.ask(Command(codes.CONSUME_MESSAGE_DIRECTLY, ext={
+            "consumerGroup": group, "clientId": client_id, "brokerName": self.server.broker.group,
+            "msgId": message_id(found[8], found[9])},
+            body=found_record(self.server.store_host, found)))
+        return client_answer(answer)
+
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        for asked in self.asked.values():
+            if not asked.done():
+                asked.set_exception(ClientNoAnswerError(f"the connection from {self.peer} "
+                                                        "closed before the client answered"))
         self.server.broker.txns.producers.drop(self)  # its producers can no longer be asked
+        self.server.broker.consumers.drop(self)
         gone, self.consumers = self.consumers, set()
         others = [c for c in self.server.limits.open
                   if isinstance(c, RemotingConnection) and c is not self]
@@ -213,9 +271,6 @@ class RemotingServer:
         log.debug("remoting request %d from %s refused (%d): %s", cmd.code, cmd.language,
                   code, remark)
         return cmd.response(code, remark[:1000])
-
-    def response_received(self, cmd: Command) -> None:
-        """A client's answer to a request of this node's (none are sent yet)."""
 
     async def call(self, kind: int, *args: Any, connection: Any = None) -> Any:
         """One request of the broker's kinds through the API (forwarded from a follower);
