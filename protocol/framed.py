@@ -148,6 +148,12 @@ class FramedProtocol(asyncio.Protocol):
     def alive(self) -> bool:
         return self.transport is not None and not self.transport.is_closing()
 
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes sent and not yet taken by the peer: the transport's buffer and this turn's."""
+        buffered = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        return buffered + sum(len(f) for f in self._out)
+
     def send_payload(self, payload: bytes) -> None:
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush)

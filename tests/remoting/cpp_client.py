@@ -7,6 +7,8 @@ Runs in its own virtual environment (``tests.remoting.clients``), never imports 
     python cpp_client.py consume --namesrv HOST:PORT --topic T --group G --expect N [--timeout-s S]
     python cpp_client.py transact --namesrv HOST:PORT --topic T --count N --linger-s S
 
+``--access-key K`` signs a producer's requests (its secret from $CPP_SECRET_KEY).
+
 ``produce`` prints ``{"i", "msg_id", "offset", "queue"}`` per acknowledged send (``{"i",
 "error"}`` per failed one); ``consume`` prints every message received with its topic, tags,
 keys, body, properties and ids, and ends after ``--expect`` messages or ``--timeout-s``.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -57,6 +60,8 @@ def message(a: argparse.Namespace, i: int) -> Message:
 def produce(a: argparse.Namespace) -> None:
     producer = Producer(a.group, orderly=a.mode == "orderly", timeout=a.send_timeout_ms)
     producer.set_namesrv_addr(a.namesrv)
+    if a.access_key:  # (the secret from the environment: a command line is visible in ps)
+        producer.set_session_credentials(a.access_key, os.environ["CPP_SECRET_KEY"], "")
     producer.start()
     try:
         for i in range(a.count):
@@ -170,6 +175,7 @@ def main() -> None:
     p.add_argument("--fail-first", type=int, default=0)
     p.add_argument("--linger-s", type=float, default=0.0)
     p.add_argument("--interval-ms", type=int, default=0)
+    p.add_argument("--access-key", default="")
     a = p.parse_args()
     {"produce": produce, "consume": consume, "transact": transact}[a.role](a)
 

@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from client.cluster.routes import Routes
+from protocol import broker_kinds as bp
 from protocol.frames import encode_frame
 from protocol.remoting import codes
 from protocol.remoting.command import Command, encode
@@ -27,6 +29,7 @@ from protocol.remoting.record import (
     parse_offset_msg_id_4x,
 )
 from tests.clusters import namesrv_group
+from tests.nodes.test_processes import wait_until
 from tests.remoting.raw import RawRemoting
 
 pytestmark = pytest.mark.xdist_group("remoting-endpoint")
@@ -201,6 +204,88 @@ def test_one_message_id_on_two_messages_stores_both_and_a_query_finds_them(ns: s
             assert none.code == codes.QUERY_NOT_FOUND
             bad = await c.call(codes.QUERY_MESSAGE, {"topic": "raw-ids", "key": "k"})
             assert bad.code == codes.INVALID_PARAMETER and "maxNum" in bad.remark
+    asyncio.run(run())
+
+
+def test_a_pull_without_its_subscription_takes_the_heartbeats(ns: str) -> None:
+    """RocketMQ's Java push consumer sends its subscription in heartbeats only (its pulls carry
+    none unless postSubscriptionWhenPull): the pull is filtered by the heartbeat's, TAG or SQL92;
+    with none known, SUBSCRIPTION_NOT_EXIST."""
+    def beat(expression: str, kind: str) -> bytes:
+        return json.dumps({"clientID": "java@1", "consumerDataSet": [
+            {"groupName": "java-g", "messageModel": "CLUSTERING", "subscriptionDataSet": [
+                {"topic": "raw-java", "subString": expression, "expressionType": kind}]}]}
+            ).encode()
+
+    def pull(group: str = "java-g") -> dict[str, str]:
+        return {"consumerGroup": group, "topic": "raw-java", "queueId": "0",
+                "queueOffset": "0", "maxMsgNums": "8", "sysFlag": "0",
+                "suspendTimeoutMillis": "0"}
+
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            for tag, a in (("TagA", "1"), ("TagB", "2"), ("TagA", "3")):
+                sent = await c.call(codes.SEND_MESSAGE_V2, _send_ext(
+                    "raw-java", 0, join_properties(tag, [], "", [["a", a]])), f"{tag} {a}".encode())
+                assert sent.code == codes.SUCCESS, sent.remark
+            unknown = await c.call(codes.PULL_MESSAGE, pull())
+            assert unknown.code == codes.SUBSCRIPTION_NOT_EXIST, unknown.remark
+            for expression, kind, expected in (("TagA", "TAG", [b"TagA 1", b"TagA 3"]),
+                                               ("a > 1", "SQL92", [b"TagB 2", b"TagA 3"])):
+                assert (await c.call(codes.HEART_BEAT, body=beat(expression, kind))).code \
+                    == codes.SUCCESS
+                got = await c.call(codes.PULL_MESSAGE, pull())
+                assert [r.body for r in decode_records(got.body)] == expected, kind
+            carried = await c.call(codes.PULL_MESSAGE, {**pull("other-g"), "subscription": "TagB"})
+            assert [r.body for r in decode_records(carried.body)] == [b"TagB 2"]
+    asyncio.run(run())
+
+
+def test_a_client_that_pipelines_pulls_and_never_reads_is_cut_off(ns: str) -> None:
+    """Answers a client leaves unread are bounded: past OUTPUT_MAX_BYTES the node closes the
+    connection (counted), and serves on."""
+    async def refused(routes: Routes) -> int:
+        _, status = await routes.group_client((await routes.cluster_groups())[0]).call_leader(
+            bp.BROKER_STATUS)
+        return int(status["remoting"]["refused_frames"])
+
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            for i in range(8):
+                sent = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-unread"),
+                                    bytes([i]) * (1 << 20))
+                assert sent.code == codes.SUCCESS, sent.remark
+        routes = Routes(ns)
+        await routes.start()
+        try:
+            before = await refused(routes)
+            host, _, port = leader.rpartition(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            pulls = 12  # about 8 MiB each: 96 MiB asked for, never read
+            writer.write(b"".join(encode_frame(encode(Command(
+                codes.PULL_MESSAGE, k, ext={"consumerGroup": "g", "topic": "raw-unread",
+                                            "queueId": "0", "queueOffset": "0",
+                                            "maxMsgNums": "8", "sysFlag": "0",
+                                            "subscription": "*"}))) for k in range(pulls)))
+
+            async def cut_off() -> bool:
+                return await refused(routes) > before
+            await wait_until(cut_off, 30, "the node to close the connection that reads nothing")
+            taken = 0
+            try:
+                while chunk := await asyncio.wait_for(reader.read(1 << 20), 10):
+                    taken += len(chunk)
+            except ConnectionResetError:
+                pass
+            writer.close()
+            assert taken < pulls * 7 * (1 << 20)  # (it ended before all answers came)
+        finally:
+            await routes.close()
+        async with RawRemoting(leader) as c:
+            top = await c.call(codes.GET_MAX_OFFSET, {"topic": "raw-unread", "queueId": "0"})
+            assert top.code == codes.SUCCESS and top.ext["offset"] == "8"
     asyncio.run(run())
 
 

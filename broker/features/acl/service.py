@@ -239,20 +239,46 @@ class AclService:
             self.guard.check(signed, int(time.time() * 1000), exempt=key in self.admins)
         except SignatureError as err:
             raise self._refused(err, key, inner) from None
-        self._check_current(inner.kind)
-        needs_of = NEEDS.get(inner.kind)
+        self._authorize(account, inner.kind, inner.args, inner)
+        return inner
+
+    def permit(self, access_key: str | None, kind: int, args: list[Any]) -> None:
+        """A front end's request as an account it authenticated itself (RocketMQ 4.x clients
+        sign over the remoting protocol): refused by name unless that account may make it."""
+        req = Request(kind, 0, args)
+        if access_key is None:
+            raise self._refused(SignatureError(
+                "access control is on: the request must be signed (a RocketMQ client: its "
+                "AccessKey and SecretKey, sent as AccessKey and Signature)"), "-", req)
+        account = self.account(access_key)
+        if account is None:
+            raise self._refused(SignatureError(
+                "unknown access key or wrong secret: the signature does not match"),
+                access_key, req)
+        self._authorize(account, kind, args, req)
+
+    def credentials(self, access_key: str) -> Credentials:
+        """The account's credentials, to sign a forward as it (``permit`` let it in)."""
+        account = self.account(access_key)
+        if account is None:
+            raise SignatureError(f"access key {access_key!r} is no longer an account")
+        return Credentials(account.access_key, account.secret_key)
+
+    def _authorize(self, account: Account, kind: int, args: list[Any], req: Request) -> None:
+        key = account.access_key
+        self._check_current(kind)
+        needs_of = NEEDS.get(kind)
         if needs_of is None:
-            raise self._refused(AccessDeniedError(f"request kind {inner.kind} has no permission "
-                                                  f"rule: refused"), key, inner)
+            raise self._refused(AccessDeniedError(f"request kind {kind} has no permission "
+                                                  f"rule: refused"), key, req)
         try:
-            needs = needs_of(inner.args)
+            needs = needs_of(args)
         except (IndexError, TypeError, ValueError, KeyError) as err:
-            raise BadRequestError(f"request kind {inner.kind}: malformed arguments ({err})") from None
+            raise BadRequestError(f"request kind {kind}: malformed arguments ({err})") from None
         reason = permits(account, needs)
         if reason is not None:
             raise self._refused(AccessDeniedError(f"access key {key!r} may not: needs {reason}"),
-                                key, inner)
-        return inner
+                                key, req)
 
     def _check_current(self, kind: int) -> None:
         """Writes are decided by the leader's ACL, and a leader's ACL holds every earlier commit:

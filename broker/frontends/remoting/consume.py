@@ -1,7 +1,9 @@
 """The remoting endpoint's consuming requests, each made of requests of the broker's kinds:
 
 - 11 PULL_MESSAGE: PULL (TAG subscriptions: ``*`` or ``a || b``) or PULL_SQL (``expressionType``
-  SQL92), long-polling up to the client's ``suspendTimeoutMillis`` (at most MAX_SUSPEND_MS) when
+  SQL92), the subscription the pull carries or else (a Java consumer's pulls carry none by
+  default) the one its group's heartbeat gave on this connection, long-polling up to the
+  client's ``suspendTimeoutMillis`` (at most MAX_SUSPEND_MS) when
   its sys flag asks. Found messages answer SUCCESS with RocketMQ's records in the body
   (``protocol.remoting.record``) and ``nextBeginOffset`` / ``minOffset`` / ``maxOffset``; an
   empty poll PULL_NOT_FOUND; an offset before the queue's first message PULL_OFFSET_MOVED to it,
@@ -31,6 +33,7 @@ import logging
 import time
 from typing import Any
 
+from broker.api.api import NODE_ITSELF, acting_as
 from broker.features.retry.model import reconsume_times
 from broker.frontends.remoting.fields import RemotingRefusal, integer, text
 from broker.frontends.remoting.host import ClientConnection, Handler, RemotingHost
@@ -75,6 +78,7 @@ CLIENT_TTL_MS = 120_000  # a client unheard of this long leaves its groups (Rock
 PULL_BYTES_MAX = 8 << 20  # one pull's messages (at least one, however large)
 PULL_MESSAGES_MAX = 1024
 FLAG_SUSPEND = 2  # PullSysFlag: long-poll
+FLAG_SUBSCRIPTION = 4  # PullSysFlag: the pull carries its subscription
 DEFAULT_MAX_RECONSUME_TIMES = 16
 BODY_JSON_MAX = 1 << 20
 BODY_ENTRIES_MAX = 256  # producers, consumers, subscriptions or queues in one body
@@ -146,8 +150,16 @@ async def pull_message(server: RemotingHost, conn: ClientConnection, cmd: Comman
     sys_flag = integer(ext, "sysFlag", 0, hi=2**31 - 1)
     suspend_ms = min(integer(ext, "suspendTimeoutMillis", 0), MAX_SUSPEND_MS) \
         if sys_flag & FLAG_SUSPEND else 0
-    expression = text(ext, "subscription", "*", max_len=65_536)
-    if ext.get("expressionType", "TAG").upper() == "SQL92":
+    if sys_flag & FLAG_SUBSCRIPTION or "subscription" in ext:
+        expression = text(ext, "subscription", "*", max_len=65_536)
+        kind = ext.get("expressionType", "TAG")
+    else:  # RocketMQ's Java consumer sends none by default: its heartbeat's subscription
+        found = conn.subscriptions.get((text(ext, "consumerGroup"), topic))
+        if found is None:
+            return cmd.response(codes.SUBSCRIPTION_NOT_EXIST, f"no subscription to {topic} in "
+                                "the pull or a heartbeat of its group on this connection")
+        expression, kind = found
+    if kind.upper() == "SQL92":
         answer = await server.call(PULL_SQL, topic, qid, start, count, PULL_BYTES_MAX,
                                    suspend_ms, expression)
     else:
@@ -243,12 +255,18 @@ async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command)
                                   f"{CONSUMERS_PER_CONNECTION_MAX} consumers on one connection")
         group = str(consumer.get("groupName", ""))[:255]
         model = str(consumer.get("messageModel", "CLUSTERING")).upper()
+        entries = _entries(consumer, "subscriptionDataSet")
         subs = {str(s.get("topic", ""))[:255]: str(s.get("subString", "*"))[:4096]
-                for s in _entries(consumer, "subscriptionDataSet")}
+                for s in entries}
         clustering = model not in ("BROADCASTING", "0")
         await server.call(HEARTBEAT, client_id, group,
                           "clustering" if clustering else "broadcasting", subs, CLIENT_TTL_MS,
                           connection=conn)  # (where an operator's 307 / 309 asks it)
+        for key in [k for k in conn.subscriptions if k[0] == group]:
+            del conn.subscriptions[key]  # (what the newest heartbeat says, only)
+        for s in entries:  # for the pulls that carry none (a Java client's, by default)
+            conn.subscriptions[(group, str(s.get("topic", ""))[:255])] = (
+                str(s.get("subString", "*"))[:4096], str(s.get("expressionType", "TAG")))
         if (client_id, group) not in conn.consumers:
             conn.consumers.add((client_id, group))
             server.consumers_changed(group)
@@ -290,7 +308,8 @@ async def send_back(server: RemotingHost, conn: ClientConnection, cmd: Command) 
     at = integer(ext, "offset")
     level = integer(ext, "delayLevel", 0, lo=-1, hi=1024)
     max_times = integer(ext, "maxReconsumeTimes", -1, lo=-1, hi=10_000)
-    found = await server.call(VIEW_MESSAGE, our_id(server, at))
+    with acting_as(NODE_ITSELF):  # (finding the message: SEND_BACK is judged as the client)
+        found = await server.call(VIEW_MESSAGE, our_id(server, at))
     _, _, topic, qid, queue_offset = found[:5]
     await server.call(SEND_BACK, group, topic, qid, queue_offset, level,
                       DEFAULT_MAX_RECONSUME_TIMES if max_times < 0 else max_times)

@@ -7,6 +7,7 @@ remark that says which field and why), and the broker's named errors as response
 from __future__ import annotations
 
 from client import errors
+from protocol.auth import AccessDeniedError, SignatureError
 from protocol.broker_errors import BrokerError
 from protocol.broker_kinds import INT_MAX
 from protocol.envelope import RemoteError
@@ -83,7 +84,8 @@ def code_of(err: Exception) -> int:
     if isinstance(err, RemotingRefusal):
         return err.code
     code = getattr(err, "code", None)
-    if isinstance(err, BrokerError | RemoteError) and isinstance(code, str):
+    if isinstance(err, BrokerError | RemoteError | SignatureError | AccessDeniedError) \
+            and isinstance(code, str):
         return _STATUS_CODES.get(code, codes.SYSTEM_ERROR)
     if isinstance(err, DiskFullError | errors.RetriableError):
         return codes.SERVICE_NOT_AVAILABLE

@@ -33,6 +33,8 @@ class RemotingHost(Protocol):
 
 class ClientConnection(Protocol):
     consumers: set[tuple[str, str]]  # (client id, group) that heartbeat on it
+    # (group, topic) -> (expression, its type: TAG or SQL92), from the consumers' heartbeats
+    subscriptions: dict[tuple[str, str], tuple[str, str]]
 
 
 Handler = Callable[[RemotingHost, ClientConnection, Command], Awaitable[Command | None]]

@@ -12,7 +12,9 @@ Concurrent sends travel to the API together (``broker.frontends.gather``). The s
 Every request gets an answer: a code not served is REQUEST_CODE_NOT_SUPPORTED, a refusal its
 RocketMQ response code with a remark naming the reason (``RemotingRefusal``, the API's named
 errors by ``code_of``). A frame that is not a command closes the connection; a connection with
-``IN_FLIGHT_MAX`` requests under way has the next answered SYSTEM_BUSY. A connection that closes
+``IN_FLIGHT_MAX`` requests under way has the next answered SYSTEM_BUSY; one whose client does not
+take its answers is read no further past ``OUTPUT_HIGH_BYTES`` unread, and cut off past
+``OUTPUT_MAX_BYTES`` (requests it had pipelined meanwhile). A connection that closes
 takes its consumers out of their groups at once (as a RocketMQ broker does on a closed channel),
 but for those live on another connection (a client that reconnected).
 
@@ -24,11 +26,12 @@ CONSUME_MESSAGE_DIRECTLY (309), whose answers come back under their opaque (``as
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
-from broker.api.api import FORWARD_TIMEOUT_S, BrokerApi
+from broker.api.api import ACTING, FORWARD_TIMEOUT_S, BrokerApi, acting_as
 from broker.features.txn.model import HALF_TOPIC, REAL_QID, REAL_TOPIC
 from broker.frontends.forward import LeaderForward, RoutesOnce
 from broker.frontends.gather import SendGather
@@ -37,6 +40,7 @@ from broker.frontends.remoting.consume import record_of
 from broker.frontends.remoting.fields import RemotingRefusal, code_of
 from broker.frontends.remoting.host import Handler
 from broker.frontends.remoting.lookup import found_record
+from broker.frontends.remoting.signature import signed_by
 from client import errors
 from client.cluster.routes import Routes
 from protocol.broker_errors import BrokerError, ClientNoAnswerError
@@ -56,6 +60,9 @@ log = logging.getLogger("broker.remoting")
 Address = tuple[str, int]
 IN_FLIGHT_MAX = 1024  # requests under way on one connection (a push consumer's pulls and sends)
 ANSWER_TEXT_MAX = 1 << 20  # of a client's answer that is not JSON, kept
+OUTPUT_HIGH_BYTES = 8 << 20  # answers not yet taken by the client: read no more requests
+OUTPUT_LOW_BYTES = 1 << 20  # ... until it has taken them down to this
+OUTPUT_MAX_BYTES = 64 << 20  # a client that leaves more unread (pipelined pulls) is cut off
 
 def client_answer(answer: Command) -> dict[str, Any]:
     """A client's answer to 307 / 309: its JSON body (``loose_json``: RocketMQ's clients write
@@ -79,6 +86,7 @@ class RemotingConnection(FramedProtocol):
         self.server = server
         self.in_flight = 0
         self.consumers: set[tuple[str, str]] = set()  # (client id, group) heard on it
+        self.subscriptions: dict[tuple[str, str], tuple[str, str]] = {}  # (their heartbeats')
         self.peer: str = ""
         self.closing = False
         self.asked: dict[int, asyncio.Future[Command]] = {}  # this node's requests, by opaque
@@ -87,6 +95,17 @@ class RemotingConnection(FramedProtocol):
         super().connection_made(transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
+        if self.transport is not None:
+            self.transport.set_write_buffer_limits(OUTPUT_HIGH_BYTES, OUTPUT_LOW_BYTES)
+
+    def pause_writing(self) -> None:
+        """The client is not taking its answers: read no more of its requests meanwhile."""
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def payload_received(self, payload: bytes) -> None:
         if self.closing:
@@ -127,8 +146,16 @@ class RemotingConnection(FramedProtocol):
             log.error("remoting answer to request %d does not encode: %s", cmd.code, err)
 
     def reply(self, cmd: Command, response: Command) -> None:
-        if not cmd.is_oneway and self.alive:
-            self.send_payload(encode(response))
+        if cmd.is_oneway or not self.alive:
+            return
+        assert self.transport is not None
+        if self.queued_bytes > OUTPUT_MAX_BYTES:
+            log.warning("closing a remoting connection from %s: %d bytes of answers unread",
+                        self.peer, self.queued_bytes)
+            self.server.refused_frames += 1
+            self.transport.abort()
+            return
+        self.send_payload(encode(response))
 
     def framing_failed(self, err: WireError) -> None:
         log.info("closing a remoting connection from %s: %s", self.peer, err)
@@ -207,9 +234,10 @@ class RemotingServer:
         self.routes = Routes(list(config.namesrv),
                              ssl_context=tls.dial_context() if tls is not None else None,
                              from_env=False)
-        self.api = BrokerApi(broker, forward=LeaderForward(broker.group, self.routes,
-                                                           self._ensure_routes))
+        self.forward = LeaderForward(broker.group, self.routes, self._ensure_routes)
+        self.api = BrokerApi(broker, forward=self.forward)
         self.gather = SendGather(self.api.send_runs, FORWARD_TIMEOUT_S)
+        self.gathers: dict[str, SendGather] = {}  # with --acl: one per account (its forwards)
         self.limits = ConnectionLimits(config.max_connections, config.input_buffer_bytes_max)
         self.store_host: Address = listen  # the registered address: in the message ids
         self.handlers: dict[int, Handler] = {**sends.HANDLERS, **consume.HANDLERS,
@@ -244,6 +272,7 @@ class RemotingServer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.gather.close()
+        await self.forward.close()
         await self._routes_once.close()
 
     async def _ensure_routes(self) -> None:
@@ -258,7 +287,10 @@ class RemotingServer:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED,
                                 f"request code {cmd.code} is not supported by this broker")
         try:
-            return await handler(self, conn, cmd)
+            if not self.broker.config.acl:
+                return await handler(self, conn, cmd)
+            with acting_as(signed_by(cmd, self._secret_of)):  # (this request's task only)
+                return await handler(self, conn, cmd)
         except (RemotingRefusal, BrokerError, DLedgerError, errors.ClientError) as err:
             return self._refused(cmd, code_of(err), str(err))
         except Exception as err:  # a bug of ours: answered, logged, the connection lives on
@@ -289,8 +321,27 @@ class RemotingServer:
 
     def gathered_send(self, topic: str, queue_id: int,
                       row: list[Any]) -> asyncio.Future[list[Any]]:
-        """One message to the API with the concurrent sends of other requests."""
-        return self.gather.send(topic, queue_id, row)
+        """One message to the API with the concurrent sends of other requests (with --acl,
+        of the same account's: judged, and forwarded, as that account)."""
+        if not self.broker.config.acl:
+            return self.gather.send(topic, queue_id, row)
+        key = ACTING.get()
+        gather = self.gathers.get(key) if key is not None else None
+        if gather is None:
+            if key is None:
+                raise RemotingRefusal(codes.NO_PERMISSION, "access control is on: sign requests")
+            gather = self.gathers[key] = SendGather(
+                functools.partial(self._send_runs_as, key), FORWARD_TIMEOUT_S)
+        return gather.send(topic, queue_id, row)
+
+    async def _send_runs_as(self, access_key: str, runs: list[list[Any]],
+                            timeout_s: float) -> list[Any]:
+        with acting_as(access_key):
+            return await self.api.send_runs(runs, timeout_s)
+
+    def _secret_of(self, access_key: str) -> str | None:
+        account = self.broker.acl.account(access_key)
+        return None if account is None else account.secret_key
 
     def status(self) -> dict[str, Any]:
         return {"requests": self.requests, "unsupported": self.unsupported,
