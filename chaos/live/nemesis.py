@@ -195,6 +195,28 @@ async def s6_kill_leader(c: Ctl) -> None:
         c.stop("kill", [leader])
 
 
+async def s18_kill_or_isolate(c: Ctl) -> None:
+    """The leader killed (restarted 0-3 s later) and isolated (healed 5 s later) in turn."""
+    kill = True
+    while await c.sleep(5):
+        leader = await c.leader()
+        if leader is None:
+            continue
+        if kill:
+            await c.do(c.cluster.kill, leader)
+            c.start("kill", [leader])
+            await c.sleep(c.rng.uniform(0, 3))
+            await c.restart(leader)
+            c.stop("kill", [leader])
+        else:
+            links = await c.do(c.cluster.isolate, [leader])
+            c.start("isolate", [leader])
+            await c.sleep(5)
+            await c.do(c.cluster.heal, links)
+            c.stop("isolate", [leader])
+        kill = not kill
+
+
 async def s7_kill_random_or_all(c: Ctl) -> None:
     while await c.sleep(10):
         nodes = list(c.cluster.node_ids) if c.rng.random() < 0.3 else [c.rng.choice(c.cluster.node_ids)]
@@ -371,6 +393,7 @@ class Scenario:
     features: bool = False  # the messaging features run beside (chaos.live.features.driver)
     spares: int = 0  # nodes outside the group at the start (S17 adds and removes nodes)
     remoting: int = 0  # RocketMQ 4.x producers (the C++ client) beside ours (chaos.live.remoting)
+    remoting_orderly: bool = False  # and a 4.x orderly producer and two orderly consumers
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -395,9 +418,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("S16", "One-way silence of the leader", s16_leader_silence, producers=1, pause_s=0.0,
              silence=SilenceBound()),
     Scenario("S17", "Membership changes under kills and isolation", s17_membership, spares=2),
-    # two C++ producers through the remoting endpoints beside two of ours
-    Scenario("S18", "RocketMQ 4.x producers while the leader is killed", s6_kill_leader,
-             producers=2, remoting=2),
+    # two C++ producers through the remoting endpoints beside two of ours, and a C++ orderly
+    # producer with two orderly push consumers
+    Scenario("S18", "RocketMQ 4.x clients while the leader is killed or isolated",
+             s18_kill_or_isolate, producers=2, remoting=2, remoting_orderly=True),
 ]}
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")

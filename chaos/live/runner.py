@@ -33,7 +33,7 @@ from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.features.driver import Features, broker_args, log_to
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
-from chaos.live.remoting import RemotingProducers
+from chaos.live.remoting import ORDERLY_TOPIC, RemotingProducers
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from chaos.toxiproxy.errors import ToxiproxyError
 from client.cluster.routes import CANARIES as CLIENT_CANARIES
@@ -214,9 +214,13 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                 None if kind == "t" else 10.0, random.Random(rng.random())))
                 for q in range(QUEUES) for kind in ("t", "r")]
             if sc.remoting:
+                if sc.remoting_orderly:
+                    await control.call_leader(bp.TOPIC_PUT, ORDERLY_TOPIC, QUEUES, QUEUES, 6,
+                                              timeout_s=10.0)
                 remoting = RemotingProducers(history, cluster.namesrv, TOPIC, sc.remoting,
                                              sc.pause_s, rng.randrange(1 << 30),
-                                             os.path.join(base, "remoting-home"))
+                                             os.path.join(base, "remoting-home"),
+                                             orderly=sc.remoting_orderly)
                 try:
                     await remoting.start()
                 except (RuntimeError, OSError, TimeoutError) as err:
@@ -271,7 +275,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         bound = max(1, windows // 2)
     result = check_run(history.events, replicas, leader_drain, trace_events,
                        max_leader_changes=bound, silence=sc.silence)
-    violations = list(result.violations) + problems + (feats.violations if feats else [])
+    violations = list(result.violations) + problems + (feats.violations if feats else []) \
+        + (remoting.orderly_violations() if remoting is not None and sc.remoting_orderly else [])
     verdict = "FAIL" if violations else "PASS"
     durability = dict(ctl.durability) if ctl else {}
     corrupted = durability.pop("corrupted", [])
@@ -292,6 +297,10 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         outcomes = [e["type"] for e in history.events if e.get("f") == "send"
                     and str(e.get("proc", "")).startswith("r") and e["type"] != "invoke"]
         run["remoting"] = {"acked": outcomes.count("ok"), "unknown": outcomes.count("info")}
+        if remoting is not None and sc.remoting_orderly:
+            run["remoting"]["orderly"] = {
+                "acked": sum(remoting.acked.values()), "unknown": remoting.orderly_unknown,
+                "processed": len(remoting.processing), "caught_up": remoting.orderly_drained}
     if sc.flush_mode == "async":
         run["notes"].append("async flush: acknowledged from the page cache; what a power loss "
                             "takes is measured here")

@@ -47,8 +47,8 @@ CANARY_DETECTORS = {
 
 FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_count_lost",
                     "txn_half_visible", "txn_forget")
-# The canaries run in the short form: the features' and the 4.x producers' (S18 kills the
-# leader 10 s into the faults: an acknowledgement sent early is lost with it)
+# The canaries run in the short form: the features' and the 4.x clients' (S18 kills the
+# leader 5 s into the faults: an acknowledgement sent early is lost with it)
 SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early")
 
 
@@ -84,6 +84,11 @@ def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
     if run.get("remoting"):
         lines_ran.append(f"  4.x producers: {run['remoting']['acked']} acknowledged, "
                          f"{run['remoting']['unknown']} unknown")
+        o = run["remoting"].get("orderly")
+        if o:
+            lines_ran.append(f"  4.x orderly: {o['acked']} acknowledged ({o['unknown']} sent "
+                             f"again), {o['processed']} listener calls, caught up: "
+                             f"{o['caught_up']}")
     print("\n".join(lines_ran))
     if ran is not None:  # in the CI log: how much ran
         ran("\n".join(lines_ran))
