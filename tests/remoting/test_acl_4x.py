@@ -17,8 +17,9 @@ from broker.frontends.remoting.signature import signature_of
 from client import Credentials, Message, Producer
 from client.cluster.routes import Routes
 from protocol import broker_kinds as bp
+from protocol.frames import encode_frame
 from protocol.remoting import codes
-from protocol.remoting.command import Command
+from protocol.remoting.command import Command, encode
 from protocol.remoting.record import join_properties
 from tests.clusters import namesrv_group
 from tests.remoting.clients import cpp, cpp_python, finish
@@ -109,6 +110,19 @@ def test_4x_requests_are_judged_by_their_signing_account(ns: str) -> None:
             ok = await c.call(*_signed(codes.SEND_MESSAGE_V2, ext, b"signed", CPP))
             assert ok.code == codes.SUCCESS, ok.remark
             assert await _stored(c, "acl-orders") == before + 1  # the refused stored nothing
+            # two sends in one write travel to the API together (one account's are gathered):
+            # the one refused must not fail the other
+            pair = [_signed(codes.SEND_MESSAGE_V2, ext, b"together", CPP),
+                    _signed(codes.SEND_MESSAGE_V2, _send_ext("acl-logs", 0, props),
+                            b"together, no PUB", CPP)]
+            c.send_raw(b"".join(encode_frame(encode(Command(code, 900 + k, ext=e, body=b)))
+                                for k, (code, e, b) in enumerate(pair)))
+            answers: dict[int, int] = {}
+            while len(answers) < 2:
+                got = await asyncio.wait_for(c.read(), 10)
+                if got.is_response:
+                    answers[got.opaque] = got.code
+            assert answers == {900: codes.SUCCESS, 901: codes.NO_PERMISSION}, answers
         async with RawRemoting(addrs["1"]) as follower:  # forwarded, signed as cpp
             sent = await follower.call(*_signed(codes.SEND_MESSAGE_V2, ext, b"via follower", CPP))
             assert sent.code == codes.SUCCESS, sent.remark
@@ -116,7 +130,7 @@ def test_4x_requests_are_judged_by_their_signing_account(ns: str) -> None:
                 codes.SEND_MESSAGE_V2, _send_ext("acl-logs", 0, props), b"no PUB", CPP))
             assert denied.code == codes.NO_PERMISSION and "PUB" in denied.remark
         async with RawRemoting(addrs["0"]) as c:
-            assert await _stored(c, "acl-orders") == before + 2
+            assert await _stored(c, "acl-orders") == before + 3
     asyncio.run(run())
 
 

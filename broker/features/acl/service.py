@@ -242,9 +242,11 @@ class AclService:
         self._authorize(account, inner.kind, inner.args, inner)
         return inner
 
-    def permit(self, access_key: str | None, kind: int, args: list[Any]) -> None:
+    def permit(self, access_key: str | None, kind: int, args: list[Any],
+               leader_rule: bool = True) -> None:
         """A front end's request as an account it authenticated itself (RocketMQ 4.x clients
-        sign over the remoting protocol): refused by name unless that account may make it."""
+        sign over the remoting protocol): refused by name unless that account may make it
+        (``leader_rule``: and NOT_LEADER where a write must wait for the leader's judgement)."""
         req = Request(kind, 0, args)
         if access_key is None:
             raise self._refused(SignatureError(
@@ -255,7 +257,7 @@ class AclService:
             raise self._refused(SignatureError(
                 "unknown access key or wrong secret: the signature does not match"),
                 access_key, req)
-        self._authorize(account, kind, args, req)
+        self._authorize(account, kind, args, req, leader_rule)
 
     def credentials(self, access_key: str) -> Credentials:
         """The account's credentials, to sign a forward as it (``permit`` let it in)."""
@@ -264,9 +266,11 @@ class AclService:
             raise SignatureError(f"access key {access_key!r} is no longer an account")
         return Credentials(account.access_key, account.secret_key)
 
-    def _authorize(self, account: Account, kind: int, args: list[Any], req: Request) -> None:
+    def _authorize(self, account: Account, kind: int, args: list[Any], req: Request,
+                   leader_rule: bool = True) -> None:
         key = account.access_key
-        self._check_current(kind)
+        if leader_rule:
+            self._check_current(kind)
         needs_of = NEEDS.get(kind)
         if needs_of is None:
             raise self._refused(AccessDeniedError(f"request kind {kind} has no permission "

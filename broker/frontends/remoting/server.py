@@ -44,7 +44,7 @@ from broker.frontends.remoting.signature import signed_by
 from client import errors
 from client.cluster.routes import Routes
 from protocol.broker_errors import BrokerError, ClientNoAnswerError
-from protocol.broker_kinds import message_id
+from protocol.broker_kinds import SEND, message_id
 from protocol.errors import DLedgerError, WireError
 from protocol.framed import ConnectionLimits, FramedProtocol
 from protocol.remoting import codes, loose_json
@@ -326,10 +326,12 @@ class RemotingServer:
         if not self.broker.config.acl:
             return self.gather.send(topic, queue_id, row)
         key = ACTING.get()
-        gather = self.gathers.get(key) if key is not None else None
+        if key is None:
+            raise RemotingRefusal(codes.NO_PERMISSION, "access control is on: sign requests")
+        # judged alone first: a refused send must not fail the others it would travel with
+        self.broker.acl.permit(key, SEND, [topic, queue_id, [row]], leader_rule=False)
+        gather = self.gathers.get(key)
         if gather is None:
-            if key is None:
-                raise RemotingRefusal(codes.NO_PERMISSION, "access control is on: sign requests")
             gather = self.gathers[key] = SendGather(
                 functools.partial(self._send_runs_as, key), FORWARD_TIMEOUT_S)
         return gather.send(topic, queue_id, row)
