@@ -27,12 +27,18 @@ $(CLIENTS)/rmq4/bin/python:
 	$(PY) -m venv $(CLIENTS)/rmq4
 	$(CLIENTS)/rmq4/bin/pip install -q rocketmq-client-python==0.5.0rc2
 
+# ... the same C++ family's older wrapper, which sends batches (PyPI rocketmq 0.4.4) ...
+$(CLIENTS)/rmq4-batch/bin/python:
+	$(PY) -m venv $(CLIENTS)/rmq4-batch
+	$(CLIENTS)/rmq4-batch/bin/pip install -q rocketmq==0.4.4
+
 # ... and ali-ons, a 4.x client in pure JavaScript (Node 20), in an npm folder of its own.
 $(CLIENTS)/ali-ons/node_modules/ali-ons/package.json:
 	mkdir -p $(CLIENTS)/ali-ons
 	cd $(CLIENTS)/ali-ons && npm install --silent --no-audit --no-fund ali-ons@3.12.0
 
-clients: $(CLIENTS)/rmq4/bin/python $(CLIENTS)/ali-ons/node_modules/ali-ons/package.json
+clients: $(CLIENTS)/rmq4/bin/python $(CLIENTS)/rmq4-batch/bin/python \
+	$(CLIENTS)/ali-ons/node_modules/ali-ons/package.json
 
 # Start a NameServer and a 3-node broker group in the foreground (Ctrl-C stops them).
 up: install

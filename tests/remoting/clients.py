@@ -16,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CPP_PYTHON = REPO / ".venv-clients" / "rmq4" / "bin" / "python"
+BATCH_PYTHON = REPO / ".venv-clients" / "rmq4-batch" / "bin" / "python"  # rocketmq 0.4.4
 CPP_CLIENT = Path(__file__).with_name("cpp_client.py")
 ALI_ONS_DIR = REPO / ".venv-clients" / "ali-ons"
 ALI_CLIENT = Path(__file__).with_name("ali_client.js")
@@ -45,13 +46,23 @@ def ali(home: Path, *args: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, env=env, cwd=str(home))
 
 
-def cpp(home: Path, *args: str) -> subprocess.Popen[str]:
+def cpp(home: Path, *args: str, python: str | None = None) -> subprocess.Popen[str]:
     """``cpp_client.py ARGS`` started (its logs under ``home``/logs, as the C++ client keeps
-    them under $HOME); read its JSON lines with ``events``, stop it by its PID."""
+    them under $HOME; ``python``: another wrapper's interpreter, ``batch_python()``); read its
+    JSON lines with ``read_until`` or ``finish``, stop it by its PID."""
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": ""}
-    return subprocess.Popen([cpp_python(), str(CPP_CLIENT), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=str(home))
+    return subprocess.Popen([python or cpp_python(), str(CPP_CLIENT), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=str(home))
+
+
+def batch_python() -> str:
+    """The older wrapper's interpreter (PyPI rocketmq 0.4.4: batch sends), or a skip (a failure
+    in CI)."""
+    if not BATCH_PYTHON.exists():
+        _missing(BATCH_PYTHON, "run `make clients`")
+    return str(BATCH_PYTHON)
 
 
 def finish(proc: subprocess.Popen[str], timeout_s: float) -> list[dict[str, Any]]:
@@ -63,27 +74,39 @@ def finish(proc: subprocess.Popen[str], timeout_s: float) -> list[dict[str, Any]
         out, err = proc.communicate(timeout=10)
     if proc.returncode != 0:
         sys.stderr.write(err[-4000:])
+    out = _PENDING.pop(proc.pid, b"").decode() + out  # (what read_until had read past)
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def read_until(proc: subprocess.Popen[str], done: Any, timeout_s: float) -> list[dict[str, Any]]:
     """The JSON lines a running client prints until ``done(line)`` holds for one (a deadline:
-    ``timeout_s``; the lines so far are returned either way)."""
+    ``timeout_s``; the lines so far are returned either way). Reads the pipe's bytes itself (a
+    buffered ``readline`` would keep lines that came together where ``select`` cannot see
+    them); a line's tail that has not come yet waits for the next call."""
     import selectors
     import time
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
     seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if line.startswith("{"):
-                seen.append(json.loads(line))
-                if done(seen[-1]):
-                    break
-    return seen
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            *lines, _PENDING[proc.pid] = _PENDING.get(proc.pid, b"").split(b"\n")
+            for k, line in enumerate(lines):
+                if line.startswith(b"{"):
+                    seen.append(json.loads(line))
+                    if done(seen[-1]):
+                        rest = b"\n".join(lines[k + 1:])
+                        _PENDING[proc.pid] = (rest + b"\n" if rest else b"") + _PENDING[proc.pid]
+                        return seen
+            if time.monotonic() >= deadline \
+                    or not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                return seen
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return seen
+            _PENDING[proc.pid] += chunk
+
+
+_PENDING: dict[int, bytes] = {}  # by client PID: bytes read past the last whole line

@@ -22,7 +22,7 @@ from client.cluster.routes import Routes
 from protocol.remoting import codes
 from tests.clusters import namesrv_groups
 from tests.nodes.test_processes import wait_until
-from tests.remoting.clients import ali, cpp, cpp_python, finish, read_until
+from tests.remoting.clients import ali, batch_python, cpp, cpp_python, finish, read_until
 from tests.remoting.raw import RawRemoting
 
 pytestmark = pytest.mark.xdist_group("remoting-4x")
@@ -120,6 +120,22 @@ def test_a_running_cpp_consumer_answers_for_itself(ns: str, tmp_path: Path) -> N
     assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"  # object-keyed JSON)
 
 
+def test_a_batch_send_arrives_whole(ns: str, tmp_path: Path) -> None:
+    """PyPI rocketmq 0.4.4 (the same C++ family) sends 10 messages in one SEND_BATCH_MESSAGE;
+    a consumer of a new group receives each, with its tag, key and property."""
+    sent = finish(cpp(tmp_path, "produce", "--namesrv", ns, "--topic", "cpp-batch", "--count",
+                      "10", "--mode", "batch", "--tags", "TagB", python=batch_python()), 60)
+    assert [e.get("batch") for e in sent] == [10] and sent[0]["status"] == 0, sent
+    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-batch", "--group",
+                     "cpp-batch-g", "--expect", "10", "--timeout-s", "60"), 90)
+    messages = [e for e in got if "body" in e]
+    assert sorted(int(m["body"].split()[-1]) for m in messages) == list(range(10))
+    for m in messages:
+        i = int(m["body"].split()[-1])
+        assert m["tags"] == "TagB" and m["keys"] == f"key-{i}"
+        assert m["props"]["color"] == ("red" if i % 2 else "blue")
+
+
 def test_oneway_sends_arrive(ns: str, tmp_path: Path) -> None:
     _produce(tmp_path, ns, "cpp-oneway", "--count", "20", "--mode", "oneway")
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-oneway", "--group",
@@ -143,6 +159,53 @@ def test_an_orderly_producer_and_consumer_keep_each_queues_order(ns: str,
     for shard, seq in by_shard.items():
         first = [i for k, i in enumerate(seq) if i not in seq[:k]]
         assert first == sorted(first), f"shard {shard} out of order: {first}"
+
+
+def test_broadcasting_consumers_each_get_every_message_of_their_tag(ns: str,
+                                                                     tmp_path: Path) -> None:
+    """Two members of one group in BROADCASTING mode, subscribed to TagA: each receives every
+    TagA message, neither a TagB one. (A broadcasting consumer starts at the queues' end, so the
+    messages counted are sent once both have received a warm-up message.)"""
+    _produce(tmp_path, ns, "cpp-bcast", "--count", "1", "--tags", "TagA", "--body-prefix", "w ")
+    asyncio.run(_routed(ns, "cpp-bcast"))
+    members = [cpp(tmp_path / m, "consume", "--namesrv", ns, "--topic", "cpp-bcast", "--group",
+                   "cpp-bcast-g", "--broadcast", "--expression", "TagA", "--instance", m,
+                   "--expect", "1000000", "--timeout-s", "120") for m in ("m1", "m2")]
+    seen: list[list[dict[str, Any]]] = [[], []]
+    try:
+        for k, proc in enumerate(members):
+            seen[k] += read_until(proc, lambda e: "started" in e, 30)
+        for attempt in range(30):  # warm-up sends until both members consume (bounded)
+            _produce(tmp_path, ns, "cpp-bcast", "--count", "1", "--tags", "TagA",
+                     "--body-prefix", f"w{attempt} ")
+            for k, proc in enumerate(members):
+                if not any(e.get("body", "").startswith("w") for e in seen[k]):
+                    seen[k] += read_until(proc, lambda e: e.get("body", "").startswith("w"), 2)
+            if all(any(e.get("body", "").startswith("w") for e in got) for got in seen):
+                break
+        else:
+            raise AssertionError("the broadcasting members never began to consume")
+        _produce(tmp_path, ns, "cpp-bcast", "--count", "10", "--tags", "TagA",
+                 "--body-prefix", "a ")
+        _produce(tmp_path, ns, "cpp-bcast", "--count", "10", "--tags", "TagB",
+                 "--body-prefix", "b ")
+        want = {f"a {i}" for i in range(10)}
+        for k, proc in enumerate(members):
+            have = {e.get("body") for e in seen[k]}
+
+            def complete(e: dict[str, Any], have: set[Any] = have) -> bool:
+                have.add(e.get("body"))
+                return want <= have
+            if not want <= have:
+                seen[k] += read_until(proc, complete, 60)
+    finally:
+        for proc in members:
+            proc.kill()
+            proc.wait(timeout=10)
+    for got in seen:
+        bodies = [e["body"] for e in got if "body" in e]
+        assert {f"a {i}" for i in range(10)} <= set(bodies), bodies
+        assert all(e["tags"] == "TagA" for e in got if "body" in e), bodies
 
 
 def test_delay_level_3_arrives_ten_seconds_later(ns: str, tmp_path: Path) -> None:

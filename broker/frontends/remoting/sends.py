@@ -1,6 +1,7 @@
 """The remoting endpoint's sends: SEND_MESSAGE (10, named header fields), SEND_MESSAGE_V2 (310,
 the same fields named ``a``..``m``) and SEND_BATCH_MESSAGE (320: a V2 header, the messages
-encoded in the body, ``protocol.remoting.record.decode_batch``).
+encoded in the body, ``protocol.remoting.record.decode_batch``; also a 10 or 310 whose ``batch``
+field is true or 1, as the C++ client sends its batches).
 
 A message becomes a send row of the broker's (``protocol.broker_kinds``: body, tags, keys, unique
 key, properties, born time) from its property string: ``TAGS``, ``KEYS`` and ``UNIQ_KEY`` are
@@ -120,7 +121,8 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
     born_ms = integer(head, "bornTimestamp", int(time.time() * 1000))
     props = text(head, "properties", "", max_len=32767)
     max_bytes = server.broker.config.max_message_bytes
-    if cmd.code == codes.SEND_BATCH_MESSAGE:
+    if cmd.code == codes.SEND_BATCH_MESSAGE or head.get("batch", "").lower() in ("true", "1"):
+        # (the C++ client 1.x sends a batch as SEND_MESSAGE with batch "1")
         try:
             batch = decode_batch(cmd.body)
         except RecordError as err:
