@@ -47,9 +47,12 @@ def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _produce(home: Path, ns: str, topic: str, *args: str, timeout_s: float = 60) -> list[dict]:
+    """The C++ producer's events, every send acknowledged; the topic routed by the NameServer
+    (a C++ consumer started before would wait for its next route refresh: 30 s)."""
     events = finish(cpp(home, "produce", "--namesrv", ns, "--topic", topic, *args), timeout_s)
     failed = [e for e in events if "error" in e]
     assert not failed, failed[:3]
+    asyncio.run(_routed(ns, topic))
     return events
 
 
@@ -79,6 +82,7 @@ def test_two_producers_started_together_lose_nothing_to_shared_message_ids(
     sent = [finish(p, 90) for p in procs]
     assert all(len(events) == 150 and all("error" not in e for e in events) for events in sent)
     shared = {e["msg_id"] for e in sent[0]} & {e["msg_id"] for e in sent[1]}
+    asyncio.run(_routed(ns, "cpp-twins"))
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-twins", "--group",
                      "cpp-twins-g", "--expect", "300", "--timeout-s", "90"), 120)
     bodies = sorted(e["body"] for e in got if "body" in e)
@@ -90,7 +94,6 @@ def test_a_running_cpp_consumer_answers_for_itself(ns: str, tmp_path: Path) -> N
     """GET_CONSUMER_RUNNING_INFO (307) reaches a C++ push consumer on its connection, through
     ``dledger consumer running-info``'s library call; it answers with its subscriptions."""
     _produce(tmp_path, ns, "cpp-info", "--count", "1")
-    asyncio.run(_routed(ns, "cpp-info"))
     proc = cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-info", "--group",
                "cpp-info-g", "--expect", "1000000", "--timeout-s", "60")
 
@@ -126,6 +129,7 @@ def test_a_batch_send_arrives_whole(ns: str, tmp_path: Path) -> None:
     sent = finish(cpp(tmp_path, "produce", "--namesrv", ns, "--topic", "cpp-batch", "--count",
                       "10", "--mode", "batch", "--tags", "TagB", python=batch_python()), 60)
     assert [e.get("batch") for e in sent] == [10] and sent[0]["status"] == 0, sent
+    asyncio.run(_routed(ns, "cpp-batch"))
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-batch", "--group",
                      "cpp-batch-g", "--expect", "10", "--timeout-s", "60"), 90)
     messages = [e for e in got if "body" in e]
@@ -167,7 +171,6 @@ def test_broadcasting_consumers_each_get_every_message_of_their_tag(ns: str,
     TagA message, neither a TagB one. (A broadcasting consumer starts at the queues' end, so the
     messages counted are sent once both have received a warm-up message.)"""
     _produce(tmp_path, ns, "cpp-bcast", "--count", "1", "--tags", "TagA", "--body-prefix", "w ")
-    asyncio.run(_routed(ns, "cpp-bcast"))
     members = [cpp(tmp_path / m, "consume", "--namesrv", ns, "--topic", "cpp-bcast", "--group",
                    "cpp-bcast-g", "--broadcast", "--expression", "TagA", "--instance", m,
                    "--expect", "1000000", "--timeout-s", "120") for m in ("m1", "m2")]
@@ -288,6 +291,7 @@ def test_a_transaction_producer_commits_rolls_back_and_answers_the_check_back(
     assert [e.get("error") for e in sent] == [None] * 6 and len(sent) == 6
     checked = {e["checked"] for e in events if "checked" in e}
     assert {"key-2", "key-5"} <= checked, events  # (a loaded box may ask about the others too)
+    asyncio.run(_routed(ns, "cpp-txn"))
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-txn", "--group",
                      "cpp-txn-g", "--expect", "4", "--timeout-s", "60"), 90)
     bodies = sorted(e["body"] for e in got if "body" in e)
