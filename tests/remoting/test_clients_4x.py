@@ -7,6 +7,7 @@ arrived."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,11 +30,26 @@ pytestmark = pytest.mark.xdist_group("remoting-4x")
 
 
 async def _routed(ns: str, topic: str) -> None:
+    """Until the NameServer routes ``topic`` to every group that stores some of it (a 4.x
+    producer's first sends may create it on both groups, through TBW102)."""
     async def shown() -> bool:
         async with RawRemoting(ns) as c:
             answer = await c.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-        return answer.code == codes.SUCCESS
-    await wait_until(shown, 30, f"the NameServer to route {topic}")
+            if answer.code != codes.SUCCESS:
+                return False
+            routed = {b["brokerName"] for b in json.loads(answer.body)["brokerDatas"]}
+            groups = json.loads((await c.call(codes.GET_BROKER_CLUSTER_INFO)).body)
+        for group, data in groups["brokerAddrTable"].items():
+            leader = data["brokerAddrs"].get("0")
+            if group in routed or leader is None:
+                continue
+            async with RawRemoting(leader) as b:
+                for q in range(8):
+                    top = await b.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)})
+                    if top.code == codes.SUCCESS and int(top.ext.get("offset", "0")) > 0:
+                        return False  # stored there, not routed there yet
+        return True
+    await wait_until(shown, 30, f"the NameServer to route {topic} to every group holding it")
 
 
 @pytest.fixture(scope="module")
