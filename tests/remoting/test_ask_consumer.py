@@ -142,10 +142,7 @@ def test_the_console_has_a_consumer_consume_one_message_again(ns: str) -> None:
             asked.append(await c.request(codes.CONSUME_MESSAGE_DIRECTLY, timeout_s=60))
             c.answer(asked[0], codes.SUCCESS, json.dumps(
                 {"consumeResult": "CR_SUCCESS", "remark": "", "spentTimeMills": 7}).encode())
-            for _ in range(600):  # (connected until the page has its answer: bounded)
-                if stop.is_set():
-                    break
-                await asyncio.sleep(0.1)
+            await asyncio.to_thread(stop.wait, 60)  # connected until the page has its answer
 
     thread = threading.Thread(target=lambda: asyncio.run(peer()), daemon=True)
     thread.start()

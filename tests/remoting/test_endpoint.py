@@ -447,9 +447,7 @@ def test_a_closed_connection_takes_its_consumer_out_unless_it_is_live_on_another
                     for _ in range(20):  # watched for a while after the close: it stays, live
                         assert await members(watcher) == ["twice@1"]  # on `new` (bounded)
                         await asyncio.sleep(0.05)
-            for _ in range(100):  # both closed now: it leaves (bounded poll)
-                if await members(watcher) == []:
-                    break
-                await asyncio.sleep(0.05)
-            assert await members(watcher) == []
+            async def left() -> bool:  # both closed now: it leaves
+                return await members(watcher) == []
+            await wait_until(left, 5, "the consumer to leave with its last connection")
     asyncio.run(run())
