@@ -302,7 +302,8 @@ def test_a_transaction_producer_commits_rolls_back_and_answers_the_check_back(
     """Message i's local transaction commits (i % 3 == 0), rolls back (1) or is not known yet
     (2): the leader's check-back asks the producer, which commits. Consumers see 0, 2, 3, 5."""
     events = finish(cpp(tmp_path, "transact", "--namesrv", ns, "--topic", "cpp-txn", "--group",
-                        "cpp-txn-producer", "--count", "6", "--linger-s", "12"), 60)
+                        "cpp-txn-producer", "--count", "6", "--linger-s", "75",
+                        "--until-checked", "key-2,key-5"), 120)
     sent = [e for e in events if "i" in e]
     assert [e.get("error") for e in sent] == [None] * 6 and len(sent) == 6
     checked = {e["checked"] for e in events if "checked" in e}

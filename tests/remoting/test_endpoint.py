@@ -23,6 +23,7 @@ from protocol.remoting import codes
 from protocol.remoting.command import Command, encode
 from protocol.remoting.record import (
     BatchMessage,
+    commitlog_offset,
     decode_records,
     encode_batch,
     join_properties,
@@ -204,6 +205,43 @@ def test_one_message_id_on_two_messages_stores_both_and_a_query_finds_them(ns: s
             assert none.code == codes.QUERY_NOT_FOUND
             bad = await c.call(codes.QUERY_MESSAGE, {"topic": "raw-ids", "key": "k"})
             assert bad.code == codes.INVALID_PARAMETER and "maxNum" in bad.remark
+    asyncio.run(run())
+
+
+def test_a_transaction_ended_under_its_message_id_alone_is_found_where_it_was_stored(
+        ns: str) -> None:
+    """The C++ client ends a transaction with no ``transactionId``: its message id (UNIQ_KEY)
+    and the half message's commitlog offset from the send's answer. The broker finds the half
+    message there and commits or rolls back that one; an END whose id is not the message's at
+    that offset changes nothing. (No producer heartbeat: no check-back could decide them.)"""
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            ends = []
+            for i in range(3):
+                props = join_properties("", [], f"C0A8000100002A9F00000000000000E{i}",
+                                        [["TRAN_MSG", "true"], ["PGROUP", "raw-producer"]])
+                half = await c.call(codes.SEND_MESSAGE_V2,
+                                    _send_ext("raw-txn-end", 0, props, sys_flag=4), b"txn %d" % i)
+                assert half.code == codes.SUCCESS, half.remark
+                _, position, slot = parse_offset_msg_id_4x(half.ext["msgId"])
+                ends.append({"producerGroup": "raw-producer", "transactionId": "",
+                             "msgId": f"C0A8000100002A9F00000000000000E{i}",
+                             "commitLogOffset": str(commitlog_offset(position, slot)),
+                             "tranStateTableOffset": half.ext["queueOffset"],
+                             "fromTransactionCheck": "false"})
+            ends[1]["commitOrRollback"], ends[0]["commitOrRollback"] = "12", "8"
+            ends[2]["commitOrRollback"] = "8"
+            ends[2]["msgId"] = ends[0]["msgId"]  # (another message's id, that message's offset)
+            ends[2]["commitLogOffset"] = ends[1]["commitLogOffset"]
+            answers = [await c.call(codes.END_TRANSACTION, end) for end in ends]
+            assert [a.code for a in answers[:2]] == [codes.SUCCESS] * 2, answers
+            assert answers[2].code != codes.SUCCESS
+            pulled = await c.call(codes.PULL_MESSAGE, {
+                "consumerGroup": "g", "topic": "raw-txn-end", "queueId": "0",
+                "queueOffset": "0", "maxMsgNums": "8", "sysFlag": "0",
+                "suspendTimeoutMillis": "0", "subscription": "*"})
+            assert [r.body for r in decode_records(pulled.body)] == [b"txn 0"]
     asyncio.run(run())
 
 

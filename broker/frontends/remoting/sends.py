@@ -92,7 +92,7 @@ def dedup_key(unique: str, body: bytes, tags: str, keys: list[str],
     The ``UNIQ_KEY`` property keeps the id consumers see (``broker_kinds.message_id``)."""
     digest = hashlib.blake2b(body, digest_size=DIGEST_BYTES)
     digest.update(join_properties(tags, keys, "", props).encode("utf-8", "surrogatepass"))
-    return f"{unique}#{digest.hexdigest()}"
+    return f"{unique}{txn.DIGEST_MARK}{digest.hexdigest()}"
 
 
 def _answer(server: RemotingHost, cmd: Command, answer: list[Any]) -> Command:

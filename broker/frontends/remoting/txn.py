@@ -17,18 +17,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.api.api import NODE_ITSELF, acting_as
+from broker.frontends.remoting.consume import our_id
 from broker.frontends.remoting.fields import RemotingRefusal, boolean, integer, text
 from broker.frontends.remoting.host import ClientConnection, Handler, RemotingHost
-from protocol.broker_kinds import END_TRANSACTION, TXN_HALF, message_id, parse_offset_msg_id
+from protocol.broker_errors import MessageNotFoundError
+from protocol.broker_kinds import (
+    END_TRANSACTION,
+    TXN_HALF,
+    VIEW_MESSAGE,
+    message_id,
+    parse_offset_msg_id,
+)
 from protocol.remoting import codes
 from protocol.remoting.command import Command
 from protocol.remoting.record import commitlog_offset, offset_msg_id_4x
+from protocol.topics import HALF_TOPIC
 
 __all__ = ["HANDLERS", "PREPARED", "check_request", "half"]
 
 PREPARED = 4  # MessageSysFlag.TRANSACTION_PREPARED_TYPE
 COMMIT_TYPE, ROLLBACK_TYPE, NOT_TYPE = 8, 12, 0
 TRAN_MSG, PGROUP = "TRAN_MSG", "PGROUP"
+DIGEST_MARK = "#"  # between a 4.x message's UNIQ_KEY and its content digest (``sends.dedup_key``)
 
 
 async def half(server: RemotingHost, topic: str, queue_id: int, producer_group: str,
@@ -59,10 +70,28 @@ async def end_transaction(server: RemotingHost, conn: ClientConnection,
     if kind not in (COMMIT_TYPE, ROLLBACK_TYPE):
         raise RemotingRefusal(codes.INVALID_PARAMETER,
                               f"commitOrRollback must be 0, 8 or 12, not {kind}")
+    if DIGEST_MARK not in txn_id and "commitLogOffset" in ext:
+        txn_id = await _stored_txn_id(server, txn_id, integer(ext, "commitLogOffset", lo=0))
     await server.call(END_TRANSACTION, group, txn_id,
                       "COMMIT" if kind == COMMIT_TYPE else "ROLLBACK",
                       boolean(ext, "fromTransactionCheck"), [])
     return cmd.response(codes.SUCCESS)
+
+
+async def _stored_txn_id(server: RemotingHost, msg_id: str, at: int) -> str:
+    """The transaction id of the half message at 4.x commitlog offset ``at`` whose id is
+    ``msg_id``: a client that ends a transaction under its message id alone (the C++ client
+    sends no ``transactionId``) names the half message by where it was stored, as RocketMQ's
+    broker finds it; ``msg_id`` unchanged when that is not the half message of that id."""
+    with acting_as(NODE_ITSELF):  # (finding the half message; the END is judged as the client)
+        try:
+            found = await server.call(VIEW_MESSAGE, our_id(server, at))
+        except MessageNotFoundError:  # (our_id's position is any number a client sent)
+            return msg_id
+    unique = str(found[8])
+    if found[2] == HALF_TOPIC and unique.split(DIGEST_MARK, 1)[0] == msg_id:
+        return unique
+    return msg_id
 
 
 def check_request(store_host: tuple[str, int], txn_id: str, row: list[Any]) -> Command:
