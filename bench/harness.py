@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from bench.load import closed_loop, processes_cpu_s
 from bench.nodeflags import NodeFlags
 from dledger.localcluster import LocalCluster
+from protocol.cluster_key import KEY_FILE_NAME, generate_key_file
 
 __all__ = ["Row", "Servers", "broker_group", "closed", "pct"]
 
@@ -86,14 +87,17 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
         if tls:
             from dledger.network.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
             files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
+        key_file = os.path.join(d, KEY_FILE_NAME)  # signs the registrations
+        generate_key_file(key_file)
         ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
+                                    "--cluster-key-file", key_file,
                                     *(files.namesrv_args if files else ())],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             assert ns_proc.stdout is not None
             host, port = json.loads(ns_proc.stdout.readline())["listen"]
             ns = f"{host}:{port}"
-            program = ("-m", "broker", "start", "--namesrv", ns,
+            program = ("-m", "broker", "start", "--namesrv", ns, "--cluster-key-file", key_file,
                        "--register-interval-s", f"{register_interval_s:g}")
             with LocalCluster(d, size=3, flush_mode=mode, program=program,
                               extra_args=(*flags.args(), *extra,

@@ -4,6 +4,8 @@ cleanly on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 import click
@@ -24,8 +26,11 @@ from dledger.node_cli import (
     setup_logging,
 )
 from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
+from protocol.cluster_key import ClusterKeyError, load_cluster_key
 from protocol.namesrv_addrs import NameSrvAddressError, parse_namesrv_list
 from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
+
+log = logging.getLogger("broker")
 
 
 @click.group()
@@ -51,6 +56,11 @@ def main() -> None:
               help="NameServers to register with: host[:port] separated by ';' or ',' "
                    "(port 9876 if none is given).")
 @click.option("--register-interval-s", type=float, default=30.0, show_default=True)
+@click.option("--cluster-key-file", type=click.Path(dir_okay=False), default=None,
+              help="The cluster credential (mode 0600) to sign registrations with, as the "
+                   "NameServers have it; or $DLEDGER_CLUSTER_KEY_FILE, or the credential itself "
+                   "in $DLEDGER_CLUSTER_KEY. Without one, registrations go unsigned and only a "
+                   "NameServer started --insecure takes them.")
 @click.option("--advertise", default=None, metavar="HOST[:PORT]",
               help="Client address to register instead of --listen's (NAT, a proxy, a listener "
                    "on 0.0.0.0); a host alone keeps the bound port. The gRPC endpoint is "
@@ -107,6 +117,7 @@ def main() -> None:
               help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
+          cluster_key_file: str | None,
           checkpoint_interval_s: float, advertise: str | None, admin_advertise: str | None,
           grpc_listen: str | None, remoting_listen: str | None,
           grpc_max_delivery_attempts: int,
@@ -133,6 +144,14 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                                  "--namesrv as well", param_hint="'--remoting-listen'")
     limits = client_limits(opts)
     try:
+        cluster_key = load_cluster_key(cluster_key_file, os.environ)
+    except ClusterKeyError as err:
+        raise click.BadParameter(str(err), param_hint="'--cluster-key-file'") from err
+    if names and cluster_key is None:
+        log.warning("no cluster credential (--cluster-key-file or $DLEDGER_CLUSTER_KEY): "
+                    "registrations go unsigned, and a NameServer not started --insecure "
+                    "refuses them")
+    try:
         admins = credentials_of(list(acl_admin_keys))
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="'--acl-admin-key'") from err
@@ -145,6 +164,7 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                               max_message_bytes=max_message_bytes,
                               admin_listen=parse_address(admin_listen),
                               namesrv=names, register_interval_s=register_interval_s,
+                              cluster_key=cluster_key,
                               checkpoint_interval_s=checkpoint_interval_s,
                               advertise_client=_advertised(advertise, "--advertise"),
                               advertise_admin=_advertised(admin_advertise,

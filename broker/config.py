@@ -64,6 +64,9 @@ class BrokerConfig:
     grpc_max_delivery_attempts: int = 16  # a gRPC consumer's deliveries of a message before DLQ
     acl: bool = False  # access control: every request signed and checked (broker.features.acl.service)
     acl_admins: tuple[Credentials, ...] = ()  # bootstrap admin accounts (not in the log)
+    # The cluster credential registrations are signed with (protocol.cluster_key); None: sent
+    # unsigned (only a NameServer started --insecure takes them). Never shown by repr.
+    cluster_key: bytes | None = field(default=None, repr=False)
     acl_replay_window_ms: int = REPLAY_WINDOW_MS_DEFAULT  # a signature's clock vs this node's
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ from cli.namesrv_proc import NameSrvProcess
 from cli.tls import UpTls
 from dledger import log_cli
 from dledger.localcluster import ClusterError, LocalCluster, ServerProcess, describe_exit
+from protocol.cluster_key import KEY_FILE_NAME, ClusterKeyError, generate_key_file
 from protocol.tls import ENV_CA
 
 GROUP_NAMES = "abcdefghi"
@@ -68,8 +69,14 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
     up_tls = UpTls.prepare(data_dir) if use_tls else None
     if up_tls is not None:
         os.environ[ENV_CA] = up_tls.ca_file  # this process's own calls (the leader wait)
+    key_file = os.path.join(data_dir, KEY_FILE_NAME)  # signs registrations (docs/security.md)
+    try:
+        generate_key_file(key_file)
+    except ClusterKeyError as err:
+        raise click.ClickException(str(err)) from err
     namesrv = NameSrvProcess.start(namesrv_port, data_dir,
-                                   up_tls.args("namesrv") if up_tls else ())
+                                   ("--cluster-key-file", key_file,
+                                    *(up_tls.args("namesrv") if up_tls else ())))
     clusters: list[LocalCluster] = []
     try:
         for g in range(groups):
@@ -136,7 +143,8 @@ def _start_group(data_dir: str, group: str, replicas: int, flush_mode: str, peer
         data_dir, size=replicas, group=group, flush_mode=flush_mode, peer_port=peer_port,
         client_port=client_port,
         program=("-m", "broker", "start", "--namesrv", namesrv,
-                 "--register-interval-s", str(REGISTER_INTERVAL_S)),
+                 "--register-interval-s", str(REGISTER_INTERVAL_S),
+                 "--cluster-key-file", os.path.join(data_dir, KEY_FILE_NAME)),
         node_args={f"n{i}": ("--grpc-listen", f"127.0.0.1:{grpc_port + i if grpc_port else 0}",
                              "--remoting-listen",
                              f"127.0.0.1:{remoting_port + i if remoting_port else 0}",
@@ -188,6 +196,8 @@ def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode:
     grpc = ";".join(a for c in clusters for s in c.servers.values() if (a := grpc_of(s)))
     click.echo(f"RocketMQ 5 clients (gRPC): endpoints \"{grpc}\"")
     click.echo(f"RocketMQ 4.x clients (remoting): NameServer address \"{ns}\"")
+    click.echo(f"registrations are signed with {os.path.join(data_dir, KEY_FILE_NAME)}: a node "
+               f"started by hand there takes --cluster-key-file (docs/security.md)")
     click.echo(f"nodes:    dledger node stop|kill|restart GROUP NODE --data-dir {data_dir}  "
                f"(PIDs in {control.control_path(data_dir)})")
     click.echo("Ctrl-C stops everything.")

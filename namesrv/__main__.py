@@ -2,6 +2,7 @@
 
     python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
                       [--console-read-only] [--tls-cert FILE --tls-key FILE --tls-ca FILE]
+                      [--cluster-key-file FILE | --insecure]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
 real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change;
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from collections.abc import Callable
 
@@ -23,8 +25,10 @@ from dledger import logfmt
 from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
 from namesrv.errors import BadRequestError
 from namesrv.model import parse_host_port
+from namesrv.registration_auth import NAMESRV_CANARIES
 from namesrv.registry import LEASE_S_DEFAULT
 from namesrv.server import SCAN_INTERVAL_S_DEFAULT, NameServer
+from protocol.cluster_key import CLUSTER_KEY_ENV, KEY_FILE_ENV, ClusterKeyError, load_cluster_key
 from protocol.tls import TlsConfig, TlsConfigError
 
 
@@ -72,6 +76,16 @@ _OPTIONS = [
     click.option("--tls-ca", type=click.Path(dir_okay=False), default=None,
                  help="The CA of the cluster: brokers' admin endpoints are verified against it "
                       "when a registration's term is checked."),
+    click.option("--cluster-key-file", type=click.Path(dir_okay=False), default=None,
+                 help=f"The cluster credential (mode 0600) brokers sign their registrations "
+                      f"with; or ${KEY_FILE_ENV}, or the credential itself in ${CLUSTER_KEY_ENV}. "
+                      "Without one, every registration is refused (docs/security.md)."),
+    click.option("--insecure", is_flag=True,
+                 help="Accept unsigned registrations too: anyone who reaches the port can "
+                      "change the routes. For a closed test network only."),
+    click.option("--canary", "canaries", multiple=True, hidden=True,
+                 type=click.Choice(sorted(NAMESRV_CANARIES)),
+                 help="A seeded bug, for the live chaos checker's tests only."),
     click.option("--log-level", default="WARNING", show_default=True,
                  type=click.Choice(LOG_LEVELS, case_sensitive=False)),
     click.option("--log-format", default="text", show_default=True, type=click.Choice(LOG_FORMATS),
@@ -81,17 +95,21 @@ _OPTIONS = [
 
 def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float,
          console_read_only: bool, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
+         cluster_key_file: str | None, insecure: bool, canaries: tuple[str, ...],
          log_level: str, log_format: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
     logfmt.configure(log_format, log_level)
     try:
         tls = TlsConfig.from_options(tls_cert, tls_key, tls_ca)
-    except TlsConfigError as err:
+        cluster_key = load_cluster_key(cluster_key_file, os.environ)
+    except (TlsConfigError, ClusterKeyError) as err:
         raise click.UsageError(str(err)) from err
     host, port = listen
     logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})
     asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s,
-                                  console_read_only=console_read_only, tls=tls)))
+                                  console_read_only=console_read_only, tls=tls,
+                                  cluster_key=cluster_key, insecure=insecure,
+                                  canaries=frozenset(canaries))))
 
 
 def _with_options(fn: Callable[..., None]) -> Callable[..., None]:

@@ -74,6 +74,9 @@ class Registration:
     # Where the node serves RocketMQ 4.x clients (the remoting protocol,
     # ``broker.frontends.remoting``); "" when it does not.
     remoting_address: str = ""
+    # The node this node knows as the leader of its ``term`` ("" none yet): a follower's word
+    # is what confirms another node's leader claim (``registry``: corroboration).
+    leader: str = ""
 
     @property
     def claims_leadership(self) -> bool:
@@ -147,8 +150,10 @@ def parse_registration(body: object) -> Registration:
     remoting_address = obj.get("remoting_address", "")
     if remoting_address != "":
         _dialable(remoting_address, "remoting_address")
+    leader = _parse_id(obj, "leader") if obj.get("leader", "") != "" else ""
     return Registration(group, node_id, client_address, admin_address, role, term, topics,
-                        _parse_instance(obj), _parse_members(obj), grpc_address, remoting_address)
+                        _parse_instance(obj), _parse_members(obj), grpc_address, remoting_address,
+                        leader)
 
 
 def parse_unregistration(body: object) -> Unregistration:

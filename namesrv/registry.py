@@ -18,6 +18,13 @@ Leadership, per group, follows Raft's "at most one leader per term":
   group's live nodes report, so one claim at an absurd term wedges a group for one lease at
   most, not forever. A deposed leader still cannot win back: the live nodes that deposed it
   report the higher term. The same node may reclaim its term when it registers again;
+- every leader change is corroborated: a claim "N leads term T" that would change the routed
+  leader is applied only once another live node of the group has registered that, at term T, it
+  knows N as its leader (a follower learns its leader from the leader's first AppendEntries and
+  registers at once). Until then the claim is pending: N is registered, not routed; the claim is
+  applied when the confirming registration arrives, whichever comes first. The one exception is
+  a group of one: no other live node registered, and the claim's member list names no other.
+  So a node that wrongly believes it leads, or one forged claim, does not move the routes;
 - a registration whose term jumps more than ``TERM_JUMP_MAX`` past every term the group's live
   nodes report is one the caller must have the group corroborate first (``term_to_verify``;
   the server shell asks the nodes' admin endpoints): a single request cannot invent a term;
@@ -73,17 +80,20 @@ class _GroupState:
 @dataclass(frozen=True, slots=True)
 class RegisterOutcome:
     """What a registering node learns: the group's leader as routed, and whether its own leader
-    claim was refused (``stale``: a higher term, or another node, already leads)."""
+    claim was refused (``stale``: a higher term, or another node, already leads) or waits for
+    another member's confirmation (``pending``)."""
 
     group: str
     leader: str | None
     term: int
     stale: bool
     expires_in_s: float
+    pending: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": True, "expires_in_s": self.expires_in_s, "group": self.group,
-                "leader": self.leader, "term": self.term, "stale": self.stale}
+                "leader": self.leader, "term": self.term, "stale": self.stale,
+                "pending": self.pending}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +180,12 @@ class Registry:
             if reg.term >= record.registration.term:  # a delayed older registration: liveness only
                 record.registration = reg
         stale = self._apply_claim(group, reg)
+        self._settle_claims(group, now_s)
         group.check()
-        return RegisterOutcome(group.name, group.leader, group.term, stale, self.lease_s)
+        pending = reg.claims_leadership and not stale and (group.leader, group.term) != (
+            reg.node_id, reg.term)
+        return RegisterOutcome(group.name, group.leader, group.term, stale, self.lease_s,
+                               pending)
 
     def unregister(self, u: Unregistration, now_s: float) -> bool:
         """Remove a node (a clean shutdown); a leader leaving gives up its term. True if it was
@@ -253,12 +267,26 @@ class Registry:
         return group
 
     def _apply_claim(self, group: _GroupState, reg: Registration) -> bool:
-        """Update the group's leadership from one registration; True if a leader claim is stale."""
+        """Update the group's leadership from one registration; True if a leader claim is stale
+        (a claim the fence allows waits for ``_settle_claims``)."""
         if reg.claims_leadership:
-            return not _claim_leadership(group, reg.node_id, reg.term)
+            return not _fence_allows(group, reg.node_id, reg.term)
         if reg.node_id == group.term_owner and reg.term >= group.term:
             _step_down(group, reg.term)
         return False
+
+    def _settle_claims(self, group: _GroupState, now_s: float) -> None:
+        """Apply every live leader claim the fence allows and the group corroborates, lowest
+        term first (the highest wins); the routed leader's own claim again is no change."""
+        live = {node_id: rec.registration for node_id, rec in group.nodes.items()
+                if now_s - rec.last_seen_s <= self.lease_s}
+        claims = sorted((r for r in live.values() if r.claims_leadership),
+                        key=lambda r: (r.term, r.node_id))
+        for claim in claims:
+            if (claim.term, claim.node_id) == (group.term, group.leader):
+                continue  # routed already
+            if _fence_allows(group, claim.node_id, claim.term) and _corroborated(claim, live):
+                _claim_leadership(group, claim.node_id, claim.term)
 
     # -- views --------------------------------------------------------------------------------
 
@@ -296,13 +324,28 @@ class Registry:
         return [self._groups[name] for name in sorted(self._groups) if self._groups[name].nodes]
 
 
-def _claim_leadership(group: _GroupState, node_id: str, term: int) -> bool:
-    """Apply "node_id leads term" if the fence allows it; False if refused."""
+def _fence_allows(group: _GroupState, node_id: str, term: int) -> bool:
+    """Whether "node_id leads term" passes the fence (it may still wait for corroboration)."""
     if term < group.term:
         return False  # fenced: a higher term is already known
-    if term == group.term and group.term_owner is not None \
-            and (group.term_owner != node_id or group.owner_stepped_down):
-        return False  # the term already has (or had) its one leader
+    return not (term == group.term and group.term_owner is not None
+                and (group.term_owner != node_id or group.owner_stepped_down))
+    # (else: the term already has, or had, its one leader)
+
+
+def _corroborated(claim: Registration, live: Mapping[str, Registration]) -> bool:
+    """Another live node says it follows ``claim``'s node at ``claim``'s term; or the group
+    is the claimant alone (no other node live, and its member list names no other)."""
+    others = [r for node_id, r in live.items() if node_id != claim.node_id]
+    if any(r.term == claim.term and r.leader == claim.node_id for r in others):
+        return True
+    return not others and set(claim.members) <= {claim.node_id}
+
+
+def _claim_leadership(group: _GroupState, node_id: str, term: int) -> bool:
+    """Apply "node_id leads term" if the fence allows it; False if refused."""
+    if not _fence_allows(group, node_id, term):
+        return False
     group.term, group.term_owner, group.leader = term, node_id, node_id
     group.owner_stepped_down, group.owner_left_s = False, None
     return True

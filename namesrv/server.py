@@ -8,7 +8,8 @@ term must be corroborated (``corroborate``). Every response carries the header
 ``X-NameServer-Boot-Id``, drawn at start: a broker that sees it change re-registers at once.
 
 Endpoints:
-  POST /v1/brokers/register      a node's registration (refreshes its lease)
+  POST /v1/brokers/register      a node's registration (refreshes its lease); this and the
+                                 unregister must be signed (``registration_auth``): 401 / 403
   POST /v1/brokers/unregister    {"group", "node_id", "term"[, "instance"]}: the registration named
   GET  /v1/topics/{topic}/route  groups serving the topic, their nodes, leader and queues
   GET  /v1/topics                sorted topic names
@@ -45,8 +46,10 @@ from namesrv.errors import (
 from namesrv.listener import Sniffer
 from namesrv.metrics import NameServerMetrics, metrics_middleware
 from namesrv.model import parse_registration, parse_topic_name, parse_unregistration
+from namesrv.registration_auth import RegistrationGuard
 from namesrv.registry import LEASE_S_DEFAULT, Registry
 from namesrv.remoting import RemotingNameServer
+from protocol.cluster_key import BadClusterSignatureError, UnsignedRequestError
 from protocol.framed import ConnectionLimits
 from protocol.tls import TlsConfig
 
@@ -66,14 +69,17 @@ _CLOCK_KEY = web.AppKey[Clock]("clock")  # a callable is no class: the type goes
 _CORROBORATOR_KEY = web.AppKey("corroborator", Corroborator)
 _BOOT_ID_KEY = web.AppKey("boot_id", str)
 _METRICS_KEY = web.AppKey("metrics", NameServerMetrics)
+_GUARD_KEY = web.AppKey("guard", RegistrationGuard)
 
 
 def make_app(registry: Registry, clock: Clock = time.monotonic, *, console: bool = True,
              console_read_only: bool = False, dial_ssl: ssl.SSLContext | None = None,
-             tls_ca: str | None = None) -> web.Application:
+             tls_ca: str | None = None,
+             guard: RegistrationGuard | None = None) -> web.Application:
     """The aiohttp application serving ``registry``; ``clock`` gives ``now_s`` for every call.
     With ``console``, the web console too (its actions refused with ``console_read_only``);
-    ``dial_ssl``: how to reach the brokers' admin endpoints over TLS (None: plain HTTP)."""
+    ``dial_ssl``: how to reach the brokers' admin endpoints over TLS (None: plain HTTP);
+    ``guard``: who may register (``registration_auth``; None: nobody)."""
     metrics = NameServerMetrics(registry, clock)
     app = web.Application(middlewares=[metrics_middleware(metrics), _boot_id, _json_errors],
                           client_max_size=BODY_BYTES_MAX)
@@ -82,6 +88,7 @@ def make_app(registry: Registry, clock: Clock = time.monotonic, *, console: bool
     app[_CLOCK_KEY] = clock
     app[_CORROBORATOR_KEY] = Corroborator(ssl_context=dial_ssl)
     app[_BOOT_ID_KEY] = uuid.uuid4().hex
+    app[_GUARD_KEY] = guard if guard is not None else RegistrationGuard(None)
     app.on_cleanup.append(_close_corroborator)
     app.router.add_post("/v1/brokers/register", _register)
     app.router.add_post("/v1/brokers/unregister", _unregister)
@@ -123,6 +130,10 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     except BadRequestError as exc:
         return _error(400, str(exc))
+    except UnsignedRequestError as exc:
+        return _error(401, str(exc))
+    except BadClusterSignatureError as exc:
+        return _error(403, str(exc))
     except (TermNotCorroboratedError, RegistrationMismatchError) as exc:
         return _error(409, str(exc))
     except RegistryFullError as exc:
@@ -165,8 +176,19 @@ def _fresh(request: web.Request) -> tuple[Registry, float]:
     return registry, now_s
 
 
+async def _signed_body(request: web.Request) -> object:
+    """The body of a registration or an unregistration whose signature checks for the node it
+    names (``registration_auth``): 401 or 403 before anything changes."""
+    raw = await request.read()
+    body = await _json_body(request)
+    names = body if isinstance(body, dict) else {}
+    request.app[_GUARD_KEY].check(request.headers, request.method, request.path, raw,
+                                  str(names.get("group", "")), str(names.get("node_id", "")))
+    return body
+
+
 async def _register(request: web.Request) -> web.Response:
-    reg = parse_registration(await _json_body(request))
+    reg = parse_registration(await _signed_body(request))
     registry, now_s = _fresh(request)
     known_term = registry.term_to_verify(reg, now_s)
     if known_term is not None:  # a jump past the group's terms: the group must confirm it
@@ -184,7 +206,7 @@ async def _register(request: web.Request) -> web.Response:
 
 
 async def _unregister(request: web.Request) -> web.Response:
-    named = parse_unregistration(await _json_body(request))
+    named = parse_unregistration(await _signed_body(request))
     registry, now_s = _fresh(request)
     removed = registry.unregister(named, now_s)
     return web.json_response({"ok": True, "removed": removed})
@@ -217,7 +239,8 @@ async def _livez(request: web.Request) -> web.Response:
 async def _readyz(request: web.Request) -> web.Response:
     # Stateless: ready as soon as it serves; the group count is for operators.
     registry, _ = _fresh(request)
-    return web.json_response({"ready": True, "groups": registry.live_group_count()})
+    return web.json_response({"ready": True, "groups": registry.live_group_count(),
+                              "registrations": request.app[_GUARD_KEY].mode})
 
 
 class NameServer:
@@ -226,13 +249,15 @@ class NameServer:
     ``await start()`` binds (port 0 allowed) and returns the bound (host, port); ``await stop()``
     closes the listener and the scan, each bounded by ``STOP_TIMEOUT_S``. ``clock`` is injectable
     so tests can move time without waiting. The web console is served at ``/console``; with
-    ``console_read_only`` its actions are refused.
+    ``console_read_only`` its actions are refused. Registrations must be signed with
+    ``cluster_key``; with none, all are refused, unless ``insecure`` (unsigned ones pass).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9876,
                  lease_s: float = LEASE_S_DEFAULT, scan_interval_s: float = SCAN_INTERVAL_S_DEFAULT,
                  clock: Clock = time.monotonic, console_read_only: bool = False,
-                 tls: TlsConfig | None = None) -> None:
+                 tls: TlsConfig | None = None, cluster_key: bytes | None = None,
+                 insecure: bool = False, canaries: frozenset[str] = frozenset()) -> None:
         if scan_interval_s <= 0:
             raise ValueError("scan_interval_s must be positive")
         self.host = host
@@ -242,6 +267,8 @@ class NameServer:
         self._clock = clock
         self.console_read_only = console_read_only
         self.tls = tls  # serve https; reach the brokers' admin endpoints over TLS (protocol.tls)
+        # who may register: nodes signing with cluster_key (none: nobody, unless insecure)
+        self.guard = RegistrationGuard(cluster_key, insecure, canaries=canaries)  # (tests' bugs)
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._remoting_limits = ConnectionLimits()  # the 4.x clients' connections
@@ -268,7 +295,7 @@ class NameServer:
         tls = self.tls
         app = make_app(self.registry, self._clock, console_read_only=self.console_read_only,
                        dial_ssl=tls.dial_context() if tls else None,
-                       tls_ca=tls.ca_file if tls else None)
+                       tls_ca=tls.ca_file if tls else None, guard=self.guard)
         self._metrics = app[_METRICS_KEY]
         runner = web.AppRunner(app, access_log=None,
                                handle_signals=False, shutdown_timeout=STOP_TIMEOUT_S)
@@ -288,6 +315,16 @@ class NameServer:
         bound = self._server.sockets[0].getsockname()
         self._address = (bound[0], bound[1])
         self._scan_task = asyncio.create_task(self._scan_forever(), name="namesrv-lease-scan")
+        if self.guard.mode == "insecure":
+            log.warning("--insecure: registrations without the cluster credential's signature "
+                        "are accepted: anyone who reaches %s:%d can change the routes",
+                        *self._address)
+        elif self.guard.mode == "unchecked":
+            log.warning("the seeded bug namesrv_skip_signature is on (tests only): no "
+                        "registration's signature is checked")
+        elif self.guard.mode == "refusing":
+            log.warning("no cluster credential (--cluster-key-file or $DLEDGER_CLUSTER_KEY): "
+                        "every registration is refused")
         return self._address
 
     async def stop(self) -> None:

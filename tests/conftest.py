@@ -10,17 +10,28 @@ that they spread over the workers. The longest work is collected first, so that 
 left with a long run at the end: the live chaos runs (their canaries first), then the modules
 with tests marked ``slow`` (real processes), then the rest.
 
+Every process a test starts shares one cluster credential (``$DLEDGER_CLUSTER_KEY``, set here).
+
 A time-boxed test says how much it ran with the ``ran`` fixture: its lines travel with the
 test's report (from any worker) and are printed together at the end of the run.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Callable
 
 import hypothesis
 import hypothesis.internal.conjecture.providers
 import pytest
+
+from protocol.cluster_key import CLUSTER_KEY_ENV
+
+# Every NameServer and broker a test starts shares one cluster credential, from the environment
+# they inherit: registrations are signed as in a real cluster (tests of the credential itself
+# give their own, or none).
+os.environ.setdefault(CLUSTER_KEY_ENV, secrets.token_hex(32))
 
 LIVE_CHAOS_PREFIX = "tests.chaos.test_chaos_"  # scenarios, tls, canaries, membership
 # The longest live runs, started first (a minute of faults, or a canary run to the end).

@@ -2,7 +2,9 @@
 every role or term change and whenever its topics change, and periodically (30 s by default),
 carrying group, node id, client and admin addresses, role, term, the topic configuration and an
 instance token drawn at start (only an unregister naming it, with the registered term, removes
-the node); unregisters on stop.
+the node), and who it knows as its term's leader (the NameServer routes a new leader once
+another member confirms it); unregisters on stop. Each request is signed with the cluster credential when the
+node has one (``protocol.cluster_key``; the NameServer refuses unsigned ones unless insecure).
 
 A NameServer that restarts has forgotten every route, so waiting for the next periodic
 registration would leave new clients without routes for up to an interval. Each NameServer is
@@ -15,6 +17,7 @@ deadline, and a NameServer that does not answer is retried at the next probe or 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -26,6 +29,7 @@ from broker.config import BrokerConfig
 from broker.machine.state import BrokerState
 from dledger.node.config import Address
 from dledger.node.runtime import Node
+from protocol.cluster_key import sign_headers
 
 log = logging.getLogger("broker.shell.registrar")
 
@@ -106,12 +110,13 @@ class Registrar:
             await self._session.close()
 
     async def _run(self) -> None:
-        last: tuple[str, int, int] | None = None
+        last: tuple[str, int, str | None, int] | None = None
         next_at = 0.0
         while True:
             raft = self.server.node.status().raft
             now = time.monotonic()
-            seen = (raft.role.value, raft.term, hash(frozenset(self.server.state.topics.items())))
+            seen = (raft.role.value, raft.term, raft.leader_id,  # (a follower's word confirms
+                    hash(frozenset(self.server.state.topics.items())))  # its leader's claim)
             if not self.server.caught_up():
                 pass  # a restarted node or a new leader would report stale topics: wait
             elif seen != last or now >= next_at:
@@ -157,16 +162,30 @@ class Registrar:
                 "admin_address": _fmt(s.config.registered("admin", s.admin_address)
                                       if s.admin_address else None),
                 "role": role, "term": raft.term, "instance": self.instance,
+                "leader": raft.leader_id or "",
                 "members": sorted(raft.voters + raft.learners),
                 **({"grpc_address": _fmt(s.grpc_address)} if s.grpc_address else {}),
                 **({"remoting_address": _fmt(s.remoting_address)} if s.remoting_address else {}),
                 "topics": {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                     "perm": t.perm} for t in s.state.topics.values()}}
 
+    def _signed(self, path: str, raw: bytes) -> dict[str, str]:
+        """The request's headers: JSON, and the cluster credential's signature if it has one
+        (``protocol.cluster_key``; a fresh nonce and time on every request, retries too)."""
+        headers = {"Content-Type": "application/json"}
+        key = self.server.config.cluster_key
+        if key is not None:
+            node = self.server.config.node
+            headers.update(sign_headers(key, "POST", path, f"{node.group}/{node.node_id}", raw,
+                                        int(time.time() * 1000)))
+        return headers
+
     async def _post(self, url: str, path: str, body: dict[str, Any]) -> None:
         assert self._session is not None
+        raw = json.dumps(body, separators=(",", ":")).encode()
         try:
-            async with self._session.post(url + path, json=body) as resp:
+            async with self._session.post(url + path, data=raw,
+                                          headers=self._signed(path, raw)) as resp:
                 self._saw_boot_id(url, resp)
                 if resp.status != 200:
                     self.failures += 1

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dledger.localcluster import Address, ClusterError, LocalCluster, free_ports
+from protocol.cluster_key import KEY_FILE_NAME, generate_key_file
 from protocol.tls import ENV_CA
 
 if TYPE_CHECKING:  # imported where used: `dledger chaos run --help` needs no dev extra
@@ -93,6 +94,7 @@ class ChaosCluster:
     seed: int = 0
     group: str = "g"
     broker_args: tuple[str, ...] = ()  # more broker options (delay levels, broker canaries)
+    namesrv_args: tuple[str, ...] = ()  # more NameServer options (its canary)
     spares: int = 0  # nodes beyond the group's first members, started with --join when added
     brokers: LocalCluster = field(init=False)
     members: set[str] = field(default_factory=set)  # the group as the schedule changed it
@@ -102,6 +104,7 @@ class ChaosCluster:
     tls_ca: str | None = None  # the test CA, once made
     _env_ca: str | None = None  # DLEDGER_TLS_CA as it was before start()
     _namesrv_tls: tuple[str, ...] = ()  # the NameServer's TLS options
+    key_file = ""  # the cluster credential the NameServer and the brokers share
     _toxi_proc: subprocess.Popen[bytes] | None = None
     _ns_proc: subprocess.Popen[bytes] | None = None
     toxi: ToxiproxyClient | None = None
@@ -139,6 +142,8 @@ class ChaosCluster:
         try:
             self._start_toxiproxy()
             tls_args = self._make_tls() if self.tls else {}
+            self.key_file = os.path.join(self.base_dir, KEY_FILE_NAME)  # signs registrations
+            generate_key_file(self.key_file)
             self.namesrv_port = free_ports(1)[0]
             self.start_namesrv()
             self.brokers = LocalCluster(
@@ -148,6 +153,7 @@ class ChaosCluster:
                 election_ticks=self.election_ticks, trace=True, start_timeout_s=30.0,
                 program=("-m", "broker", "start"),
                 extra_args=("--test-faults", "--register-interval-s", "2",
+                            "--cluster-key-file", self.key_file,
                             "--checkpoint-interval-s", "5", "--async-flush-ms",
                             str(self.async_flush_ms),
                             *(a for c in self.canaries for a in ("--canary", c)),
@@ -213,7 +219,7 @@ class ChaosCluster:
         with log:
             self._ns_proc = subprocess.Popen(
                 [sys.executable, "-m", "namesrv", "--listen", self.namesrv, "--scan-interval-s", "1",
-                 *self._namesrv_tls],
+                 "--cluster-key-file", self.key_file, *self._namesrv_tls, *self.namesrv_args],
                 stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         json.loads(_read_ready_line(self._ns_proc, 20))

@@ -460,4 +460,7 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "remoting_ack_early": ("S18", {}),
     # a restarted node forgets the membership changes its log holds (chaos.live.membership)
     "membership_forget_on_restart": ("S17", {}),
+    # the NameServer takes registrations without checking their signature: the forger beside
+    # every run (chaos.live.forger) gets its forgeries accepted ("registrations: accepted")
+    "namesrv_skip_signature": ("S1", {}),
 }

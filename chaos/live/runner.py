@@ -27,11 +27,13 @@ from typing import Any
 
 from broker.config import REMOTING_CANARIES
 from chaos import traces
+from chaos.live.checkers.registrations import check_registrations
 from chaos.live.checkers.safety import check_run
 from chaos.live.cluster import ChaosCluster
 from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.features.driver import Features, broker_args, log_to
+from chaos.live.forger import Forger
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.remoting import ORDERLY_TOPIC, RemotingProducers
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
@@ -40,6 +42,7 @@ from client.cluster.routes import CANARIES as CLIENT_CANARIES
 from dledger.client import LogClient
 from dledger.localcluster import ClusterError
 from dledger.raft.config import Canaries
+from namesrv.registration_auth import NAMESRV_CANARIES
 from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
 from protocol.tls import client_context
@@ -177,6 +180,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                            election_ticks=cfg.election_ticks, canaries=core_canaries,
                            async_flush_ms=sc.async_flush_ms, seed=cfg.seed, spares=sc.spares,
                            broker_args=_broker_args(sc, cfg.canary),
+                           namesrv_args=(("--canary", cfg.canary) if cfg.canary in NAMESRV_CANARIES
+                                         else ()),
                            tls=cfg.tls)
     wall0 = time.monotonic()
     t0 = time.time()
@@ -194,6 +199,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     workers: list[asyncio.Task[None]] = []
     readers: list[asyncio.Task[None]] = []
     remoting: RemotingProducers | None = None
+    forger: Forger | None = None
     stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
     client_log = contextlib.ExitStack()
     client_log.enter_context(log_to(os.path.join(base, "clients.log")))
@@ -232,6 +238,11 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                     await feats.start()
                 except SEND_ERRORS as err:
                     raise HarnessError(f"the messaging features did not start: {err!r}") from err
+            with open(cluster.key_file, encoding="utf-8") as f:  # (the negative controls')
+                forger = Forger(cluster.namesrv, cluster.group, f.read().strip().encode(),
+                                random.Random(rng.random()), stop_producers,
+                                client_context(cluster.tls_ca) if cluster.tls_ca else None)
+            workers.append(asyncio.create_task(forger.run()))
             await asyncio.sleep(cfg.quiet_s)  # the quiet period before the first fault
             ctl = Ctl(cluster, history, rng, time.monotonic() + cfg.duration_s, control=control,
                       say=lambda text: say(f"[{label}] {time.time() - t0:6.1f} s  {text}"))
@@ -275,8 +286,10 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         bound = max(1, windows // 2)
     result = check_run(history.events, replicas, leader_drain, trace_events,
                        max_leader_changes=bound, silence=sc.silence)
+    forged = check_registrations(forger.attempts, forger.routed) if forger else None
     violations = list(result.violations) + problems + (feats.violations if feats else []) \
-        + (remoting.orderly_violations() if remoting is not None and sc.remoting_orderly else [])
+        + (remoting.orderly_violations() if remoting is not None and sc.remoting_orderly else []) \
+        + (forged.lines() if forged is not None else [])
     verdict = "FAIL" if violations else "PASS"
     durability = dict(ctl.durability) if ctl else {}
     corrupted = durability.pop("corrupted", [])
@@ -293,6 +306,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     }
     if feats is not None:
         run["features"] = feats.result
+    if forged is not None:
+        run["registrations"] = forged.summary()
     if sc.remoting:  # how much the 4.x producers did (their procs are r0, r1 ...)
         outcomes = [e["type"] for e in history.events if e.get("f") == "send"
                     and str(e.get("proc", "")).startswith("r") and e["type"] != "invoke"]

@@ -42,14 +42,16 @@ CANARY_DETECTORS = {
     "remoting_ack_early": ("lost",),
     "membership_forget_on_restart": ("replica_divergences", "lost", "lost_on_replica",
                                      "order_producer", "order_realtime", "split brain"),
+    "namesrv_skip_signature": ("registrations: accepted",),
 }
 
 
 FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_count_lost",
                     "txn_half_visible", "txn_forget")
-# The canaries run in the short form: the features' and the 4.x clients' (S18 kills the
-# leader 5 s into the faults: an acknowledgement sent early is lost with it)
-SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early")
+# The canaries run in the short form: the features', the 4.x clients' (S18 kills the leader 5 s
+# into the faults: an acknowledgement sent early is lost with it) and the NameServer's (the
+# forger sends about two forgeries a second from the start)
+SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signature")
 
 
 def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
@@ -81,6 +83,11 @@ def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
                    f"redeliveries {t.get('redeliveries')}; none open "
                    f"{t.get('resolved_in_s')} s after the stop (bound {t.get('bound_s')} s), "
                    f"slowest check-back decision {t.get('slowest_check_s')} s after its half")
+    reg = run.get("registrations")
+    if reg:
+        lines_ran.append(f"  forged registrations: {reg['forged']} answered, {reg['refused']} "
+                         f"refused; {reg['controls']} signed controls passed; "
+                         f"{reg['unanswered']} unanswered; {reg['routed_reads']} route reads")
     if run.get("remoting"):
         lines_ran.append(f"  4.x producers: {run['remoting']['acked']} acknowledged, "
                          f"{run['remoting']['unknown']} unknown")

@@ -28,6 +28,7 @@ from aiohttp import web
 from namesrv.console import ACTION_BODY_BYTES_MAX, STATIC_DIR, console_of
 from namesrv.console_model import RateTracker, parse_search
 from namesrv.errors import BadRequestError
+from namesrv.registration_auth import RegistrationGuard
 from namesrv.registry import Registry
 from namesrv.server import NameServer, make_app
 from tests.nodes.test_processes import wait_until
@@ -38,7 +39,8 @@ TIMEOUT = aiohttp.ClientTimeout(total=20)
 @contextlib.asynccontextmanager
 async def served(read_only: bool = False) -> AsyncIterator[tuple[str, web.Application]]:
     """The NameServer's app on 127.0.0.1, port 0; (base URL, app)."""
-    app = make_app(Registry(), console_read_only=read_only)
+    app = make_app(Registry(), console_read_only=read_only,
+                   guard=RegistrationGuard(None, insecure=True))  # (unsigned registrations)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -146,7 +148,7 @@ def test_the_event_stream_pushes_snapshots_and_the_poll_stops_when_the_browser_l
 
 def test_the_namesrv_stops_with_a_browser_still_watching() -> None:
     async def main() -> None:
-        ns = NameServer(port=0)
+        ns = NameServer(port=0, insecure=True)  # (registrations of this test unsigned)
         host, port = await ns.start()
         async with aiohttp.ClientSession(timeout=TIMEOUT) as s, \
                 s.get(f"http://{host}:{port}/console/events") as resp:

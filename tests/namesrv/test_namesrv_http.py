@@ -1,6 +1,7 @@
 """The NameServer's HTTP API through a real server on 127.0.0.1 port 0 and aiohttp's client: every
 endpoint and every error, with golden status codes and JSON shapes. Time is a fake clock moved by
-the test, so lease expiry by the scan task needs no real waiting."""
+the test, so lease expiry by the scan task needs no real waiting. These servers run
+``insecure`` (unsigned registrations accepted): the signatures are ``test_registration_auth``'s."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def run(scenario: Scenario, lease_s: float = 120.0, scan_interval_s: float = 5.0
     async def main() -> None:
         clock = FakeClock()
         server = NameServer("127.0.0.1", 0, lease_s=lease_s, scan_interval_s=scan_interval_s,
-                            clock=clock)
+                            clock=clock, insecure=True)
         await server.start()
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         try:
@@ -56,17 +57,19 @@ async def call(http: aiohttp.ClientSession, method: str, url: str,
 def registration(node: str = "n0", role: str = "leader", term: int = 7, group: str = "a",
                  port: int = 10911, topics: dict[str, Any] | None = None,
                  admin: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A node's registration; a leader names itself as its term's leader."""
     return {"group": group, "node_id": node, "client_address": f"127.0.0.1:{port}",
             "admin_address": admin or f"127.0.0.1:{port + 10}", "role": role, "term": term,
             "topics": {"orders": {"read_queues": 4, "write_queues": 4, "perm": 6}}
-            if topics is None else topics, **extra}
+            if topics is None else topics, **({"leader": node} if role == "leader" else {}),
+            **extra}
 
 
 async def register_group(http: aiohttp.ClientSession, base: str) -> None:
     for i, node in enumerate(("n0", "n1", "n2")):
         status, _ = await call(http, "POST", f"{base}/v1/brokers/register",
                                json=registration(node, "leader" if i == 0 else "follower",
-                                                 port=10911 + i))
+                                                 port=10911 + i, leader="n0"))
         assert status == 200
 
 
@@ -77,7 +80,8 @@ def test_register_route_topics_and_cluster() -> None:
         status, body = await call(http, "POST", f"{base}/v1/brokers/register",
                                   json=registration("n0"))
         assert (status, body) == (200, {"ok": True, "expires_in_s": 120.0, "group": "a",
-                                        "leader": "n0", "term": 7, "stale": False})
+                                        "leader": "n0", "term": 7, "stale": False,
+                                        "pending": False})
         await register_group(http, base)
         clock.now_s += 1.5
         status, body = await call(http, "GET", f"{base}/v1/topics/orders/route")
@@ -107,7 +111,8 @@ def test_a_stale_leader_claim_is_accepted_for_liveness_but_reported_and_not_rout
         status, body = await call(http, "POST", f"{base}/v1/brokers/register",
                                   json=registration("n0", term=7))
         assert (status, body) == (200, {"ok": True, "expires_in_s": 120.0, "group": "a",
-                                        "leader": "n1", "term": 8, "stale": True})
+                                        "leader": "n1", "term": 8, "stale": True,
+                                        "pending": False})
         _, route = await call(http, "GET", f"{base}/v1/topics/orders/route")
         assert route["groups"][0]["leader"] == "n1"
 
@@ -162,7 +167,8 @@ def test_reads_never_show_a_registration_past_its_lease() -> None:
 def test_the_scan_task_expires_registrations_without_any_read() -> None:
     async def main() -> None:
         clock = FakeClock()
-        server = NameServer("127.0.0.1", 0, lease_s=10.0, scan_interval_s=0.01, clock=clock)
+        server = NameServer("127.0.0.1", 0, lease_s=10.0, scan_interval_s=0.01, clock=clock,
+                            insecure=True)
         await server.start()
         try:
             async with aiohttp.ClientSession(
@@ -185,7 +191,8 @@ def test_the_scan_task_expires_registrations_without_any_read() -> None:
 def test_livez_and_readyz() -> None:
     async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
         assert await call(http, "GET", f"{base}/livez") == (200, {"ok": True})
-        assert await call(http, "GET", f"{base}/readyz") == (200, {"ready": True, "groups": 0})
+        assert await call(http, "GET", f"{base}/readyz") == (200, {"ready": True, "groups": 0,
+                                                             "registrations": "insecure"})
 
     run(scenario)
 
@@ -196,7 +203,7 @@ def test_every_response_names_the_servers_boot_id_and_a_restart_changes_it() -> 
         async with aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as http:
             for _ in range(2):  # two servers: a restart draws a new id
-                server = NameServer("127.0.0.1", 0)
+                server = NameServer("127.0.0.1", 0, insecure=True)
                 await server.start()
                 try:
                     for path in ("/livez", "/v1/topics/nope/route", "/v1/nothing"):
@@ -278,8 +285,12 @@ def test_a_claim_at_a_term_the_group_does_not_report_is_refused_and_wedges_nothi
             admins.terms.update(n0=40, n1=40, n2=40)
             status, answer = await call(http, "POST", register, json=registration(
                 "n1", term=40, port=10912, admin=admins.addresses["n1"], instance="i1"))
-            assert (status, answer["leader"], answer["term"], answer["stale"]) == (
-                200, "n1", 40, False)
+            assert (status, answer["leader"], answer["stale"], answer["pending"]) == (
+                200, "n0", False, True)  # the term checks; the leadership waits for a member
+            status, answer = await call(http, "POST", register, json=registration(
+                "n2", "follower", term=40, port=10913, admin=admins.addresses["n2"],
+                leader="n1"))
+            assert (status, answer["leader"], answer["term"]) == (200, "n1", 40)
             # an unregister must name the registration: term and instance
             unregister = f"{base}/v1/brokers/unregister"
             for who in ({"group": "a", "node_id": "n1", "term": 7, "instance": "i1"},

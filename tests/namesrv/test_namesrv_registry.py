@@ -15,12 +15,19 @@ from namesrv.registry import TERM_JUMP_MAX, Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 RW4 = TopicRoute(4, 4, 6)
+MEMBERS = ("n0", "n1", "n2")
 
 
 def reg(node: str, role: str = "follower", term: int = 1, group: str = "a",
-        topics: dict[str, TopicRoute] | None = None, port: int = 10911) -> Registration:
+        topics: dict[str, TopicRoute] | None = None, port: int = 10911,
+        leader: str | None = None, members: tuple[str, ...] | None = None) -> Registration:
+    """A registration; a leader names itself as its term's leader, a follower none unless
+    told (its word confirms another node's claim)."""
+    claim = role == "leader"
     return Registration(group, node, f"127.0.0.1:{port}", f"127.0.0.1:{port + 10}", role, term,
-                        {"orders": RW4} if topics is None else topics)
+                        {"orders": RW4} if topics is None else topics,
+                        members=() if members is None else members,
+                        leader=(node if claim else "") if leader is None else leader)
 
 
 def leader_of(r: Registry, group: str = "a") -> tuple[str | None, int] | None:
@@ -28,9 +35,10 @@ def leader_of(r: Registry, group: str = "a") -> tuple[str | None, int] | None:
 
 
 def three_nodes(r: Registry, leader: str = "n0", term: int = 7, now_s: float = 0.0) -> None:
+    """A group of three at ``term``: the followers name ``leader``, which claims it."""
     for i, node in enumerate(("n0", "n1", "n2")):
         role = "leader" if node == leader else "follower"
-        r.register(reg(node, role, term, port=10911 + i), now_s)
+        r.register(reg(node, role, term, port=10911 + i, leader=leader, members=MEMBERS), now_s)
 
 
 # -- register and route ------------------------------------------------------------------------
@@ -52,9 +60,9 @@ def test_register_then_route_shows_the_group_its_nodes_leader_and_queues() -> No
 
 def test_register_returns_the_lease_and_the_routed_leader() -> None:
     r = Registry(lease_s=30.0)
-    out = r.register(reg("n1", "follower", 3), now_s=0.0)
+    out = r.register(reg("n1", "follower", 3, leader="n0"), now_s=0.0)
     assert out.to_json() == {"ok": True, "expires_in_s": 30.0, "group": "a", "leader": None,
-                             "term": 0, "stale": False}
+                             "term": 0, "stale": False, "pending": False}
     out = r.register(reg("n0", "leader", 3), now_s=0.0)
     assert (out.leader, out.term, out.stale) == ("n0", 3, False)
 
@@ -74,11 +82,46 @@ def test_cluster_view_lists_every_group_with_admin_addresses_and_topics() -> Non
 
 # -- leadership by term and fencing ------------------------------------------------------------
 
-def test_a_leader_claim_at_a_higher_term_replaces_the_leader() -> None:
+def test_a_leader_claim_at_a_higher_term_replaces_the_leader_once_a_member_confirms_it() -> None:
     r = Registry()
     three_nodes(r, leader="n0", term=7)
-    out = r.register(reg("n1", "leader", 8), now_s=1.0)
-    assert not out.stale and leader_of(r) == ("n1", 8)
+    out = r.register(reg("n1", "leader", 8, members=MEMBERS), now_s=1.0)
+    assert not out.stale and out.pending and leader_of(r) == ("n0", 7)  # its own word only
+    r.register(reg("n0", "follower", 8), now_s=1.5)  # at term 8, no leader known yet
+    assert leader_of(r) == (None, 8)  # (n0 stepped down: nobody routed)
+    r.register(reg("n2", "follower", 8, leader="n1"), now_s=2.0)  # n2 follows n1
+    assert leader_of(r) == ("n1", 8)
+    assert not r.register(reg("n1", "leader", 8, members=MEMBERS), now_s=3.0).pending
+
+
+def test_a_confirmation_that_arrives_first_lets_the_claim_through_at_once() -> None:
+    r = Registry()
+    three_nodes(r, leader="n0", term=7)
+    r.register(reg("n2", "follower", 8, leader="n1"), now_s=1.0)
+    out = r.register(reg("n1", "leader", 8, members=MEMBERS), now_s=1.5)
+    assert (out.leader, out.term, out.pending) == ("n1", 8, False)
+
+
+def test_a_claim_nobody_confirms_moves_nothing() -> None:
+    r = Registry(lease_s=10.0)
+    three_nodes(r, leader="n0", term=7)
+    for claim in (reg("evil", "leader", 8), reg("n1", "leader", 8, members=MEMBERS),
+                  reg("n2", "leader", 9, members=("n2",))):  # (a group of one: n0 and n1 live)
+        out = r.register(claim, now_s=1.0)
+        assert out.pending and not out.stale and leader_of(r) == ("n0", 7)
+    r.register(reg("n0", "follower", 8, leader="n2"), now_s=2.0)  # a word for another term
+    assert leader_of(r) == (None, 8)  # (n0 stepped down itself)
+    assert [g.leader for g in r.cluster(2.0)] == [None]
+    r.register(reg("n0", "follower", 9, leader="n2"), now_s=3.0)
+    assert leader_of(r) == ("n2", 9)
+
+
+def test_a_lone_claim_leads_a_group_of_one_only() -> None:
+    r = Registry(lease_s=10.0)
+    assert not r.register(reg("n0", "leader", 3, members=("n0",)), now_s=0.0).pending
+    assert leader_of(r) == ("n0", 3)
+    out = r.register(reg("x", "leader", 1, group="b", members=("x", "y")), now_s=0.0)
+    assert out.pending and leader_of(r, "b") == (None, 0)  # y may be the one that leads
 
 
 def test_a_lower_term_leader_claim_never_replaces_a_higher_term_leader_even_arriving_later() -> None:
@@ -94,9 +137,10 @@ def test_the_fence_holds_for_the_lease_of_the_claim_that_set_it() -> None:
     r = Registry(lease_s=10.0)
     r.register(reg("n0", "leader", 7), now_s=0.0)
     r.register(reg("n1", "leader", 8), now_s=1.0)
+    r.register(reg("n2", "follower", 8, leader="n1"), now_s=1.0)
     r.register(reg("n0", "leader", 7), now_s=8.0)  # refused, but n0 is alive
     assert r.register(reg("n0", "leader", 7), now_s=11.0).stale  # n1's claim is still live
-    assert r.expire(now_s=11.5) == [("a", "n1")]
+    assert r.expire(now_s=11.5) == [("a", "n1"), ("a", "n2")]
     assert leader_of(r) == (None, 7)  # the fence falls to what the live nodes report
     assert not r.register(reg("n0", "leader", 7), now_s=12.0).stale
     r.expire(now_s=30.0)
@@ -108,22 +152,23 @@ def test_a_deposed_leader_cannot_win_back_while_a_live_node_reports_the_higher_t
     r = Registry(lease_s=10.0)
     three_nodes(r, leader="n0", term=7, now_s=0.0)
     r.register(reg("n1", "leader", 8), now_s=1.0)
-    r.register(reg("n2", "follower", 8), now_s=9.0)
+    r.register(reg("n2", "follower", 8, leader="n1"), now_s=9.0)
     r.register(reg("n0", "leader", 7), now_s=9.0)
     assert r.expire(now_s=11.5) == [("a", "n1")]
     assert leader_of(r) == (None, 8)  # n2, live, reports term 8
     assert r.register(reg("n0", "leader", 7), now_s=12.0).stale
 
 
-def test_an_absurd_claim_fences_only_for_its_own_lease() -> None:
+def test_an_absurd_claim_confirmed_by_a_lying_node_fences_only_for_its_own_lease() -> None:
     r = Registry(lease_s=10.0)
     three_nodes(r, leader="n0", term=7, now_s=0.0)
     r.register(reg("evil", "leader", 2**62), now_s=1.0)  # (the server shell refuses this one)
+    r.register(reg("liar", "follower", 2**62, leader="evil"), now_s=1.0)
     for t in (2.0, 6.0, 10.0):  # the real group keeps registering; fenced while evil lives
         for node in ("n1", "n2"):
-            r.register(reg(node, "follower", 7), now_s=t)
+            r.register(reg(node, "follower", 7, leader="n0"), now_s=t)
         assert r.register(reg("n0", "leader", 7), now_s=t).stale
-    assert r.expire(now_s=11.5) == [("a", "evil")]
+    assert r.expire(now_s=11.5) == [("a", "evil"), ("a", "liar")]
     assert not r.register(reg("n0", "leader", 7), now_s=12.0).stale
     assert leader_of(r) == ("n0", 7) and r.route("orders", 12.0)[0].leader == "n0"
 
@@ -132,10 +177,11 @@ def test_a_fence_left_without_an_owner_falls_when_no_live_node_reports_its_term(
     r = Registry(lease_s=10.0)
     three_nodes(r, leader="n0", term=7, now_s=0.0)
     r.register(reg("evil", "leader", 2**62), now_s=1.0)
+    r.register(reg("liar", "follower", 2**62, leader="evil"), now_s=1.0)
     r.register(reg("evil", "follower", 2**62), now_s=2.0)  # "steps down": a fence nobody owns
     assert leader_of(r) == (None, 2**62)
     for node in ("n1", "n2"):
-        r.register(reg(node, "follower", 7), now_s=9.0)
+        r.register(reg(node, "follower", 7, leader="n0"), now_s=9.0)
     r.register(reg("n0", "leader", 7), now_s=9.0)
     r.expire(now_s=12.5)
     assert not r.register(reg("n0", "leader", 7), now_s=13.0).stale
@@ -180,6 +226,7 @@ def test_a_follower_registration_from_the_leader_at_a_higher_term_clears_the_lea
     assert leader_of(r) == (None, 8)
     assert r.register(reg("n0", "leader", 7), now_s=2.0).stale  # a delayed old claim
     assert not r.register(reg("n2", "leader", 8), now_s=3.0).stale  # the term's winner
+    r.register(reg("n1", "follower", 8, leader="n2"), now_s=3.0)
     assert leader_of(r) == ("n2", 8)
 
 
@@ -233,7 +280,7 @@ def test_an_expired_leader_leaves_the_group_leaderless_until_a_registration_says
     r = Registry(lease_s=10.0)
     three_nodes(r, now_s=0.0)
     for node in ("n1", "n2"):
-        r.register(reg(node, "follower", 7), now_s=8.0)
+        r.register(reg(node, "follower", 7, leader="n0"), now_s=8.0)
     assert r.expire(now_s=10.5) == [("a", "n0")]
     [route] = r.route("orders", 10.5)
     assert (route.leader, route.term) == (None, 7)  # still routed: topics from the freshest node
@@ -245,7 +292,7 @@ def test_an_expired_leader_leaves_the_group_leaderless_until_a_registration_says
 
 def test_topics_come_from_the_leaders_latest_registration() -> None:
     r = Registry()
-    r.register(reg("n1", "follower", 7, topics={"orders": RW4, "old": RW4}), now_s=0.0)
+    r.register(reg("n1", "follower", 7, topics={"orders": RW4, "old": RW4}, leader="n0"), 0.0)
     r.register(reg("n0", "leader", 7, topics={"orders": TopicRoute(8, 8, 6)}), now_s=0.0)
     assert r.topics() == ["orders"]
     assert r.route("old", 0.0) == []

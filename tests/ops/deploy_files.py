@@ -178,12 +178,17 @@ _FIELD_REFS = {"metadata.name": "pod", "metadata.namespace": "namespace"}
 def pod_environment(container: dict[str, Any], pod: str, namespace: str) -> dict[str, str]:
     """The container's environment as the kubelet makes it for pod ``pod`` of ``namespace``:
     HOSTNAME (the runtime sets it to the pod's name), then each ``env`` entry in order, a value
-    (with ``$(VAR)`` of earlier entries expanded) or a downward-API field of the pod."""
+    (with ``$(VAR)`` of earlier entries expanded), a downward-API field of the pod, or a key of
+    a Secret (a stand-in value)."""
     env = {"HOSTNAME": pod}
     facts = {"pod": pod, "namespace": namespace}
     for entry in container.get("env", []):
         if "value" in entry:
             env[entry["name"]] = k8s_expand(str(entry["value"]), env)
+            continue
+        secret = entry.get("valueFrom", {}).get("secretKeyRef")
+        if secret is not None:  # (the operator's Secret: a stand-in value of the right shape)
+            env[entry["name"]] = f"secret-{secret['name']}-{secret['key']}-" + "0" * 32
             continue
         path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         assert path in _FIELD_REFS, f"env {entry['name']}: only {sorted(_FIELD_REFS)} are rendered here"

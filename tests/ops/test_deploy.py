@@ -386,3 +386,20 @@ def test_every_pod_runs_the_same_image_on_the_ports_the_image_exposes() -> None:
     exposed = {int(p) for w, a in dockerfile_instructions() if w == "EXPOSE" for p in a.split()}
     assert len(images) == 1 and ports <= exposed
     assert ENTRYPOINT_SCRIPT.stat().st_mode & 0o111, "the entrypoint script is not executable"
+
+
+def test_every_namesrv_and_broker_gets_the_same_cluster_credential() -> None:
+    """Registrations are signed (docs/security.md): compose gives each container
+    DLEDGER_CLUSTER_KEY from the operator's environment (required); every pod of the manifests
+    reads it from one Secret."""
+    compose = load_compose()
+    for name, s in compose["services"].items():
+        assert s.get("environment", {}).get("DLEDGER_CLUSTER_KEY", "").startswith(
+            "${DLEDGER_CLUSTER_KEY:?"), f"{name} has no required DLEDGER_CLUSTER_KEY"
+    refs = set()
+    for _, doc in k8s_documents():
+        for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            (entry,) = [e for e in c.get("env", []) if e["name"] == "DLEDGER_CLUSTER_KEY"]
+            ref = entry["valueFrom"]["secretKeyRef"]
+            refs.add((ref["name"], ref["key"]))
+    assert refs == {("dledger-cluster-key", "key")}
