@@ -56,6 +56,10 @@ def main() -> None:
               help="NameServers to register with: host[:port] separated by ';' or ',' "
                    "(port 9876 if none is given).")
 @click.option("--register-interval-s", type=float, default=30.0, show_default=True)
+@click.option("--protect-status", is_flag=True,
+              help="/status answers only reads signed with the cluster credential (the "
+                   "NameServer's, and `dledger status` with it in its environment); the health "
+                   "probes and /metrics stay open.")
 @click.option("--cluster-key-file", type=click.Path(dir_okay=False), default=None,
               help="The cluster credential (mode 0600) to sign registrations with, as the "
                    "NameServers have it; or $DLEDGER_CLUSTER_KEY_FILE, or the credential itself "
@@ -117,7 +121,7 @@ def main() -> None:
               help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
           admin_listen: str, namesrv: str, register_interval_s: float,
-          cluster_key_file: str | None,
+          protect_status: bool, cluster_key_file: str | None,
           checkpoint_interval_s: float, advertise: str | None, admin_advertise: str | None,
           grpc_listen: str | None, remoting_listen: str | None,
           grpc_max_delivery_attempts: int,
@@ -164,7 +168,7 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                               max_message_bytes=max_message_bytes,
                               admin_listen=parse_address(admin_listen),
                               namesrv=names, register_interval_s=register_interval_s,
-                              cluster_key=cluster_key,
+                              cluster_key=cluster_key, protect_status=protect_status,
                               checkpoint_interval_s=checkpoint_interval_s,
                               advertise_client=_advertised(advertise, "--advertise"),
                               advertise_admin=_advertised(admin_advertise,

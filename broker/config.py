@@ -67,6 +67,7 @@ class BrokerConfig:
     # The cluster credential registrations are signed with (protocol.cluster_key); None: sent
     # unsigned (only a NameServer started --insecure takes them). Never shown by repr.
     cluster_key: bytes | None = field(default=None, repr=False)
+    protect_status: bool = False  # /status answers only reads signed with cluster_key
     acl_replay_window_ms: int = REPLAY_WINDOW_MS_DEFAULT  # a signature's clock vs this node's
 
     def __post_init__(self) -> None:
@@ -86,6 +87,9 @@ class BrokerConfig:
         if self.acl and self.grpc_listen is not None:
             raise ValueError("the gRPC endpoint does not sign the requests it forwards yet: it "
                              "cannot run with access control (--acl)")
+        if self.protect_status and self.cluster_key is None:
+            raise ValueError("--protect-status needs the cluster credential (--cluster-key-file "
+                             "or $DLEDGER_CLUSTER_KEY): its readers sign with it")
         if self.acl_replay_window_ms < 1000:
             raise ValueError("the replay window is at least 1000 ms (clocks differ)")
         if self.grpc_listen is not None and not self.namesrv:

@@ -80,7 +80,9 @@ class BrokerServer:
         self.client_address = await self.native.start()
         tls = self.config.node.tls  # (protocol.tls) on the client, admin and gRPC listeners too
         if self.config.admin_listen is not None:
-            self._admin = web.AppRunner(make_app(self), access_log=None)
+            self._admin = web.AppRunner(make_app(self, self.config.cluster_key
+                                                 if self.config.protect_status else None),
+                                        access_log=None)
             await self._admin.setup()
             await web.TCPSite(self._admin, *self.config.admin_listen,
                               ssl_context=tls.server_context() if tls else None).start()

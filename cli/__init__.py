@@ -24,6 +24,7 @@ from cli.messages import consume, send
 from cli.node import node
 from cli.producer import producer
 from cli.query import message
+from cli.secrets import secret_option_value
 from cli.status import status
 from cli.tls import tls
 from cli.topic import topic
@@ -38,11 +39,16 @@ from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
               help=f"Sign requests as this account (a cluster with access control; default "
                    f"${ACCESS_KEY_ENV}).")
 @click.option("--secret-key", envvar=SECRET_KEY_ENV, default=None, metavar="SECRET",
-              help=f"The account's secret (better from ${SECRET_KEY_ENV}: a command line is "
-                   f"visible to other users of the machine).")
-def main(access_key: str | None, secret_key: str | None) -> None:
+              help=f"The account's secret: from ${SECRET_KEY_ENV} only (on the command line it "
+                   f"is refused: other users of the machine can read a command line).")
+@click.option("--secret-key-file", default=None, type=click.Path(dir_okay=False),
+              help="A file (mode 0600) whose first line is the account's secret.")
+@click.pass_context
+def main(ctx: click.Context, access_key: str | None, secret_key: str | None,
+         secret_key_file: str | None) -> None:
     """dledger: a message broker cluster on Raft-replicated commitlogs."""
-    credentials_options(access_key, secret_key)
+    credentials_options(access_key, secret_option_value(ctx, "secret_key", secret_key,
+                                                        secret_key_file, SECRET_KEY_ENV))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},

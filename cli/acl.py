@@ -4,9 +4,9 @@ group's ACL is its own log's: a command goes to each group's leader), and the ``
 
 Credentials come from the options or the environment (DLEDGER_ACCESS_KEY, DLEDGER_SECRET_KEY);
 the options are put in the environment of this process, where the client library reads them
-(``client.cluster.routes``). A new account's secret comes from ``--new-secret`` or
-DLEDGER_ACL_NEW_SECRET (the environment keeps it off the command line, which other users of the
-machine can read). Nothing prints a secret.
+(``client.cluster.routes``). A new account's secret comes from DLEDGER_ACL_NEW_SECRET or
+``--new-secret-file``; a secret typed on the command line, which other users of the machine
+can read, is refused (``cli.secrets``). Nothing prints a secret.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ import click
 
 from broker.features.acl.model import Account, parse_perm
 from cli.common import groups_of, namesrv_option, with_routes
+from cli.secrets import secret_option_value
 from client.cluster.routes import Routes
 from protocol import broker_kinds as bp
 from protocol.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 ACL_TIMEOUT_S = 10.0
+NEW_SECRET_ENV = "DLEDGER_ACL_NEW_SECRET"
 
 
 def credentials_options(access_key: str | None, secret_key: str | None) -> None:
@@ -55,8 +57,11 @@ def acl() -> None:
 @acl.command("put")
 @namesrv_option
 @click.argument("access_key")
-@click.option("--new-secret", envvar="DLEDGER_ACL_NEW_SECRET", required=True,
-              help="The account's secret (8-256 characters); better from $DLEDGER_ACL_NEW_SECRET.")
+@click.option("--new-secret", envvar=NEW_SECRET_ENV, default=None,
+              help=f"The account's secret (8-256 characters): from ${NEW_SECRET_ENV} only (on "
+                   f"the command line it is refused: others can read a command line).")
+@click.option("--new-secret-file", default=None, type=click.Path(dir_okay=False),
+              help="A file (mode 0600) whose first line is the account's secret.")
 @click.option("--admin", is_flag=True, help="May do anything, admin operations included.")
 @click.option("--default-topic-perm", default="DENY", show_default=True,
               help="For topics not named by --topic: DENY, PUB, SUB or PUB|SUB.")
@@ -67,10 +72,17 @@ def acl() -> None:
 @click.option("--group", "groups", multiple=True, metavar="GROUP=PERM", help="Repeatable.")
 @click.option("--broker-group", "broker_groups", multiple=True,
               help="Only these broker groups (default: every registered one).")
-def acl_put(namesrv: tuple[str, ...], access_key: str, new_secret: str, admin: bool,
+@click.pass_context
+def acl_put(ctx: click.Context, namesrv: tuple[str, ...], access_key: str,
+            new_secret: str | None, new_secret_file: str | None, admin: bool,
             default_topic_perm: str, default_group_perm: str, topics: tuple[str, ...],
             groups: tuple[str, ...], broker_groups: tuple[str, ...]) -> None:
     """Add the account ACCESS_KEY, or replace it (its permissions are exactly those given)."""
+    new_secret = secret_option_value(ctx, "new_secret", new_secret, new_secret_file,
+                                     NEW_SECRET_ENV)
+    if new_secret is None:
+        raise click.UsageError(f"the new account's secret: put it in ${NEW_SECRET_ENV}, or give "
+                               "--new-secret-file FILE")
     try:
         account = Account(access_key, new_secret, admin, parse_perm(default_topic_perm),
                           parse_perm(default_group_perm), _perms(topics, "topic"),

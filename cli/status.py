@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from cli.common import http_session, namesrv_get, namesrv_option
 from client.cluster.admin_views import group_health as group_health  # re-exported: the HEALTH_HELP rules
 from client.cluster.admin_views import group_status
 from dledger.log_cli import WATCH_MIN_S
+from protocol.cluster_key import ClusterKeyError, load_cluster_key
 
 NODE_TIMEOUT_S = 2.0
 
@@ -74,9 +76,14 @@ def _read(namesrv: Sequence[str]) -> list[dict[str, Any]]:
 
 async def cluster_status(namesrv: Sequence[str]) -> list[dict[str, Any]]:
     _, cluster = await namesrv_get(namesrv, "/v1/cluster")
+    try:  # (brokers with --protect-status answer a read signed with the cluster credential)
+        key = load_cluster_key(None, os.environ)
+    except ClusterKeyError as err:
+        raise click.ClickException(str(err)) from err
     session, scheme = http_session(NODE_TIMEOUT_S)  # brokers' admin: https with --tls-ca
     async with session:
-        return list(await asyncio.gather(*(group_status(session, g, scheme=scheme)
+        return list(await asyncio.gather(*(group_status(session, g, scheme=scheme,
+                                                        status_key=key)
                                            for g in cluster["groups"])))
 
 

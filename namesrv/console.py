@@ -81,11 +81,11 @@ _CONSOLE_KEY = web.AppKey("console", Console)
 
 def add_console(app: web.Application, cluster_view: ClusterView, clock: Clock,
                 read_only: bool = False, dial_ssl: ssl.SSLContext | None = None,
-                tls_ca: str | None = None) -> Console:
+                tls_ca: str | None = None, status_key: bytes | None = None) -> Console:
     """Serve the console on ``app``; ``cluster_view`` gives the registry's ``/v1/cluster``
-    groups (leases already expired)."""
+    groups (leases already expired); ``status_key`` signs its reads of the brokers' /status."""
     page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
-    console = Console(ClusterPoller(cluster_view, ssl_context=dial_ssl),
+    console = Console(ClusterPoller(cluster_view, ssl_context=dial_ssl, status_key=status_key),
                       ConsoleOps(cluster_view, clock, tls_ca), read_only,
                       page.replace("__READ_ONLY__", "true" if read_only else "false"))
     app[_CONSOLE_KEY] = console

@@ -73,8 +73,10 @@ class ClusterPoller:
     def __init__(self, cluster_view: ClusterView, interval_s: float = POLL_INTERVAL_S,
                  node_timeout_s: float = NODE_TIMEOUT_S, concurrency: int = CONCURRENCY,
                  subscribers_max: int = SUBSCRIBERS_MAX,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 status_key: bytes | None = None) -> None:
         self._ssl = ssl_context  # the brokers' admin endpoints over TLS (https), if given
+        self._status_key = status_key  # signs each /status read (brokers' --protect-status)
         if interval_s <= 0 or node_timeout_s <= 0 or concurrency < 1 or subscribers_max < 1:
             raise ValueError("interval_s, node_timeout_s, concurrency and subscribers_max must "
                              "be positive")
@@ -128,7 +130,8 @@ class ClusterPoller:
         groups = self._cluster_view()
         started_s = time.monotonic()
         scheme = "https" if self._ssl is not None else "http"
-        rows = await asyncio.gather(*(group_status(session, g, self._limit, scheme=scheme)
+        rows = await asyncio.gather(*(group_status(session, g, self._limit, scheme=scheme,
+                                                   status_key=self._status_key)
                                       for g in groups))
         self._seq += 1
         for g, row in zip(groups, rows):

@@ -20,12 +20,14 @@ import asyncio
 import json
 import logging
 import ssl
+import time
 from typing import Any
 
 import aiohttp
 
 from namesrv.errors import TermNotCorroboratedError
 from namesrv.model import Registration
+from protocol.cluster_key import status_headers
 
 __all__ = ["Corroborator"]
 
@@ -40,7 +42,9 @@ class Corroborator:
     """Checks terms against the group's admin endpoints; owns one HTTP client session."""
 
     def __init__(self, timeout_s: float = STATUS_TIMEOUT_S,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 status_key: bytes | None = None) -> None:
+        self._status_key = status_key  # signs each /status read (brokers' --protect-status)
         # ssl_context: the brokers' admin endpoints speak TLS (the NameServer's --tls-ca)
         self._ssl = ssl_context
         self._scheme = "https" if ssl_context is not None else "http"
@@ -81,8 +85,9 @@ class Corroborator:
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._ssl or True))
         try:
-            async with self._session.get(f"{self._scheme}://{address}/status",
-                                         allow_redirects=False) as resp:
+            async with self._session.get(
+                    f"{self._scheme}://{address}/status", allow_redirects=False,
+                    headers=status_headers(self._status_key, int(time.time() * 1000))) as resp:
                 raw = await resp.content.read(STATUS_BYTES_MAX + 1)
                 if resp.status != 200 or len(raw) > STATUS_BYTES_MAX:
                     return None

@@ -63,6 +63,12 @@ class RegistrationGuard:
         self.unsigned_accepted = 0  # accepted unsigned (``insecure`` only)
 
     @property
+    def key(self) -> bytes | None:
+        """The credential (this NameServer's own reads of a broker's /status are signed with
+        it: ``--protect-status``)."""
+        return self._key
+
+    @property
     def mode(self) -> str:
         """"signed" (registrations must be signed), "insecure" or "refusing" (no credential);
         "unchecked" with the seeded bug."""

@@ -86,9 +86,10 @@ def make_app(registry: Registry, clock: Clock = time.monotonic, *, console: bool
     app[_REGISTRY_KEY] = registry
     app[_METRICS_KEY] = metrics
     app[_CLOCK_KEY] = clock
-    app[_CORROBORATOR_KEY] = Corroborator(ssl_context=dial_ssl)
+    guard = guard if guard is not None else RegistrationGuard(None)
+    app[_CORROBORATOR_KEY] = Corroborator(ssl_context=dial_ssl, status_key=guard.key)
     app[_BOOT_ID_KEY] = uuid.uuid4().hex
-    app[_GUARD_KEY] = guard if guard is not None else RegistrationGuard(None)
+    app[_GUARD_KEY] = guard
     app.on_cleanup.append(_close_corroborator)
     app.router.add_post("/v1/brokers/register", _register)
     app.router.add_post("/v1/brokers/unregister", _unregister)
@@ -104,7 +105,7 @@ def make_app(registry: Registry, clock: Clock = time.monotonic, *, console: bool
             _expire(registry, now_s)
             return [g.to_json() for g in registry.cluster(now_s)]
         add_console(app, cluster_view, clock, read_only=console_read_only, dial_ssl=dial_ssl,
-                    tls_ca=tls_ca)
+                    tls_ca=tls_ca, status_key=guard.key)
     return app
 
 

@@ -29,7 +29,7 @@ from protocol.errors import DLedgerError
 __all__ = [
     "CLUSTER_KEY_ENV", "KEY_FILE_ENV", "KEY_FILE_NAME", "BadClusterSignatureError",
     "ClusterKeyError", "NonceCache", "ReplayedRequestError", "SignedBy", "UnsignedRequestError",
-    "generate_key_file", "load_cluster_key", "sign_headers", "verify",
+    "generate_key_file", "load_cluster_key", "sign_headers", "status_headers", "verify",
 ]
 
 CLUSTER_KEY_ENV = "DLEDGER_CLUSTER_KEY"  # the credential itself
@@ -40,6 +40,7 @@ KEY_CHARS_MAX = 4096
 SIGN_CONTEXT = "dledger-cluster-v1"
 WINDOW_MS_DEFAULT = 60_000  # a signed request's clock may differ from the checker's this much
 NONCES_MAX_DEFAULT = 100_000  # remembered within the window (about 30 registrations/s per window)
+STATUS_READER = "status/reader"  # who signs a read of a broker's /status (``--protect-status``)
 NODE, TIME, NONCE, SIGNATURE = ("X-DLedger-Node", "X-DLedger-Time", "X-DLedger-Nonce",
                                 "X-DLedger-Signature")
 
@@ -117,6 +118,12 @@ def sign_headers(key: bytes, method: str, path: str, node: str, body: bytes, now
     nonce = nonce or secrets.token_hex(16)
     return {NODE: node, TIME: str(now_ms), NONCE: nonce,
             SIGNATURE: _signature(key, method, path, node, str(now_ms), nonce, body)}
+
+
+def status_headers(key: bytes | None, now_ms: int) -> dict[str, str]:
+    """The headers of a ``GET /status`` to a broker started with ``--protect-status`` (none
+    without a credential)."""
+    return {} if key is None else sign_headers(key, "GET", "/status", STATUS_READER, b"", now_ms)
 
 
 class NonceCache:

@@ -1,15 +1,25 @@
 """A broker node's admin HTTP endpoints (aiohttp): ``/status`` (JSON), ``/metrics`` (Prometheus
 text, ``broker.shell.metrics``), ``/livez`` and ``/readyz``. Read-only views of the node and its state
-machine."""
+machine. With ``--protect-status``, ``/status`` (the topology, every group's offsets) answers only
+a read signed with the cluster credential (``protocol.cluster_key``: the NameServer's console and
+term checks, ``dledger status`` with the credential in its environment): 401 unsigned, 403 a
+signature that fails; the health probes and ``/metrics`` (Prometheus cannot sign) stay open."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from broker.shell.metrics import CONTENT_TYPE_LATEST
 from dledger.node.runtime import Node
+from protocol.cluster_key import (
+    BadClusterSignatureError,
+    NonceCache,
+    UnsignedRequestError,
+    verify,
+)
 
 
 class Rendered(Protocol):
@@ -30,10 +40,20 @@ class HttpHost(Protocol):
     def caught_up(self) -> bool: ...
 
 
-def make_app(server: HttpHost) -> web.Application:
+def make_app(server: HttpHost, status_key: bytes | None = None) -> web.Application:
+    """The endpoints; ``status_key``: ``/status`` answers only reads signed with it."""
     app = web.Application(client_max_size=64 << 10)
+    nonces = NonceCache()
 
-    async def status(_: web.Request) -> web.Response:
+    async def status(request: web.Request) -> web.Response:
+        if status_key is not None:
+            try:
+                verify(status_key, request.headers, "GET", request.path, b"",
+                       int(time.time() * 1000), nonces)
+            except UnsignedRequestError as err:
+                return web.json_response({"error": str(err)}, status=401)
+            except BadClusterSignatureError as err:
+                return web.json_response({"error": str(err)}, status=403)
         return web.json_response(server.status())
 
     async def livez(_: web.Request) -> web.Response:

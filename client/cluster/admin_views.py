@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +22,7 @@ import aiohttp
 
 from client.cluster.routes import GroupRoute, Routes
 from protocol import broker_kinds as bp
+from protocol.cluster_key import status_headers
 from protocol.errors import DLedgerError
 from protocol.tls import ENV_CA, tls_failure
 
@@ -81,11 +83,14 @@ async def _slot(limit: asyncio.Semaphore | None) -> AsyncIterator[None]:
 
 async def node_status(session: aiohttp.ClientSession, n: dict[str, Any],
                       limit: asyncio.Semaphore | None = None, *,
-                      scheme: str = "http") -> dict[str, Any]:
+                      scheme: str = "http", status_key: bytes | None = None) -> dict[str, Any]:
     """One registered node (a ``/v1/cluster`` node entry) as its ``/status`` tells it; at most
-    ``limit``'s count of requests run at once when one is given."""
+    ``limit``'s count of requests run at once when one is given; the request signed with the
+    cluster credential ``status_key`` when given (a broker with ``--protect-status``)."""
     try:
-        async with _slot(limit), session.get(f"{scheme}://{n['admin_address']}/status") as resp:
+        async with _slot(limit), session.get(
+                f"{scheme}://{n['admin_address']}/status",
+                headers=status_headers(status_key, int(time.time() * 1000))) as resp:
             st = await resp.json()
         raft = st["raft"]
         return {"node": n["node_id"], "role": raft["role"], "term": raft["term"],
@@ -109,11 +114,12 @@ async def node_status(session: aiohttp.ClientSession, n: dict[str, Any],
 
 async def group_status(session: aiohttp.ClientSession, g: dict[str, Any],
                        limit: asyncio.Semaphore | None = None, *,
-                       scheme: str = "http") -> dict[str, Any]:
+                       scheme: str = "http", status_key: bytes | None = None) -> dict[str, Any]:
     """A ``/v1/cluster`` group with each node's status, the leader (the highest-term node that
     says it leads), the voters and learners (the leader's membership, else what the nodes
     name), and the health (``group_health``)."""
-    nodes = list(await asyncio.gather(*(node_status(session, n, limit, scheme=scheme)
+    nodes = list(await asyncio.gather(*(node_status(session, n, limit, scheme=scheme,
+                                                    status_key=status_key)
                                         for n in g["nodes"])))
     leaders = sorted((n for n in nodes if n["role"] == "leader"), key=lambda n: n["term"])
     leader = leaders[-1] if leaders else None

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from broker.features.acl.model import PUB, SUB, Account
@@ -90,8 +91,27 @@ def test_every_refusal_is_named_stores_nothing_and_an_authorised_client_works(
         # every refusal logged with its account, no secret anywhere in the brokers' logs
         logs = "".join(cluster.log_of_last_start(nid) for nid in cluster.servers)
         assert "request refused: account=alice" in logs and "account=root" not in logs
-        for secret in (ROOT.secret_key, ALICE.secret_key, "bob-secret-1", "not-her-secret"):
-            assert secret not in logs
+        pages = asyncio.run(_pages(ns, cluster))  # status, metrics, the console's pages
+        for secret in (ROOT.secret_key, ALICE.secret_key, "bob-secret-1", "not-her-secret",
+                       os.environ["DLEDGER_CLUSTER_KEY"]):
+            assert secret not in logs and secret not in pages
+
+
+async def _pages(ns: str, cluster: LocalCluster) -> str:
+    """What anyone who reaches the HTTP ports reads: each node's /status and /metrics, the
+    NameServer's cluster view, /readyz and its console (page, script, config)."""
+    urls = [f"http://{a[0]}:{a[1]}{path}" for s in cluster.servers.values()
+            if (a := s.ready.get("admin")) for path in ("/status", "/metrics")]
+    urls += [f"http://{ns}{path}" for path in ("/v1/cluster", "/readyz", "/console",
+                                               "/console/api/config",
+                                               "/console/static/console.js")]
+    texts = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+        for url in urls:
+            async with http.get(url) as resp:
+                texts.append(await resp.text())
+                assert resp.status == 200, (url, resp.status)
+    return "\n".join(texts)
 
 
 async def _refusals(ns: str, cluster: LocalCluster) -> None:
