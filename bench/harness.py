@@ -19,6 +19,8 @@ from dledger.localcluster import LocalCluster
 
 __all__ = ["Row", "Servers", "broker_group", "closed", "pct"]
 
+GROUP, SIZE = "g", 3  # broker_group's group: nodes n0..n2 (LocalCluster's names)
+
 
 @dataclass
 class Row:
@@ -85,7 +87,8 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
         files = None
         if tls:
             from dledger.network.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
-            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
+            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls"), GROUP,
+                                                         [f"n{i}" for i in range(SIZE)]))
         ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
                                     *(files.namesrv_args if files else ())],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -95,7 +98,7 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
             ns = f"{host}:{port}"
             program = ("-m", "broker", "start", "--namesrv", ns,
                        "--register-interval-s", f"{register_interval_s:g}")
-            with LocalCluster(d, size=3, flush_mode=mode, program=program,
+            with LocalCluster(d, size=SIZE, group=GROUP, flush_mode=mode, program=program,
                               extra_args=(*flags.args(), *extra,
                                           *(files.broker_args if files else ()))) as cluster:
                 yield ns, cluster
