@@ -20,6 +20,8 @@ from protocol.cluster_key import KEY_FILE_NAME, generate_key_file
 
 __all__ = ["Row", "Servers", "broker_group", "closed", "pct"]
 
+GROUP, SIZE = "g", 3  # broker_group's group: nodes n0..n2 (LocalCluster's names)
+
 
 @dataclass
 class Row:
@@ -86,7 +88,8 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
         files = None
         if tls:
             from dledger.network.tls_certs import loopback_tls_env  # (cryptography: with --tls only)
-            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls")))
+            files = stack.enter_context(loopback_tls_env(os.path.join(d, "tls"), GROUP,
+                                                         [f"n{i}" for i in range(SIZE)]))
         key_file = os.path.join(d, KEY_FILE_NAME)  # signs the registrations
         generate_key_file(key_file)
         ns_proc = subprocess.Popen([sys.executable, "-m", "namesrv", "--listen", "127.0.0.1:0",
@@ -99,7 +102,7 @@ def broker_group(mode: str, flags: NodeFlags, register_interval_s: float = 1.0,
             ns = f"{host}:{port}"
             program = ("-m", "broker", "start", "--namesrv", ns, "--cluster-key-file", key_file,
                        "--register-interval-s", f"{register_interval_s:g}")
-            with LocalCluster(d, size=3, flush_mode=mode, program=program,
+            with LocalCluster(d, size=SIZE, group=GROUP, flush_mode=mode, program=program,
                               extra_args=(*flags.args(), *extra,
                                           *(files.broker_args if files else ()))) as cluster:
                 yield ns, cluster

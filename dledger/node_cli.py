@@ -297,7 +297,8 @@ class NodeServer(Protocol):
 async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]]) -> None:
     """Start ``server``, print the JSON ready line (``ready()`` gives its fields, read after
     start so ports are real), run until SIGTERM/SIGINT or until the node's loop ends on its
-    own, stop cleanly; exit 1 if the node failed."""
+    own, stop cleanly; exit 1 if the node failed. With TLS, SIGHUP reloads the certificate, key
+    and CA files for new connections (without TLS it keeps its default: the process ends)."""
     bind_log_context(server.node)
     await server.start()
     print(json.dumps({"event": "ready", **ready()}), flush=True)
@@ -305,6 +306,10 @@ async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, A
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    cfg = server.node.config
+    if cfg.tls is not None:
+        from dledger.network.tls_reload import TlsReloader  # (cryptography: with TLS only)
+        loop.add_signal_handler(signal.SIGHUP, TlsReloader(cfg.tls, (cfg.group, cfg.node_id)).reload)
     if server.node.config.test_faults:  # SIGUSR1: pull the plug (tests only)
         loop.add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(_power_loss(server)))
     waiter = asyncio.ensure_future(stop.wait())

@@ -1,4 +1,5 @@
-"""Command line: run a NameServer until SIGINT or SIGTERM.
+"""Command line: run a NameServer until SIGINT or SIGTERM (with TLS, SIGHUP reloads its certificate,
+key and CA files for new connections: ``dledger.network.tls_reload``).
 
     python -m namesrv --listen 127.0.0.1:9876 [--lease-s 120] [--scan-interval-s 5]
                       [--console-read-only] [--tls-cert FILE --tls-key FILE --tls-ca FILE]
@@ -37,6 +38,9 @@ async def _serve(server: NameServer) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    if server.tls is not None:  # SIGHUP: its certificate, key and CA again, for new connections
+        from dledger.network.tls_reload import TlsReloader  # (cryptography: with TLS only)
+        loop.add_signal_handler(signal.SIGHUP, TlsReloader(server.tls).reload)
     try:
         host, port = await server.start()
     except OSError as exc:

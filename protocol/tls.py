@@ -1,23 +1,27 @@
 """TLS settings of every listener and every dialer: the ``--tls-cert/--tls-key/--tls-ca`` files
-(``TlsConfig``, checked when made), the ``ssl.SSLContext`` each side builds from them, and the one
-rule by which a dialer decides to speak TLS (``dial_context``).
+(``TlsConfig``, checked when made), the ``ssl.SSLContext`` each side builds from them (and builds
+again on ``TlsConfig.reload()``, which a server's SIGHUP calls), and the one rule by which a
+dialer decides to speak TLS (``dial_context``).
 
 A cluster is all-TLS or all-plain (docs/tls.md). A server with a ``TlsConfig`` serves TLS 1.2 or
 later on its client, peer, admin HTTP and gRPC listeners (the NameServer on its HTTP API); a
 dialer speaks TLS when it is given a CA file (``tls_ca=``, ``--tls-ca`` or ``DLEDGER_TLS_CA``) or a
 NameServer address written ``https://host:port``, and then verifies the server's certificate and
 host name. Peer links are mutual TLS with ``peer_mtls``: both ends present their node certificate
-and each requires the other's to be signed by the CA.
+and each requires the other's to be signed by the CA (which node a certificate names is
+``dledger.network.peer_identity``'s).
 
 Owns only the settings and the contexts; listeners and dialers pass them to asyncio, aiohttp and
-grpc. Must not: fall back to plain TCP when TLS fails, or turn verification off.
+grpc. Must not: fall back to plain TCP when TLS fails, turn verification off, or let a reload
+that failed change the contexts in use.
 """
 
 from __future__ import annotations
 
 import os
 import ssl
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 __all__ = ["ENV_CA", "HTTPS_PREFIX", "TlsConfig", "TlsConfigError", "client_context",
            "dial_context", "split_https", "tls_failure"]
@@ -56,26 +60,87 @@ def client_context(ca_file: str | None, cert_file: str | None = None,
     return _minimum(ctx)
 
 
+class _Contexts:
+    """The contexts made from one reading of a server's files (``_build``)."""
+
+    __slots__ = ("server", "peer_server", "peer_client")
+
+    def __init__(self, server: ssl.SSLContext, peer_server: ssl.SSLContext,
+                 peer_client: ssl.SSLContext) -> None:
+        self.server = server  # the client, admin and NameServer listeners: no client certificate
+        self.peer_server = peer_server  # the peer listener: a client certificate with peer_mtls
+        self.peer_client = peer_client  # dialing a peer: our certificate with peer_mtls
+
+
+def _server_context(cert_file: str, key_file: str, ca_file: str,
+                    require_client_cert: bool) -> ssl.SSLContext:
+    ctx = _minimum(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
+    _load_chain(ctx, cert_file, key_file)
+    if require_client_cert:
+        try:
+            ctx.load_verify_locations(cafile=ca_file)
+        except (OSError, ssl.SSLError) as err:
+            raise TlsConfigError(f"cannot load the CA file {ca_file!r}: {err}") from err
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def _front(first: ssl.SSLContext, pick: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    """``first``, made the context a listener is given once: its SNI callback (which OpenSSL
+    calls in every handshake, with or without a server name) moves the connection to the
+    context ``pick`` returns then. The move takes that context's certificate, key and CA store;
+    the verify mode stays the listener's (``_build`` never changes it for a given config)."""
+
+    def choose(conn: ssl.SSLObject | ssl.SSLSocket, _name: str | None,
+               _ctx: ssl.SSLContext) -> None:
+        now = pick()
+        if now is not first:
+            conn.context = now
+        # (returning None continues the handshake)
+
+    first.sni_callback = choose
+    return first
+
+
 @dataclass(frozen=True)
 class TlsConfig:
-    """A server's TLS files. ``peer_mtls``: peer links require a certificate signed by
-    ``ca_file`` from the dialing node, and present this node's certificate when dialing."""
+    """A server's TLS files, and the contexts made from them. ``peer_mtls``: peer links require
+    a certificate signed by ``ca_file`` from the dialing node, and present this node's
+    certificate when dialing.
+
+    The contexts follow ``reload()`` (SIGHUP: ``dledger.network.tls_reload``): a listener's
+    context, given to asyncio or aiohttp once, moves every new handshake to the latest
+    certificate, key and CA; ``peer_client_context()`` returns the latest (a dialer asks for it
+    at each connection); the one ``dial_context()`` context, which callers keep, has the CAs of
+    each new reading added to what it trusts (an SSL context cannot forget a CA: one removed
+    from the file stays trusted by it until the process restarts). Connections already open
+    keep the certificate they were made with."""
 
     cert_file: str
     key_file: str
     ca_file: str
     peer_mtls: bool = False
+    _live: list[_Contexts] = field(init=False, repr=False, compare=False)
+    _fronts: tuple[ssl.SSLContext, ssl.SSLContext, ssl.SSLContext] = field(
+        init=False, repr=False, compare=False)  # server, peer server, dial
 
     def __post_init__(self) -> None:
         for what, path in (("--tls-cert", self.cert_file), ("--tls-key", self.key_file),
                            ("--tls-ca", self.ca_file)):
             if not os.path.isfile(path):
                 raise TlsConfigError(f"{what} {path!r} is not a readable file")
+        live = [self._build()]  # one cell, swapped by reload(): the SNI callbacks read it
+        fronts = (_front(live[0].server, lambda: live[0].server),
+                  _front(live[0].peer_server, lambda: live[0].peer_server),
+                  client_context(self.ca_file))
+        object.__setattr__(self, "_live", live)
+        object.__setattr__(self, "_fronts", fronts)
 
     @classmethod
     def from_options(cls, cert_file: str | None, key_file: str | None, ca_file: str | None,
                      peer_mtls: bool = False) -> TlsConfig | None:
-        """The command line's TLS options: all three files or none (None: plain TCP)."""
+        """The command line's TLS options: all three files or none (None: plain TCP). A key
+        that does not match its certificate fails here (TlsConfigError)."""
         given = [f for f in (cert_file, key_file, ca_file) if f]
         if not given:
             if peer_mtls:
@@ -84,36 +149,48 @@ class TlsConfig:
         if len(given) != 3:
             raise TlsConfigError("TLS needs all of --tls-cert, --tls-key and --tls-ca")
         assert cert_file and key_file and ca_file
-        config = cls(cert_file, key_file, ca_file, peer_mtls)
-        config.server_context()  # a key that does not match its certificate fails here
-        return config
+        return cls(cert_file, key_file, ca_file, peer_mtls)
 
-    def server_context(self, require_client_cert: bool = False) -> ssl.SSLContext:
-        """A listener's context; with ``require_client_cert`` a client must present a
-        certificate signed by the CA."""
-        ctx = _minimum(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
-        _load_chain(ctx, self.cert_file, self.key_file)
-        if require_client_cert:
-            try:
-                ctx.load_verify_locations(cafile=self.ca_file)
-            except (OSError, ssl.SSLError) as err:
-                raise TlsConfigError(f"cannot load the CA file {self.ca_file!r}: {err}") from err
-            ctx.verify_mode = ssl.CERT_REQUIRED
-        return ctx
+    def _build(self) -> _Contexts:
+        """Read the three files into new contexts (TlsConfigError: unreadable, or a key that
+        does not match its certificate)."""
+        files = (self.cert_file, self.key_file, self.ca_file)
+        peer_client = (client_context(self.ca_file, self.cert_file, self.key_file)
+                       if self.peer_mtls else client_context(self.ca_file))
+        return _Contexts(_server_context(*files, require_client_cert=False),
+                         _server_context(*files, require_client_cert=self.peer_mtls),
+                         peer_client)
+
+    def reload(self) -> None:
+        """Read the files again and use them for every new connection (see the class). A file
+        that cannot be read, or a key that does not fit, raises TlsConfigError and changes
+        nothing: the contexts in use stay."""
+        fresh = self._build()
+        try:
+            self._fronts[2].load_verify_locations(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as err:
+            raise TlsConfigError(f"cannot load the CA file {self.ca_file!r}: {err}") from err
+        self._live[0] = fresh
+
+    def server_context(self) -> ssl.SSLContext:
+        """A listener's context (clients bring no certificate); follows ``reload()``."""
+        return self._fronts[0]
 
     def peer_server_context(self) -> ssl.SSLContext:
-        return self.server_context(require_client_cert=self.peer_mtls)
+        """The peer listener's: with ``peer_mtls`` a dialing peer must present a certificate
+        signed by the CA. Follows ``reload()``."""
+        return self._fronts[1]
 
     def peer_client_context(self) -> ssl.SSLContext:
-        """Dialing a peer: verify it against the CA; present our certificate with mTLS."""
-        if self.peer_mtls:
-            return client_context(self.ca_file, self.cert_file, self.key_file)
-        return client_context(self.ca_file)
+        """Dialing a peer: verify it against the CA; present our certificate with mTLS. The
+        latest reading's: ask again for each connection."""
+        return self._live[0].peer_client
 
     def dial_context(self) -> ssl.SSLContext:
         """Dialing another service of the cluster (a NameServer, a broker's admin or client
-        port): verified against the CA, no client certificate."""
-        return client_context(self.ca_file)
+        port): verified against the CA, no client certificate. The same context every time;
+        ``reload()`` adds the CA file's certificates to what it trusts."""
+        return self._fronts[2]
 
 
 def split_https(addresses: list[str]) -> tuple[list[str], bool]:

@@ -182,7 +182,9 @@ class ChaosCluster:
         listens on 127.0.0.1); their command-line options by process."""
         from dledger.network.tls_certs import make_loopback_cluster_tls  # (cryptography: with TLS only)
 
-        files = make_loopback_cluster_tls(os.path.join(self.base_dir, "tls"))
+        files = make_loopback_cluster_tls(  # (naming every node: their peers check it)
+            os.path.join(self.base_dir, "tls"), self.group,
+            [f"n{i}" for i in range(self.size + self.spares)])
         self.tls_ca = files.ca_file
         self._env_ca = os.environ.get(ENV_CA)
         os.environ[ENV_CA] = self.tls_ca

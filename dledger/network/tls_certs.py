@@ -1,7 +1,9 @@
 """A test certificate authority for ``dledger up --tls`` and ``dledger tls make-ca``: one CA key
 and certificate, and per-node certificates it signs (server and client use, so the same file
 serves a listener and a mutual-TLS peer dial), each with the subject alternative names that
-host-name checking needs (127.0.0.1, ::1 and localhost by default, plus the node's host).
+host-name checking needs (127.0.0.1, ::1 and localhost by default, plus the node's host) and,
+for a node of a group, the URI that names it to its peers under ``--peer-mtls``
+(``dledger-node:GROUP/ID``, ``dledger.network.peer_identity``).
 
 For tests and trials: the CA key is written next to its certificate, unencrypted (mode 0600).
 A production cluster uses certificates from its own CA (docs/tls.md). Owns only file
@@ -22,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from dledger.network.peer_identity import node_uri
 from protocol.tls import ENV_CA
 
 __all__ = [
@@ -64,13 +67,14 @@ def _name(common_name: str) -> x509.Name:
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _sans(hosts: Sequence[str]) -> list[x509.GeneralName]:
+def _sans(hosts: Sequence[str], nodes: Sequence[tuple[str, str]] = ()) -> list[x509.GeneralName]:
     out: list[x509.GeneralName] = []
     for host in dict.fromkeys(h.strip("[]") for h in hosts if h):
         try:
             out.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             out.append(x509.DNSName(host))
+    out += [x509.UniformResourceIdentifier(node_uri(g, n)) for g, n in dict.fromkeys(nodes)]
     return out
 
 
@@ -103,9 +107,12 @@ def make_ca(directory: str, name: str = "dledger test CA") -> str:
 
 
 def make_node_cert(ca_dir: str, name: str, hosts: Sequence[str] = DEFAULT_HOSTS,
-                   out_dir: str | None = None) -> NodeCert:
-    """Sign a certificate for ``name`` (a node id, ``namesrv``) valid for ``hosts`` with the CA
-    in ``ca_dir``; write ``NAME.pem`` and ``NAME-key.pem`` into ``out_dir`` (default ca_dir)."""
+                   out_dir: str | None = None,
+                   nodes: Sequence[tuple[str, str]] = ()) -> NodeCert:
+    """Sign a certificate for ``name`` (its common name and file name: ``a-n0``, ``namesrv``)
+    valid for ``hosts`` with the CA in ``ca_dir``, naming the nodes ``nodes`` (group, node id)
+    to their peers; write ``NAME.pem`` and ``NAME-key.pem`` into ``out_dir`` (default ca_dir),
+    replacing any there (a new serial: what a rotation writes)."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"certificate name {name!r} is not a plain file name")
     if not hosts:
@@ -124,7 +131,7 @@ def make_node_cert(ca_dir: str, name: str, hosts: Sequence[str] = DEFAULT_HOSTS,
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName(_sans(hosts)), critical=False)
+            .add_extension(x509.SubjectAlternativeName(_sans(hosts, nodes)), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                   ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
@@ -149,20 +156,24 @@ class LoopbackClusterTls:
     broker_args: tuple[str, ...]
 
 
-def make_loopback_cluster_tls(directory: str, peer_mtls: bool = True) -> LoopbackClusterTls:
-    """A new CA in ``directory`` and a certificate for 127.0.0.1/localhost; brokers get
+def make_loopback_cluster_tls(directory: str, group: str, node_ids: Sequence[str],
+                              peer_mtls: bool = True) -> LoopbackClusterTls:
+    """A new CA in ``directory`` and one certificate for 127.0.0.1/localhost that names every
+    node of ``node_ids`` in ``group`` (every process shares it, so under ``--peer-mtls`` each
+    may claim any of them: a test's cluster on one machine, never a real one); brokers get
     ``--peer-mtls`` when ``peer_mtls``."""
     ca = make_ca(directory)
-    cert = make_node_cert(directory, "loopback")
+    cert = make_node_cert(directory, "loopback", nodes=[(group, n) for n in node_ids])
     args = ("--tls-cert", cert.cert_file, "--tls-key", cert.key_file, "--tls-ca", ca)
     return LoopbackClusterTls(ca, args, (*args, *(("--peer-mtls",) if peer_mtls else ())))
 
 
 @contextlib.contextmanager
-def loopback_tls_env(directory: str) -> Iterator[LoopbackClusterTls]:
+def loopback_tls_env(directory: str, group: str,
+                     node_ids: Sequence[str]) -> Iterator[LoopbackClusterTls]:
     """``make_loopback_cluster_tls``, with DLEDGER_TLS_CA naming its CA in this process (so the
     client library speaks TLS to the cluster) until the block ends."""
-    files = make_loopback_cluster_tls(directory)
+    files = make_loopback_cluster_tls(directory, group, node_ids)
     before = os.environ.get(ENV_CA)
     os.environ[ENV_CA] = files.ca_file
     try:

@@ -3,14 +3,17 @@ unless it is given another ``dledger.network.seams.Transport``).
 
 Owns the sockets of the Raft peer protocol (framing and codec are ``dledger.network.wire``'s):
 - one *outbound* connection per peer, dialed by this node at ``dial[peer]``, write-only;
-- any number of *inbound* connections accepted on ``listen``, read-only; one that has not yet
-  identified itself with a Hello may hold at most ``HELLO_BYTES_MAX`` of a partial frame (the
-  client port's ``ConnectionLimits`` do not apply here, so clients never starve Raft traffic).
+- any number of *inbound* connections accepted on ``listen``, read-only
+  (``dledger.network.inbound``; the client port's ``ConnectionLimits`` do not apply here, so
+  clients never starve Raft traffic).
 Links are directed so that each direction of each pair can be routed through its own fault proxy.
 The first frame on a dialed connection is ``Hello(group, node_id, listen)``; the acceptor refuses
 another group, and dials back at ``listen`` a peer it has no address for (``learn_address``).
 Each peer has a bounded queue of frames waiting for a connection and one dialer task that
-reconnects with jittered exponential backoff.
+reconnects with jittered exponential backoff. With TLS each new connection takes the contexts
+current then (a certificate reloaded on SIGHUP is used from the next one on); with
+``peer_identity`` (``--peer-mtls``) each end checks that the other's certificate names the node
+it is (``dledger.network.peer_identity``).
 
 Must not: block or await in ``send`` (it runs on the node's hot path), grow without bound (the
 pending queue and the socket write buffer are capped; overflow is dropped and counted: Raft
@@ -26,125 +29,19 @@ import logging
 import random
 import ssl
 from collections.abc import Callable
-from typing import Any, cast
 
-from dledger.network.outbound import Link, OutboundProtocol, PeerStats, address_text, set_nodelay
+from dledger.network.inbound import HELLO_BYTES_MAX, UNATTRIBUTED, InboundProtocol
+from dledger.network.outbound import Link, OutboundProtocol, PeerStats, address_text
+from dledger.network.peer_identity import refusal
 from dledger.network.peer_stream import PeerStream
-from dledger.network.wire import Hello, SnapshotHello, decode_message, encode_message
+from dledger.network.wire import Hello, encode_message
 from dledger.raft.types import Message
-from protocol.errors import WireError
-from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER_BYTES, FrameDecoder, encode_frame
+from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER_BYTES, encode_frame
 
-__all__ = ["UNATTRIBUTED", "PeerTransport"]
+__all__ = ["HELLO_BYTES_MAX", "UNATTRIBUTED", "PeerTransport"]  # (the first two: inbound's)
 
 logger = logging.getLogger(__name__)
-
-# stats() key for what cannot be pinned on a known peer: messages to an unknown dst, inbound
-# connections that failed before (or at) their Hello.
-UNATTRIBUTED = "?"
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-HELLO_BYTES_MAX = 4096  # what an inbound connection may buffer before its Hello arrived
-
-
-class _InboundProtocol(asyncio.Protocol):
-    """An accepted connection: Hello first, then frames decoded and handed to on_message."""
-
-    def __init__(self, owner: PeerTransport) -> None:
-        self._owner = owner
-        self._decoder = FrameDecoder(owner._max_frame_bytes)
-        self._peer: str | None = None  # set by a valid Hello
-        self._stream: PeerStream | None = None  # set by a SnapshotHello: payloads go there
-        self._stats = owner._stats_of(UNATTRIBUTED)
-        self._transport: asyncio.Transport | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
-        self._transport = transport
-        set_nodelay(transport)
-        if self._owner._stopped:
-            transport.abort()
-            return
-        self._owner._inbound.add(self)
-
-    def data_received(self, data: bytes) -> None:
-        self._stats.bytes_received += len(data)
-        try:
-            payloads = self._decoder.feed(data)
-        except WireError as exc:
-            self._refuse(f"bad framing: {exc}")
-            return
-        if self._deliver(payloads) and self._owner._on_batch_end is not None:
-            self._owner._on_batch_end()
-        if self._peer is None and self._decoder.buffered_bytes > HELLO_BYTES_MAX \
-                and self._transport is not None and not self._transport.is_closing():
-            # Who has not said Hello may not make us hold a large frame (a peer's first frame
-            # is a small Hello): unidentified connections cost at most this much each.
-            self._refuse(f"{self._decoder.buffered_bytes} bytes of a frame before any Hello")
-
-    def _deliver(self, payloads: list[bytes]) -> int:
-        """Decode and hand on the payloads of one read; returns how many messages went on."""
-        delivered = 0
-        for payload in payloads:
-            if self._transport is None or self._transport.is_closing():
-                break  # closed by on_message (e.g. the node stopped): deliver nothing more
-            if self._stream is not None:
-                self._stream.feed(payload)
-                continue
-            try:
-                msg = decode_message(payload)
-            except WireError as exc:
-                self._refuse(f"bad payload: {exc}")
-                break
-            if self._peer is None:
-                self._on_hello(msg)
-            elif isinstance(msg, (Hello, SnapshotHello)) or msg.src != self._peer \
-                    or msg.dst != self._owner.node_id:
-                self._refuse(f"misrouted or out-of-place message {type(msg).__name__}")
-            else:
-                self._stats.received += 1
-                self._owner._on_message(msg)
-                delivered += 1
-        return delivered
-
-    def _on_hello(self, msg: Any) -> None:
-        stream = type(msg) is SnapshotHello
-        if type(msg) is not Hello and not stream:
-            self._refuse(f"expected Hello first, got {type(msg).__name__}")
-        elif msg.group != self._owner.group:
-            self._refuse(f"Hello from {msg.node_id!r} of group {msg.group!r}")
-        elif stream and (self._owner._on_stream is None or self._transport is None):
-            self._refuse(f"{msg.node_id!r} offers a snapshot stream; this node takes none")
-        else:
-            self._peer = msg.node_id
-            self._stats = self._owner._stats_of(msg.node_id)
-            if not stream and msg.listen:
-                self._owner.learn_address(msg.node_id, msg.listen, self._peername())
-            if stream and self._transport is not None and self._owner._on_stream is not None:
-                self._stream = PeerStream(self._transport, msg.node_id)
-                self._owner._on_stream(self._stream)
-
-    def _refuse(self, why: str) -> None:
-        self._stats.errors += 1
-        logger.warning("closing inbound connection from %s (%s): %s",
-                       self._peer or "unidentified peer", self._peername(), why)
-        self.close()
-
-    def _peername(self) -> str:
-        name = self._transport.get_extra_info("peername") if self._transport else None
-        return f"{name[0]}:{name[1]}" if name else "?"
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()  # read-only link: nothing of ours to flush
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._owner._inbound.discard(self)
-        self._transport = None
-        if self._stream is not None:
-            self._stream.connection_lost()
-        if not self.closed.done():
-            self.closed.set_result(None)
 
 
 class PeerTransport:
@@ -169,7 +66,8 @@ class PeerTransport:
         backoff_min_s: float = 0.05,
         backoff_max_s: float = 1.0,
         server_ssl: ssl.SSLContext | None = None,
-        dial_ssl: ssl.SSLContext | None = None,
+        dial_ssl: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
+        peer_identity: bool = False,
     ) -> None:
         if pending_frames_max < 1 or send_buffer_bytes_max < 1 or connect_timeout_s <= 0:
             raise ValueError("pending_frames_max, send_buffer_bytes_max, connect_timeout_s > 0")
@@ -177,17 +75,17 @@ class PeerTransport:
             raise ValueError("need 0 < backoff_min_s <= backoff_max_s")
         self.node_id = node_id
         self.group = group
-        self._on_message = on_message
+        self.on_message = on_message
         # Called after the messages of one read were all handed to on_message (so that the
         # owner can handle them as one batch).
-        self._on_batch_end = on_batch_end
+        self.on_batch_end = on_batch_end
         # Called with each inbound connection that opened with SnapshotHello (None: refused).
-        self._on_stream = on_stream
+        self.on_stream = on_stream
         # Whether and where to dial a peer that dialed us and that we have no link to, given
         # where its Hello says it listens (None: not at all); no resolver: there.
         self._resolve = resolve
-        self._max_frame_bytes = max_frame_bytes
-        self._inbound: set[_InboundProtocol] = set()
+        self.max_frame_bytes = max_frame_bytes
+        self.inbound: set[InboundProtocol] = set()
         self._listen = listen
         self._rng = rng
         self._send_buffer_bytes_max = send_buffer_bytes_max
@@ -196,9 +94,12 @@ class PeerTransport:
         self._backoff_min_s = backoff_min_s
         self._backoff_max_s = backoff_max_s
         # TLS (protocol.tls): the listener's context (requiring a client certificate with mutual
-        # TLS) and the dialer's, which checks the peer's certificate against the dialed host.
+        # TLS) and the dialer's, which checks the peer's certificate against the dialed host: a
+        # context, or what gives the current one at each dial (it follows a reload).
         self._server_ssl = server_ssl
         self._dial_ssl = dial_ssl
+        # --peer-mtls: each end's certificate must name the node it is (both directions).
+        self.peer_identity = peer_identity
         self._hello_frame = encode_frame(encode_message(Hello(group, node_id)))
         self._stats: dict[str, PeerStats] = {UNATTRIBUTED: PeerStats()}
         self._links: dict[str, Link] = {}
@@ -206,7 +107,7 @@ class PeerTransport:
             if peer != node_id:
                 self._add_link(peer, addr)
         self._server: asyncio.Server | None = None
-        self._stopped = False
+        self.stopped = False
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -219,16 +120,16 @@ class PeerTransport:
         given this transport attaches itself; ``dledger.network.seams.Transport``)."""
         if self._server is not None:
             raise RuntimeError("PeerTransport.attach() must come before start()")
-        self._on_message, self._on_batch_end = on_message, on_batch_end
-        self._on_stream, self._resolve = on_stream, resolve
+        self.on_message, self.on_batch_end = on_message, on_batch_end
+        self.on_stream, self._resolve = on_stream, resolve
 
     async def start(self) -> tuple[str, int]:
         """Listen, start one dialer per peer; return the actual listen address (port 0 ok)."""
-        if self._server is not None or self._stopped:
+        if self._server is not None or self.stopped:
             raise RuntimeError("PeerTransport.start() may be called once, before stop()")
         loop = asyncio.get_running_loop()
         host, port = self._listen
-        self._server = await loop.create_server(lambda: _InboundProtocol(self), host, port,
+        self._server = await loop.create_server(lambda: InboundProtocol(self), host, port,
                                                 ssl=self._server_ssl)
         for link in self._links.values():
             self._start_dialer(link)
@@ -242,9 +143,9 @@ class PeerTransport:
 
         Frames still in a socket's write buffer are discarded (Raft tolerates the loss).
         """
-        if self._stopped:
+        if self.stopped:
             return
-        self._stopped = True
+        self.stopped = True
         if self._server is not None:
             self._server.close()
         tasks = [link.task for link in self._links.values() if link.task is not None]
@@ -258,7 +159,7 @@ class PeerTransport:
                 link.protocol.abort()
                 closing.append(link.protocol.closed)
             link.transport = None
-        for inbound in list(self._inbound):
+        for inbound in list(self.inbound):
             inbound.close()
             closing.append(inbound.closed)
         if self._server is not None:
@@ -274,11 +175,11 @@ class PeerTransport:
         frame too large); True when written or queued. A full queue drops its oldest frame.
         """
         link = self._links.get(msg.dst)
-        if link is None or self._stopped:
+        if link is None or self.stopped:
             (link.stats if link is not None else self._stats[UNATTRIBUTED]).dropped += 1
             return False
         frame = encode_frame(encode_message(msg))
-        if len(frame) - FRAME_HEADER_BYTES > self._max_frame_bytes:
+        if len(frame) - FRAME_HEADER_BYTES > self.max_frame_bytes:
             link.stats.dropped += 1
             link.stats.errors += 1
             logger.error("dropping %s to %s: %d-byte frame exceeds max_frame_bytes",
@@ -314,7 +215,7 @@ class PeerTransport:
         elif link.addr == addr:
             return
         link.addr = addr
-        if self._server is None or self._stopped:
+        if self._server is None or self.stopped:
             return  # start() will dial the new address
         if link.task is not None:
             link.task.cancel()
@@ -352,7 +253,7 @@ class PeerTransport:
 
     def _add_link(self, peer: str, addr: tuple[str, int]) -> Link:
         link = Link(peer, addr, self._pending_frames_max)
-        link.stats = self._stats_of(peer)
+        link.stats = self.stats_of(peer)
         self._links[peer] = link
         return link
 
@@ -384,11 +285,12 @@ class PeerTransport:
         """One connection attempt; on success the link is live (Hello sent, queue flushed)."""
         loop = asyncio.get_running_loop()
         host, port = link.addr
+        dial_ssl = self._dial_ssl() if callable(self._dial_ssl) else self._dial_ssl
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 transport, protocol = await loop.create_connection(
-                    lambda: OutboundProtocol(link), host, port, ssl=self._dial_ssl,
-                    server_hostname=host if self._dial_ssl is not None else None,
+                    lambda: OutboundProtocol(link), host, port, ssl=dial_ssl,
+                    server_hostname=host if dial_ssl is not None else None,
                 )
         except ssl.SSLError as exc:  # (an OSError) not a peer that is down: say why, loudly
             link.stats.errors += 1
@@ -401,6 +303,12 @@ class PeerTransport:
             return None
         if protocol.closed.done():  # lost before we got here
             return protocol
+        why = refusal(transport, self.group, link.peer) if self.peer_identity else None
+        if why is not None:  # not the peer we meant: nothing of ours goes to it
+            link.stats.errors += 1
+            logger.warning("%s: refusing %s at %s:%s: %s", self.node_id, link.peer, host, port, why)
+            transport.abort()
+            return None
         self._go_live(link, transport, protocol)
         return protocol
 
@@ -423,7 +331,7 @@ class PeerTransport:
 
     # --- observability -----------------------------------------------------------------------
 
-    def _stats_of(self, peer: str) -> PeerStats:
+    def stats_of(self, peer: str) -> PeerStats:
         """The live counters of ``peer`` (created on first use)."""
         stats = self._stats.get(peer)
         if stats is None:

@@ -104,7 +104,9 @@ class NodeSeams(NodeBase):
                              on_message, rng=random.Random(self._rng.random()),
                              on_batch_end=self._kick, on_stream=on_stream, resolve=resolve,
                              server_ssl=cfg.tls.peer_server_context() if cfg.tls else None,
-                             dial_ssl=cfg.tls.peer_client_context() if cfg.tls else None)
+                             # (asked at each dial: a SIGHUP's reload applies to the next one)
+                             dial_ssl=cfg.tls.peer_client_context if cfg.tls else None,
+                             peer_identity=cfg.tls is not None and cfg.tls.peer_mtls)
 
     def _open_flusher(self, store: LogStore) -> Flushing:
         if not isinstance(store, FileLogStore):

@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from dledger.network.peer_identity import refusal
 from dledger.network.wire import SnapshotHello, encode_message
 from dledger.raft.types import SnapshotMeta
 from dledger.snapshots.wire import (
@@ -89,15 +90,20 @@ class SnapshotSource:
 async def send_snapshot(addr: tuple[str, int], group: str, node_id: str, term: int, dst: str,
                         source: SnapshotSource, *, timeout_s: float = 10.0,
                         chunk_bytes: int = CHUNK_BYTES,
-                        ssl_context: ssl.SSLContext | None = None) -> tuple[int, int]:
+                        ssl_context: ssl.SSLContext | None = None,
+                        peer_identity: bool = False) -> tuple[int, int]:
     """Stream ``source`` to ``dst`` at ``addr``; once the follower has staged it, return the
     bytes sent and those not sent again (the follower held them from a broken transfer).
     ``timeout_s`` bounds each wait (connect, every write, every answer). ``ssl_context``: TLS
-    to the follower's peer listener (its host name checked)."""
+    to the follower's peer listener (its host name checked); ``peer_identity`` (--peer-mtls):
+    its certificate must name ``dst`` (``dledger.network.peer_identity``)."""
     async with asyncio.timeout(timeout_s):
         reader, writer = await asyncio.open_connection(
             *addr, ssl=ssl_context, server_hostname=addr[0] if ssl_context is not None else None)
     try:
+        why = refusal(writer.transport, group, dst) if peer_identity else None
+        if why is not None:
+            raise SnapshotSendError(f"not sent to {dst} at {addr[0]}:{addr[1]}: {why}")
         offer = Offer(term, node_id, dst, source.meta,
                       tuple((f.name, f.size) for f in source.files))
         writer.write(encode_frame(encode_message(SnapshotHello(group, node_id))))

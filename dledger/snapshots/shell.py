@@ -123,7 +123,8 @@ class SnapshotShell(NodeBase):
             sent, skipped = await send_snapshot(
                 addr, self.config.group, self.config.node_id, m.term, m.dst, source,
                 timeout_s=self.config.snapshot_timeout_s,
-                ssl_context=self.config.tls.peer_client_context() if self.config.tls else None)
+                ssl_context=self.config.tls.peer_client_context() if self.config.tls else None,
+                peer_identity=self.config.tls is not None and self.config.tls.peer_mtls)
             ok = True
             self.snapshots_sent += 1
             self.snapshot_resumed_bytes += skipped
