@@ -136,9 +136,6 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
         admins = credentials_of(list(acl_admin_keys))
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="'--acl-admin-key'") from err
-    if acl and grpc_listen:
-        raise click.BadParameter("the gRPC endpoint does not sign the requests it forwards yet: "
-                                 "it cannot run with --acl", param_hint="'--grpc-listen'")
     try:
         config = BrokerConfig(node_config(opts), parse_address(client_listen),
                               auto_create_topics=auto_create, default_queues=default_queues,

@@ -80,9 +80,6 @@ class BrokerConfig:
                 and self.transaction_check_max >= 0):
             raise ValueError("transaction timeout and check interval are positive, the check "
                              "count at least 0")
-        if self.acl and self.grpc_listen is not None:
-            raise ValueError("the gRPC endpoint does not sign the requests it forwards yet: it "
-                             "cannot run with access control (--acl)")
         if self.acl_replay_window_ms < 1000:
             raise ValueError("the replay window is at least 1000 ms (clocks differ)")
         if self.grpc_listen is not None and not self.namesrv:
