@@ -47,7 +47,6 @@ __all__ = [
 ALGORITHM = "MQv2-HMAC-SHA1"
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
-DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 DATE_TIME_SHAPE = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 AUTHORIZATION_CHARS_MAX = 512
 SIGNATURE_HEX_CHARS = 40  # SHA-1's 20 bytes
@@ -113,10 +112,11 @@ def parse_authorization(text: str) -> Authorization:
 
 def date_time_ms(text: str) -> int:
     """``YYYYMMDDTHHMMSSZ`` as milliseconds since the epoch, read as UTC."""
-    try:
+    try:  # (the fields by position: strptime costs most of a call's check)
         if not DATE_TIME_SHAPE.fullmatch(text):
             raise ValueError(text)
-        parsed = datetime.strptime(text, DATE_TIME_FORMAT)
+        parsed = datetime(int(text[0:4]), int(text[4:6]), int(text[6:8]), int(text[9:11]),
+                          int(text[11:13]), int(text[13:15]))
     except ValueError:
         raise SignatureError(f"{DATE_TIME} is YYYYMMDDTHHMMSSZ, not {text[:32]!r}") from None
     return calendar.timegm(parsed.timetuple()) * 1000
