@@ -101,7 +101,8 @@ def main() -> None:
 @click.option("--acl-replay-window-s", type=click.FloatRange(min=1.0), default=60.0,
               show_default=True,
               help="A signed request's clock may differ from the node's by this much; within it "
-                   "a replayed request is recognised and refused.")
+                   "a replayed request is recognised and refused (a RocketMQ 5 client's "
+                   "signature, which signs only its date-time, is good for any call within it).")
 @click.option("--broker-canary", "broker_canaries", multiple=True,
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")
