@@ -115,7 +115,8 @@ def main() -> None:
 @click.option("--acl-replay-window-s", type=click.FloatRange(min=1.0), default=60.0,
               show_default=True,
               help="A signed request's clock may differ from the node's by this much; within it "
-                   "a replayed request is recognised and refused.")
+                   "a replayed request is recognised and refused (a RocketMQ 5 client's "
+                   "signature, which signs only its date-time, is good for any call within it).")
 @click.option("--broker-canary", "broker_canaries", multiple=True,
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")
@@ -159,9 +160,6 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
         admins = credentials_of(list(acl_admin_keys))
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="'--acl-admin-key'") from err
-    if acl and grpc_listen:
-        raise click.BadParameter("the gRPC endpoint does not sign the requests it forwards yet: "
-                                 "it cannot run with --acl", param_hint="'--grpc-listen'")
     try:
         config = BrokerConfig(node_config(opts), parse_address(client_listen),
                               auto_create_topics=auto_create, default_queues=default_queues,

@@ -84,9 +84,6 @@ class BrokerConfig:
                 and self.transaction_check_max >= 0):
             raise ValueError("transaction timeout and check interval are positive, the check "
                              "count at least 0")
-        if self.acl and self.grpc_listen is not None:
-            raise ValueError("the gRPC endpoint does not sign the requests it forwards yet: it "
-                             "cannot run with access control (--acl)")
         if self.protect_status and self.cluster_key is None:
             raise ValueError("--protect-status needs the cluster credential (--cluster-key-file "
                              "or $DLEDGER_CLUSTER_KEY): its readers sign with it")

@@ -31,6 +31,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from client import errors
 from protocol import broker_kinds as bp
+from protocol.auth import AccessDeniedError, SignatureError
 from protocol.broker_errors import BrokerError
 from protocol.envelope import BadRequestError, RemoteError
 from protocol.errors import (
@@ -289,6 +290,8 @@ _CODES: tuple[tuple[type[Exception], int], ...] = (
     (errors.TransactionError, pb.Code.INVALID_TRANSACTION_ID),
     (errors.BadTransactionError, pb.Code.INVALID_TRANSACTION_ID),
     (errors.MessageNotFoundError, pb.Code.MESSAGE_NOT_FOUND),
+    (errors.AccessDeniedError, pb.Code.FORBIDDEN),  # (another group's refusal, with --acl)
+    (errors.SignatureError, pb.Code.UNAUTHORIZED),
     (errors.OverloadedError, pb.Code.TOO_MANY_REQUESTS),
     (errors.SendTimeoutError, pb.Code.PROXY_TIMEOUT),
     (errors.RetriableError, pb.Code.HA_NOT_AVAILABLE),  # unavailable, no leader yet
@@ -300,6 +303,8 @@ _CODES: tuple[tuple[type[Exception], int], ...] = (
     (UnavailableError, pb.Code.HA_NOT_AVAILABLE),  # no node of the group answered as leader
     (BadRequestError, pb.Code.BAD_REQUEST),
     (WireError, pb.Code.BAD_REQUEST),
+    (AccessDeniedError, pb.Code.FORBIDDEN),  # the broker API's, in process (--acl)
+    (SignatureError, pb.Code.UNAUTHORIZED),
 )
 
 

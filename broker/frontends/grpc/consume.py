@@ -8,7 +8,8 @@ forwarded once from a follower), another group through our client library.
 A receipt handle names that group, the queue, the offset and the receipt's epoch:
 ``<group>/<queue id>/<offset>/<epoch>``. It is checked by the state machine (the epoch must be
 the offset's current one), so a forged or stale handle acknowledges nothing; it is not a
-credential (access control is another issue's).
+credential (with ``--acl`` every call is its account's, judged by its permissions:
+``broker.frontends.grpc.access``).
 
 QueryAssignment gives a consumer one queue per group that serves the topic, with queue id -1:
 a receive there takes messages from any of the group's queues of the topic (RocketMQ 5's pop
@@ -24,6 +25,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from broker.features.pop.model import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
+from broker.frontends.forward import LeaderForward
 from broker.frontends.grpc.codec import GatewayError, code_of, guarded, log, outbound, status
 from broker.frontends.grpc.owngroup import OwnGroup
 from client import errors
@@ -72,6 +74,7 @@ class ConsumeCalls:
 
     own: OwnGroup
     routes: Routes
+    other_groups: dict[str, LeaderForward]  # (with --acl: signed requests to other groups)
     calls: int
     max_delivery_attempts: int
     accepted_types: tuple[int, ...]
@@ -93,15 +96,29 @@ class ConsumeCalls:
 
     async def _leader_call(self, topic: str, group: str, kind: int, *args: Any,
                            timeout_s: float = 5.0) -> Any:
-        """A request to the leader of ``group``; its named refusal as a ``GatewayError``."""
+        """A request to the leader of ``group``; its named refusal as a ``GatewayError``. With
+        access control on, a request to another group is signed as the call's account."""
         if group == self.own.group:
             return await self.own.call(kind, *args, timeout_s=timeout_s)
         g = await self._group_route(topic, group)
         try:
-            _, res = await self.routes.group_client(g).call_leader(kind, *args, timeout_s=timeout_s)
-        except DLedgerError as err:  # a named refusal (RemoteError), or the log's error
+            credentials = self.own.credentials()
+            if credentials is None:
+                _, res = await self.routes.group_client(g).call_leader(kind, *args,
+                                                                       timeout_s=timeout_s)
+            else:
+                res = await self._signed_forward(group)(kind, list(args), timeout_s, credentials)
+        except (DLedgerError, errors.ClientError) as err:  # a named refusal, or the log's error
             raise GatewayError(code_of(err), str(err)) from err
         return res
+
+    def _signed_forward(self, group: str) -> LeaderForward:
+        """Requests to another group's leader signed as an account (its pools per account)."""
+        forward = self.other_groups.get(group)
+        if forward is None:
+            forward = self.other_groups[group] = LeaderForward(group, self.routes,
+                                                               self._ensure_routes)
+        return forward
 
     async def _fresh_route(self, topic: str) -> TopicRoute:
         """The topic's route asked of the NameServers now (a client's route query)."""

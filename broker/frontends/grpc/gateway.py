@@ -17,6 +17,9 @@ addresses: a client that takes the first talks to the leader, whose calls need n
 channel moves to another address when that one fails). The protocol's pure half (messages,
 codes) is ``broker.frontends.grpc.codec``.
 
+With ``--acl`` every call is authenticated by its RocketMQ 5 signature and served as its account
+(``broker.frontends.grpc.access``); with the node's ``--tls-*`` files the listener speaks TLS.
+
 Calls not served yet answer with the protocol's NOT_IMPLEMENTED status (never hang).
 """
 
@@ -34,7 +37,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
-from broker.frontends.forward import RoutesOnce
+from broker.api.api import ACTING
+from broker.frontends.forward import LeaderForward, RoutesOnce
+from broker.frontends.grpc.access import AccessInterceptor, secret_reader, txn_signing
 from broker.frontends.grpc.codec import code_of, guarded, status
 from broker.frontends.grpc.consume import ConsumeCalls
 from broker.frontends.grpc.owngroup import OwnGroup
@@ -102,6 +107,10 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
         self.delivery = Delivery(self.routes)  # (other groups' queues)
         self.own = OwnGroup(server, self.routes, self._ensure_routes,  # this group's queues
                             SEND_TIMEOUT_S)
+        self.other_groups: dict[str, LeaderForward] = {}  # (--acl: signed, per account)
+        acl = server.config.acl
+        self.access = AccessInterceptor(secret_reader(server.acl),
+                                        server.config.acl_replay_window_ms) if acl else None
         self._grpc: aio.Server | None = None
         self._routes_once = RoutesOnce(self.routes)
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -113,12 +122,15 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
         self.endpoints_of = _endpoints
         self.txns = GatewayTransactions(self.routes, f"grpc-gateway-{self.group}-"
                                         f"{server.config.node.node_id}", self.sessions,
-                                        self._ensure_routes)
+                                        self._ensure_routes, txn_signing(
+                                            server.acl, list(server.config.namesrv),
+                                            self.routes.ssl_context) if acl else None)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> Address:
-        self._grpc = aio.server(options=server_options())
+        self._grpc = aio.server(options=server_options(),
+                                interceptors=[self.access] if self.access is not None else None)
         sg.add_MessagingServiceServicer_to_server(self, self._grpc)
         host, port = self.listen
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -135,7 +147,9 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
 
     async def stop(self) -> None:
         await self.txns.stop()
-        await self.own.gather.close()
+        await self.own.close()
+        for forward in self.other_groups.values():
+            await forward.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=0.5)
             self._grpc = None
@@ -150,10 +164,14 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
     def status(self) -> dict[str, Any]:
         """The endpoint's counts (the node's status shows them): gRPC calls; those for this
         group's queues (served through the broker API); the SEND_RUNS requests their messages
-        were gathered into; the API's requests forwarded to the leader (none on the leader)."""
+        were gathered into; the API's requests forwarded to the leader (none on the leader);
+        the calls refused for their signature (``--acl``)."""
+        gathers = (self.own.gather, *self.own.gathers.values())
         return {"calls": self.calls, "own_group_calls": self.own.calls,
-                "send_requests": self.own.gather.requests, "forwarded": self.own.api.forwarded,
-                "sessions": len(self.sessions)}
+                "send_requests": sum(g.requests for g in gathers),
+                "forwarded": self.own.api.forwarded,
+                "sessions": len(self.sessions),
+                "unauthorized": self.access.refused if self.access is not None else 0}
 
     # -- routes -------------------------------------------------------------------------------------
 
@@ -195,6 +213,7 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
         (transaction check-back) go out through the session's outbox."""
         self.calls += 1
         client_id = _metadata(context, "x-mq-client-id")
+        account = ACTING.get()  # (with --acl: the account the stream was opened as)
         if not client_id:
             yield sv.TelemetryCommand(status=status(pb.Code.CLIENT_ID_REQUIRED,
                                                     "the x-mq-client-id header is missing"))
@@ -211,7 +230,7 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
                     if cmd.WhichOneof("command") == "settings" \
                             and cmd.settings.client_type == pb.ClientType.PRODUCER:
                         self.txns.producer_settings(client_id, frozenset(
-                            t.name for t in cmd.settings.publishing.topics))
+                            t.name for t in cmd.settings.publishing.topics), account)
                     reply = self._telemetry_reply(cmd)
                     if reply is not None:
                         await outbox.put(reply)

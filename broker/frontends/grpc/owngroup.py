@@ -10,10 +10,17 @@ knows them, else as the NameServers' route says, else the broker's default for a
 first send creates) and the API's named errors as the protocol's codes (``codec.code_of``).
 Other groups' queues are not its business (the gateway sends those through the client
 library).
+
+With access control on, each call is made as the account its gRPC call authenticated
+(``broker.frontends.grpc.access`` sets it): the API judges it, and a follower forwards it signed
+as that account. Sends travel together only with the same account's (one ``SendGather`` per
+account), each judged alone first, so that one refused does not fail the others it would have
+travelled with; ``credentials`` gives the account's, to sign a request to another group.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import zlib
 from collections.abc import Awaitable, Callable
@@ -21,19 +28,21 @@ from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.api.api import FORWARD_TIMEOUT_S, BrokerApi
+from broker.api.api import ACTING, FORWARD_TIMEOUT_S, NODE_ITSELF, BrokerApi, acting_as
 from broker.frontends.forward import LeaderForward
 from broker.frontends.gather import SendGather
 from broker.frontends.grpc.codec import GatewayError, code_of, status_code
 from client import errors
 from client.cluster.routes import Routes
+from protocol.auth import Credentials, SignatureError
 from protocol.broker_errors import BrokerError
+from protocol.broker_kinds import SEND
 from protocol.errors import DLedgerError
 
 if TYPE_CHECKING:
     from broker.api.broker import Broker
 
-__all__ = ["OwnGroup"]
+__all__ = ["SEND_OK", "OwnGroup"]
 
 SEND_OK = "SEND_OK"
 API_ERRORS = (BrokerError, DLedgerError, errors.ClientError)
@@ -47,8 +56,11 @@ class OwnGroup:
         self.group = broker.group
         self.routes = routes
         self.ensure_routes = ensure_routes
-        self.api = BrokerApi(broker, forward=LeaderForward(self.group, routes, ensure_routes))
+        self.forward = LeaderForward(self.group, routes, ensure_routes)
+        self.api = BrokerApi(broker, forward=self.forward)
+        self.send_timeout_s = send_timeout_s
         self.gather = SendGather(self.api.send_runs, send_timeout_s)
+        self.gathers: dict[str, SendGather] = {}  # with --acl: one per account
         self.calls = 0  # requests of the gRPC clients made to the API (served here or forwarded)
         self._turn = itertools.count()
 
@@ -66,7 +78,8 @@ class OwnGroup:
         [queue offset], [message id], ...]`` (``broker.core.sendwire.run_answers``)."""
         self.calls += 1
         try:
-            answer = await self.gather.send(topic, queue_id, row)
+            answer = await (self._gather_as(topic, queue_id, row) if self.broker.acl.enabled
+                            else self.gather.send(topic, queue_id, row))
         except API_ERRORS as err:
             raise GatewayError(code_of(err), str(err)) from err
         if answer[0] != SEND_OK:
@@ -76,6 +89,41 @@ class OwnGroup:
                 else int(pb.Code.HA_NOT_AVAILABLE)
             raise GatewayError(code, f"{answer[0]}: {answer[1]}")
         return list(answer)
+
+    def _gather_as(self, topic: str, queue_id: int, row: list[Any]) -> Awaitable[list[Any]]:
+        """The send with the same account's concurrent ones (judged alone first)."""
+        key = self.account()
+        self.broker.acl.permit(key, SEND, [topic, queue_id, [row]], leader_rule=False)
+        gather = self.gathers.get(key)
+        if gather is None:
+            gather = self.gathers[key] = SendGather(functools.partial(self._send_runs_as, key),
+                                                    self.send_timeout_s)
+        return gather.send(topic, queue_id, row)
+
+    async def _send_runs_as(self, access_key: str, runs: list[list[Any]],
+                            timeout_s: float) -> list[Any]:
+        with acting_as(access_key):
+            return await self.api.send_runs(runs, timeout_s)
+
+    def account(self) -> str:
+        """The account this call was authenticated as (with --acl); SignatureError if none."""
+        key = ACTING.get()
+        if key is None or key == NODE_ITSELF:
+            raise SignatureError("access control is on: the call names no account")
+        return key
+
+    def credentials(self) -> Credentials | None:
+        """The call's account's credentials, to sign a request to another group with (None:
+        access control is off)."""
+        if not self.broker.acl.enabled:
+            return None
+        return self.broker.acl.credentials(self.account())
+
+    async def close(self) -> None:
+        for gather in (self.gather, *self.gathers.values()):
+            await gather.close()
+        self.gathers.clear()
+        await self.forward.close()
 
     async def write_queues(self, topic: str) -> int | None:
         """The number of write queues the group has for ``topic`` (at least 1: a send to a

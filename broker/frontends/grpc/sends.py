@@ -11,7 +11,8 @@ message group's hash selects, others round robin; a TRANSACTION message is a hal
 Only a topic the NameServers say other groups serve (and this one does not) goes elsewhere:
 through our client library to the leader of one of those groups (``client.producer.delivery`` for a
 message, ``_leader_call`` for a half message or an end), as before the endpoint served its
-own group in process.
+own group in process; with access control on, every one of them through ``_leader_call``,
+signed as the call's account.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
-from broker.frontends.grpc.codec import GatewayError, code_of, guarded, inbound, status
-from broker.frontends.grpc.owngroup import OwnGroup
+from broker.frontends.grpc.codec import GatewayError, code_of, guarded, inbound, status, status_code
+from broker.frontends.grpc.owngroup import SEND_OK, OwnGroup
 from broker.frontends.grpc.txn import parse_txn, txn_group, txn_text
 from client import errors
 from client.cluster.routes import Routes
@@ -96,6 +97,13 @@ class SendCalls:
             got = await self._leader_call(mq.topic, mq.group, bp.TXN_HALF, txn_group(mq.topic),
                                           message_id, mq.topic, mq.queue_id, [row])
             return int(got[2][0]), txn_text(mq.group, message_id)
+        if self.own.broker.acl.enabled:  # signed as the call's account
+            (answer,) = await self._leader_call(mq.topic, mq.group, bp.SEND_RUNS,
+                                                [[mq.topic, mq.queue_id, [row]]],
+                                                timeout_s=SEND_TIMEOUT_S)
+            if answer[0] != SEND_OK:
+                raise GatewayError(status_code(answer[0]), f"{answer[0]}: {answer[1]}")
+            return int(answer[2][0]), ""
         result = await self.delivery.to_queue([row], mq, time.monotonic() + SEND_TIMEOUT_S)
         return result.queue_offset, ""
 

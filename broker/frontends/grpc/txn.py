@@ -14,6 +14,14 @@ producers of the topic, whose checker answers with EndTransaction (``SOURCE_SERV
 The transaction id a client sees is ``<broker group>/<message id>``: the group that holds the
 half message, and the id our transaction has there (the message id, which the client keeps
 across its retries, so a retried half is stored once).
+
+With access control on (``Signing``), the heartbeats of a topic's group are signed as the
+account of a live producer session of the topic that may publish it (``PUB`` on the topic and
+on the group ``%RMQ5_TXN%<topic>``, as its half messages and EndTransaction need: a producer
+without them sends no transactions, and its topics are not heartbeaten); each such account's
+requests go through a ``Routes`` of its own signing with its credentials as the ACL has them
+(a new secret: new ones), closed once no topic is heartbeaten with them. A check-back, which
+carries the half message, goes only to a session whose account may publish the topic then.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -32,6 +41,7 @@ from client import errors
 from client.cluster.routes import Routes
 from client.producer.group import RETRY_S, CheckRequest, ProducerRegistration, next_pause_s, parse_check
 from protocol import broker_kinds as bp
+from protocol.auth import Credentials
 
 log = logging.getLogger("broker.grpc")
 
@@ -53,17 +63,33 @@ def parse_txn(text: str) -> tuple[str, str]:
     return group, txn_id
 
 
+@dataclass(frozen=True)
+class Signing:
+    """Access control's part (``--acl``): may an account (None: a session that named none)
+    publish a topic's transactions now; an account's credentials (it may publish: it is one);
+    a new, unstarted ``Routes`` whose requests are signed with credentials."""
+
+    may_publish: Callable[[str | None, str], bool]
+    credentials: Callable[[str], Credentials]
+    routes_as: Callable[[Credentials], Routes]
+
+
 class GatewayTransactions:
     """The gateway's producers' topics, their heartbeats and the check-backs' delivery."""
 
     def __init__(self, routes: Routes, client_id: str, sessions: dict[str, asyncio.Queue[Any]],
-                 ensure_routes: Callable[[], Awaitable[None]]) -> None:
+                 ensure_routes: Callable[[], Awaitable[None]],
+                 signing: Signing | None = None) -> None:
         self.routes = routes
         self.ensure_routes = ensure_routes
         self.client_id = client_id
         self.sessions = sessions  # client id -> its telemetry outbox (the gateway's)
+        self.signing = signing
         self.published: dict[str, frozenset[str]] = {}  # producer client id -> its topics
-        self._registrations: dict[str, ProducerRegistration] = {}
+        self.accounts: dict[str, str | None] = {}  # producer client id -> its account (--acl)
+        # topic -> its group's registration, and whom it heartbeats as (None: unsigned)
+        self._registrations: dict[str, tuple[ProducerRegistration, Credentials | None]] = {}
+        self._signed_routes: dict[Credentials, Routes] = {}  # (--acl)
         self._task: asyncio.Task[None] | None = None
         self.checks_delivered = 0
         self.checks_dropped = 0
@@ -76,47 +102,86 @@ class GatewayTransactions:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for reg in self._registrations.values():
+        for reg, _ in self._registrations.values():
             with contextlib.suppress(errors.ClientError):
                 await reg.beat(ttl_ms=0)
+        self._registrations.clear()
+        await self._close_unused()
 
-    def producer_settings(self, client_id: str, topics: frozenset[str]) -> None:
-        """A producer session said which topics it publishes."""
+    def producer_settings(self, client_id: str, topics: frozenset[str],
+                          account: str | None = None) -> None:
+        """A producer session said which topics it publishes (``account``: the one its
+        telemetry stream was authenticated as, with --acl)."""
         self.published[client_id] = topics
+        self.accounts[client_id] = account
 
     def session_ended(self, client_id: str) -> None:
         self.published.pop(client_id, None)
+        self.accounts.pop(client_id, None)
+
+    def _may_publish(self, client_id: str, topic: str) -> bool:
+        return self.signing is None or self.signing.may_publish(self.accounts.get(client_id),
+                                                                topic)
 
     async def _loop(self) -> None:
         backoff_s = RETRY_S
         while True:
             missed = 0
             try:
-                if self.published:
+                if self.published or self._registrations:
                     await self.ensure_routes()
                     await self.beat()
-                missed = sum(reg.missed for reg in self._registrations.values())
+                missed = sum(reg.missed for reg, _ in self._registrations.values())
             except errors.ClientError:  # no NameServer now: soon again
                 missed = 1
             pause_s, backoff_s = next_pause_s(missed, backoff_s)
             await asyncio.sleep(pause_s if self._registrations else RETRY_S)  # (none yet: 1 s)
 
+    def _signers(self) -> dict[str, Credentials | None]:
+        """The topics to heartbeat, each with the credentials to sign with: those of the first
+        live session's account that may publish it (None without access control)."""
+        out: dict[str, Credentials | None] = {}
+        for client_id, topics in self.published.items():
+            account = self.accounts.get(client_id)
+            for topic in topics:
+                if topic in out or not self._may_publish(client_id, topic):
+                    continue
+                out[topic] = None if self.signing is None or account is None \
+                    else self.signing.credentials(account)
+        return out
+
     async def beat(self) -> None:
         """Heartbeat the groups of the topics live producers publish; leave the others."""
-        topics = {t for ts in self.published.values() for t in ts}
-        for topic in topics - set(self._registrations):
-            self._registrations[topic] = ProducerRegistration(self.routes, txn_group(topic),
-                                                              self.client_id)
-        for topic in list(self._registrations):
-            reg = self._registrations[topic]
-            if topic in topics:
-                await reg.beat()
-            else:
+        wanted = self._signers()
+        for topic, (reg, signer) in list(self._registrations.items()):
+            if topic not in wanted or wanted[topic] != signer:  # gone, or another signer's now
                 del self._registrations[topic]
                 await reg.beat(ttl_ms=0)
-        for g in (reg.groups for reg in self._registrations.values()):
-            for route in g.values():
-                self.routes.group_client(route).set_push_handler(self._pushed)
+        for topic, signer in wanted.items():
+            if topic not in self._registrations:
+                routes = await self._routes_of(signer)
+                self._registrations[topic] = (ProducerRegistration(
+                    routes, txn_group(topic), self.client_id), signer)
+            reg = self._registrations[topic][0]
+            await reg.beat()
+            for route in reg.groups.values():
+                reg.routes.group_client(route).set_push_handler(self._pushed)
+        await self._close_unused()
+
+    async def _routes_of(self, signer: Credentials | None) -> Routes:
+        if signer is None or self.signing is None:
+            return self.routes
+        routes = self._signed_routes.get(signer)
+        if routes is None:
+            routes = self.signing.routes_as(signer)
+            await routes.start()
+            self._signed_routes[signer] = routes
+        return routes
+
+    async def _close_unused(self) -> None:
+        used = {signer for _, signer in self._registrations.values()}
+        for signer in [c for c in self._signed_routes if c not in used]:
+            await self._signed_routes.pop(signer).close()
 
     def _pushed(self, kind: int, fields: list[Any]) -> None:
         if kind != bp.CHECK_TRANSACTION:
@@ -132,7 +197,8 @@ class GatewayTransactions:
         topic = check.producer_group[len(GROUP_PREFIX):]
         for client_id, topics in self.published.items():
             outbox = self.sessions.get(client_id)
-            if topic in topics and outbox is not None and not outbox.full():
+            if topic in topics and outbox is not None and not outbox.full() \
+                    and self._may_publish(client_id, topic):
                 m = check.message
                 cmd = sv.TelemetryCommand()
                 cmd.recover_orphaned_transaction_command.transaction_id = txn_text(
@@ -146,4 +212,4 @@ class GatewayTransactions:
         self.checks_dropped += 1
 
 
-__all__ = ["GROUP_PREFIX", "GatewayTransactions", "parse_txn", "txn_group", "txn_text"]
+__all__ = ["GROUP_PREFIX", "GatewayTransactions", "Signing", "parse_txn", "txn_group", "txn_text"]
