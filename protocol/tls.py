@@ -123,6 +123,7 @@ class TlsConfig:
     _live: list[_Contexts] = field(init=False, repr=False, compare=False)
     _fronts: tuple[ssl.SSLContext, ssl.SSLContext, ssl.SSLContext] = field(
         init=False, repr=False, compare=False)  # server, peer server, dial
+    _reloads: list[int] = field(init=False, repr=False, compare=False)  # one cell: the count
 
     def __post_init__(self) -> None:
         for what, path in (("--tls-cert", self.cert_file), ("--tls-key", self.key_file),
@@ -135,6 +136,7 @@ class TlsConfig:
                   client_context(self.ca_file))
         object.__setattr__(self, "_live", live)
         object.__setattr__(self, "_fronts", fronts)
+        object.__setattr__(self, "_reloads", [0])
 
     @classmethod
     def from_options(cls, cert_file: str | None, key_file: str | None, ca_file: str | None,
@@ -171,6 +173,13 @@ class TlsConfig:
         except (OSError, ssl.SSLError) as err:
             raise TlsConfigError(f"cannot load the CA file {self.ca_file!r}: {err}") from err
         self._live[0] = fresh
+        self._reloads[0] += 1
+
+    @property
+    def reloads(self) -> int:
+        """How many times ``reload()`` took new files (a listener that holds the files' bytes,
+        gRPC's, reads them again when this changes)."""
+        return self._reloads[0]
 
     def server_context(self) -> ssl.SSLContext:
         """A listener's context (clients bring no certificate); follows ``reload()``."""

@@ -95,10 +95,14 @@ class Pki:
         os.replace(tmp, self.ca_file)
 
 
-async def _presented(addr: tuple[str, int], ca: str, cert: NodeCert | None = None) -> str:
+async def _presented(addr: tuple[str, int], ca: str, cert: NodeCert | None = None,
+                     alpn: str | None = None) -> str:
     """The serial of the certificate a fresh TLS connection to ``addr`` is shown (verified
-    against ``ca``; ``cert``: presented as the client's, for a peer port)."""
+    against ``ca``; ``cert``: presented as the client's, for a peer port; ``alpn``: the
+    protocol offered, ``h2`` for the gRPC listener, which takes no handshake without it)."""
     ctx = client_context(ca, cert.cert_file, cert.key_file) if cert else client_context(ca)
+    if alpn is not None:
+        ctx.set_alpn_protocols([alpn])
     _, writer = await asyncio.open_connection(*addr, ssl=ctx, server_hostname=addr[0])
     try:
         return str(writer.get_extra_info("peercert")["serialNumber"])
@@ -210,7 +214,8 @@ def test_certificates_rotate_under_load_without_losing_an_acknowledged_send(
         with LocalCluster(str(tmp_path / "a"), size=3, tick_ms=50, group="a",
                           program=(*BROKER, "--namesrv", ns, "--register-interval-s", "1"),
                           node_args={n: (*pki.args(n), "--peer-mtls", "--remoting-listen",
-                                         f"{HOST}:0") for n in NODES}) as cluster:
+                                         f"{HOST}:0", "--grpc-listen", f"{HOST}:0")
+                                     for n in NODES}) as cluster:
             _arun(_rotate_under_load(cluster, pki, ns, ns_addr, ns_proc.pid, new_ca_dir,
                                      new_ca, client_ca))
     finally:
@@ -224,9 +229,10 @@ def test_certificates_rotate_under_load_without_losing_an_acknowledged_send(
 
 def _listeners(cluster: LocalCluster, nid: str) -> dict[str, tuple[str, int]]:
     s = cluster.servers[nid]
-    admin, remoting = s.ready["admin"], s.ready["remoting"]
+    admin, remoting, grpc = s.ready["admin"], s.ready["remoting"], s.ready["grpc"]
     return {"client": s.client_address, "peer": s.peer_address,
-            "admin": (admin[0], admin[1]), "remoting": (remoting[0], remoting[1])}
+            "admin": (admin[0], admin[1]), "remoting": (remoting[0], remoting[1]),
+            "grpc": (grpc[0], grpc[1])}
 
 
 async def _all_present(cluster: LocalCluster, ns_addr: tuple[str, int], ca: str,
@@ -236,7 +242,8 @@ async def _all_present(cluster: LocalCluster, ns_addr: tuple[str, int], ca: str,
     for nid in NODES:
         for kind, addr in _listeners(cluster, nid).items():
             seen[f"{nid}/{kind}"] = await _presented(addr, ca,
-                                                     peer_cert if kind == "peer" else None)
+                                                     peer_cert if kind == "peer" else None,
+                                                     "h2" if kind == "grpc" else None)
     return {k: v for k, v in seen.items() if v != want[k.split("/")[0]]}
 
 

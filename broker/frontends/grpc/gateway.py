@@ -67,13 +67,34 @@ RECEIVE_BATCH_SIZE = 32
 LONG_POLLING_S = 30
 
 
-def _server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
-    """gRPC's TLS from the broker's --tls-* files (gRPC's own TLS stack, not Python's ssl)."""
+def _certificate_configuration(tls: TlsConfig) -> Any:
     with open(tls.key_file, "rb") as f:
         key = f.read()
     with open(tls.cert_file, "rb") as f:
         chain = f.read()
-    return grpc.ssl_server_credentials([(key, chain)])
+    return grpc.ssl_server_certificate_configuration([(key, chain)])
+
+
+def _server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
+    """gRPC's TLS from the broker's --tls-* files (gRPC's own TLS stack, not Python's ssl),
+    which follows ``tls.reload()`` (SIGHUP): gRPC asks before each new handshake, and gets the
+    files again once they were reloaded (checked by the reload); open connections keep theirs."""
+    seen = [tls.reloads]
+
+    def fetch() -> Any:  # (called by gRPC's own threads: reads a counter, rarely the files)
+        if tls.reloads == seen[0]:
+            return None  # no change
+        try:
+            fresh = _certificate_configuration(tls)
+        except OSError as err:
+            log.error("the gRPC listener keeps its certificate: %s", err)
+            return None
+        seen[0] = tls.reloads
+        log.warning("the gRPC listener takes the reloaded certificate %s", tls.cert_file)
+        return fresh
+
+    return grpc.dynamic_ssl_server_credentials(_certificate_configuration(tls), fetch,
+                                               require_client_authentication=False)
 
 
 def server_options() -> list[tuple[str, int]]:
