@@ -239,8 +239,10 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                 except SEND_ERRORS as err:
                     raise HarnessError(f"the messaging features did not start: {err!r}") from err
             with open(cluster.key_file, encoding="utf-8") as f:  # (the negative controls')
+                # (its own stream: drawing from the run's RNG would move every seeded
+                # schedule that comes after, and the canaries' seeds were chosen on those)
                 forger = Forger(cluster.namesrv, cluster.group, f.read().strip().encode(),
-                                random.Random(rng.random()), stop_producers,
+                                random.Random(f"forger-{cfg.seed}"), stop_producers,
                                 client_context(cluster.tls_ca) if cluster.tls_ca else None)
             workers.append(asyncio.create_task(forger.run()))
             await asyncio.sleep(cfg.quiet_s)  # the quiet period before the first fault

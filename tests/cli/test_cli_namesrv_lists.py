@@ -79,7 +79,7 @@ def test_a_group_with_two_of_three_nodes_stopped_has_no_quorum(monkeypatch: pyte
     views = importlib.import_module("client.cluster.admin_views")  # (dledger status's merge lives there)
 
     async def one_follower(_: object, n: dict[str, str], limit: object = None,
-                           scheme: str = "http") -> dict[str, object]:
+                           scheme: str = "http", status_key: object = None) -> dict[str, object]:
         return {"node": n["node_id"], "role": "follower", "term": 4, "last_index": 9,
                 "commit_index": 9, "applied_index": 9, "followers": {},
                 "members": ["n0", "n1", "n2"]}
