@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import signal
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -141,3 +142,19 @@ def with_routes(namesrv: Sequence[str], fn: Callable[[Routes], Awaitable[None]])
         finally:
             await routes.close()
     run(main())
+
+
+async def until_interrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` until it ends or SIGINT/SIGTERM arrives (then cancel it: a clean exit)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise  # we were cancelled ourselves, not by a signal
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)

@@ -9,13 +9,10 @@ consumer's timeout plus its suspend time."""
 from __future__ import annotations
 
 import asyncio
-import signal
-from collections.abc import Coroutine
-from typing import Any
 
 import click
 
-from cli.common import iso_ms, namesrv_option, run
+from cli.common import iso_ms, namesrv_option, run, until_interrupted
 from client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage, RetriableError
 from client.errors import BadFilterError, compile_filter
 from protocol import broker_kinds as bp
@@ -113,7 +110,7 @@ def consume(namesrv: tuple[str, ...], consumer_group: str | None, from_offset: i
             offsets = {mq: await reader.start_offset(mq, from_offset, from_timestamp_ms)
                        for mq in queues}
             if follow:
-                await _until_interrupted(reader.follow(offsets))
+                await until_interrupted(reader.follow(offsets))
             else:
                 for mq in queues:
                     await reader.catch_up(mq, offsets[mq])
@@ -214,17 +211,3 @@ def message_line(m: ReceivedMessage) -> str:
             f"offset_msg_id={m.offset_msg_id} {m.body!r}")
 
 
-async def _until_interrupted(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` until it ends or SIGINT/SIGTERM arrives (then cancel it: a clean exit)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(work)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise  # we were cancelled ourselves, not by a signal
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)

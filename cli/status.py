@@ -8,13 +8,12 @@ import asyncio
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from cli.common import http_session, namesrv_get, namesrv_option
+from cli.common import http_session, namesrv_get, namesrv_option, until_interrupted
 from client.cluster.admin_views import group_health as group_health  # re-exported: the HEALTH_HELP rules
 from client.cluster.admin_views import group_status
 from dledger.log_cli import WATCH_MIN_S
@@ -44,19 +43,24 @@ def status(namesrv: tuple[str, ...], as_json: bool, watch: float | None) -> None
         rows = _read(namesrv)
         click.echo(json.dumps(rows, indent=2) if as_json else status_table(rows))
         sys.exit(exit_code(rows))
-    code = 1
-    try:
-        while True:  # until Ctrl-C: an error is shown and the next round tries again
-            try:
-                rows = _read(namesrv)
-                click.echo(json.dumps(rows, indent=2) if as_json else status_table(rows))
-                code = exit_code(rows)
-            except click.ClickException as err:
-                click.echo(f"Error: {err.format_message()}", err=True)
-                code = err.exit_code
-            time.sleep(watch)  # the period the user asked for
-    except KeyboardInterrupt:
-        sys.exit(code)
+    code = [1]  # the last round's
+    asyncio.run(until_interrupted(_watch(namesrv, as_json, watch, code)))
+    sys.exit(code[0])
+
+
+async def _watch(namesrv: Sequence[str], as_json: bool, period_s: float,
+                 code: list[int]) -> None:
+    """A round every ``period_s`` until cancelled (Ctrl-C): one event loop for all of them,
+    so the signal cancels a round or a wait, never lands in the middle of a loop's teardown."""
+    while True:  # an error is shown and the next round tries again
+        try:
+            rows = await _rows(namesrv)
+            click.echo(json.dumps(rows, indent=2) if as_json else status_table(rows))
+            code[0] = exit_code(rows)
+        except click.ClickException as err:
+            click.echo(f"Error: {err.format_message()}", err=True)
+            code[0] = err.exit_code
+        await asyncio.sleep(period_s)  # the period the user asked for
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:
@@ -65,7 +69,11 @@ def exit_code(rows: list[dict[str, Any]]) -> int:
 
 
 def _read(namesrv: Sequence[str]) -> list[dict[str, Any]]:
-    rows = asyncio.run(cluster_status(namesrv))
+    return asyncio.run(_rows(namesrv))
+
+
+async def _rows(namesrv: Sequence[str]) -> list[dict[str, Any]]:
+    rows = await cluster_status(namesrv)
     if not rows:
         raise click.ClickException(
             f"no broker group is registered at the NameServer ({', '.join(namesrv)}): the "

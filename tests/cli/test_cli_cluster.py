@@ -114,6 +114,11 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
     err = _Lines(proc.stderr)  # read as it runs: a full pipe would stall the process
     try:
         proc.wait(timeout=LINE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # where it hangs: faulthandler's dump on SIGABRT
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=LINE_TIMEOUT_S)
+        err.thread.join(timeout=LINE_TIMEOUT_S)
+        raise AssertionError(f"pid {proc.pid} did not end: {''.join(err.lines)[-6000:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -188,7 +193,8 @@ def test_status_and_topic_list_fall_over_to_the_next_namesrv(ns: str) -> None:
 def test_watch_repeats_until_interrupted_and_exits_with_the_health(ns: str) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import cli; cli.main()", "status",
                              "--namesrv", ns, "--watch", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     assert proc.stdout is not None
     out = _Lines(proc.stdout)
     try:
