@@ -31,7 +31,10 @@ def leader_transfer(namesrv: tuple[str, ...], group: str, to: str) -> None:
                                            f"(registered: {', '.join(sorted(g.nodes))})")
             node, _ = await routes.call_group_leader(g, bp.TRANSFER_LEADERSHIP, to,
                                                      timeout_s=TRANSFER_TIMEOUT_S)
-            click.echo(f"group {g.group}: leadership moved from {node} to {to}")
+            if node == to:  # (the leader answered a transfer to itself: nothing moved)
+                click.echo(f"group {g.group}: {to} already leads, nothing to move")
+            else:
+                click.echo(f"group {g.group}: leadership moved from {node} to {to}")
     with_routes(namesrv, transfer)
 
 

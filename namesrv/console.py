@@ -3,7 +3,7 @@ page (``console_static/``: HTML, CSS and vanilla JS, no build step, nothing load
 the cluster) and the JSON and event-stream endpoints it reads.
 
   GET  /console                              the page
-  GET  /console/static/{file}                its script and style
+  GET  /console/static/{file}                its script, style and icon (also at /favicon.ico)
   GET  /console/events                       server-sent events: one ``snapshot`` per poll
   GET  /console/api/config                   {"read_only": ...}
   GET  /console/api/snapshot                 the cluster now (``console_poll``)
@@ -79,6 +79,10 @@ class Console:
 _CONSOLE_KEY = web.AppKey("console", Console)
 
 
+async def _favicon(_: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC_DIR / "favicon.svg", headers={"Content-Type": "image/svg+xml"})
+
+
 def add_console(app: web.Application, cluster_view: ClusterView, clock: Clock,
                 read_only: bool = False, dial_ssl: ssl.SSLContext | None = None,
                 tls_ca: str | None = None, status_key: bytes | None = None) -> Console:
@@ -95,6 +99,7 @@ def add_console(app: web.Application, cluster_view: ClusterView, clock: Clock,
     r.add_get("/console", _page)
     r.add_get("/console/", _page)
     r.add_static("/console/static", STATIC_DIR)
+    r.add_get("/favicon.ico", _favicon)  # (what a browser asks for by itself)
     r.add_get("/console/events", _events)
     r.add_get("/console/api/config", _api(_config))
     r.add_get("/console/api/snapshot", _api(_snapshot))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -98,6 +99,13 @@ class Attempt:
         return last
 
 
+def _random_first_index() -> int:
+    return random.randrange(1 << 16)
+
+
+first_index = _random_first_index  # where a producer's round robin over a topic's queues starts
+
+
 class Delivery:
     def __init__(self, routes: Routes) -> None:
         self._routes = routes
@@ -138,7 +146,10 @@ class Delivery:
         fresh_queues = [x for x in queues if x[0].group not in tried
                         and self._isolated.get(x[0].group, 0) <= now]
         pool = fresh_queues or [x for x in queues if x[0].group not in tried] or queues
-        counter = self._round_robin.setdefault(topic, itertools.count())
+        counter = self._round_robin.get(topic)
+        if counter is None:  # from a random queue, as RocketMQ's producer: many short-lived
+            # producers (one `dledger send` each) spread over the queues, not all on queue 0
+            counter = self._round_robin[topic] = itertools.count(first_index())
         for i in idx[:1] if batch else idx:
             group, queue_id = pool[next(counter) % len(pool)]
             entry = plan.get(group.group)

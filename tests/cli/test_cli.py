@@ -128,6 +128,8 @@ def test_broker_cluster_up_send_consume_status(tmp_path: Path) -> None:
         target = next(n["node"] for n in group["nodes"] if n["role"] != "leader")
         res = runner.invoke(cli.main, ["leader", "transfer", "--namesrv", ns, "a", target])
         assert res.exit_code == 0 and f"to {target}" in res.output, res.output
+        res = runner.invoke(cli.main, ["leader", "transfer", "--namesrv", ns, "a", target])
+        assert res.exit_code == 0 and f"{target} already leads" in res.output, res.output
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)

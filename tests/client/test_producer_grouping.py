@@ -19,6 +19,7 @@ import pytest
 
 from client import Message, NoPermissionError, Producer, SendTimeoutError, UnavailableError
 from client.cluster.routes import GroupRoute, Routes, TopicRoute
+from client.producer import delivery
 from client.producer.delivery import Delivery
 from dledger.localcluster import free_ports
 from protocol import broker_kinds as bp
@@ -40,6 +41,13 @@ class Net(Delivery):
         self.requests.append((group.group, kind, args))
         await asyncio.sleep(0)  # the network
         return "n0", self.respond(group.group, args[0]), self.unknown
+
+
+@pytest.fixture(autouse=True)
+def _round_robin_from_queue_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests name the queue each message takes: the round robin starts at the first
+    (a producer's starts at a random one, ``delivery.first_index``)."""
+    monkeypatch.setattr(delivery, "first_index", lambda: 0)
 
 
 def ok(group: str, runs: list[Any]) -> list[Any]:
@@ -67,6 +75,22 @@ async def producer(respond: Respond, *routes: TopicRoute, unknown: bool = False)
 def runs_of(net: Net) -> list[tuple[str, list[tuple[str, int, list[bytes]]]]]:
     return [(g, [(t, q, [m[0] for m in ms]) for t, q, ms in args[0]])
             for g, _, args in net.requests]
+
+
+def test_short_lived_producers_start_their_round_robin_anywhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four producers sending one message each (four `dledger send` runs) to a 4-queue topic
+    do not all land on queue 0: each starts at a random queue (the draws given here)."""
+    draws = iter([4, 5, 2, 7])  # (queues 0, 1, 2, 3 of 4)
+    monkeypatch.setattr(delivery, "first_index", lambda: next(draws))
+    assert len({delivery._random_first_index() for _ in range(64)}) > 1  # production's draw
+
+    async def one() -> int:
+        p, _ = await producer(ok, route("t", "a", queues=4))
+        r = await p.send(Message("t", b"x"))
+        await p.close()
+        return r.queue.queue_id
+    assert [asyncio.run(one()) for _ in range(4)] == [0, 1, 2, 3]
 
 
 def test_one_turn_goes_as_one_request_per_group_with_a_queue_per_message() -> None:
