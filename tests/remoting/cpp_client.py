@@ -41,9 +41,11 @@ except ImportError:  # PyPI rocketmq 0.4.4's wrapper: used here for batch sends 
 # The C++ client (0.5.0rc2) fails a send at once, before anything leaves, when its own lock on
 # its connection table is taken by another thread ("GetTransport ... get timed_mutex timeout" in
 # its log; the transaction producer's oneway END and check-back threads take it): it reports "No
-# route info of this topic". A transaction producer retries such a send a few times.
+# route info of this topic". A sync or transaction producer sends such a message again, a few
+# times, when the failure came at once (INSTANT_S: no request can have gone out and failed).
 NO_TRANSPORT = "No route info of this topic"
 TRANSPORT_RETRIES = 3
+INSTANT_S = 0.1
 PROPS = ("UNIQ_KEY", "color", "RETRY_TOPIC", "REAL_TOPIC", "DELAY")
 
 
@@ -93,19 +95,28 @@ def produce(a: argparse.Namespace) -> None:
             if a.interval_ms:
                 time.sleep(a.interval_ms / 1000)  # the application's pace (a client's own wait)
             started = time.time()
-            try:
-                if a.mode == "oneway":
-                    producer.send_oneway(msg)
-                    out({"i": i, "oneway": True})
-                    continue
-                if a.mode == "orderly":
-                    r = producer.send_orderly_with_sharding_key(msg, f"order-{i % a.shards}")
-                else:
-                    r = producer.send_sync(msg)
-                out({"i": i, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset,
-                     "sent_ms": int(started * 1000)})
-            except Exception as err:  # counted by the caller: a failed send is an event
-                out({"i": i, "error": f"{type(err).__name__}: {err}"[:500]})
+            for attempt in range(1 + TRANSPORT_RETRIES):
+                try:
+                    if a.mode == "oneway":
+                        producer.send_oneway(msg)
+                        out({"i": i, "oneway": True})
+                    elif a.mode == "orderly":
+                        r = producer.send_orderly_with_sharding_key(msg, f"order-{i % a.shards}")
+                    else:
+                        r = producer.send_sync(msg)
+                    if a.mode != "oneway":
+                        out({"i": i, "status": int(r.status), "msg_id": r.msg_id,
+                             "offset": r.offset, "sent_ms": int(started * 1000)})
+                    break
+                except Exception as err:  # counted by the caller: a failed send is an event
+                    if (a.mode == "sync" and attempt < TRANSPORT_RETRIES
+                            and NO_TRANSPORT in str(err) and time.time() - started < INSTANT_S):
+                        print(f"send {i} again: {err}"[:300], file=sys.stderr, flush=True)
+                        time.sleep(0.2)  # (failed at once on the client's own lock: not sent)
+                        started = time.time()
+                        continue
+                    out({"i": i, "error": f"{type(err).__name__}: {err}"[:500]})
+                    break
     finally:
         producer.shutdown()
 
@@ -137,6 +148,7 @@ def transact(a: argparse.Namespace) -> None:
     try:
         for i in range(a.count):
             for attempt in range(1 + TRANSPORT_RETRIES):
+                t0 = time.monotonic()
                 try:
                     state = local[i % 3]
                     r = producer.send_message_in_transaction(message(a, i),
@@ -145,7 +157,8 @@ def transact(a: argparse.Namespace) -> None:
                          "local": int(state)})
                     break
                 except Exception as err:  # counted by the caller
-                    if attempt < TRANSPORT_RETRIES and NO_TRANSPORT in str(err):
+                    if (attempt < TRANSPORT_RETRIES and NO_TRANSPORT in str(err)
+                            and time.monotonic() - t0 < INSTANT_S):
                         out({"retry": i, "error": f"{type(err).__name__}: {err}"[:500]})
                         time.sleep(0.2)  # (the client's lock is taken: an application's retry)
                         continue
