@@ -13,7 +13,7 @@ import logging
 import os
 import random
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from dledger.raft.types import Heartbeat
 from dledger.raft.types import Message as RaftMessage
 from protocol.frames import encode_frame
 from protocol.tls import TlsConfig, TlsConfigError, client_context
+from tests.nodes.test_processes import wait_until
 
 HOST = "127.0.0.1"
 
@@ -44,14 +45,6 @@ def _run(coro: Awaitable[Any]) -> Any:
     async def bounded() -> Any:
         return await asyncio.wait_for(coro, 30)
     return asyncio.run(bounded())
-
-
-async def _until(pred: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def _serial(cert: NodeCert) -> str:
@@ -273,7 +266,7 @@ async def _say_hello(port: int, ctx: ssl.SSLContext, claim: str,
     writer.write(encode_frame(encode_message(Heartbeat(src=claim, dst="n0", term=1, commit=0))))
     closed = asyncio.ensure_future(reader.read())
     try:
-        await _until(lambda: closed.done() or len(inbox) > before, "delivery or a close")
+        await wait_until(lambda: closed.done() or len(inbox) > before, 10, "delivery or a close")
         return len(inbox) > before
     finally:
         closed.cancel()
@@ -345,9 +338,10 @@ def test_a_dialing_node_refuses_a_listener_naming_another_node(
         try:
             dialer.send(Heartbeat(src="n1", dst="n0", term=1, commit=0))
             if listener_cert == "n0":
-                await _until(lambda: len(inbox) == 1, "the heartbeat over the link")
+                await wait_until(lambda: len(inbox) == 1, 10, "the heartbeat over the link")
             else:
-                await _until(lambda: dialer.stats()["n0"]["errors"] >= 2, "refused twice")
+                await wait_until(lambda: dialer.stats()["n0"]["errors"] >= 2, 10,
+                                 "refused twice")
             return bool(dialer.stats()["n0"]["connected"])
         finally:
             await dialer.stop()
