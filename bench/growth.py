@@ -11,6 +11,9 @@ Then, with every node caught up, it reads:
   (SIGTERM: it writes a last checkpoint) and started again: seconds until its process is ready,
   and until it has applied everything the group committed; then every node stopped and started
   again (a cold start of the group): seconds until a leader has applied its term's no-op;
+- checkpoints under the backlog: for ``--watch`` seconds a trickle of sends keeps the periodic
+  checkpoint writing; each node's RSS is sampled every 0.1 s and its high-water mark (reset at the
+  start: ``/proc/PID/clear_refs``) read at the end: the peak against the median (issue 34 item 3);
 - pulls: messages per second pulling one queue from its oldest offset (cold: the log's first
   pages, not read since they were written) and from near its tail (hot), 1024 a pull, from the
   leader, the same number of messages each.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -101,7 +105,46 @@ def _restart(cluster: LocalCluster, nid: str, sig: int = signal.SIGTERM) -> floa
     return time.monotonic() - t0
 
 
-async def _measure(cluster: LocalCluster, n: int, size: int) -> None:
+def _reset_peak(pid: int) -> bool:
+    """Reset a process's RSS high-water mark (VmHWM), if this kernel and user may."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+async def _checkpoint_memory(client: LogClient, cluster: LocalCluster, nodes: list[str], n: int,
+                             watch_s: float) -> None:
+    """Peak RSS against steady RSS while periodic checkpoints of the backlog are written."""
+    if watch_s <= 0:
+        return
+    pids = {nid: cluster.servers[nid].pid for nid in nodes}
+    hwm = all(_reset_peak(pid) for pid in pids.values() if pid is not None)
+    samples: dict[str, list[float]] = {nid: [] for nid in nodes}
+    marks: dict[str, set[int]] = {nid: set() for nid in nodes}
+    body, k, t0 = b"t" * 128, 0, time.monotonic()
+    while time.monotonic() - t0 < watch_s:
+        await client.call_leader(bp.SEND, TOPIC, k % QUEUES, [[body, "", [], f"T{n + k:016d}", [], 0]])
+        k += 1
+        for nid in nodes:
+            samples[nid].append(rss_mib(pids[nid]))
+            if k % 10 == 0:
+                st = await _status(client, nid)
+                if st is not None:
+                    marks[nid].add(st["snapshot"]["checkpoint_index"])
+        await asyncio.sleep(0.1)  # the sampling period of a benchmark (not a test's wait)
+    click.echo(f"  checkpoints under the backlog ({watch_s:.0f} s, a send every 0.1 s):")
+    for nid in nodes:
+        steady = statistics.median(samples[nid])
+        peak = rss_mib(pids[nid], "VmHWM") if hwm else max(samples[nid])
+        click.echo(f"    {nid}: RSS steady {steady:.1f} MiB, peak {peak:.1f} MiB "
+                   f"({peak / steady:.2f}x; {'high-water mark' if hwm else 'sampled'}), "
+                   f"{len(marks[nid]) - 1} checkpoints written meanwhile")
+
+
+async def _measure(cluster: LocalCluster, n: int, size: int, watch_s: float) -> None:
     nodes = list(cluster.servers)
     async with LogClient(cluster.client_addresses, timeout_s=30) as client:
         await client.call_leader(bp.TOPIC_PUT, TOPIC, QUEUES, QUEUES, 6)
@@ -120,6 +163,7 @@ async def _measure(cluster: LocalCluster, n: int, size: int) -> None:
                        f"per message), anonymous {a0:.1f} -> {a1:.1f} MiB "
                        f"({(a1 - a0) * 2**20 / n:.0f} B per message); checkpoint "
                        f"{size_mib:.1f} MiB")
+        await _checkpoint_memory(client, cluster, nodes, n, watch_s)
         leader = await _leader(client, nodes) or nodes[0]
         # a crash at once (the backlog's last seconds are after the last periodic checkpoint)
         crashed = next(nid for nid in nodes if nid != leader)
@@ -152,11 +196,13 @@ async def _measure(cluster: LocalCluster, n: int, size: int) -> None:
 @click.option("--messages", default="100000,1000000", show_default=True,
               help="Backlog sizes, comma separated.")
 @click.option("--bytes", "size", type=click.IntRange(min=1), default=128, show_default=True)
-def main(messages: str, size: int) -> None:
+@click.option("--watch", "watch_s", type=click.FloatRange(min=0), default=25.0, show_default=True,
+              help="Seconds of checkpoints under the backlog to watch memory over (0: skip).")
+def main(messages: str, size: int, watch_s: float) -> None:
     for n in [int(x) for x in messages.split(",") if x]:
         with broker_group("async", NodeFlags()) as (_, cluster):
             cluster.start_timeout_s = 600.0  # (a cold start loads the whole checkpoint)
-            asyncio.run(_measure(cluster, n, size))
+            asyncio.run(_measure(cluster, n, size, watch_s))
 
 
 if __name__ == "__main__":

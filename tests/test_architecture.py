@@ -19,6 +19,7 @@ PURE_BROKER_MODULES = (
         "pop": ("model", "entries", "apply"), "retry": ("model",),
         "txn": ("model", "entries", "apply")}.items() for part in parts),
     "broker.machine.kinds", "broker.machine.legacy", "broker.machine.parts", "broker.machine.state",
+    "broker.machine.snapshot_view",
 )
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).

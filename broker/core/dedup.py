@@ -22,8 +22,10 @@ the original's result.
   on the send path;
 - queues: the (topic, queue id) a reference names, in order of first use.
 
-A checkpoint copies the rows as one byte string; a restore places them in fresh slots again (no
-key is hashed again; about 0.8 s for a million keys).
+A checkpoint writes the rows as one byte string; a restore places them in fresh slots again (no
+key is hashed again; about 0.8 s for a million keys). The checkpoint writer reads them in place
+(``pin_rows``): while pinned, the rows buffer is appended to but never compacted, so the rows a
+checkpoint captured stay where they were without a copy of them all.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def fingerprint(key: str) -> bytes:
 
 class DedupTable:
     __slots__ = ("window_ms", "max_entries", "_rows", "_base", "_head", "_live", "_slots",
-                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue")
+                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue", "_pinned")
 
     def __init__(self, window_ms: int, max_entries: int) -> None:
         if not 0 < window_ms < TS_SPAN // 2:
@@ -71,6 +73,7 @@ class DedupTable:
         self._queues: list[tuple[str, int]] = []
         self._queue_refs: dict[tuple[str, int], int] = {}
         self._last_queue: tuple[str, int, int] = ("", -1, -1)  # (topic, queue id, its ref)
+        self._pinned: bytearray | None = None  # the rows buffer a checkpoint is reading
 
     def __len__(self) -> int:
         return self._live
@@ -217,6 +220,8 @@ class DedupTable:
 
     def _compact(self) -> None:
         dead = self._head - self._base
+        if self._pinned is self._rows:
+            return  # a checkpoint is reading it: later
         if dead >= COMPACT_MIN and dead * 2 >= len(self._rows) // ROW_BYTES:
             del self._rows[:dead * ROW_BYTES]
             self._base = self._head
@@ -257,7 +262,7 @@ class DedupTable:
             fresh._epoch = fresh._newest = epoch
         fresh._newest = max(fresh._newest, self._newest)
         for name in self.__slots__:
-            if name not in ("window_ms", "max_entries"):  # (the settings stay; the rest is new)
+            if name not in ("window_ms", "max_entries", "_pinned"):  # (settings stay; rest new)
                 setattr(self, name, getattr(fresh, name))
 
     def rows(self) -> list[tuple[bytes, str, int, int, int]]:
@@ -275,9 +280,22 @@ class DedupTable:
         """[epoch, newest time, queues, head row number, rows from the head]: one byte copy. The
         slots are not in it: a restore places the rows again (about a second per million keys),
         which keeps checkpoints and snapshots to the rows' 24 bytes a key."""
-        start = (self._head - self._base) * ROW_BYTES
-        return [self._epoch, self._newest, [list(q) for q in self._queues], self._head,
-                bytes(self._rows[start:])]
+        with memoryview(self._rows) as rows:
+            return [*self.snapshot_head(), bytes(rows[(self._head - self._base) * ROW_BYTES:])]
+
+    def snapshot_head(self) -> list[Any]:
+        """``snapshot()`` but its last field, the rows (``pin_rows`` gives them in place)."""
+        return [self._epoch, self._newest, [list(q) for q in self._queues], self._head]
+
+    def pin_rows(self) -> tuple[bytearray, int, int]:
+        """The rows ``snapshot()`` holds, in place: (buffer, start, end) in bytes. Until
+        ``unpin_rows`` the buffer is never compacted, so those bytes stay as they are while the
+        table goes on (rows are appended past ``end``; a rebuild takes a new buffer)."""
+        self._pinned = self._rows
+        return self._rows, (self._head - self._base) * ROW_BYTES, len(self._rows)
+
+    def unpin_rows(self) -> None:
+        self._pinned = None
 
     @classmethod
     def restore(cls, window_ms: int, max_entries: int, blob: Any) -> DedupTable:

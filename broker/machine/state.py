@@ -28,6 +28,7 @@ from broker.features.txn.model import TxnTable
 from broker.machine.kinds import REGISTRY, ROUTES
 from broker.machine.legacy import READ_VERSIONS, restore_legacy
 from broker.machine.parts import ACL, DELAY, ORDERLY, PARTS, POP, STATE_CANARIES, TXN
+from broker.machine.snapshot_view import SnapshotView, cbor_head
 from protocol.broker_errors import BadEntryError
 from protocol.topics import TopicConfig
 
@@ -72,20 +73,44 @@ class BrokerState(CoreState):
 
     def snapshot(self) -> bytes:
         """Everything, in a canonical order: equal states give equal bytes."""
-        core = {
+        return cbor2.dumps([CHECKPOINT_VERSION, self.applied_index, self._core(self.dedup.snapshot()),
+                            self._features()])
+
+    def snapshot_view(self) -> SnapshotView:
+        """``snapshot()``'s bytes as pieces, the dedup table's rows read in place
+        (``broker.machine.snapshot_view``): call on the loop, iterate anywhere, then ``release``."""
+        core = self._core(None)
+        buffer, start, end = self.dedup.pin_rows()
+        pieces: list[bytes | tuple[bytearray, int, int]] = [
+            cbor_head(4, 4) + cbor2.dumps(CHECKPOINT_VERSION) + cbor2.dumps(self.applied_index),
+            cbor_head(5, len(core))]
+        for key, value in core.items():
+            if key != "dedup":
+                pieces.append(cbor2.dumps(key) + cbor2.dumps(value))
+                continue
+            head = self.dedup.snapshot_head()
+            pieces.append(cbor2.dumps(key) + cbor_head(4, len(head) + 1)
+                          + b"".join(cbor2.dumps(v) for v in head) + cbor_head(2, end - start))
+            pieces.append((buffer, start, end))
+        pieces.append(cbor2.dumps(self._features()))
+        return SnapshotView(pieces, self.dedup.unpin_rows)
+
+    def _core(self, dedup: Any) -> dict[str, Any]:
+        return {
             "topics": sorted([t.name, t.read_queues, t.write_queues, t.perm]
                              for t in self.topics.values()),
             "queues": sorted([t, q, units.no, self.queue_store.record(units)]
                              for (t, q), units in self.queues.items()),
             "offsets": sorted([g, t, q, o] for (g, t, q), o in self.offsets.items()),
-            "dedup": self.dedup.snapshot(),
+            "dedup": dedup,
             "next_queue_no": self.next_queue_no,
         }
-        return cbor2.dumps([CHECKPOINT_VERSION, self.applied_index, core,
-                            {name: part.snapshot() for name, part in self.parts.items()}])
+
+    def _features(self) -> dict[str, Any]:
+        return {name: part.snapshot() for name, part in self.parts.items()}
 
     @staticmethod
-    def applied_of(blob: bytes) -> int:
+    def applied_of(blob: bytes | memoryview) -> int:
         """The applied index a checkpoint holds (nothing else restored)."""
         fields = _load(blob)
         if not (isinstance(fields, list) and len(fields) > 1 and isinstance(fields[1], int)):
@@ -93,7 +118,7 @@ class BrokerState(CoreState):
         return fields[1]
 
     @classmethod
-    def restore(cls, blob: bytes, config: StateConfig | None = None,
+    def restore(cls, blob: bytes | memoryview, config: StateConfig | None = None,
                 queue_store: QueueStore | None = None) -> BrokerState:
         try:
             fields = _load(blob)
@@ -134,7 +159,7 @@ def _restore(state: BrokerState, fields: list[Any]) -> None:
             state.parts[name] = restore(features[name], cfg)
 
 
-def _load(blob: bytes) -> Any:
+def _load(blob: bytes | memoryview) -> Any:
     try:
         return cbor2.loads(blob)
     except Exception as err:  # any decode failure is a corrupt checkpoint

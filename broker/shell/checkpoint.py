@@ -15,6 +15,7 @@ once (later checkpoints and retention do not change what is sent), plus the log 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import time
@@ -28,6 +29,7 @@ from broker.core.consumequeue import QueueStore
 from broker.core.cq_files import FileConsumeQueue, FileQueues
 from broker.core.state import StateConfig
 from broker.features.query.index import KeyIndex, open_index
+from broker.machine.snapshot_view import SnapshotView
 from broker.machine.state import BrokerState
 from dledger.node.heap import release_free_heap
 from dledger.node.runtime import Node
@@ -115,13 +117,13 @@ class Checkpoints:
         state, data_dir = server.state, server.config.node.data_dir
         saved = state.applied_index
         t0 = time.perf_counter()
-        blob = state.snapshot()  # on the loop: a consistent view
         queues = state.queue_store
         try:
             sync_queues = queues.sync_job() if isinstance(queues, FileQueues) else None
         except OSError as err:  # the queues' units could not be written: not this time
             log.warning("checkpoint at index %d not written: %s", saved, err)
             return time.perf_counter() - t0
+        view = state.snapshot_view()  # on the loop: a consistent view (the bulk read in place)
         dropped = queues.take_dropped() if isinstance(queues, FileQueues) else []
         store = server.node.store
         index_job = server.index.checkpoint(store.first_index() if store else 1)
@@ -131,7 +133,7 @@ class Checkpoints:
             if sync_queues is not None:
                 sync_queues()  # the files first: the checkpoint counts their units
             index_job()  # the key index next: it never lags the checkpoint
-            save_checkpoint(data_dir, blob)
+            save_checkpoint(data_dir, view)
 
         try:
             await asyncio.to_thread(job)
@@ -148,6 +150,7 @@ class Checkpoints:
                 await asyncio.to_thread(queues.remove_queues, dropped)
                 self.trim_queues(queues)
         finally:
+            view.release()
             server.index.checkpoint_done()
         return spent_s
 
@@ -220,10 +223,13 @@ class Checkpoints:
                                   verify, server.node.store)
 
 
-def save_checkpoint(data_dir: str, blob: bytes) -> None:
-    """The state machine's checkpoint: CRC32 then the snapshot, written atomically."""
+def save_checkpoint(data_dir: str, snapshot: bytes | SnapshotView) -> None:
+    """The state machine's checkpoint: CRC32 then the snapshot, written atomically. A view is
+    read twice (its checksum, then its bytes), a chunk at a time: never whole in memory."""
+    if isinstance(snapshot, bytes):
+        snapshot = SnapshotView([snapshot], lambda: None)
     write_file_atomically(os.path.join(data_dir, CHECKPOINT_FILE),
-                          zlib.crc32(blob).to_bytes(4, "big") + blob)
+                          itertools.chain([snapshot.crc32().to_bytes(4, "big")], snapshot))
 
 
 def load_checkpoint(data_dir: str, verify_checksums: bool = True,
@@ -257,7 +263,7 @@ def _trusted(data_dir: str, verify_checksums: bool, config: StateConfig,
             raw = f.read()
     except FileNotFoundError:
         return None
-    blob = raw[4:]
+    blob = memoryview(raw)[4:]  # (not a second copy of a large checkpoint)
     if len(raw) < 4 or zlib.crc32(blob) != int.from_bytes(raw[:4], "big"):
         log.warning("ignoring checkpoint %s: checksum mismatch", path)
         return None

@@ -18,6 +18,7 @@ import json
 import os
 import struct
 import zlib
+from collections.abc import Iterable
 
 from dledger.raft.types import HardState
 from protocol.errors import CorruptLogError, DiskFullError, StorageError
@@ -36,8 +37,9 @@ def fsync_directory(dir_path: str) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: str, data: bytes) -> None:
-    """Replace ``path`` by ``data`` so that a crash leaves either the old or the new content.
+def write_file_atomically(path: str, data: bytes | Iterable[bytes]) -> None:
+    """Replace ``path`` by ``data`` (bytes, or chunks of them written one after another) so that a
+    crash leaves either the old or the new content.
 
     Raises OSError; callers name the failure. A temp file left by a crash is never read.
     """
@@ -45,9 +47,10 @@ def write_file_atomically(path: str, data: bytes) -> None:
     try:
         fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for chunk in (data,) if isinstance(data, bytes) else data:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -17,7 +17,6 @@ heartbeats, so it is not seen here: stop it first.
 from __future__ import annotations
 
 import time
-import zlib
 from typing import Any, Protocol
 
 from broker.core.members import GroupMembers
@@ -117,4 +116,8 @@ async def state_digest(broker: AdminHost) -> list[int]:
     """This node's state machine as a CRC32 (of its checkpoint's bytes), to compare replicas."""
     store = broker.node.store
     first, last = (store.first_index(), store.last_index()) if store is not None else (0, 0)
-    return [broker.state.applied_index, zlib.crc32(broker.state.snapshot()), first, last]
+    view = broker.state.snapshot_view()  # (its CRC chunk by chunk: no copy of a large state)
+    try:
+        return [broker.state.applied_index, view.crc32(), first, last]
+    finally:
+        view.release()
