@@ -37,7 +37,7 @@ class SnapshotView:
         self._pieces = pieces
         self._release = release
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[bytes | bytearray]:
         """The bytes, in chunks of at most CHUNK_BYTES for the ranges (iterable again)."""
         for piece in self._pieces:
             if isinstance(piece, bytes):

@@ -37,7 +37,7 @@ def fsync_directory(dir_path: str) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: str, data: bytes | Iterable[bytes]) -> None:
+def write_file_atomically(path: str, data: bytes | Iterable[bytes | bytearray]) -> None:
     """Replace ``path`` by ``data`` (bytes, or chunks of them written one after another) so that a
     crash leaves either the old or the new content.
 
