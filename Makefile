@@ -9,15 +9,13 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# Editable installs in setuptools' "compat" mode: a .pth file puts the checkout on sys.path, so
-# type checkers find the packages and client/py.typed (the default mode's import hook hides them).
-EDITABLE := --config-settings editable_mode=compat
-
+# Editable installs: a .pth file puts the checkout on sys.path (pyproject.toml's package-dir), so
+# type checkers find the packages and client/py.typed.
 install: $(BIN)/python
-	$(BIN)/pip install -q $(EDITABLE) -e .
+	$(BIN)/pip install -q -e .
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install -q $(EDITABLE) -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]'
 
 # RocketMQ 4.x applications in the tests (tests/remoting): the C++ client's Python wrapper, in a
 # virtual environment of its own (it installs the top-level module `rocketmq`, as the RocketMQ 5
