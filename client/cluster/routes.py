@@ -82,12 +82,13 @@ class Routes:
     and brokers) is TLS, certificates and host names verified (``protocol.tls.dial_context``).
     ``ssl_context`` (instead of ``tls_ca``): a context made by the caller. ``from_env=False``: the
     environment is not read (a server's own client: its options alone say whether it speaks TLS
-    and as whom it signs)."""
+    and as whom it signs). ``new_topic_queues``: the write queues a route gives a topic no group
+    serves yet (what its first send asks the broker to create; the broker may create fewer)."""
 
     def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0, *,
                  canaries: Sequence[str] = (), credentials: Credentials | None = None,
                  tls_ca: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 from_env: bool = True) -> None:
+                 from_env: bool = True, new_topic_queues: int = DEFAULT_QUEUES) -> None:
         unknown = set(canaries) - set(CANARIES)
         if unknown:
             raise ValueError(f"unknown client canaries {sorted(unknown)} (known: {list(CANARIES)})")
@@ -108,6 +109,7 @@ class Routes:
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._routes: dict[str, TopicRoute] = {}
+        self.new_topic_queues = new_topic_queues
         self._groups: dict[str, GroupClient] = {}
         self._stale: set[str] = set()
 
@@ -149,8 +151,9 @@ class Routes:
             groups = tuple(_group(g) for g in body["groups"])
             route = TopicRoute(topic, groups, time.monotonic(), True)
         else:  # not served yet: any group can auto-create it on the first send
-            groups = tuple(GroupRoute(g.group, g.leader, g.nodes, DEFAULT_QUEUES, DEFAULT_QUEUES, 6,
-                                      g.term, g.grpc) for g in await self.cluster_groups())
+            n = self.new_topic_queues
+            groups = tuple(GroupRoute(g.group, g.leader, g.nodes, n, n, 6, g.term, g.grpc)
+                           for g in await self.cluster_groups())
             route = TopicRoute(topic, groups, time.monotonic(), False)
         if not route.groups:  # nothing registered yet (a cluster starting up): try again soon
             raise errors.UnavailableError(f"no broker group is registered to serve {topic!r}")
