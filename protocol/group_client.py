@@ -4,7 +4,8 @@ node, and requests to the leader that follow redirects.
 Owns connections (one per server, many requests in flight, matched by request id), deadlines
 and the retry rule: a request to the leader is retried on another node only when it certainly
 was not acted on (NOT_LEADER, or the connection could not be made); when the outcome is unknown
-(timeout, leadership lost, connection lost after sending) the caller gets the named error.
+(timeout, leadership lost, connection lost after sending) the caller gets the named error; and
+a node that keeps closing connections before it answers is dialled again only after a pause.
 The log's client (``dledger.client.LogClient``) and the broker's client library (``client/``)
 build on it; so does a broker node that forwards a request to its leader.
 """
