@@ -35,6 +35,7 @@ from client.producer.producer import Producer
 from client.producer.transaction import TransactionListener, TransactionProducer, TransactionSendResult
 from client.types import Listener, Message, MessageQueue, PullResult, ReceivedMessage, SendResult
 from protocol.auth import Credentials
+from protocol.broker_kinds import MAX_MESSAGE_BYTES_CEILING
 
 T = TypeVar("T")
 
@@ -80,14 +81,19 @@ class _LoopThread:
 
 
 class SyncProducer:
-    """Started by its constructor (fails fast when no NameServer answers)."""
+    """Started by its constructor (fails fast when no NameServer answers); the options are
+    ``Producer``'s."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
                  retries: int = 2, *, group: str | None = None, trace: bool = False,
-                 credentials: Credentials | None = None, tls_ca: str | None = None) -> None:
+                 credentials: Credentials | None = None, tls_ca: str | None = None,
+                 default_topic_queue_nums: int | None = None,
+                 max_message_size_bytes: int = MAX_MESSAGE_BYTES_CEILING) -> None:
         self._lt = _LoopThread("SyncProducer")
         self._p = Producer(namesrv, send_timeout_s, retries, group=group, trace=trace,
-                           credentials=credentials, tls_ca=tls_ca)
+                           credentials=credentials, tls_ca=tls_ca,
+                           default_topic_queue_nums=default_topic_queue_nums,
+                           max_message_size_bytes=max_message_size_bytes)
         self._limit_s = send_timeout_s * (retries + 2) + 5  # every wait has a deadline
         self._lt.start(self._p.start(), self._limit_s)
 
@@ -96,6 +102,14 @@ class SyncProducer:
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         return self._lt.run(self._p.send_batch(messages), self._limit_s * max(1, len(messages)))
+
+    def send_oneway(self, message: Message) -> None:
+        """Hand ``message`` over and return: no answer awaited, no retry (``Producer``'s);
+        ``close()`` waits for the oneway sends under way. A message the producer refuses before
+        sending (too large, producer closed) raises here."""
+        async def hand_over() -> None:
+            self._p.send_oneway(message)
+        self._lt.run(hand_over(), self._limit_s)
 
     def close(self) -> None:
         self._lt.close(self._p.close(), self._limit_s)

@@ -6,12 +6,14 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - SEND ``topic, queue_id, [[body, tags, keys, unique_key, [[k, v]...], born_ts_ms], ...]`` ->
   ``[status, queue_id, [queue_offset...], [offset_msg_id...], [duplicate...], [queue_id...]]``
   (leader only; returns after the entry is committed and applied). One queue, all or nothing:
-  RocketMQ's batch, whose total size (``message_bytes``) is at most the broker's maximum.
-- SEND_RUNS ``[[topic, queue_id, [message...]], ...]`` -> one answer per run, in order: SEND's
-  answer, or ``[code, detail]`` for a run refused (its topic unknown or read-only, its queue
-  beyond the topic's, a message malformed or larger than the broker's maximum). Independent
-  sends, each message to its own queue (the producer's group commit over several queues and
-  topics); each run is all or nothing, and a refused run fails only itself.
+  RocketMQ's batch, whose total size (``message_bytes``) is at most the broker's maximum. An
+  optional fourth argument, ``queues``, asks that many queues (1..1024, capped at the broker's
+  default) for the topic if this send creates it (else BAD_REQUEST).
+- SEND_RUNS ``[[topic, queue_id, [message...], (queues)], ...]`` -> one answer per run, in order:
+  SEND's answer, or ``[code, detail]`` for a run refused (its topic unknown or read-only, its queue
+  beyond the topic's, a message malformed or larger than the broker's maximum). Independent sends,
+  each message to its own queue (the producer's group commit over several queues and topics); each
+  run is all or nothing, and a refused run fails only itself.
 - PULL ``topic, queue_id, offset, max_messages, max_bytes, suspend_ms, tags`` ->
   ``[status, next_offset, min_offset, max_offset, [message...]]``, a message being
   ``[queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id]``

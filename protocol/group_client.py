@@ -4,7 +4,8 @@ node, and requests to the leader that follow redirects.
 Owns connections (one per server, many requests in flight, matched by request id), deadlines
 and the retry rule: a request to the leader is retried on another node only when it certainly
 was not acted on (NOT_LEADER, or the connection could not be made); when the outcome is unknown
-(timeout, leadership lost, connection lost after sending) the caller gets the named error.
+(timeout, leadership lost, connection lost after sending) the caller gets the named error; and
+a node that keeps closing connections before it answers is dialled again only after a pause.
 The log's client (``dledger.client.LogClient``) and the broker's client library (``client/``)
 build on it; so does a broker node that forwards a request to its leader.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import random
 import ssl
 import time
 from collections.abc import Callable
@@ -44,6 +46,13 @@ from protocol.frames import decode_payload
 # past that a node that only seemed silent (it was slow) is found again.
 SILENT_GRACE_S = 3.0
 CANARY_SUSPECT_S = 5.0  # the stale_leader canary only: a silent node is forgotten this soon
+# A node that takes a request and closes the connection before answering (reset or EOF with the
+# request in flight: a crashing node, a proxy or a broken listener) is dialled again at once twice;
+# from the third such close in a row it is silent (the others are tried first) and dialled again
+# only after a pause drawn from [half, all] of 0.1 s doubling per close up to 2 s, until it answers.
+CLOSES_BEFORE_BACKOFF = 3
+CLOSE_BACKOFF_MIN_S = 0.1
+CLOSE_BACKOFF_MAX_S = 2.0
 
 Address = tuple[str, int]  # (host, port)
 
@@ -86,6 +95,7 @@ class Connection(FramedProtocol):
         self.ids = itertools.count(1)
         self.refusal: DLedgerError | None = None  # the server refused the connection itself
         self.push_handler = push_handler
+        self.close_counted = False  # its loss with requests in flight was counted (GroupClient)
 
     def payload_received(self, payload: bytes) -> None:
         try:
@@ -186,6 +196,8 @@ class GroupClient:
         self._silent: dict[str, tuple[int, float]] = {}  # node -> (term known, since) when silent
         self._canary = stale_leader_canary
         self._canary_until: dict[str, float] = {}  # canary: node -> when it is trusted again
+        self._closes: dict[str, int] = {}  # node -> connections it closed in a row unanswered
+        self._redial_at: dict[str, float] = {}  # node -> not dialled before (monotonic)
         self.push_handler: PushHandler | None = None  # for connections made from now on
         # Requests are signed with these, if given: a signing session per connection (frames on
         # one connection arrive in order, so its sequence rises at the node), each signature
@@ -220,6 +232,7 @@ class GroupClient:
         if node not in self.nodes:
             raise UnknownNodeError(f"unknown node {node!r} (known: {', '.join(sorted(self.nodes))})")
         host, port = self.nodes[node]
+        await self._backoff(node, deadline)
         loop = asyncio.get_running_loop()
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
         signer = Signer(self._credentials) if self._credentials is not None else None
@@ -245,13 +258,44 @@ class GroupClient:
             max(0.001, deadline - time.monotonic()), conn.expire, rid, node)
         try:
             resp = await fut
+        except ConnectionLostError:
+            self._closed_unanswered(node, conn)
+            raise
         finally:
             timer.cancel()
+        self._closes.pop(node, None)
+        self._redial_at.pop(node, None)
         if not self._canary:
             self._silent.pop(node, None)  # it answered: no longer silent
         if not resp.ok:
             raise error_from(resp)
         return resp.result
+
+    def _closed_unanswered(self, node: str, conn: Connection) -> None:
+        """``conn`` to ``node`` was lost with a request in flight (counted once per
+        connection): from the ``CLOSES_BEFORE_BACKOFF``-th in a row, suspect the node and pause
+        before dialling it again (see ``CLOSE_BACKOFF_MIN_S``)."""
+        if conn.close_counted:
+            return
+        conn.close_counted = True
+        closes = self._closes[node] = self._closes.get(node, 0) + 1
+        if closes < CLOSES_BEFORE_BACKOFF:
+            return
+        self.suspect(node)
+        pause_s = min(CLOSE_BACKOFF_MAX_S,
+                      CLOSE_BACKOFF_MIN_S * 2 ** min(closes - CLOSES_BEFORE_BACKOFF, 16))
+        self._redial_at[node] = time.monotonic() + random.uniform(pause_s / 2, pause_s)
+
+    async def _backoff(self, node: str, deadline: float) -> None:
+        """Wait out ``node``'s pause before it is dialled again, within ``deadline``; a pause
+        that outlasts it raises ``NodeStoppedError`` (nothing was sent)."""
+        wait_s = self._redial_at.get(node, 0.0) - time.monotonic()
+        if wait_s <= 0:
+            return
+        await asyncio.sleep(max(0.0, min(wait_s, deadline - time.monotonic())))
+        if time.monotonic() < self._redial_at.get(node, 0.0):
+            raise NodeStoppedError(f"{node} closed its last {self._closes.get(node, 0)} "
+                                   "connections before answering: not dialled again yet")
 
     # -- requests to the leader, with redirects ----------------------------------------------------
 

@@ -33,8 +33,9 @@ RunKey = tuple[str, int]  # (topic, queue id)
 Run = tuple[str, int, list[list[Any]], int]
 # reply(answers, None) or reply(None, error): answers one client request, one answer per run
 Reply = Callable[[list[list[Any]] | None, BaseException | None], None]
-# propose([((topic, queue_id), messages), ...]) -> a future that ends when the entry is committed
-Propose = Callable[[list[tuple[RunKey, list[list[Any]]]]], "asyncio.Future[Any]"]
+# propose([((topic, queue_id), messages), ...], {topic: queue count asked if the entry creates
+# it}) -> a future that ends when the entry is committed
+Propose = Callable[[list[tuple[RunKey, list[list[Any]]]], dict[str, int]], "asyncio.Future[Any]"]
 # answer(that future's result) -> one answer per run of the entry: [status, queue_id, then per
 # message lists of offsets, message ids, duplicate flags and queue ids], or [code, detail] for a
 # refused run (raises a named error if the entry as a whole failed)
@@ -46,10 +47,11 @@ SEND_OK = "SEND_OK"
 
 
 class _Group:
-    __slots__ = ("runs", "replies", "size_bytes", "count")
+    __slots__ = ("runs", "queues", "replies", "size_bytes", "count")
 
     def __init__(self) -> None:
         self.runs: dict[RunKey, list[list[Any]]] = {}  # in order of first arrival
+        self.queues: dict[str, int] = {}  # topic -> queue count if created (the first asked)
         # per request: its reply and, per run of it, (run key, first message, count)
         self.replies: list[tuple[Reply, list[tuple[RunKey, int, int]]]] = []
         self.size_bytes = 0
@@ -70,9 +72,10 @@ class SendGroups:
         self.entries_proposed = 0
         self.requests_grouped = 0
 
-    def add(self, runs: list[Run], reply: Reply) -> None:
+    def add(self, runs: list[Run], reply: Reply, queues: dict[str, int] | None = None) -> None:
         """Queue one validated request (its runs' messages in entry form) for the next group
-        commit; ``reply`` gets one answer per run, in the order of ``runs``."""
+        commit; ``reply`` gets one answer per run, in the order of ``runs``. ``queues``: the
+        queue count the request asks for a topic it creates (the group keeps the first asked)."""
         size = 0
         count = 0
         for run in runs:
@@ -94,6 +97,8 @@ class SendGroups:
             slices.append((key, len(held), len(messages)))
             held.extend(messages)
         group.replies.append((reply, slices))
+        for topic, n in (queues or {}).items():
+            group.queues.setdefault(topic, n)
         group.size_bytes += size
         group.count += count
         self.requests_grouped += 1
@@ -110,7 +115,7 @@ class SendGroups:
 
     def _propose_group(self, group: _Group) -> None:
         try:
-            fut = self._propose(list(group.runs.items()))
+            fut = self._propose(list(group.runs.items()), group.queues)
         except Exception as err:  # named or not, every request must be answered
             for reply, _ in group.replies:
                 reply(None, err)

@@ -2,6 +2,11 @@
 sizes) and against the state machine's topics, grouped with the other sends of the loop turn
 (``sendgroup``), proposed as one entry, and answered per run once it is applied.
 
+A send may ask for the queue count of its topic should the send create it (a SEND's fourth
+argument, a run's fourth field: the producer's ``default_topic_queue_nums``, RocketMQ's
+defaultTopicQueueNums): 1..MAX_QUEUES, else refused as BAD_REQUEST; capped at the broker's own
+``default_queues``, as RocketMQ caps it; without it the broker's default.
+
 The hot path of the broker: a request from the connection is handled without a task (``handle``)
 and the node's future always ends (committed, leadership lost, stopped); the client enforces
 its own deadline. Owns nothing replicated: it reads the broker's state machine, node and
@@ -23,11 +28,11 @@ from broker.core.sendwire import SEND_OK, check_entry_size, run_answers, wire_me
 from broker.features.delay.model import DelayError, route_run
 from broker.features.host import BrokerHost
 from dledger.node.config import Committed
-from protocol.broker_errors import BadDelayError, BadEntryError, BrokerError
+from protocol.broker_errors import BadDelayError, BadEntryError, BadRequestError, BrokerError
 from protocol.broker_kinds import SEND, SendRefusedError
 from protocol.envelope import Request, encode_error, encode_result
 from protocol.errors import DLedgerError
-from protocol.topics import SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
+from protocol.topics import MAX_QUEUES, SEND_RESERVED_TOPICS, TRACE_TOPIC, validate_topic_name
 
 
 class Connection(Protocol):
@@ -65,12 +70,14 @@ class SendPath:
         try:
             self.host.require_leader()
             if req.kind == SEND:
-                if len(req.args) != 3:
-                    raise BadEntryError("SEND takes a topic, a queue id and messages")
-                topic, queue_id, raw = req.args
-                runs, answers = [self._run(topic, queue_id, raw, batch=True)], None
+                if len(req.args) not in (3, 4):
+                    raise BadEntryError("SEND takes a topic, a queue id, messages and "
+                                        "optionally the queue count of a topic it creates")
+                topic, queue_id, raw, *asked = req.args
+                created: dict[str, int] = {}
+                runs, answers = [self._run(topic, queue_id, raw, True, asked, created)], None
             else:
-                runs, answers = self._runs(req.args)
+                runs, answers, created = self._runs(req.args)
         except (DLedgerError, BrokerError) as err:
             conn.send_payload(encode_error(rid, err))
             return True
@@ -88,7 +95,7 @@ class SendPath:
                 conn.send_payload(encode_error(rid, BrokerError(f"send failed: {failure!r}")))
 
         if runs:
-            self.groups.add(runs, reply)
+            self.groups.add(runs, reply, created)
         else:  # every run refused before proposing
             conn.send_payload(encode_result(rid, answers))
         return True
@@ -96,7 +103,7 @@ class SendPath:
     async def send_runs(self, args: list[Any]) -> list[Any]:
         """SEND_RUNS through the group commit, awaited: one answer per run."""
         self.host.require_leader()
-        runs, answers = self._runs(args)
+        runs, answers, created = self._runs(args)
         if not runs:
             return answers
         fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
@@ -111,13 +118,13 @@ class SendPath:
             else:
                 fut.set_exception(err or BrokerError("send failed"))
 
-        self.groups.add(runs, reply)
+        self.groups.add(runs, reply, created)
         return _merge(answers, await fut)
 
     async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
         """SEND through the group commit, awaited."""
         self.host.require_leader()
-        return await self._await_run(self._run(topic, queue_id, raw, batch=True))
+        return await self._await_run(self._run(topic, queue_id, raw, True, [], {}))
 
     async def submit(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
         """Messages the broker stores on its own account (retries, dead letters) to a system
@@ -149,30 +156,39 @@ class SendPath:
         self.groups.add([run], reply)
         return _sole_answer((await fut)[0])
 
-    def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any]]:
-        """SEND_RUNS' runs checked one by one: the valid ones, and the answers so far (a
-        refused run's ``[code, detail]``, None where the entry will answer)."""
+    def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any], dict[str, int]]:
+        """SEND_RUNS' runs checked one by one: the valid ones, the answers so far (a refused
+        run's ``[code, detail]``, None where the entry will answer) and the queue counts asked
+        for the topics they may create."""
         if len(args) != 1 or type(args[0]) is not list or not args[0]:
             raise BadEntryError("SEND_RUNS takes one non-empty list of [topic, queue id, messages]")
         runs: list[Run] = []
         answers: list[Any] = []
+        created: dict[str, int] = {}
         for raw_run in args[0]:
             try:
-                if type(raw_run) is not list or len(raw_run) != 3:
-                    raise BadEntryError("a run is [topic, queue id, messages]")
-                topic, queue_id, raw = raw_run
-                runs.append(self._run(topic, queue_id, raw, batch=False))
+                if type(raw_run) is not list or len(raw_run) not in (3, 4):
+                    raise BadEntryError("a run is [topic, queue id, messages] and optionally "
+                                        "the queue count of a topic it creates")
+                topic, queue_id, raw, *asked = raw_run
+                runs.append(self._run(topic, queue_id, raw, False, asked, created))
                 answers.append(None)
             except BrokerError as err:
                 answers.append([err.code, getattr(err, "detail", str(err))])
-        return runs, answers
+        return runs, answers, created
 
-    def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool) -> Run:
-        """One run of a send request checked (``check_run``), a delayed one routed to the
-        schedule topic."""
+    def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool, asked: list[Any],
+             created: dict[str, int]) -> Run:
+        """One run of a send request checked (``check_run``; ``asked``: the queue count asked
+        for its topic, if given, into ``created`` capped at the broker's default, the first
+        asked per topic kept), a delayed one routed to the schedule topic (whose real topic, if
+        it is new, gets the broker's default count when it is due)."""
+        config = self.host.config
+        count = _created_queues(asked, config.default_queues)
         messages, size, with_props = self.check_run(topic, queue_id, raw, batch)
+        if count is not None:
+            created.setdefault(topic, count)
         if with_props:  # only a message with properties can be delayed
-            config = self.host.config
             try:
                 topic, queue_id, messages = route_run(
                     topic, queue_id, messages, int(time.time() * 1000), config.delay_levels_ms,
@@ -202,18 +218,18 @@ class SendPath:
             raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
         return messages, size, with_props
 
-    def _propose(self, runs: list[tuple[RunKey, list[list[Any]]]]) -> asyncio.Future[Committed]:
+    def _propose(self, runs: list[tuple[RunKey, list[list[Any]]]],
+                 queues: dict[str, int]) -> asyncio.Future[Committed]:
         ts_ms = int(time.time() * 1000)
-        config = self.host.config
-        auto, queues = config.auto_create_topics, config.default_queues
+        auto, default = self.host.config.auto_create_topics, self.host.config.default_queues
         # (the trace topic is created by its first send whatever the broker's auto-create says)
         if len(runs) == 1:  # one queue: the entry older replicas also read
             (topic, queue_id), messages = runs[0]
             data = encode_send(topic, queue_id, ts_ms, messages, auto or topic == TRACE_TOPIC,
-                               queues)
+                               queues.get(topic, default))
         else:
-            data = encode_runs(ts_ms, [[t, q, msgs, auto or t == TRACE_TOPIC, queues]
-                                       for (t, q), msgs in runs])
+            data = encode_runs(ts_ms, [[t, q, msgs, auto or t == TRACE_TOPIC,
+                                        queues.get(t, default)] for (t, q), msgs in runs])
         fut = self.host.node.submit(check_entry_size(data))
         self.host.metrics.proposed(fut)
         return fut
@@ -225,6 +241,18 @@ class SendPath:
         store = self.host.node.store
         position = store.position_of(result.index) if store else 0
         return run_answers(self.host.group, position, result)
+
+
+def _created_queues(asked: list[Any], default: int) -> int | None:
+    """The queue count a send asks for a topic it creates (its optional last field), capped at
+    the broker's ``default`` (RocketMQ's rule); None if not asked."""
+    if not asked:
+        return None
+    n = asked[0]
+    if type(n) is not int or not 1 <= n <= MAX_QUEUES:
+        raise BadRequestError(f"the queue count of a topic a send creates must be "
+                              f"1..{MAX_QUEUES}, not {n!r}")
+    return min(n, default)
 
 
 def _sole_answer(answer: list[Any]) -> list[Any]:

@@ -11,6 +11,7 @@ leader is a suggestion its connection pool weighs against what the nodes answere
 from __future__ import annotations
 
 import asyncio
+import random
 import ssl
 import time
 from collections.abc import Sequence
@@ -37,6 +38,13 @@ DEFAULT_QUEUES = 4
 # Seeded bugs for the chaos suite (tests only, never in production): "stale_leader" brings back
 # the leader tracking that kept dialling a silent old leader (issue 16 item 1), see GroupClient.
 CANARIES = ("stale_leader",)
+
+
+def _random_namesrv(count: int) -> int:
+    return random.randrange(count)
+
+
+first_namesrv = _random_namesrv  # which of ``count`` NameServers a client asks first
 
 
 @dataclass(frozen=True)
@@ -74,12 +82,13 @@ class Routes:
     and brokers) is TLS, certificates and host names verified (``protocol.tls.dial_context``).
     ``ssl_context`` (instead of ``tls_ca``): a context made by the caller. ``from_env=False``: the
     environment is not read (a server's own client: its options alone say whether it speaks TLS
-    and as whom it signs)."""
+    and as whom it signs). ``new_topic_queues``: the write queues a route gives a topic no group
+    serves yet (what its first send asks the broker to create; the broker may create fewer)."""
 
     def __init__(self, namesrv: str | Sequence[str], request_timeout_s: float = 3.0, *,
                  canaries: Sequence[str] = (), credentials: Credentials | None = None,
                  tls_ca: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 from_env: bool = True) -> None:
+                 from_env: bool = True, new_topic_queues: int = DEFAULT_QUEUES) -> None:
         unknown = set(canaries) - set(CANARIES)
         if unknown:
             raise ValueError(f"unknown client canaries {sorted(unknown)} (known: {list(CANARIES)})")
@@ -94,9 +103,13 @@ class Routes:
         self.ssl_context = ssl_context or dial_context(tls_ca, https, from_env)
         scheme = "https" if self.ssl_context is not None else "http"
         self.urls = [f"{scheme}://{a}" for a in parse_namesrv_list(addresses)]
+        # RocketMQ's choice: a random NameServer first, kept while it answers; when it does
+        # not, the next in the list (round robin), so clients spread over the NameServers
+        self._namesrv_at = first_namesrv(len(self.urls))
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._routes: dict[str, TopicRoute] = {}
+        self.new_topic_queues = new_topic_queues
         self._groups: dict[str, GroupClient] = {}
         self._stale: set[str] = set()
 
@@ -138,8 +151,9 @@ class Routes:
             groups = tuple(_group(g) for g in body["groups"])
             route = TopicRoute(topic, groups, time.monotonic(), True)
         else:  # not served yet: any group can auto-create it on the first send
-            groups = tuple(GroupRoute(g.group, g.leader, g.nodes, DEFAULT_QUEUES, DEFAULT_QUEUES, 6,
-                                      g.term, g.grpc) for g in await self.cluster_groups())
+            n = self.new_topic_queues
+            groups = tuple(GroupRoute(g.group, g.leader, g.nodes, n, n, 6, g.term, g.grpc)
+                           for g in await self.cluster_groups())
             route = TopicRoute(topic, groups, time.monotonic(), False)
         if not route.groups:  # nothing registered yet (a cluster starting up): try again soon
             raise errors.UnavailableError(f"no broker group is registered to serve {topic!r}")
@@ -191,15 +205,20 @@ class Routes:
     async def _get(self, path: str) -> tuple[int, Any]:
         assert self._session is not None, "call start() first"
         last: Exception | None = None
-        for url in self.urls:  # any NameServer will do
+        for k in range(len(self.urls)):  # any NameServer will do: the one chosen, then the next
+            at = (self._namesrv_at + k) % len(self.urls)
+            url = self.urls[at]
             try:
                 async with self._session.get(url + path) as resp:
-                    return resp.status, await resp.json()
+                    got = resp.status, await resp.json()
             except (aiohttp.ClientError, TimeoutError, ValueError) as err:
                 why = tls_failure(err)
                 if why is not None:  # no other NameServer's certificate would be trusted more
                     raise errors.TlsError(f"NameServer {url}: {why}") from err
                 last = err
+                continue
+            self._namesrv_at = at
+            return got
         hint = PLAIN_HINT if self.ssl_context is None and isinstance(
             last, aiohttp.ServerDisconnectedError) else ""
         raise errors.UnavailableError(f"no NameServer answered ({', '.join(self.urls)}): "

@@ -107,8 +107,12 @@ first_index = _random_first_index  # where a producer's round robin over a topic
 
 
 class Delivery:
-    def __init__(self, routes: Routes) -> None:
+    """``new_topic_queues``: the queue count each request asks for a topic it creates (the
+    producer's ``default_topic_queue_nums``; None: not asked, the broker's default)."""
+
+    def __init__(self, routes: Routes, new_topic_queues: int | None = None) -> None:
         self._routes = routes
+        self._asked = [] if new_topic_queues is None else [new_topic_queues]  # after a run's fields
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._isolated: dict[str, float] = {}  # group -> until (monotonic)
 
@@ -168,9 +172,9 @@ class Delivery:
         share_s = (att.deadline - time.monotonic()) / att.left if others(topics) else None
         if sends.batch is not None:
             ((topic, queue_id), ix), = runs.items()
-            kind, args = bp.SEND, [topic, queue_id, sends.raws[0]]
+            kind, args = bp.SEND, [topic, queue_id, sends.raws[0], *self._asked]
         else:
-            kind, args = bp.SEND_RUNS, [[[t, q, [sends.raws[i] for i in ix]]
+            kind, args = bp.SEND_RUNS, [[[t, q, [sends.raws[i] for i in ix], *self._asked]
                                          for (t, q), ix in runs.items()]]
         all_idx = [i for ix in runs.values() for i in ix]
         try:
@@ -286,9 +290,8 @@ class Delivery:
             if group is None:
                 raise errors.TopicNotFoundError(f"group {mq.group} does not serve {mq.topic!r}")
             try:
-                node, res, _ = await self._call(group, bp.SEND_RUNS,
-                                                [[[mq.topic, mq.queue_id, raws]]], deadline,
-                                                True, None)
+                run = [mq.topic, mq.queue_id, raws, *self._asked]
+                node, res, _ = await self._call(group, bp.SEND_RUNS, [[run]], deadline, True, None)
             except (errors.ClientError, DLedgerError) as raised:
                 err = raised if isinstance(raised, errors.ClientError) else client_error(raised)
                 if not isinstance(err, errors.RetriableError) \

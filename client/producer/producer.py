@@ -10,8 +10,10 @@ with the original result); a send that certainly failed (no leader reachable, re
 read-only on that group although the route said writable), or a group that stays silent past its
 share, moves to another group, at most ``retries`` times: the messages that failed together
 choose their queues again, away from the groups they tried. Only in that last case can a
-message be stored twice (once in each group): at-least-once, as RocketMQ. The library never
-configures logging, and writes no files (but a broadcasting consumer's progress:
+message be stored twice (once in each group): at-least-once, as RocketMQ. The rule is the same
+for a send awaited, run as a task with a callback (RocketMQ's async send) or made through the
+blocking twin (docs/client.md says why RocketMQ's separate async rule is not kept). The
+library never configures logging, and writes no files (but a broadcasting consumer's progress:
 client.consumer.offset_store).
 """
 
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from client import errors
-from client.cluster.routes import Routes
+from client.cluster.routes import DEFAULT_QUEUES, Routes
 from client.lifecycle import Lifecycle
 from client.producer.batch import message_bytes
 from client.producer.delivery import Attempt, Delivery, Sends, chunks
@@ -35,6 +37,7 @@ from client.trace.tracer import NewProducer, Tracer
 from client.types import Message, MessageQueue, SendResult
 from protocol import broker_kinds as bp
 from protocol.auth import Credentials
+from protocol.topics import MAX_QUEUES
 
 TRACE_SEND_TIMEOUT_S = 3.0  # a tracer's own producer's sends
 
@@ -55,12 +58,28 @@ class Producer:
     ``send_batch``; not ``send_oneway``) to the trace topic, in the background
     (``client.trace.tracer``; ``tracer`` then holds its counts). ``canaries``: seeded bugs for the
     chaos suite (``client.cluster.routes.CANARIES``), tests only. ``tls_ca``: the CA file of a cluster
-    that speaks TLS (else ``DLEDGER_TLS_CA``; ``client.cluster.routes.Routes``)."""
+    that speaks TLS (else ``DLEDGER_TLS_CA``; ``client.cluster.routes.Routes``).
+    ``default_topic_queue_nums`` (RocketMQ's setDefaultTopicQueueNums): the queues a topic this
+    producer's send creates gets, 1..1024 (the broker creates at most its own ``--default-queues``;
+    None: the broker's default). ``max_message_size_bytes`` (setMaxMessageSize): a message, or a
+    batch, larger than this is refused before it is sent (``MessageTooLargeError``); the broker
+    still refuses what exceeds its own ``--max-message-bytes``."""
 
     def __init__(self, namesrv: str | Sequence[str], send_timeout_s: float = 3.0,
                  retries: int = 2, *, group: str | None = None, client_id: str | None = None,
                  trace: bool = False, canaries: Sequence[str] = (),
-                 credentials: Credentials | None = None, tls_ca: str | None = None) -> None:
+                 credentials: Credentials | None = None, tls_ca: str | None = None,
+                 default_topic_queue_nums: int | None = None,
+                 max_message_size_bytes: int = bp.MAX_MESSAGE_BYTES_CEILING) -> None:
+        if default_topic_queue_nums is not None and (
+                type(default_topic_queue_nums) is not int or not 1 <= default_topic_queue_nums <= MAX_QUEUES):
+            raise ValueError(f"default_topic_queue_nums is 1..{MAX_QUEUES} (or None: the "
+                             f"broker's default), not {default_topic_queue_nums!r}")
+        if type(max_message_size_bytes) is not int \
+                or not 1 <= max_message_size_bytes <= bp.MAX_MESSAGE_BYTES_CEILING:
+            raise ValueError(f"max_message_size_bytes is 1..{bp.MAX_MESSAGE_BYTES_CEILING}, not "
+                             f"{max_message_size_bytes!r}")
+        self.max_message_size_bytes = max_message_size_bytes
         self._namesrv = [namesrv] if isinstance(namesrv, str) else list(namesrv)
         self.group = group  # a producer group (RocketMQ's DefaultMQProducer("pg")): listed by
         self.client_id = client_id or new_client_id()  # the brokers (dledger producer list)
@@ -68,8 +87,8 @@ class Producer:
         self.retries = retries
         self._life = Lifecycle("Producer")
         self._routes = Routes(self._namesrv, canaries=canaries, credentials=credentials,
-                              tls_ca=tls_ca)
-        self._delivery = Delivery(self._routes)
+                              tls_ca=tls_ca, new_topic_queues=default_topic_queue_nums or DEFAULT_QUEUES)
+        self._delivery = Delivery(self._routes, default_topic_queue_nums)
         self._oneway: set[asyncio.Task[Any]] = set()
         self._pending: list[tuple[Message, asyncio.Future[SendResult]]] = []
         self._flush_scheduled = False
@@ -121,7 +140,7 @@ class Producer:
         error). A client-side group commit that still spreads messages over queues. A lone send
         goes out at the end of its loop turn; one cancelled before then is not sent."""
         self._life.check()
-        _check_size(message)
+        _check_size(message, self.max_message_size_bytes)
         fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         self._pending.append((message, fut))
         if not self._flush_scheduled:
@@ -171,7 +190,7 @@ class Producer:
     async def send_to(self, message: Message, queue: MessageQueue) -> SendResult:
         """Store one message in ``queue``; retried there only (RocketMQ's ordered send)."""
         self._life.check()
-        _check_size(message)
+        _check_size(message, self.max_message_size_bytes)
         if message.topic != queue.topic:
             raise ValueError(f"the message's topic {message.topic!r} is not {queue.topic!r}'s")
         sent = self._delivery.to_queue(_encode([message]), queue,
@@ -223,9 +242,10 @@ class Producer:
         if any(m.topic != topic for m in messages):
             raise ValueError("a batch holds messages of one topic")
         total = sum(message_bytes(m) for m in messages)
-        if total > bp.MAX_MESSAGE_BYTES_CEILING:  # no broker takes it: refused before sending
-            raise errors.MessageTooLargeError(f"batch of {total} bytes exceeds "
-                                              f"{bp.MAX_MESSAGE_BYTES_CEILING}")
+        if total > self.max_message_size_bytes:  # refused before sending
+            raise errors.MessageTooLargeError(
+                f"batch of {total} bytes exceeds the producer's maximum of "
+                f"{self.max_message_size_bytes} bytes (max_message_size_bytes)")
         fut: asyncio.Future[list[SendResult]] = asyncio.get_running_loop().create_future()
         self._run(Sends([topic], [_encode(messages)], batch=fut), retry=True, tasks=self._in_flight)
         if self.tracer is not None:
@@ -235,7 +255,7 @@ class Producer:
     def send_oneway(self, message: Message) -> None:
         """Send without waiting for (or retrying on) any answer."""
         self._life.check()
-        _check_size(message)
+        _check_size(message, self.max_message_size_bytes)
         self._run(Sends([message.topic], _encode([message]), None), retry=False,
                   tasks=self._oneway)
 
@@ -267,13 +287,14 @@ def _encode(messages: Sequence[Message]) -> list[Any]:
              [list(p) for p in m.properties] if m.properties else [], born_ms] for m in messages]
 
 
-def _check_size(m: Message) -> None:
-    """Before anything is sent: a message no broker could take (larger than the protocol's
-    ceiling). A broker's own maximum (4 MiB by default) is its to enforce: it may be larger."""
+def _check_size(m: Message, max_bytes: int = bp.MAX_MESSAGE_BYTES_CEILING) -> None:
+    """Before anything is sent: a message larger than the producer's maximum (by default the
+    protocol's ceiling, which no broker exceeds). A broker's own maximum (4 MiB by default) is
+    its to enforce: it may be larger."""
     n = message_bytes(m)
-    if n > bp.MAX_MESSAGE_BYTES_CEILING:
-        raise errors.MessageTooLargeError(f"message of {n} bytes exceeds "
-                                          f"{bp.MAX_MESSAGE_BYTES_CEILING}")
+    if n > max_bytes:
+        raise errors.MessageTooLargeError(f"message of {n} bytes exceeds the producer's maximum "
+                                          f"of {max_bytes} bytes (max_message_size_bytes)")
 
 
 def trace_producer(namesrv: Sequence[str]) -> NewProducer:

@@ -22,7 +22,8 @@ class Leader:
         self.refuse: Exception | None = None
         self.read_only: set[str] = set()
 
-    def propose(self, runs: list[tuple[tuple[str, int], list[list[Any]]]]) -> asyncio.Future[Any]:
+    def propose(self, runs: list[tuple[tuple[str, int], list[list[Any]]]],
+                queues: dict[str, int]) -> asyncio.Future[Any]:
         if self.refuse is not None:
             raise self.refuse
         fut = asyncio.get_running_loop().create_future()
