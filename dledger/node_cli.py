@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import tomllib
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -17,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 import click
 
 from dledger import logfmt
-from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
+from dledger.logfmt import LOG_FORMATS, LOG_LEVEL_DEFAULT, LOG_LEVELS
 from dledger.node.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from protocol.framed import (
@@ -25,6 +26,7 @@ from protocol.framed import (
     INPUT_BUFFER_BYTES_MAX_DEFAULT,
     ConnectionLimits,
 )
+from protocol.log_summary import CLIENT_CONNECTION_ERRORS
 from protocol.tls import ENV_CA, TlsConfig, TlsConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -191,7 +193,10 @@ _OPTIONS = [
                  help="Log lines on stderr as text or as JSON objects (one event per line, with "
                       "group, node and term)."),
     click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
-                 default="WARNING", show_default=True),
+                 default=LOG_LEVEL_DEFAULT, show_default=True,
+                 help="INFO: start and stop, elections and leader changes, membership, "
+                      "snapshots, retention, a full disk, refusals, slow fsyncs and a "
+                      "rate-limited summary of client connection errors (docs/operations.md)."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--test-crash-in-install", type=click.Choice(["staged", "commit"]), default=None,
                  hidden=True, help="Exit at this step of the first snapshot install (tests only)."),
@@ -263,9 +268,12 @@ def client_limits(opts: dict[str, Any]) -> ConnectionLimits:
     return ConnectionLimits(opts["max_connections"], opts["input_buffer_bytes_max"])
 
 
-def setup_logging(opts: dict[str, Any]) -> None:
-    """Logging as ``--log-format`` and ``--log-level`` say (``dledger.logfmt``)."""
-    logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", "WARNING"))
+def setup_logging(opts: dict[str, Any], program: str) -> None:
+    """Logging as ``--log-format`` and ``--log-level`` say (``dledger.logfmt``), then the log's
+    first line: ``program``, its version and the command's options (secrets never shown)."""
+    logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", LOG_LEVEL_DEFAULT))
+    ctx = click.get_current_context(silent=True)
+    logfmt.log_start(program, ctx.params if ctx is not None else opts)
 
 
 def bind_log_context(node: Node) -> None:
@@ -294,18 +302,30 @@ class NodeServer(Protocol):
     async def stop(self) -> None: ...
 
 
-async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]]) -> None:
+async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]],
+                             program: str = "dledger-server") -> None:
     """Start ``server``, print the JSON ready line (``ready()`` gives its fields, read after
     start so ports are real), run until SIGTERM/SIGINT or until the node's loop ends on its
     own, stop cleanly; exit 1 if the node failed. With TLS, SIGHUP reloads the certificate, key
-    and CA files for new connections (without TLS it keeps its default: the process ends)."""
+    and CA files for new connections (without TLS it keeps its default: the process ends).
+    Logs when it serves (its addresses) and when it stopped (why, and after how long)."""
+    started_at_s = time.monotonic()
     bind_log_context(server.node)
     await server.start()
-    print(json.dumps({"event": "ready", **ready()}), flush=True)
+    fields = ready()
+    print(json.dumps({"event": "ready", **fields}), flush=True)
+    logging.getLogger("dledger.process").info(
+        "%s serving: %s", program, " ".join(f"{k}={_address_text(v)}" for k, v in fields.items()
+                                            if v))
     stop = asyncio.Event()
+    why = ["its loop ended"]
+
+    def on_signal(sig: signal.Signals) -> None:
+        why[0] = sig.name
+        stop.set()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     cfg = server.node.config
     if cfg.tls is not None:
         from dledger.network.tls_reload import TlsReloader  # (cryptography: with TLS only)
@@ -318,5 +338,13 @@ async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, A
     waiter.cancel()
     joined.cancel()
     await server.stop()
+    CLIENT_CONNECTION_ERRORS.flush()
+    logfmt.log_stop(program, started_at_s, why[0], server.node.failure)
     if server.node.failure is not None:
         sys.exit(1)
+
+
+def _address_text(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 2:
+        return f"{value[0]}:{value[1]}"
+    return str(value)

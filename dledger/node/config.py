@@ -156,6 +156,9 @@ class NodeStatus:
     disk_full_error: str | None = None
     snapshot: dict[str, int | list[str]] = field(default_factory=dict)  # dledger.snapshots.shell
     membership: dict[str, object] = field(default_factory=dict)  # dledger.membership.shell
+    # peer -> when this node last heard from it (wall-clock seconds), whatever its role: a
+    # new leader knows when it last heard from a member that died before it took over
+    last_heard_s: dict[str, float] = field(default_factory=dict)
 
 
 ApplyListener = Callable[[Sequence[AppliedEntry]], None]
