@@ -189,6 +189,9 @@ _OPTIONS = [
                  help="Join a running group (a new member, or one whose disk was replaced): "
                       "take the membership from the leader; add the node with `dledger group "
                       "add-node` (--peers need only name this node and one member)."),
+    click.option("--slow-fsync-ms", type=click.IntRange(min=0), default=500, show_default=True,
+                 help="An fsync slower than this is logged (at most one line per 10 s, with the "
+                      "count and the slowest)."),
     click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
                  help="Log lines on stderr as text or as JSON objects (one event per line, with "
                       "group, node and term)."),
@@ -213,7 +216,8 @@ NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mod
                      "disk_clean_forcibly_ratio",
                      "snapshot_timeout_s", "busy_poll_us", "quorum_first", "aio_fsync", "join", "test_faults",
                      "test_crash_in_install",
-                     "trace_path", "canary", "tls_cert", "tls_key", "tls_ca", "peer_mtls")
+                     "trace_path", "canary", "tls_cert", "tls_key", "tls_ca", "peer_mtls",
+                     "slow_fsync_ms")
 
 
 def node_options(f: F) -> F:
@@ -247,7 +251,7 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             aio_fsync=o["aio_fsync"], join=o["join"], test_faults=o["test_faults"],
             test_crash_in_install=o["test_crash_in_install"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}),
-            tls=tls)
+            tls=tls, slow_fsync_s=o["slow_fsync_ms"] / 1000)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
 

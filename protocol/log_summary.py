@@ -74,6 +74,11 @@ class EventSummary:
         elif self._timer is None:
             self._arm(self._quiet_until - now)
 
+    @property
+    def pending(self) -> int:
+        """Events counted and not written yet (the next line's)."""
+        return sum(self._counts.values())
+
     def flush(self) -> None:
         """Write the line of what was counted, if anything was; the next line waits a period."""
         if self._timer is not None:

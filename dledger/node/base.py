@@ -73,7 +73,7 @@ class NodeBase:
         self._power_lost = False
         self.flusher: Flushing | None = None
         self.stats = NodeStats()  # counts for operators (metrics), cumulative since start
-        self.events = NodeEventLog(config.node_id)  # its INFO lines: elections, membership ...
+        self.events = NodeEventLog(config.node_id, config.slow_fsync_s)  # its INFO lines
         self.stats.fsync_logger = self.events.fsync_done
         self.last_heard_s: dict[str, float] = {}  # peer -> when a message from it last came (wall)
         self.trace: NodeTrace | None = None

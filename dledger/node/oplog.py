@@ -1,7 +1,7 @@
 """What a node tells its operators in its log at INFO as it runs (``NodeEventLog``), from what the
 shell observes after each turn (the Raft core is pure and never logs): elections and leader
 changes with their terms, membership changes, retention's deletions, and slow fsyncs (over
-``SLOW_FSYNC_S``, rate-limited: ``protocol.log_summary``). Snapshots and a full disk are logged
+``--slow-fsync-ms``, rate-limited: ``protocol.log_summary``). Snapshots and a full disk are logged
 where they happen (``dledger.snapshots.shell``, ``dledger.node.disk_full``).
 
 Quiet in steady state: a line only when the role, the term, the leader, the vote or the
@@ -16,9 +16,7 @@ import logging
 from dledger.raft.types import Membership, Role
 from protocol.log_summary import EventSummary
 
-__all__ = ["SLOW_FSYNC_S", "NodeEventLog"]
-
-SLOW_FSYNC_S = 0.5  # an fsync (group commit) slower than this is logged (rate-limited)
+__all__ = ["NodeEventLog"]
 
 log = logging.getLogger("dledger.node")
 
@@ -27,7 +25,7 @@ class NodeEventLog:
     """The node's INFO lines about its role, term, leader, vote and membership (``observe``,
     ``observe_membership``), retention (``retained``) and slow fsyncs (``fsync_done``)."""
 
-    def __init__(self, node_id: str, slow_fsync_s: float = SLOW_FSYNC_S) -> None:
+    def __init__(self, node_id: str, slow_fsync_s: float = 0.5) -> None:
         self.node_id = node_id
         self.slow_fsync_s = slow_fsync_s
         self.slow_fsyncs = EventSummary(
