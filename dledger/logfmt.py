@@ -31,7 +31,7 @@ LOG_LEVEL_DEFAULT = "INFO"
 # Libraries whose INFO lines are per request or per connection: kept at WARNING unless DEBUG.
 _CHATTY_LOGGERS = ("aiohttp.access", "aiohttp.server", "aiohttp.web", "asyncio", "grpc")
 # An option whose name holds one of these carries a secret, unless it names a file or a path.
-_SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "private")
+_SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "private", "cluster_key")
 _PATH_SUFFIXES = ("_file", "_path", "_dir")
 REDACTED = "<redacted>"
 log = logging.getLogger("dledger.process")

@@ -40,7 +40,7 @@ from protocol.tls import TlsConfig, TlsConfigError
 async def _serve(server: NameServer) -> None:
     started_at_s = time.monotonic()
     stop = asyncio.Event()
-    why = ["stopped"]
+    why = ["its serving ended"]
 
     def on_signal(signum: signal.Signals) -> None:
         why[0] = signum.name

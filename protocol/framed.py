@@ -3,7 +3,10 @@ decodes incoming frames and coalesces outgoing ones into one write per loop pass
 that the connections of one listener share (``ConnectionLimits``).
 
 Owns only framing on a live connection and its share of the listener's budget; what the payloads
-mean is the subclass's business (``server`` answers requests, ``client`` matches responses).
+mean is the subclass's business (``server`` answers requests, ``client`` matches responses). A
+server's connection (one with limits) counts its errors (a bad frame, refused or evicted by the
+limits, lost on an error) in the process's rate-limited summary, ``CLIENT_CONNECTION_ERRORS``:
+never a log line per connection.
 """
 
 from __future__ import annotations
@@ -99,11 +102,7 @@ class FramedProtocol(asyncio.Protocol):
         process's rate-limited summary of client connection errors: never a line per
         connection (``protocol.log_summary``)."""
         if self.limits is not None:
-            CLIENT_CONNECTION_ERRORS.note(kind, self._peer_host(), detail)
-
-    def _peer_host(self) -> str:
-        name = self.transport.get_extra_info("peername") if self.transport is not None else None
-        return str(name[0]) if isinstance(name, tuple) and name else ""
+            CLIENT_CONNECTION_ERRORS.note(kind, _host_of(self.transport), detail)
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -111,9 +110,7 @@ class FramedProtocol(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         if self.limits is not None and not self.limits.admit(self):
             err = OverloadedError(f"too many connections (at most {self.limits.connections_max})")
-            name = transport.get_extra_info("peername")
-            CLIENT_CONNECTION_ERRORS.note("refused", str(name[0]) if isinstance(name, tuple)
-                                          else "", err)
+            CLIENT_CONNECTION_ERRORS.note("refused", _host_of(transport), err)
             transport.write(encode_frame(encode_error(-1, err)))
             # Half-close and read (and drop) what the client had already sent: closing with
             # unread input would reset the connection and could lose the error frame. The
@@ -180,3 +177,9 @@ class FramedProtocol(asyncio.Protocol):
         if self.alive:
             assert self.transport is not None
             self.transport.write(b"".join(out))
+
+
+def _host_of(transport: asyncio.BaseTransport | None) -> str:
+    """The peer's host of a connection ("" if unknown): errors are summed up by host."""
+    name = transport.get_extra_info("peername") if transport is not None else None
+    return str(name[0]) if isinstance(name, tuple) and name else ""

@@ -211,12 +211,13 @@ def test_the_start_line_names_version_and_options_and_never_a_secret(
     logfmt.log_start("dledger-broker", {
         "group": "a", "peers": "n0=127.0.0.1:1", "cluster_key_file": "/k/cluster.key",
         "tls_key": "/k/node.key", "acl_admin_keys": ("root",), "secret_key": "s3cr3t-value",
-        "client_password": "hunter2", "access_token": "tok-123", "advertise": None})
+        "client_password": "hunter2", "access_token": "tok-123", "cluster_key": "c0ffee",
+        "advertise": None})
     [line] = _messages(lines, "dledger.process")
     assert line.startswith(f"dledger-broker {logfmt.program_version()} starting (pid ")
     assert "group=a" in line and "cluster_key_file=/k/cluster.key" in line
     assert "tls_key=/k/node.key" in line and "acl_admin_keys=root" in line
     assert "secret_key=<redacted>" in line and "client_password=<redacted>" in line
-    for secret in ("s3cr3t-value", "hunter2", "tok-123"):
+    for secret in ("s3cr3t-value", "hunter2", "tok-123", "c0ffee"):
         assert secret not in line
     assert "advertise" not in line  # (no value: not shown)
