@@ -276,6 +276,8 @@ def setup_logging(opts: dict[str, Any], program: str) -> None:
     """Logging as ``--log-format`` and ``--log-level`` say (``dledger.logfmt``), then the log's
     first line: ``program``, its version and the command's options (secrets never shown)."""
     logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", LOG_LEVEL_DEFAULT))
+    where = {"group": opts.get("group"), "node": opts.get("node_id")}
+    logfmt.bind_context(lambda: where)  # (with the term once the node exists: bind_log_context)
     ctx = click.get_current_context(silent=True)
     logfmt.log_start(program, ctx.params if ctx is not None else opts)
 
