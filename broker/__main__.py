@@ -132,7 +132,7 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
           index_files_max: int, acl: bool, acl_admin_keys: tuple[str, ...],
           acl_replay_window_s: float, broker_canaries: tuple[str, ...], **opts: Any) -> None:
     """Run one broker node."""
-    setup_logging(opts)
+    setup_logging(opts, "dledger-broker")
     try:
         levels_ms = parse_levels(delay_levels)
     except DelayError as err:
@@ -212,7 +212,7 @@ async def _serve(config: BrokerConfig) -> None:
         "node": config.node.node_id, "peer": list(server.node.peer_address or ()),
         "client": list(server.client_address or ()), "admin": list(server.admin_address or ()),
         "grpc": list(server.grpc_address or ()),
-        "remoting": list(server.remoting_address or ())})
+        "remoting": list(server.remoting_address or ())}, "dledger-broker")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,9 +98,23 @@ async def cluster_status(namesrv: Sequence[str]) -> list[dict[str, Any]]:
 
 def _contact(follower: dict[str, Any]) -> str:
     ms = follower.get("last_contact_ms")
-    if follower["last_contact_ticks"] == -1:
-        return "never"
+    if follower["last_contact_ticks"] == -1:  # not in the leader's term: what the group knew
+        by, at_ms, ago_ms = (follower.get(k) for k in ("last_heard_by", "last_heard_ms",
+                                                       "last_heard_ago_ms"))
+        if not (isinstance(by, str) and isinstance(at_ms, int) and isinstance(ago_ms, int)):
+            return "never"
+        when = f"{time.strftime('%H:%M:%S', time.localtime(at_ms / 1000))}, {_ago(ago_ms)} ago"
+        if follower.get("reachable") is False:
+            return f"unreachable since {when} (as last seen by {by})"
+        return f"not heard this term (last seen {when}, by {by})"
     return f"{ms} ms" if isinstance(ms, int) else f"{follower['last_contact_ticks']} ticks"
+
+
+def _ago(ms: int) -> str:
+    s = ms // 1000
+    if s < 120:
+        return f"{s} s"
+    return f"{s // 60} min" if s < 7200 else f"{s // 3600} h"
 
 
 def status_table(rows: list[dict[str, Any]]) -> str:

@@ -22,6 +22,7 @@ from cli.namesrv_proc import NameSrvProcess
 from cli.tls import UpTls
 from dledger import log_cli
 from dledger.localcluster import ClusterError, LocalCluster, ServerProcess, describe_exit
+from dledger.logfmt import LOG_FORMATS, LOG_LEVEL_DEFAULT, LOG_LEVELS
 from protocol.cluster_key import KEY_FILE_NAME, ClusterKeyError, generate_key_file
 from protocol.tls import ENV_CA
 
@@ -52,10 +53,16 @@ LEADERS_TIMEOUT_S = 30.0
 @click.option("--tls", "use_tls", is_flag=True,
               help="TLS on every listener, mutual TLS on peer links: a test CA and certificates "
                    "are made under DATA_DIR/tls (docs/tls.md).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default=LOG_LEVEL_DEFAULT, show_default=True,
+              help="Of the NameServer and the brokers, in DATA_DIR/*.log (INFO: start and stop, "
+                   "elections, leader changes, registrations ...: docs/operations.md).")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+              help="Their log lines as text or as JSON objects.")
 @click.option("--exit-after-s", type=float, default=None, help="Stop by itself after this long.")
 def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port: int,
        peer_port: int, client_port: int, grpc_port: int, remoting_port: int, use_tls: bool,
-       exit_after_s: float | None) -> None:
+       log_level: str, log_format: str, exit_after_s: float | None) -> None:
     """Start a NameServer and broker groups in the foreground; Ctrl-C stops everything.
 
     It prints each node's PID and addresses and keeps them in DATA_DIR/up.json, through which
@@ -74,8 +81,9 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
         generate_key_file(key_file)
     except ClusterKeyError as err:
         raise click.ClickException(str(err)) from err
+    logs = ("--log-level", log_level, "--log-format", log_format)
     namesrv = NameSrvProcess.start(namesrv_port, data_dir,
-                                   ("--cluster-key-file", key_file,
+                                   ("--cluster-key-file", key_file, *logs,
                                     *(up_tls.args("namesrv") if up_tls else ())))
     clusters: list[LocalCluster] = []
     try:
@@ -85,11 +93,11 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
                                          client_port + 10 * g if client_port else 0,
                                          grpc_port + 10 * g if grpc_port else 0,
                                          remoting_port + 10 * g if remoting_port else 0,
-                                         namesrv.address, up_tls))
+                                         namesrv.address, up_tls, logs))
         supervisor = Supervisor(data_dir, namesrv, clusters, "https" if up_tls else "http")
         supervisor.write()
         asyncio.run(_wait_leaders(namesrv.address, [c.group for c in clusters], LEADERS_TIMEOUT_S))
-        _print_up(namesrv, clusters, flush_mode, data_dir, up_tls)
+        _print_up(namesrv, clusters, flush_mode, data_dir, up_tls, log_level.upper())
         deadline = time.monotonic() + exit_after_s if exit_after_s else None
         while not stop["now"] and (deadline is None or time.monotonic() < deadline):
             supervisor.turn()
@@ -138,13 +146,13 @@ def _listdir(folder: str) -> list[str]:
 
 def _start_group(data_dir: str, group: str, replicas: int, flush_mode: str, peer_port: int,
                  client_port: int, grpc_port: int, remoting_port: int, namesrv: str,
-                 up_tls: UpTls | None = None) -> LocalCluster:
+                 up_tls: UpTls | None = None, logs: tuple[str, ...] = ()) -> LocalCluster:
     cluster = LocalCluster(
         data_dir, size=replicas, group=group, flush_mode=flush_mode, peer_port=peer_port,
         client_port=client_port,
         program=("-m", "broker", "start", "--namesrv", namesrv,
                  "--register-interval-s", str(REGISTER_INTERVAL_S),
-                 "--cluster-key-file", os.path.join(data_dir, KEY_FILE_NAME)),
+                 "--cluster-key-file", os.path.join(data_dir, KEY_FILE_NAME), *logs),
         node_args={f"n{i}": ("--grpc-listen", f"127.0.0.1:{grpc_port + i if grpc_port else 0}",
                              "--remoting-listen",
                              f"127.0.0.1:{remoting_port + i if remoting_port else 0}",
@@ -174,7 +182,8 @@ def admin_of(s: ServerProcess) -> str | None:
 
 
 def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode: str,
-              data_dir: str, up_tls: UpTls | None = None) -> None:
+              data_dir: str, up_tls: UpTls | None = None, log_level: str = LOG_LEVEL_DEFAULT
+              ) -> None:
     ns = namesrv.address
     scheme = "https" if up_tls else "http"
     click.echo(f"NameServer {ns} (pid {namesrv.proc.pid}); {len(clusters)} broker group(s), "
@@ -200,6 +209,8 @@ def _print_up(namesrv: NameSrvProcess, clusters: list[LocalCluster], flush_mode:
                f"started by hand there takes --cluster-key-file (docs/security.md)")
     click.echo(f"nodes:    dledger node stop|kill|restart GROUP NODE --data-dir {data_dir}  "
                f"(PIDs in {control.control_path(data_dir)})")
+    click.echo(f"logs:     {os.path.join(data_dir, '*.log')} (level {log_level}: elections, "
+               f"leader changes, registrations ...)")
     click.echo("Ctrl-C stops everything.")
 
 

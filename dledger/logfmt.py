@@ -1,26 +1,40 @@
-"""How a server process logs: ``--log-format text|json`` and ``--log-level``, one event per line on
-stderr, each carrying where it happened (group, node, term).
+"""How a server process logs: ``--log-format text|json`` and ``--log-level`` (INFO by default), one
+event per line on stderr, each carrying where it happened (group, node, term).
 
-Owns the formatters and the context every record is stamped with. The context is a function the
-process binds once its node exists (``bind_context``): it is read per record, so a record carries
-the term current when it was logged. A JSON line has ``ts`` (UTC, ISO 8601 with milliseconds),
-``level``, ``logger``, ``msg``, the context's fields, the call's ``extra`` fields when they are
-plain values, and ``exc`` for an exception. The text format puts the context in brackets.
+Owns the formatters, the context every record is stamped with, and the lines that open and close
+a process's log (``log_start``: program, version and options, secrets never shown; ``log_stop``).
+The context is a function the process binds once its node exists (``bind_context``): it is read
+per record, so a record carries the term current when it was logged. A JSON line has ``ts``
+(UTC, ISO 8601 with milliseconds), ``level``, ``logger``, ``msg``, the context's fields, the
+call's ``extra`` fields when they are plain values, and ``exc`` for an exception. The text format
+puts the context in brackets.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
+import os
+import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "JsonFormatter", "bind_context", "configure"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "LOG_LEVEL_DEFAULT", "JsonFormatter", "bind_context",
+           "configure", "log_start", "log_stop", "options_text", "program_version"]
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_LEVEL_DEFAULT = "INFO"
+# Libraries whose INFO lines are per request or per connection: kept at WARNING unless DEBUG.
+_CHATTY_LOGGERS = ("aiohttp.access", "aiohttp.server", "aiohttp.web", "asyncio", "grpc")
+# An option whose name holds one of these carries a secret, unless it names a file or a path.
+_SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "private", "cluster_key")
+_PATH_SUFFIXES = ("_file", "_path", "_dir")
+REDACTED = "<redacted>"
+log = logging.getLogger("dledger.process")
 Context = Callable[[], dict[str, Any]]
 
 _context: Context | None = None
@@ -78,7 +92,7 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def configure(log_format: str = "text", level: str = "WARNING") -> None:
+def configure(log_format: str = "text", level: str = LOG_LEVEL_DEFAULT) -> None:
     """Log records of ``level`` and above to stderr in ``log_format``, replacing any handler."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"--log-format is one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
@@ -94,3 +108,55 @@ def configure(log_format: str = "text", level: str = "WARNING") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in _CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if level.upper() == "DEBUG"
+                                         else logging.WARNING)
+
+
+def program_version() -> str:
+    """The installed dledger's version ("unknown" when it is not installed)."""
+    try:
+        return importlib.metadata.version("dledger")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def options_text(params: Mapping[str, Any]) -> str:
+    """``name=value`` for each option that has a value, in order; the value of an option named
+    for a secret (``_SECRET_WORDS``) shown as ``<redacted>`` unless the option names a file or a
+    path (a path is no secret: what is in the file is never read here)."""
+    parts = []
+    for name, value in params.items():
+        if value is None or value == () or value == "":
+            continue
+        secret = any(w in name.lower() for w in _SECRET_WORDS) and not name.endswith(_PATH_SUFFIXES)
+        if secret:
+            shown = REDACTED
+        elif isinstance(value, (tuple, list)):
+            shown = ",".join(str(v) for v in value)
+        else:
+            shown = str(value)
+        parts.append(f"{name}={shown}")
+    return " ".join(parts)
+
+
+def log_start(program: str, params: Mapping[str, Any]) -> None:
+    """The first line of a server process: program, version, pid and options (no secrets)."""
+    version = program_version()
+    log.info("%s %s starting (pid %d, Python %s): %s", program, version, os.getpid(),
+             platform.python_version(), options_text(params),
+             extra={"program": program, "version": version, "pid": os.getpid()})
+
+
+def log_stop(program: str, started_at_s: float, why: str, failure: BaseException | None = None
+             ) -> None:
+    """The last line of a server process: why it stopped and after how long; at ERROR with the
+    failure when it stopped on one (so that the log's last line names it)."""
+    uptime_s = round(time.monotonic() - started_at_s, 1)
+    if failure is None:
+        log.info("%s stopped (%s) after %.1f s", program, why, uptime_s,
+                 extra={"program": program, "uptime_s": uptime_s})
+    else:
+        log.error("%s stopped (%s) after %.1f s: %s: %s", program, why, uptime_s,
+                  type(failure).__name__, failure,
+                  extra={"program": program, "uptime_s": uptime_s})

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import tomllib
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -17,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 import click
 
 from dledger import logfmt
-from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
+from dledger.logfmt import LOG_FORMATS, LOG_LEVEL_DEFAULT, LOG_LEVELS
 from dledger.node.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from protocol.framed import (
@@ -25,6 +26,7 @@ from protocol.framed import (
     INPUT_BUFFER_BYTES_MAX_DEFAULT,
     ConnectionLimits,
 )
+from protocol.log_summary import CLIENT_CONNECTION_ERRORS
 from protocol.tls import ENV_CA, TlsConfig, TlsConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -187,11 +189,17 @@ _OPTIONS = [
                  help="Join a running group (a new member, or one whose disk was replaced): "
                       "take the membership from the leader; add the node with `dledger group "
                       "add-node` (--peers need only name this node and one member)."),
+    click.option("--slow-fsync-ms", type=click.IntRange(min=0), default=500, show_default=True,
+                 help="An fsync slower than this is logged (at most one line per 10 s, with the "
+                      "count and the slowest)."),
     click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
                  help="Log lines on stderr as text or as JSON objects (one event per line, with "
                       "group, node and term)."),
     click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
-                 default="WARNING", show_default=True),
+                 default=LOG_LEVEL_DEFAULT, show_default=True,
+                 help="INFO: start and stop, elections and leader changes, membership, "
+                      "snapshots, retention, a full disk, refusals, slow fsyncs and a "
+                      "rate-limited summary of client connection errors (docs/operations.md)."),
     click.option("--test-faults", is_flag=True, help="Allow power-loss requests (tests only)."),
     click.option("--test-crash-in-install", type=click.Choice(["staged", "commit"]), default=None,
                  hidden=True, help="Exit at this step of the first snapshot install (tests only)."),
@@ -208,7 +216,8 @@ NODE_OPTION_NAMES = ("group", "node_id", "peers", "dial", "data_dir", "flush_mod
                      "disk_clean_forcibly_ratio",
                      "snapshot_timeout_s", "busy_poll_us", "quorum_first", "aio_fsync", "join", "test_faults",
                      "test_crash_in_install",
-                     "trace_path", "canary", "tls_cert", "tls_key", "tls_ca", "peer_mtls")
+                     "trace_path", "canary", "tls_cert", "tls_key", "tls_ca", "peer_mtls",
+                     "slow_fsync_ms")
 
 
 def node_options(f: F) -> F:
@@ -242,7 +251,7 @@ def node_config(opts: dict[str, Any]) -> NodeConfig:
             aio_fsync=o["aio_fsync"], join=o["join"], test_faults=o["test_faults"],
             test_crash_in_install=o["test_crash_in_install"],
             trace_path=o["trace_path"], canaries=Canaries(**{c: True for c in o["canary"]}),
-            tls=tls)
+            tls=tls, slow_fsync_s=o["slow_fsync_ms"] / 1000)
     except ValueError as err:
         raise click.UsageError(str(err)) from err
 
@@ -263,9 +272,14 @@ def client_limits(opts: dict[str, Any]) -> ConnectionLimits:
     return ConnectionLimits(opts["max_connections"], opts["input_buffer_bytes_max"])
 
 
-def setup_logging(opts: dict[str, Any]) -> None:
-    """Logging as ``--log-format`` and ``--log-level`` say (``dledger.logfmt``)."""
-    logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", "WARNING"))
+def setup_logging(opts: dict[str, Any], program: str) -> None:
+    """Logging as ``--log-format`` and ``--log-level`` say (``dledger.logfmt``), then the log's
+    first line: ``program``, its version and the command's options (secrets never shown)."""
+    logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", LOG_LEVEL_DEFAULT))
+    where = {"group": opts.get("group"), "node": opts.get("node_id")}
+    logfmt.bind_context(lambda: where)  # (with the term once the node exists: bind_log_context)
+    ctx = click.get_current_context(silent=True)
+    logfmt.log_start(program, ctx.params if ctx is not None else opts)
 
 
 def bind_log_context(node: Node) -> None:
@@ -294,18 +308,30 @@ class NodeServer(Protocol):
     async def stop(self) -> None: ...
 
 
-async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]]) -> None:
+async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]],
+                             program: str = "dledger-server") -> None:
     """Start ``server``, print the JSON ready line (``ready()`` gives its fields, read after
     start so ports are real), run until SIGTERM/SIGINT or until the node's loop ends on its
     own, stop cleanly; exit 1 if the node failed. With TLS, SIGHUP reloads the certificate, key
-    and CA files for new connections (without TLS it keeps its default: the process ends)."""
+    and CA files for new connections (without TLS it keeps its default: the process ends).
+    Logs when it serves (its addresses) and when it stopped (why, and after how long)."""
+    started_at_s = time.monotonic()
     bind_log_context(server.node)
     await server.start()
-    print(json.dumps({"event": "ready", **ready()}), flush=True)
+    fields = ready()
+    print(json.dumps({"event": "ready", **fields}), flush=True)
+    logging.getLogger("dledger.process").info(
+        "%s serving: %s", program, " ".join(f"{k}={_address_text(v)}" for k, v in fields.items()
+                                            if v))
     stop = asyncio.Event()
+    why = ["its loop ended"]
+
+    def on_signal(sig: signal.Signals) -> None:
+        why[0] = sig.name
+        stop.set()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     cfg = server.node.config
     if cfg.tls is not None:
         from dledger.network.tls_reload import TlsReloader  # (cryptography: with TLS only)
@@ -318,5 +344,13 @@ async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, A
     waiter.cancel()
     joined.cancel()
     await server.stop()
+    CLIENT_CONNECTION_ERRORS.flush()
+    logfmt.log_stop(program, started_at_s, why[0], server.node.failure)
     if server.node.failure is not None:
         sys.exit(1)
+
+
+def _address_text(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 2:
+        return f"{value[0]}:{value[1]}"
+    return str(value)

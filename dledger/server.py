@@ -12,8 +12,8 @@ handling and the command line; replication is the runtime's business.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -49,8 +49,6 @@ from protocol.envelope import (
 from protocol.errors import DLedgerError, WireError
 from protocol.framed import ConnectionLimits, FramedProtocol
 
-log = logging.getLogger("dledger.server")
-
 
 class _ClientConnection(FramedProtocol):
     """One client connection: requests in, replies out (coalesced per loop pass)."""
@@ -59,9 +57,6 @@ class _ClientConnection(FramedProtocol):
         super().__init__(limits=server.limits)
         self.server = server
         self.tasks: set[asyncio.Task[None]] = set()
-
-    def framing_failed(self, err: WireError) -> None:
-        log.warning("closing client connection: %s", err)
 
     def payload_received(self, payload: bytes) -> None:
         try:
@@ -190,6 +185,13 @@ def _exit_soon() -> None:
     asyncio.get_running_loop().call_later(0.05, os._exit, 137)
 
 
+def peers_last_heard(last_heard_s: dict[str, float], now_s: float) -> dict[str, dict[str, int]]:
+    """peer -> when this node last heard from it: ``at_ms`` (its wall clock, ms since the epoch)
+    and ``ago_ms`` (by this node's clock, so a reader's clock skew does not matter)."""
+    return {peer: {"at_ms": int(at_s * 1000), "ago_ms": max(0, int((now_s - at_s) * 1000))}
+            for peer, at_s in sorted(last_heard_s.items())}
+
+
 def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
     st = node.status()
     raft = asdict(st.raft)
@@ -201,6 +203,7 @@ def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
             "members": sorted(st.raft.voters + st.raft.learners),
             "membership": st.membership,
             "disk_full": st.disk_full, "disk_full_error": st.disk_full_error,
+            "peers_last_heard": peers_last_heard(st.last_heard_s, time.time()),
             "peer_address": list(st.peer_address or ()), "client_address": list(client_address or ()),
             "pending_proposals": st.pending_proposals, "inbox_dropped": st.inbox_dropped,
             "storage_first_index": st.storage_first_index, "storage_last_index": st.storage_last_index}
@@ -214,7 +217,7 @@ def status_dict(node: Node, client_address: Address | None) -> dict[str, Any]:
 @click.option("--enable-bench", is_flag=True, help="Allow the benchmark's in-leader load requests.")
 def main(client_listen: str, enable_bench: bool, **opts: Any) -> None:
     """Run one node of a replicated log group."""
-    setup_logging(opts)
+    setup_logging(opts, "dledger-server")
     config = node_config(opts)
     evloop.run(_serve(config, parse_address(client_listen), enable_bench, client_limits(opts)),
                server=True)

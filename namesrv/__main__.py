@@ -6,38 +6,48 @@ key and CA files for new connections: ``dledger.network.tls_reload``).
                       [--cluster-key-file FILE | --insecure]
 
 Prints exactly one line on stdout once bound, ``{"event":"ready","listen":[host,port]}`` with the
-real port (``--listen host:0`` picks one), then logs warnings only (``--log-level`` to change;
-``--log-format json``: JSON lines). Owns argument parsing, the ready line and signal handling; the
-server is ``server.NameServer``. ``cli`` is the same command as a ``start`` subcommand, for a
-``dledger-namesrv start`` script.
+real port (``--listen host:0`` picks one), then logs on stderr at INFO (``--log-level`` to change;
+``--log-format json``: JSON lines): start and stop with its version and options, registrations,
+expiries and refusals, leader changes (docs/operations.md). Owns argument parsing, the ready
+line and signal handling; the server is ``server.NameServer``. ``cli`` is the same command as a
+``start`` subcommand, for a ``dledger-namesrv start`` script.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 
 import click
 
 from dledger import logfmt
-from dledger.logfmt import LOG_FORMATS, LOG_LEVELS
+from dledger.logfmt import LOG_FORMATS, LOG_LEVEL_DEFAULT, LOG_LEVELS
 from namesrv.errors import BadRequestError
 from namesrv.model import parse_host_port
 from namesrv.registration_auth import NAMESRV_CANARIES
 from namesrv.registry import LEASE_S_DEFAULT
 from namesrv.server import SCAN_INTERVAL_S_DEFAULT, NameServer
 from protocol.cluster_key import CLUSTER_KEY_ENV, KEY_FILE_ENV, ClusterKeyError, load_cluster_key
+from protocol.log_summary import CLIENT_CONNECTION_ERRORS
 from protocol.tls import TlsConfig, TlsConfigError
 
 
 async def _serve(server: NameServer) -> None:
+    started_at_s = time.monotonic()
     stop = asyncio.Event()
+    why = ["its serving ended"]
+
+    def on_signal(signum: signal.Signals) -> None:
+        why[0] = signum.name
+        stop.set()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal, signum)
     if server.tls is not None:  # SIGHUP: its certificate, key and CA again, for new connections
         from dledger.network.tls_reload import TlsReloader  # (cryptography: with TLS only)
         loop.add_signal_handler(signal.SIGHUP, TlsReloader(server.tls).reload)
@@ -47,10 +57,14 @@ async def _serve(server: NameServer) -> None:
         raise click.ClickException(f"cannot listen on {server.host}:{server.port}: {exc}") from exc
     print(json.dumps({"event": "ready", "listen": [host, port]}, separators=(",", ":")),
           flush=True)
+    logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})  # (the bound port: --listen's :0)
+    logging.getLogger("dledger.process").info("dledger-namesrv serving at %s:%d", host, port)
     try:
         await stop.wait()  # runs until a signal: no deadline by design
     finally:
         await server.stop()
+        CLIENT_CONNECTION_ERRORS.flush()
+        logfmt.log_stop("dledger-namesrv", started_at_s, why[0])
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
@@ -90,8 +104,10 @@ _OPTIONS = [
     click.option("--canary", "canaries", multiple=True, hidden=True,
                  type=click.Choice(sorted(NAMESRV_CANARIES)),
                  help="A seeded bug, for the live chaos checker's tests only."),
-    click.option("--log-level", default="WARNING", show_default=True,
-                 type=click.Choice(LOG_LEVELS, case_sensitive=False)),
+    click.option("--log-level", default=LOG_LEVEL_DEFAULT, show_default=True,
+                 type=click.Choice(LOG_LEVELS, case_sensitive=False),
+                 help="INFO: start and stop, registrations, expiries and refusals, leader "
+                      "changes, a rate-limited summary of client connection errors."),
     click.option("--log-format", default="text", show_default=True, type=click.Choice(LOG_FORMATS),
                  help="Log lines on stderr as text or as JSON objects (one event per line)."),
 ]
@@ -103,13 +119,14 @@ def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float,
          log_level: str, log_format: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
     logfmt.configure(log_format, log_level)
+    host, port = listen
+    logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})
+    logfmt.log_start("dledger-namesrv", click.get_current_context().params)
     try:
         tls = TlsConfig.from_options(tls_cert, tls_key, tls_ca)
         cluster_key = load_cluster_key(cluster_key_file, os.environ)
     except (TlsConfigError, ClusterKeyError) as err:
         raise click.UsageError(str(err)) from err
-    host, port = listen
-    logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})
     asyncio.run(_serve(NameServer(host, port, lease_s=lease_s, scan_interval_s=scan_interval_s,
                                   console_read_only=console_read_only, tls=tls,
                                   cluster_key=cluster_key, insecure=insecure,

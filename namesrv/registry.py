@@ -89,6 +89,7 @@ class RegisterOutcome:
     stale: bool
     expires_in_s: float
     pending: bool = False
+    first: bool = False  # the node was not registered (its first registration, or again)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": True, "expires_in_s": self.expires_in_s, "group": self.group,
@@ -185,7 +186,7 @@ class Registry:
         pending = reg.claims_leadership and not stale and (group.leader, group.term) != (
             reg.node_id, reg.term)
         return RegisterOutcome(group.name, group.leader, group.term, stale, self.lease_s,
-                               pending)
+                               pending, first=record is None)
 
     def unregister(self, u: Unregistration, now_s: float) -> bool:
         """Remove a node (a clean shutdown); a leader leaving gives up its term. True if it was

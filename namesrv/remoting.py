@@ -17,19 +17,15 @@ Any other code: REQUEST_CODE_NOT_SUPPORTED. Only nodes that registered a remotin
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from namesrv.registry import NodeView, Registry
-from protocol.errors import WireError
 from protocol.framed import ConnectionLimits, FramedProtocol
 from protocol.remoting import codes
 from protocol.remoting.command import Command, RemotingFrameError, decode, encode
 
 __all__ = ["CLUSTER", "DEFAULT_QUEUES", "RemotingNameServer", "answer"]
-
-log = logging.getLogger("namesrv.remoting")
 
 CLUSTER = "dledger"  # the one cluster name a 4.x client sees
 DEFAULT_QUEUES = 4  # TBW102's queues: RocketMQ's defaultTopicQueueNums
@@ -118,7 +114,7 @@ class RemotingNameServer(FramedProtocol):
         try:
             cmd = decode(payload)
         except RemotingFrameError as err:
-            log.info("closing a remoting connection: %s", err)
+            self.note_error("bad remoting frame", err)
             if self.transport is not None:
                 self.transport.close()
             return
@@ -127,6 +123,3 @@ class RemotingNameServer(FramedProtocol):
         response = answer(self.registry, self.clock(), cmd)
         if not cmd.is_oneway:
             self.send_payload(encode(response))
-
-    def framing_failed(self, err: WireError) -> None:
-        log.info("closing a remoting connection: %s", err)

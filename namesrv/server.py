@@ -45,9 +45,14 @@ from namesrv.errors import (
 )
 from namesrv.listener import Sniffer
 from namesrv.metrics import NameServerMetrics, metrics_middleware
-from namesrv.model import parse_registration, parse_topic_name, parse_unregistration
+from namesrv.model import (
+    Registration,
+    parse_registration,
+    parse_topic_name,
+    parse_unregistration,
+)
 from namesrv.registration_auth import RegistrationGuard
-from namesrv.registry import LEASE_S_DEFAULT, Registry
+from namesrv.registry import LEASE_S_DEFAULT, RegisterOutcome, Registry
 from namesrv.remoting import RemotingNameServer
 from protocol.cluster_key import BadClusterSignatureError, UnsignedRequestError
 from protocol.framed import ConnectionLimits
@@ -164,7 +169,8 @@ def _now_s(request: web.Request) -> float:
 
 def _expire(registry: Registry, now_s: float, metrics: NameServerMetrics | None = None) -> None:
     for group, node_id in registry.expire(now_s):
-        log.info("lease expired: group %s node %s", group, node_id)
+        log.info("lease expired: group %s node %s (not refreshed within %g s)", group, node_id,
+                 registry.lease_s, extra={"group": group, "node": node_id})
         if metrics is not None:
             metrics.expired.inc()
 
@@ -196,7 +202,9 @@ async def _register(request: web.Request) -> web.Response:
         await request.app[_CORROBORATOR_KEY].check(
             reg, known_term, registry.admin_addresses(reg.group, now_s))
         registry, now_s = _fresh(request)  # time passed while we asked
+    routed = registry.leader_of(reg.group)
     outcome = registry.register(reg, now_s)
+    _log_registration(reg, outcome, routed)
     metrics = request.app[_METRICS_KEY]
     metrics.registrations.inc()
     if outcome.stale:
@@ -206,10 +214,27 @@ async def _register(request: web.Request) -> web.Response:
     return web.json_response(outcome.to_json())
 
 
+def _log_registration(reg: Registration, outcome: RegisterOutcome,
+                      routed: tuple[str | None, int] | None) -> None:
+    """INFO lines of a node's first registration and of a change of its group's routed leader
+    (a refresh that changes nothing writes none)."""
+    if outcome.first:
+        log.info("registered: group %s node %s (%s at term %d; client %s, admin %s)", reg.group,
+                 reg.node_id, reg.role, reg.term, reg.client_address, reg.admin_address,
+                 extra={"group": reg.group, "node": reg.node_id})
+    if outcome.leader is not None and routed != (outcome.leader, outcome.term):
+        was = f"{routed[0]} at term {routed[1]}" if routed is not None and routed[0] else "none"
+        log.info("group %s: leader is %s at term %d (was %s)", reg.group, outcome.leader,
+                 outcome.term, was, extra={"group": reg.group, "leader": outcome.leader})
+
+
 async def _unregister(request: web.Request) -> web.Response:
     named = parse_unregistration(await _signed_body(request))
     registry, now_s = _fresh(request)
     removed = registry.unregister(named, now_s)
+    if removed:
+        log.info("unregistered: group %s node %s (it stopped, at term %d)", named.group,
+                 named.node_id, named.term, extra={"group": named.group, "node": named.node_id})
     return web.json_response({"ok": True, "removed": removed})
 
 

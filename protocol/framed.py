@@ -3,20 +3,21 @@ decodes incoming frames and coalesces outgoing ones into one write per loop pass
 that the connections of one listener share (``ConnectionLimits``).
 
 Owns only framing on a live connection and its share of the listener's budget; what the payloads
-mean is the subclass's business (``server`` answers requests, ``client`` matches responses).
+mean is the subclass's business (``server`` answers requests, ``client`` matches responses). A
+server's connection (one with limits) counts its errors (a bad frame, refused or evicted by the
+limits, lost on an error) in the process's rate-limited summary, ``CLIENT_CONNECTION_ERRORS``:
+never a log line per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import cast
 
 from protocol.envelope import encode_error
 from protocol.errors import OverloadedError, WireError
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
-
-log = logging.getLogger("protocol.framed")
+from protocol.log_summary import CLIENT_CONNECTION_ERRORS
 
 CONNECTIONS_MAX_DEFAULT = 4096
 INPUT_BUFFER_BYTES_MAX_DEFAULT = 128 << 20  # 32 batches of 4 MiB arriving at once
@@ -64,9 +65,9 @@ class ConnectionLimits:
         for victim in sorted(self.open, key=lambda c: c.held_bytes, reverse=True):
             if self.held_bytes <= self.input_bytes_max or victim.held_bytes == 0:
                 break
-            log.warning("closing a connection holding %d bytes of a partial frame: the "
-                        "listener's %d-byte input budget is used up", victim.held_bytes,
-                        self.input_bytes_max)
+            victim.note_error("evicted", f"closed holding {victim.held_bytes} bytes of a partial "
+                              f"frame: the listener's {self.input_bytes_max}-byte input budget "
+                              "is used up")
             self.evicted += 1
             self.release(victim)
             victim.evict()
@@ -93,7 +94,15 @@ class FramedProtocol(asyncio.Protocol):
         raise NotImplementedError
 
     def framing_failed(self, err: WireError) -> None:
-        """The byte stream is out of sync; the connection is closed right after this."""
+        """The byte stream is out of sync; the connection is closed right after this (a
+        server's connection has noted it in ``CLIENT_CONNECTION_ERRORS`` already)."""
+
+    def note_error(self, kind: str, detail: object) -> None:
+        """An error of this connection, if it is a server's (it has ``limits``), in the
+        process's rate-limited summary of client connection errors: never a line per
+        connection (``protocol.log_summary``)."""
+        if self.limits is not None:
+            CLIENT_CONNECTION_ERRORS.note(kind, _host_of(self.transport), detail)
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -101,6 +110,7 @@ class FramedProtocol(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)  # uvloop transports are not subclasses
         if self.limits is not None and not self.limits.admit(self):
             err = OverloadedError(f"too many connections (at most {self.limits.connections_max})")
+            CLIENT_CONNECTION_ERRORS.note("refused", _host_of(transport), err)
             transport.write(encode_frame(encode_error(-1, err)))
             # Half-close and read (and drop) what the client had already sent: closing with
             # unread input would reset the connection and could lose the error frame. The
@@ -117,6 +127,7 @@ class FramedProtocol(asyncio.Protocol):
         try:
             payloads = self.decoder.feed(data)
         except WireError as err:
+            self.note_error("bad frame", err)
             self.framing_failed(err)
             if self.transport is not None:
                 self.transport.close()
@@ -131,6 +142,8 @@ class FramedProtocol(asyncio.Protocol):
             self.payload_received(payload)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and not self._evicted:
+            self.note_error(type(exc).__name__, exc)
         if self.limits is not None:
             self.limits.release(self)
         self.transport = None
@@ -164,3 +177,9 @@ class FramedProtocol(asyncio.Protocol):
         if self.alive:
             assert self.transport is not None
             self.transport.write(b"".join(out))
+
+
+def _host_of(transport: asyncio.BaseTransport | None) -> str:
+    """The peer's host of a connection ("" if unknown): errors are summed up by host."""
+    name = transport.get_extra_info("peername") if transport is not None else None
+    return str(name[0]) if isinstance(name, tuple) and name else ""

@@ -3,10 +3,12 @@ text, ``broker.shell.metrics``), ``/livez`` and ``/readyz``. Read-only views of 
 machine. With ``--protect-status``, ``/status`` (the topology, every group's offsets) answers only
 a read signed with the cluster credential (``protocol.cluster_key``: the NameServer's console and
 term checks, ``dledger status`` with the credential in its environment): 401 unsigned, 403 a
-signature that fails; the health probes and ``/metrics`` (Prometheus cannot sign) stay open."""
+signature that fails (both in a rate-limited log line: ``STATUS_REFUSALS``); the health probes
+and ``/metrics`` (Prometheus cannot sign) stay open."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Protocol
 
@@ -20,6 +22,10 @@ from protocol.cluster_key import (
     UnsignedRequestError,
     verify,
 )
+from protocol.log_summary import EventSummary
+
+STATUS_REFUSALS = EventSummary(logging.getLogger("broker.admin"),
+                               "refused /status reads (--protect-status)")
 
 
 class Rendered(Protocol):
@@ -51,8 +57,10 @@ def make_app(server: HttpHost, status_key: bytes | None = None) -> web.Applicati
                 verify(status_key, request.headers, "GET", request.path, b"",
                        int(time.time() * 1000), nonces)
             except UnsignedRequestError as err:
+                STATUS_REFUSALS.note("unsigned", request.remote or "", err)
                 return web.json_response({"error": str(err)}, status=401)
             except BadClusterSignatureError as err:
+                STATUS_REFUSALS.note("bad signature", request.remote or "", err)
                 return web.json_response({"error": str(err)}, status=403)
         return web.json_response(server.status())
 

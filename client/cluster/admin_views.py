@@ -6,7 +6,10 @@ Shared by ``dledger status`` / ``dledger consumer status`` (``cli``) and the Nam
 console (``namesrv.console_*``), so both show the same numbers. Owns no session and no
 connection: the caller passes an ``aiohttp.ClientSession`` (its timeout bounds each request) or
 a ``Routes``. A node that does not answer is a row with role ``unreachable`` and the error, never
-an exception.
+an exception. Each of the leader's followers also carries when any member last heard from it
+(``last_heard_ms``, ``last_heard_ago_ms``, ``last_heard_by``) and whether it answers
+(``reachable``): a member that died before this leader took over was never heard by it in its
+term, but the others (and the leader, as a follower before) heard it until it died.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "group_health",
     "group_status",
     "http_error_text",
+    "last_seen",
     "node_status",
     "summarize_consumers",
 ]
@@ -60,6 +64,29 @@ def _contact_ms(ticks: Any, tick_ms: Any) -> int | None:
     if not isinstance(ticks, int) or not isinstance(tick_ms, int):
         return None
     return -1 if ticks < 0 else ticks * tick_ms
+
+
+def _last_heard(value: Any) -> dict[str, dict[str, int]]:
+    """A node's ``peers_last_heard`` (peer -> ``at_ms``, ``ago_ms``), its well-formed rows only
+    (a node of an older version has none)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(peer): {"at_ms": row["at_ms"], "ago_ms": row["ago_ms"]}
+            for peer, row in value.items()
+            if isinstance(row, dict) and isinstance(row.get("at_ms"), int)
+            and isinstance(row.get("ago_ms"), int)}
+
+
+def last_seen(nodes: list[dict[str, Any]], peer: str) -> dict[str, Any] | None:
+    """The latest any answering node heard from ``peer`` (any message: heartbeats, votes,
+    answers), as ``{"at_ms", "ago_ms", "by"}``; None if none ever did."""
+    best: dict[str, Any] | None = None
+    for n in nodes:
+        heard = (n.get("peers_last_heard") or {}).get(peer)
+        if heard is not None and n["node"] != peer and (best is None
+                                                        or heard["ago_ms"] < best["ago_ms"]):
+            best = {**heard, "by": n["node"]}
+    return best
 
 
 def group_health(members: int, reachable: int, has_leader: bool) -> str:
@@ -104,7 +131,8 @@ async def node_status(session: aiohttp.ClientSession, n: dict[str, Any],
                                              "last_contact_ticks": f["last_contact_ticks"],
                                              "last_contact_ms": _contact_ms(
                                                  f["last_contact_ticks"], st.get("tick_ms"))}
-                              for f in raft["followers"]}}
+                              for f in raft["followers"]},
+                "peers_last_heard": _last_heard(st.get("peers_last_heard"))}
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         return {"node": n["node_id"], "role": "unreachable", "error": http_error_text(err)}
     except (KeyError, TypeError) as err:  # JSON, but not a broker's status
@@ -143,6 +171,16 @@ async def group_status(session: aiohttp.ClientSession, g: dict[str, Any],
             n["role"] = "learner"
     for nid in sorted(members - registered):
         nodes.append({"node": nid, "role": "unreachable", "error": "not registered"})
+    answering = {n["node"] for n in nodes if n["role"] != "unreachable"}
+    for fid, f in (leader or {}).get("followers", {}).items():
+        # What the group knows of each follower beyond the leader's own contact in its term
+        # (-1 for a member that died before this leader was elected): the latest any member
+        # heard from it, and by whom.
+        f["reachable"] = fid in answering
+        seen = last_seen(nodes, fid)
+        if seen is not None:
+            f["last_heard_ms"], f["last_heard_ago_ms"], f["last_heard_by"] = (
+                seen["at_ms"], seen["ago_ms"], seen["by"])
     voting = [n for n in nodes if n["node"] in voters]
     health = group_health(len(voting), sum(n["role"] != "unreachable" for n in voting),
                           leader is not None)

@@ -133,6 +133,8 @@ class MembershipShell(NodeBase):
         if core.membership is self._linked_membership:
             return
         self._linked_membership = m = core.membership
+        _, _, index, pending = core.membership_status()
+        self.events.observe_membership(m, index, pending)
         for nid in m.members:
             if nid != self.config.node_id:
                 addr = self._peer_address(nid, m)

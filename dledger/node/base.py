@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dledger.network.seams import Transport
 from dledger.node.config import Address, ApplyListener, Committed, NodeConfig
+from dledger.node.oplog import NodeEventLog
 from dledger.node.stats import NodeStats
 from dledger.node.trace import NodeTrace
 from dledger.raft.core import RaftCore
@@ -72,6 +73,9 @@ class NodeBase:
         self._power_lost = False
         self.flusher: Flushing | None = None
         self.stats = NodeStats()  # counts for operators (metrics), cumulative since start
+        self.events = NodeEventLog(config.node_id, config.slow_fsync_s)  # its INFO lines
+        self.stats.fsync_logger = self.events.fsync_done
+        self.last_heard_s: dict[str, float] = {}  # peer -> when a message from it last came (wall)
         self.trace: NodeTrace | None = None
         self.core: RaftCore | None = None
         self.store: LogStore | None = None

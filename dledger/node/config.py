@@ -92,6 +92,7 @@ class NodeConfig:
     # free space this often, and rebuilds from disk once there is this much.
     disk_probe_interval_s: float = 1.0
     disk_resume_free_bytes: int = 8 << 20
+    slow_fsync_s: float = 0.5  # an fsync slower than this is logged (dledger.node.oplog)
 
     def __post_init__(self) -> None:
         if self.node_id not in self.peers:
@@ -104,6 +105,8 @@ class NodeConfig:
             raise ValueError(f"unknown install crash point {self.test_crash_in_install!r}")
         if self.retention_lag_entries < 0 or self.snapshot_timeout_s <= 0:
             raise ValueError("retention_lag_entries must be >= 0 and snapshot_timeout_s > 0")
+        if self.slow_fsync_s < 0:
+            raise ValueError(f"slow_fsync_s must be >= 0, not {self.slow_fsync_s}")
         self.retention_policy()  # (checks its values)
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
             raise ValueError(f"busy_poll_us must be within 0..{MAX_BUSY_POLL_US}, "
@@ -156,6 +159,9 @@ class NodeStatus:
     disk_full_error: str | None = None
     snapshot: dict[str, int | list[str]] = field(default_factory=dict)  # dledger.snapshots.shell
     membership: dict[str, object] = field(default_factory=dict)  # dledger.membership.shell
+    # peer -> when this node last heard from it (wall-clock seconds), whatever its role: a
+    # new leader knows when it last heard from a member that died before it took over
+    last_heard_s: dict[str, float] = field(default_factory=dict)
 
 
 ApplyListener = Callable[[Sequence[AppliedEntry]], None]

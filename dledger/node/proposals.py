@@ -11,7 +11,6 @@ named error. It must not persist or apply anything.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 
 from dledger.node.base import NodeBase
@@ -26,8 +25,6 @@ from protocol.errors import (
     ProposalError,
     ProposalTimeoutError,
 )
-
-log = logging.getLogger("dledger.node")
 
 __all__ = ["Proposals"]
 
@@ -112,8 +109,8 @@ class Proposals(NodeBase):
         core = self._core()
         if self.trace is not None:
             self.trace.observe(core.status())
-        if self.stats.observe_role(core.term, core.leader_id, core.role is Role.CANDIDATE):
-            log.info("leader is %s", core.leader_id, extra={"leader": core.leader_id})
+        self.stats.observe_role(core.term, core.leader_id, core.role is Role.CANDIDATE)
+        self.events.observe(core.role, core.term, core.leader_id, core.voted_for)
         if self._leader_term is None:
             return
         if core.role is not Role.LEADER or core.term != self._leader_term:

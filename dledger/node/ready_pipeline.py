@@ -183,4 +183,6 @@ class ReadyPipeline(BusyPolling):
             if self._disk_full is not None:
                 raise self._disk_full
             before = store.first_index()
-            self.stats.retained(store.retain_from(target) - before)
+            after = store.retain_from(target)
+            self.stats.retained(after - before)
+            self.events.retained(before, after)

@@ -165,7 +165,8 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery, Node
             transport=self.transport.stats() if self.transport else {},
             storage_first_index=store.first_index(), storage_last_index=store.last_index(),
             disk_full=full is not None, disk_full_error=None if full is None else str(full),
-            snapshot=self.snapshot_status(), membership=self.membership_status())
+            snapshot=self.snapshot_status(), membership=self.membership_status(),
+            last_heard_s=dict(self.last_heard_s))
 
     @property
     def is_leader(self) -> bool:
@@ -185,6 +186,7 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery, Node
 
     def _on_message(self, m: Message) -> None:
         """From the transport, which calls ``_kick`` once the messages of a read are in."""
+        self.last_heard_s[m.src] = time.time()
         if len(self._inbox) >= self.config.inbox_max:
             self._inbox_dropped += 1  # Raft tolerates loss; the sender will retry
             return

@@ -1,5 +1,6 @@
 """What a node counts for its operators (``/metrics``): elections it started, leader changes it
-saw, retention runs and the entries they deleted, and each fsync's duration (to an observer).
+saw, retention runs and the entries they deleted, and each fsync's duration (to an observer, and
+to the node's log of slow fsyncs: ``dledger.node.oplog``).
 
 Plain cumulative numbers since the process started, kept by the node's shell (the Raft core
 stays pure) and read at scrape time; durations go to an optional observer (a histogram of the
@@ -21,6 +22,7 @@ class NodeStats:
     retention_runs: int = 0  # times retention deleted segments
     retention_entries_deleted: int = 0
     fsync_observer: Callable[[float], None] | None = None  # each fsync's duration, in seconds
+    fsync_logger: Callable[[float], None] | None = None  # the same, to the node's log
     _term: int = 0
     _leader: str | None = None
 
@@ -42,6 +44,9 @@ class NodeStats:
         observer = self.fsync_observer
         if observer is not None:
             observer(seconds)
+        logger = self.fsync_logger
+        if logger is not None:
+            logger(seconds)
 
     def retained(self, entries_deleted: int) -> None:
         if entries_deleted > 0:

@@ -128,9 +128,9 @@ class SnapshotShell(NodeBase):
             ok = True
             self.snapshots_sent += 1
             self.snapshot_resumed_bytes += skipped
-            log.warning("%s: snapshot %d (term %d) sent to %s: %d bytes (%d it held already)",
-                        self.config.node_id, source.meta.index, source.meta.term, m.dst, sent,
-                        skipped)
+            log.info("%s: snapshot %d (term %d) sent to %s: %d bytes (%d it held already)",
+                     self.config.node_id, source.meta.index, source.meta.term, m.dst, sent,
+                     skipped)
         except (DLedgerError, OSError, TimeoutError, IndexError) as err:
             self.snapshot_send_failures += 1
             log.warning("%s: snapshot to %s failed: %s", self.config.node_id, m.dst,
@@ -212,8 +212,8 @@ class SnapshotShell(NodeBase):
         self._save_membership(meta)
         self._snapshot_meta = meta
         self.snapshots_installed += 1
-        log.warning("%s: installed snapshot %d (term %d); log %d..%d", cfg.node_id, meta.index,
-                    meta.term, store.first_index(), store.last_index())
+        log.info("%s: installed snapshot %d (term %d); log %d..%d", cfg.node_id, meta.index,
+                 meta.term, store.first_index(), store.last_index())
         if provider is not None:
             provider.snapshot_installed(meta)
         if self._receiver is not None:

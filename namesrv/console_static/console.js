@@ -119,7 +119,14 @@ function showTab() {
 
 function contact(follower) {  // a follower's last contact: ms when its tick is known
   if (follower.last_contact_ticks === undefined) return undefined;
-  if (follower.last_contact_ticks === -1) return "never";
+  if (follower.last_contact_ticks === -1) {  // not in the leader's term: what the group knew
+    if (typeof follower.last_heard_by !== "string") return "never";
+    const when = new Date(follower.last_heard_ms).toLocaleTimeString();
+    const ago = `${Math.floor(follower.last_heard_ago_ms / 1000)} s ago`;
+    return follower.reachable === false
+      ? `unreachable since ${when}, ${ago} (as last seen by ${follower.last_heard_by})`
+      : `not heard this term (last seen ${when}, ${ago}, by ${follower.last_heard_by})`;
+  }
   const ms = follower.last_contact_ms;
   return ms === null || ms === undefined ? `${follower.last_contact_ticks} ticks` : `${ms} ms`;
 }

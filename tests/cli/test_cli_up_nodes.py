@@ -26,28 +26,6 @@ import cli
 from cli import control
 from tests.cli.up_process import UpProcess
 
-HEALTH_TIMEOUT_S = 60.0
-
-
-def _status(ns: str) -> tuple[int, dict[str, Any]]:
-    res = CliRunner().invoke(cli.main, ["status", "--namesrv", ns, "--json"])
-    assert res.exit_code in (0, 2, 3), res.output
-    return res.exit_code, json.loads(res.output)[0]
-
-
-def _wait_health(ns: str, health: str) -> dict[str, Any]:
-    deadline = time.monotonic() + HEALTH_TIMEOUT_S
-    while True:
-        _code, group = _status(ns)
-        if group["health"] == health or time.monotonic() > deadline:
-            assert group["health"] == health, group
-            return group
-        time.sleep(0.2)  # polling the cluster's view until it settles
-
-
-def _node_cmd(up: UpProcess, *args: str) -> Any:
-    return CliRunner().invoke(cli.main, ["node", *args, "--data-dir", str(up.data_dir)])
-
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
@@ -63,29 +41,29 @@ def test_up_prints_pids_and_node_kill_and_restart_act_on_this_cluster_only(tmp_p
             with urllib.request.urlopen(admins[nid], timeout=10) as resp:
                 assert json.loads(resp.read())["raft"]["node_id"] == nid
 
-        leader = _wait_health(up.namesrv, "ok")["leader"]
+        leader = up.wait_health("ok")["leader"]
         old_pid = up.node("a", leader)["pid"]
-        res = _node_cmd(up, "kill", "a", leader)
+        res = up.node_cmd("kill", "a", leader)
         assert res.exit_code == 0 and f"killed a-{leader} (pid {old_pid})" in res.output, res.output
         assert control.process_argv(old_pid) is None  # gone (or an unreaped zombie of up's)
         res = CliRunner().invoke(cli.main, ["send", "--namesrv", up.namesrv, "orders", "after"])
         assert res.exit_code == 0 and "SEND_OK" in res.output, res.output  # the group carries on
-        code, group = _status(up.namesrv)
+        code, group = up.status()
         assert (code, group["health"]) == (3, "degraded"), group
         assert group["leader"] != leader
         up.wait_for(rf"broker a-{leader} was killed by SIGKILL on `dledger node kill`")
         assert f"a-{leader}" not in up.output("err")  # not reported as a crash
-        res = _node_cmd(up, "kill", "a", leader)
+        res = up.node_cmd("kill", "a", leader)
         assert res.exit_code == 1 and "is not running: it was killed by SIGKILL" in res.output
-        listed = _node_cmd(up, "list").output
+        listed = up.node_cmd("list").output
         assert f"a {leader}: not running: it was killed by SIGKILL on `dledger node kill`" in listed
         assert all(f"a {n}: pid {printed[n]} " in listed for n in printed if n != leader), listed
 
-        res = _node_cmd(up, "restart", "a", leader)
+        res = up.node_cmd("restart", "a", leader)
         assert res.exit_code == 0 and f"started a-{leader}: pid" in res.output, res.output
         rec = up.node("a", leader)
         assert rec["pid"] != old_pid and control.is_process(rec["pid"], rec["argv"])
-        _wait_health(up.namesrv, "ok")
+        up.wait_health("ok")
 
         follower = next(n for n in ("n0", "n1", "n2") if n != leader)
         crashed = up.node("a", follower)["pid"]

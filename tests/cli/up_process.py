@@ -1,6 +1,8 @@
 """``dledger up`` as a real process for the command-line tests: free ports, a tmp data dir, its
 stdout and stderr read on threads so that a test waits for a line with a deadline, and stopped
-by its PID (then any node it left behind, by the PIDs of its control file, checked first)."""
+by its PID (then any node it left behind, by the PIDs of its control file, checked first). Also
+what the tests ask of its cluster: ``dledger status`` of group a (``status``, ``wait_health``) and
+``dledger node ...`` on its data directory (``node_cmd``)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from click.testing import CliRunner, Result
+
+import cli
 from cli import control
 
 START_TIMEOUT_S = 90.0  # three brokers and a NameServer on a machine shared with other sessions
 STOP_TIMEOUT_S = 30.0
+HEALTH_TIMEOUT_S = 60.0
 
 
 class UpProcess:
@@ -70,6 +76,26 @@ class UpProcess:
         self.namesrv = self.wait_for(r"dledger status --namesrv (\S+)").group(1)
         self.wait_for(r"Ctrl-C stops everything")
         return self
+
+    def status(self) -> tuple[int, dict[str, Any]]:
+        """``dledger status --json``: its exit code and group a's row."""
+        res = CliRunner().invoke(cli.main, ["status", "--namesrv", self.namesrv, "--json"])
+        assert res.exit_code in (0, 2, 3), res.output
+        return res.exit_code, json.loads(res.output)[0]
+
+    def wait_health(self, health: str) -> dict[str, Any]:
+        """Group a's row once its health is ``health`` (within ``HEALTH_TIMEOUT_S``)."""
+        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        while True:
+            _code, group = self.status()
+            if group["health"] == health or time.monotonic() > deadline:
+                assert group["health"] == health, group
+                return group
+            time.sleep(0.2)  # polling the cluster's view until it settles
+
+    def node_cmd(self, *args: str) -> Result:
+        """``dledger node ARGS --data-dir`` this up's."""
+        return CliRunner().invoke(cli.main, ["node", *args, "--data-dir", str(self.data_dir)])
 
     def control(self) -> dict[str, Any]:
         with open(control.control_path(str(self.data_dir)), encoding="utf-8") as f:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -106,7 +107,8 @@ def test_propose_times_out_with_outcome_unknown_when_the_quorum_is_gone(tmp_path
     asyncio.run(run())
 
 
-def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(tmp_path: Path) -> None:
+def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async def run() -> None:
         cfgs = configs(tmp_path, segment_bytes_max=4096, retention_entries=20)
         async with running(cfgs) as nodes:
@@ -133,7 +135,11 @@ def test_retention_deletes_old_segments_but_keeps_what_a_stopped_follower_needs(
             await wait_for(lambda: store.first_index() > held + 1, 5,
                            "retention to move on once the follower caught up")
 
-    asyncio.run(run())
+    with caplog.at_level(logging.INFO, logger="dledger.node"):
+        asyncio.run(run())
+    deleted = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("retention deleted log entries 1..")]
+    assert deleted and "; the log starts at " in deleted[0]  # (the leader's first deletion)
 
 
 def test_a_storage_error_while_handling_a_message_stops_that_node_with_its_cause(

@@ -76,6 +76,9 @@ def test_the_console_shows_a_leader_change_live_and_creates_a_topic(tmp_path: Pa
                 "data-role", "unreachable", timeout=NEW_LEADER_TIMEOUT_MS)
             expect(group.locator(f'tbody tr[data-node="{old}"] td.node-state')).to_contain_text(
                 "unreachable: cannot connect")
+            # its last contact (the 8th column): since when, from what a member heard, not "never"
+            expect(group.locator(f'tbody tr[data-node="{old}"] td:nth-child(8)')).to_contain_text(
+                "unreachable since", timeout=NEW_LEADER_TIMEOUT_MS)
             expect(group.locator(".leader")).not_to_have_text(old)
 
             page.click('nav a[data-tab="topics"]')

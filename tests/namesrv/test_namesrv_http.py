@@ -6,6 +6,7 @@ the test, so lease expiry by the scan task needs no real waiting. These servers 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -162,6 +163,40 @@ def test_reads_never_show_a_registration_past_its_lease() -> None:
         assert await call(http, "GET", f"{base}/v1/cluster") == (200, {"groups": []})
 
     run(scenario, lease_s=10.0)  # the default 5 s scan never runs: reads expire lazily
+
+
+def test_registrations_leader_changes_and_expiries_are_logged_once_and_refreshes_never(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario(http: aiohttp.ClientSession, base: str, clock: FakeClock) -> None:
+        await register_group(http, base)
+        for _ in range(3):  # the lease's refreshes: the steady state writes nothing
+            await register_group(http, base)
+        for node in ("n1", "n2"):  # n1 won term 8; n2 follows it
+            await call(http, "POST", f"{base}/v1/brokers/register", json=registration(
+                node, "leader" if node == "n1" else "follower", term=8, leader="n1",
+                port=10911 + int(node[1])))
+        await call(http, "POST", f"{base}/v1/brokers/unregister",
+                   json={"group": "a", "node_id": "n2", "term": 8})
+        clock.now_s += 11.0
+        await call(http, "GET", f"{base}/v1/cluster")  # (a read expires the lapsed leases)
+
+    with caplog.at_level(logging.INFO, logger="namesrv.server"):
+        run(scenario, lease_s=10.0)
+    said = [r.getMessage() for r in caplog.records
+            if r.name == "namesrv.server" and r.levelno == logging.INFO]
+    assert said == [
+        "registered: group a node n0 (leader at term 7; client 127.0.0.1:10911, admin "
+        "127.0.0.1:10921)",
+        "group a: leader is n0 at term 7 (was none)",
+        "registered: group a node n1 (follower at term 7; client 127.0.0.1:10912, admin "
+        "127.0.0.1:10922)",
+        "registered: group a node n2 (follower at term 7; client 127.0.0.1:10913, admin "
+        "127.0.0.1:10923)",
+        "group a: leader is n1 at term 8 (was n0 at term 7)",
+        "unregistered: group a node n2 (it stopped, at term 8)",
+        "lease expired: group a node n0 (not refreshed within 10 s)",
+        "lease expired: group a node n1 (not refreshed within 10 s)",
+    ], said
 
 
 def test_the_scan_task_expires_registrations_without_any_read() -> None:

@@ -11,7 +11,6 @@ it registered (they can no longer be asked about their transactions).
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from broker.api.api import BrokerApi
@@ -34,8 +33,6 @@ from protocol.group_client import Address
 
 __all__ = ["ACCEPTED_KINDS", "NativeFrontend"]
 
-log = logging.getLogger("broker.frontends.native")
-
 ACCEPTED_KINDS = SERVED_KINDS | {SIGNED}  # a signed envelope wraps one of the served kinds
 
 
@@ -51,9 +48,6 @@ class _Connection(FramedProtocol):
         super().__init__(limits=frontend.limits)
         self.frontend = frontend
         self.tasks: set[asyncio.Task[None]] = set()
-
-    def framing_failed(self, err: WireError) -> None:
-        log.warning("closing client connection: %s", err)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)

@@ -113,7 +113,7 @@ class RemotingConnection(FramedProtocol):
         try:
             cmd = decode(payload)
         except RemotingFrameError as err:
-            log.info("closing a remoting connection from %s: %s", self.peer, err)
+            self.note_error("bad remoting frame", err)
             self.server.refused_frames += 1
             self.closing = True
             if self.transport is not None:
@@ -150,16 +150,15 @@ class RemotingConnection(FramedProtocol):
             return
         assert self.transport is not None
         if self.queued_bytes > OUTPUT_MAX_BYTES:
-            log.warning("closing a remoting connection from %s: %d bytes of answers unread",
-                        self.peer, self.queued_bytes)
+            self.note_error("answers unread", f"closed with {self.queued_bytes} bytes of "
+                            "answers unread")
             self.server.refused_frames += 1
             self.transport.abort()
             return
         self.send_payload(encode(response))
 
     def framing_failed(self, err: WireError) -> None:
-        log.info("closing a remoting connection from %s: %s", self.peer, err)
-        self.server.refused_frames += 1
+        self.server.refused_frames += 1  # (noted by the base)
 
     def check_transaction(self, group: str, producer_group: str, txn_id: str, checks: int,
                           messages: list[list[Any]]) -> None:
