@@ -328,9 +328,9 @@ class GroupClient:
                     await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             except (NodeStoppedError, DiskFullError) as err:  # not appended: could not
                 last_err = err  # connect, the node refused, or its disk is full
-                if isinstance(err, DiskFullError):
-                    self.suspect(node)  # it takes no part until its disk has room again
-                self.leader = None
+                # It cannot serve now (down, refusing, or no room until its disk has some):
+                # the others first, and a route still naming it does not put it back first.
+                self.suspect(node)
                 await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
             else:
                 if not self._canary:

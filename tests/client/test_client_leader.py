@@ -163,6 +163,40 @@ def test_a_hint_at_a_newer_term_brings_a_silent_node_back_at_once() -> None:
               c={"mode": "follower", "hint": "a", "term": 6})
 
 
+def test_a_node_that_refuses_connections_is_not_put_back_first_by_a_stale_route() -> None:
+    """The leader was killed: its port refuses. While the NameServer still routes it (the new
+    leader not registered yet), every read of the route (a heartbeat round, another send)
+    suggested it again, so each try went to the dead node until the deadline (a transaction's
+    END, and every check-back answer, failed so for 15 s in one run)."""
+    async def body(nodes: dict[str, FakeNode], addrs: dict[str, tuple[str, int]],
+                   log: list[str]) -> None:
+        dead = nodes["a"].server
+        assert dead is not None
+        dead.close()
+        await dead.wait_closed()  # its port refuses from now on
+        route = GroupRoute("g", "a", addrs, 4, 4, 6)  # the NameServer still names a
+        routes = Routes(["127.0.0.1:1"])
+        client = routes.group_client(route)
+        stop = asyncio.Event()
+
+        async def reread_route() -> None:
+            while not stop.is_set():
+                routes.group_client(route)
+                await asyncio.sleep(0.005)  # another task of the client, reading the route
+        rereads = asyncio.create_task(reread_route())
+        try:
+            node, _ = await client.call_leader(PROPOSE, b"x", timeout_s=2.0)
+            assert node == "b" and client.leader == "b"
+            assert client.is_silent("a")
+        finally:
+            stop.set()
+            await rereads
+            await routes.close()
+
+    run_group(body, a={"mode": "leader"}, b={"mode": "leader"},
+              c={"mode": "follower", "hint": "b", "term": 6})
+
+
 def test_the_stale_leader_canary_brings_back_the_route_reseed() -> None:
     """The seeded bug the live scenario must catch: answers teach nothing, and the route puts
     the silent node back first."""
