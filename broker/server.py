@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -123,8 +124,11 @@ class BrokerServer:
         st["applied_index"] = state.applied_index
         st["caught_up"] = broker.caught_up()  # what /readyz answers: its state is the group's
         st["admin_address"] = list(self.admin_address or ())
-        st["consumer_groups"] = broker.members.snapshot(time.monotonic())
+        now = time.monotonic()
+        st["consumer_groups"] = broker.members.snapshot(now)
         st["offset_groups"] = _shown(sorted({k[0] for k in state.offsets}))
+        st["topic_consumer_groups"] = _topic_groups(broker.members.topic_groups(now),
+                                                    state.offsets)
         st["client_connections"] = self.limits.stats()
         st["timers"] = broker.delays.status()
         st["retries"] = broker.retries.status()
@@ -140,12 +144,26 @@ class BrokerServer:
         return st
 
 
-def _shown(names: list[str]) -> list[str]:
-    """The first of ``names`` whose JSON fits ``OFFSET_GROUPS_SHOWN_BYTES``."""
+def _shown(names: list[str], size: Callable[[str], int] = lambda n: len(json.dumps(n))
+           ) -> list[str]:
+    """The first of ``names`` whose JSON (``size`` each) fits ``OFFSET_GROUPS_SHOWN_BYTES``."""
     out, used = [], 0
     for name in names:
-        used += len(json.dumps(name)) + 1
+        used += size(name) + 1
         if used > OFFSET_GROUPS_SHOWN_BYTES:
             break
         out.append(name)
     return out
+
+
+def _topic_groups(live: dict[str, set[str]],
+                  offsets: Iterable[tuple[str, str, int]]) -> dict[str, list[str]]:
+    """Topic -> the consumer groups that consume it: a live member subscribes to it, or the
+    group committed an offset on it (RocketMQ's queryTopicConsumeByWho); the first topics by
+    name whose JSON fits ``OFFSET_GROUPS_SHOWN_BYTES``."""
+    by_topic = live
+    for group, topic, _ in offsets:
+        by_topic.setdefault(topic, set()).add(group)
+    rows = {topic: sorted(groups) for topic, groups in by_topic.items()}
+    return {topic: rows[topic]
+            for topic in _shown(sorted(rows), lambda t: len(json.dumps([t, rows[t]])))}

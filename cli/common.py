@@ -93,6 +93,12 @@ def iso_ms(text: str, option: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def ms_iso(ms: int) -> str:
+    """Milliseconds since the epoch as an ISO 8601 time in UTC, to the millisecond."""
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return when.isoformat(timespec="milliseconds")
+
+
 def describe(err: DLedgerError | ClientError) -> str:
     """``TypeName: message`` for the user: the client library's name for the error, and the
     broker's code dropped where the name already says it (``TOPIC_NOT_FOUND: TOPIC_NOT_FOUND``

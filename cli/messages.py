@@ -9,11 +9,22 @@ consumer's timeout plus its suspend time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import click
 
-from cli.common import iso_ms, namesrv_option, run, until_interrupted
-from client import Message, MessageQueue, Producer, PullConsumer, ReceivedMessage, RetriableError
+from broker.features.delay.model import TIMER_DELIVER_MS
+from cli.common import iso_ms, ms_iso, namesrv_option, run, until_interrupted
+from client import (
+    ClientError,
+    Message,
+    MessageQuery,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    ReceivedMessage,
+    RetriableError,
+)
 from client.errors import BadFilterError, compile_filter
 from protocol import broker_kinds as bp
 
@@ -43,22 +54,46 @@ def send(namesrv: tuple[str, ...], tags: str, keys: tuple[str, ...], props: tupl
          timeout_s: float, delay_level: int | None, deliver_at: str | None,
          delay_ms: int | None, topic_name: str, bodies: tuple[str, ...]) -> None:
     """Send each BODY as one message to TOPIC_NAME; prints where it was stored (after commit).
-    A delayed message prints offset -1: it has its queue offset once delivered."""
+    A delayed message has its queue offset only once delivered: it prints when it is due
+    instead (the broker's due time, and the delay from its store)."""
     properties = tuple(_prop(p) for p in props)
     if sum(x is not None for x in (delay_level, deliver_at, delay_ms)) > 1:
         raise click.UsageError("give one of --delay-level, --deliver-at, --delay-ms")
     deliver_at_ms = iso_ms(deliver_at, "--deliver-at") if deliver_at is not None else None
+    asked = (f"delay level {delay_level}" if delay_level else
+             f"deliver at {deliver_at}" if deliver_at is not None else
+             f"delay {delay_ms} ms" if delay_ms is not None else "")
 
     async def main() -> None:
-        async with Producer(list(namesrv), send_timeout_s=timeout_s) as producer:
+        async with Producer(list(namesrv), send_timeout_s=timeout_s) as producer, \
+                contextlib.AsyncExitStack() as stack:
+            query: MessageQuery | None = None
             for body in bodies:
                 r = await producer.send(Message(topic_name, body.encode(), tags=tags, keys=keys,
                                                 properties=properties,
                                                 delay_level=delay_level or 0, delay_ms=delay_ms,
                                                 deliver_at_ms=deliver_at_ms))
-                click.echo(f"{r.status} {r.queue.group}/{r.queue.queue_id} offset {r.queue_offset} "
+                where = f"offset {r.queue_offset}"
+                if asked and r.queue_offset < 0:
+                    if query is None:
+                        query = await stack.enter_async_context(MessageQuery(list(namesrv)))
+                    where = await due_text(query, r.offset_msg_id, asked)
+                click.echo(f"{r.status} {r.queue.group}/{r.queue.queue_id} {where} "
                            f"msg_id {r.msg_id} offset_msg_id {r.offset_msg_id}")
     run(main())
+
+
+async def due_text(query: MessageQuery, offset_msg_id: str, asked: str) -> str:
+    """When a delayed message is due, as its broker set it (``TIMER_DELIVER_MS`` of the stored
+    copy) and how long after its store; what was asked when that cannot be read (an account
+    that may not view messages)."""
+    try:
+        stored = await query.view(offset_msg_id)
+        due_ms = int(dict(stored.properties)[TIMER_DELIVER_MS])
+    except (ClientError, KeyError, ValueError) as err:
+        return f"delayed ({asked}; its due time could not be read: {type(err).__name__})"
+    return (f"due {ms_iso(due_ms)} "
+            f"(delay {(due_ms - stored.store_ts_ms) / 1000:g} s)")
 
 
 def _prop(text: str) -> tuple[str, str]:

@@ -249,8 +249,10 @@ def parse_search(query: Mapping[str, str]) -> MessageSearch:
     topic = _topic(q["topic"])
     if "key" in q:
         end = _query_int(q, "end_ms", 0, INT_MAX, -1)
-        return MessageSearch("key", topic=topic, key=q["key"],
-                             begin_ms=_query_int(q, "begin_ms", 0, INT_MAX, 0),
+        begin = _query_int(q, "begin_ms", 0, INT_MAX, 0)
+        if 0 <= end < begin:
+            raise BadRequestError(f"begin_ms ({begin}) is after end_ms ({end})")
+        return MessageSearch("key", topic=topic, key=q["key"], begin_ms=begin,
                              end_ms=None if end < 0 else end)
     if "queue" not in q:
         raise BadRequestError("with topic, give key, or queue (GROUP/QUEUE_ID) and offset")

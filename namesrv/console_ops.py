@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from client import ClientError, MessageQuery, MessageQueue, PullConsumer
 from client.cluster import ask_consumer
-from client.cluster.admin_views import consumer_views, summarize_consumers
+from client.cluster.admin_views import consumer_views, summarize_consumers, topic_rows
 from client.cluster.routes import GroupRoute, Routes, client_error
 from namesrv.console_model import (
     ConsumeDirectlyAction,
@@ -132,16 +132,12 @@ class ConsoleOps:
     async def topics(self, only: str | None = None) -> dict[str, Any]:
         """Every topic (or ``only``) with each queue's min and max offset and message rate."""
         _, consumer, _ = await self._clients()
-        served: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        for g in self._cluster_view():
-            for name, cfg in g["topics"].items():
-                if only is None or name == only:
-                    served.setdefault(name, []).append((g["group"], cfg))
-        names = sorted(served)
-        if only is not None and not names:
+        rows = topic_rows(self._cluster_view(), only)
+        if only is not None and not rows:
             raise ConsoleNotFoundError(f"no broker group serves topic {only!r}")
-        shown = names[:TOPICS_SHOWN_MAX]
-        queues = [(name, group, cfg, qid) for name in shown for group, cfg in served[name]
+        shown = rows[:TOPICS_SHOWN_MAX]
+        queues = [(row["topic"], group, cfg, qid) for row in shown
+                  for group, cfg in row["groups"].items()
                   for qid in range(cfg["read_queues"] if cfg["perm"] & 4 else 0)]
         limit = asyncio.Semaphore(PULLS_AT_ONCE)
 
@@ -154,20 +150,19 @@ class ConsoleOps:
             rate = self.rates.sample((name, group, qid), r.max_offset, self._clock())
             return {"queue": f"{group}/{qid}", "min": r.min_offset, "max": r.max_offset,
                     "rate": rate}
-        rows = await _bounded(asyncio.gather(*(one(n, g, q) for n, g, _, q in
-                                               queues[:QUEUES_SHOWN_MAX])))
+        answers = await _bounded(asyncio.gather(*(one(n, g, q) for n, g, _, q in
+                                                  queues[:QUEUES_SHOWN_MAX])))
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (name, *_), row in zip(queues, rows):
-            by_topic.setdefault(name, []).append(row)
+        for (name, *_), answer in zip(queues, answers):
+            by_topic.setdefault(name, []).append(answer)
         out = []
-        for name in shown:
-            qs = by_topic.get(name, [])
+        for row in shown:
+            qs = by_topic.get(row["topic"], [])
             rates = [q["rate"] for q in qs if q.get("rate") is not None]
-            out.append({"topic": name, "system": name.startswith((RETRY_PREFIX, DLQ_PREFIX)),
-                        "groups": {g: cfg for g, cfg in served[name]}, "queues": qs,
+            out.append({**row, "queues": qs,
                         "messages": sum(q["max"] - q["min"] for q in qs if "max" in q),
                         "rate": sum(rates) if rates else None})
-        return {"topics": out, "topics_total": len(names),
+        return {"topics": out, "topics_total": len(rows),
                 "queues_cut": len(queues) > QUEUES_SHOWN_MAX}
 
     def consumer_group_names(self, from_nodes: list[str]) -> list[str]:

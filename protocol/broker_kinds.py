@@ -79,8 +79,10 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   epoch (INVALID_RECEIPT_HANDLE if stale); POP_DEAD ``group, topic, queue_id, offset, epoch,
   max_attempts`` -> the dead-letter topic the message went to (leader)
 - VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
-  max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list
-  of them, newest first (``broker.features.query.lookup``): ``[offset_msg_id, group, topic, queue_id,
+  max_messages``, QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` and
+  QUERY_BY_TIME ``topic, begin_ms, end_ms, max_messages`` (every message of the topic stored in
+  the range, from its consume queues; begin_ms after end_ms is BAD_REQUEST) -> a list of them,
+  newest first (``broker.features.query.lookup``): ``[offset_msg_id, group, topic, queue_id,
   queue_offset, body, tags, keys, unique_key, [[k, v]...], born_ts_ms, store_ts_ms,
   [consumer group...]]``, the groups being those whose committed offset is past it. Any replica
   answers from what it has applied; an unknown id is MESSAGE_NOT_FOUND
@@ -137,6 +139,7 @@ PRODUCER_HEARTBEAT = 118
 VIEW_MESSAGE = 120
 QUERY_BY_KEY = 121
 QUERY_BY_UNIQUE_KEY = 122
+QUERY_BY_TIME = 123
 OFFSET_RESET = 124
 CONSUMER_STATUS = 125
 STATE_DIGEST = 126

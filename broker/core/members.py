@@ -49,5 +49,14 @@ class GroupMembers:
         members = self._groups.get(group, {})
         return [members[c] for c in live]
 
+    def topic_groups(self, now: float) -> dict[str, set[str]]:
+        """Topic -> the groups with a live member subscribed to it."""
+        out: dict[str, set[str]] = {}
+        for group in list(self._groups):
+            for m in self.members(group, now):
+                for topic, _ in m.subscriptions:
+                    out.setdefault(topic, set()).add(group)
+        return out
+
     def snapshot(self, now: float) -> dict[str, list[str]]:
         return {g: self.live(g, now) for g in sorted(self._groups)}

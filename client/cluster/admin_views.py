@@ -1,6 +1,8 @@
 """What an operator reads about a cluster, as plain JSON-ready dicts: each broker group's Raft
-status from its nodes' admin endpoints (``/status``), with the group's health, and a consumer
-group's live members and per-queue progress from the brokers' CONSUMER_STATUS answers.
+status from its nodes' admin endpoints (``/status``), with the group's health; a consumer
+group's live members and per-queue progress from the brokers' CONSUMER_STATUS answers; and the
+topics as the NameServer's ``/v1/cluster`` lists them, each with the broker groups serving it
+(queue counts and permission) and whether it is a system topic.
 
 Shared by ``dledger status`` / ``dledger consumer status`` (``cli``) and the NameServer's web
 console (``namesrv.console_*``), so both show the same numbers. Owns no session and no
@@ -28,6 +30,7 @@ from protocol import broker_kinds as bp
 from protocol.cluster_key import status_headers
 from protocol.errors import DLedgerError
 from protocol.tls import ENV_CA, tls_failure
+from protocol.topics import is_system_topic
 
 __all__ = [
     "consumer_views",
@@ -37,6 +40,7 @@ __all__ = [
     "last_seen",
     "node_status",
     "summarize_consumers",
+    "topic_rows",
 ]
 
 CONSUMER_STATUS_TIMEOUT_S = 3.0
@@ -237,3 +241,16 @@ def summarize_consumers(group: str, views: list[dict[str, Any]]) -> dict[str, An
 
 def _progress(view: dict[str, Any]) -> int:
     return sum(max(c, 0) for _, _, c, _ in view["queues"])
+
+
+def topic_rows(groups: list[dict[str, Any]], only: str | None = None) -> list[dict[str, Any]]:
+    """Every topic of the NameServer's ``/v1/cluster`` groups (or only ``only``), by name:
+    ``{"topic", "system", "groups": {broker group: {"read_queues", "write_queues", "perm"}}}``;
+    ``system``: a name RocketMQ reserves (retry, dead-letter, trace, schedule, ...)."""
+    served: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        for name, cfg in g["topics"].items():
+            if only is None or name == only:
+                served.setdefault(name, {})[g["group"]] = cfg
+    return [{"topic": name, "system": is_system_topic(name), "groups": served[name]}
+            for name in sorted(served)]

@@ -1,8 +1,9 @@
 """Message query (RocketMQ's ``queryMessage`` / ``viewMessage``): a stored message by its offset
-msg id, by its unique key (the client msg id a ``SendResult`` names), or by one of its keys
-within a store-time range, with where it is stored and which consumer groups have consumed it.
+msg id, by its unique key (the client msg id a ``SendResult`` names), by one of its keys within
+a store-time range, or every message of a topic within a store-time range (no key), with where
+it is stored and which consumer groups have consumed it.
 
-A query by key fans out to every broker group of the cluster (a topic's queues may live in
+A query by key or by time fans out to every broker group of the cluster (a topic's queues may live in
 several) and merges the answers, newest first; a query by offset msg id asks the group the id
 names. Within a group the leader is asked first, any other replica if it does not answer: every
 replica holds the same key index, but one that lags its leader may not have the newest messages
@@ -57,6 +58,18 @@ def _found(row: list[Any]) -> FoundMessage:
                         int(born), int(stored), tuple(consumed))
 
 
+def _checked(begin_ms: int, end_ms: int | None, max_messages: int) -> int:
+    """A query's range and bound checked before it is sent (the broker checks them too): the
+    end (``None``: the end of time)."""
+    if not 1 <= max_messages <= QUERY_MAX_MESSAGES:
+        raise ValueError(f"max_messages must be 1..{QUERY_MAX_MESSAGES}, not {max_messages}")
+    end = bp.INT_MAX if end_ms is None else int(end_ms)
+    if not 0 <= int(begin_ms) <= end:
+        raise ValueError(f"the time range must have 0 <= begin_ms <= end_ms, not {begin_ms} .. "
+                         f"{end}")
+    return end
+
+
 def group_of(offset_msg_id: str) -> str:
     """The broker group an offset msg id names (``GROUP-<position hex>-<slot>``)."""
     return bp.parse_offset_msg_id(offset_msg_id)[0]
@@ -108,11 +121,18 @@ class MessageQuery:
         """The messages of ``topic`` with ``key`` among their keys, stored within [begin_ms,
         end_ms] (ms since the epoch; ``None``: now and after), newest first, at most
         ``max_messages`` (1..1024) over every group."""
-        if not 1 <= max_messages <= QUERY_MAX_MESSAGES:
-            raise ValueError(f"max_messages must be 1..{QUERY_MAX_MESSAGES}, not {max_messages}")
-        end = 2**63 - 1 if end_ms is None else int(end_ms)
+        end = _checked(begin_ms, end_ms, max_messages)
         return await self._fan_out(bp.QUERY_BY_KEY, topic, key, int(begin_ms), end,
                                    max_messages, limit=max_messages)
+
+    async def by_time(self, topic: str, begin_ms: int = 0, end_ms: int | None = None,
+                      max_messages: int = 64) -> list[FoundMessage]:
+        """The messages of ``topic`` stored within [begin_ms, end_ms] whatever their keys
+        (``queryMessage`` without a key), newest first, at most ``max_messages`` (1..1024) over
+        every group; ``ValueError`` if begin_ms is after end_ms."""
+        end = _checked(begin_ms, end_ms, max_messages)
+        return await self._fan_out(bp.QUERY_BY_TIME, topic, int(begin_ms), end, max_messages,
+                                   limit=max_messages)
 
     async def _groups(self) -> list[GroupRoute]:
         self._life.check()
@@ -169,6 +189,11 @@ class SyncMessageQuery:
     def by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int | None = None,
                max_messages: int = 64) -> list[FoundMessage]:
         return self._lt.run(self._q.by_key(topic, key, begin_ms, end_ms, max_messages),
+                            self._limit_s)
+
+    def by_time(self, topic: str, begin_ms: int = 0, end_ms: int | None = None,
+                max_messages: int = 64) -> list[FoundMessage]:
+        return self._lt.run(self._q.by_time(topic, begin_ms, end_ms, max_messages),
                             self._limit_s)
 
     def close(self) -> None:

@@ -1,9 +1,11 @@
 """Message query on real processes (issue 18, item 4): a message sent through a group is found by
 offset msg id on every replica, by unique key, and by key within a time range (not outside it);
 a refused duplicate and a delayed message's schedule copy do not show as messages of their own;
-``consumed_by`` follows committed offsets; ``dledger message show/query`` print it; after a
-restart of every node, with one node's index file damaged and another's deleted, every node
-still answers (the index reloaded, or rebuilt from the log)."""
+``consumed_by`` follows committed offsets; every message of a topic within a time range is found
+without a key, newest first, at most as many as asked (issue 34 item 20), and a range that ends
+before it begins is refused by name, by the client and by the broker; ``dledger message
+show/query`` print them; after a restart of every node, with one node's index file damaged and
+another's deleted, every node still answers (the index reloaded, or rebuilt from the log)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main as dledger_main
+from cli.common import ms_iso
 from client import (
     Message,
     MessageNotFoundError,
@@ -62,11 +65,11 @@ async def _clock_past(ms: int) -> None:
 
 def test_found_by_id_on_every_replica_by_unique_key_and_by_key_in_range(tmp_path: Path) -> None:
     with namesrv_group(tmp_path, "--delay-levels", "300ms") as (ns, cluster):
-        first, late = asyncio.run(_scenario(ns, cluster))
-        _cli(ns, first, late)
+        first, late, early_ts = asyncio.run(_scenario(ns, cluster))
+        _cli(ns, first, late, early_ts)
 
 
-async def _scenario(ns: str, cluster: LocalCluster) -> tuple[SendResult, SendResult]:
+async def _scenario(ns: str, cluster: LocalCluster) -> tuple[SendResult, SendResult, int]:
     async with Producer(ns) as p, MessageQuery(ns) as q:
         first = [await p.send(Message(TOPIC, f"early {i}".encode(), tags="t",
                                       keys=["order-1", f"n{i}"], properties={"p": "v"}))
@@ -118,6 +121,31 @@ async def _scenario(ns: str, cluster: LocalCluster) -> tuple[SendResult, SendRes
         await wait_until(delivered, 20, "the delayed message in its real topic")
         assert [m.topic for m in await q.by_unique_key(delayed.msg_id)] == [TOPIC]
 
+        # by time, whatever the keys (issue 34 item 20: RocketMQ's queryMessage without a key)
+        early = await q.by_time(TOPIC, 0, early_ts)
+        assert sorted(m.body for m in early) == [b"early 0", b"early 1", b"early 2"]
+        everything = await q.by_time(TOPIC)
+        assert {m.body for m in everything} == {b"early 0", b"early 1", b"early 2",
+                                                 b"\xff\x00late", b"delayed", b"dup"}
+        stored = [m.store_ts_ms for m in everything]
+        assert stored == sorted(stored, reverse=True)  # newest first
+        assert {m.body for m in await q.by_time(TOPIC, early_ts + 1)} == {
+            b"\xff\x00late", b"delayed", b"dup"}
+        newest = await q.by_time(TOPIC, max_messages=2)
+        assert [m.offset_msg_id for m in newest] == [m.offset_msg_id for m in everything[:2]]
+        assert await q.by_time("elsewhere") == [] and await q.by_time(TOPIC, 0, 1000) == []
+        for bad in ({"begin_ms": 10, "end_ms": 5}, {"max_messages": 0},
+                    {"max_messages": 1025}):
+            with pytest.raises(ValueError):
+                await q.by_time(TOPIC, **bad)  # type: ignore[arg-type]
+        async with LogClient(cluster.client_addresses, timeout_s=5) as client:
+            for args, says in (((10, 5, 8), "begin_ms 10 is after end_ms 5"),
+                               ((0, 5, 0), "max_messages must be"),
+                               ((0, 5, 1025), "max_messages must be"),
+                               ((-1, 5, 8), "begin_ms must be")):
+                with pytest.raises(BadRequestError, match=says):
+                    await client.call("n0", bp.QUERY_BY_TIME, TOPIC, *args)
+
         # consumed by: a group whose committed offset is past it
         async with PullConsumer(ns, "billing") as c:
             mq = MessageQueue(TOPIC, first[0].queue.group, first[0].queue.queue_id)
@@ -134,14 +162,15 @@ async def _scenario(ns: str, cluster: LocalCluster) -> tuple[SendResult, SendRes
                 await client.call("n0", bp.VIEW_MESSAGE, "a-12-0")
         with pytest.raises(NonRetriableError):
             await q.by_key(TOPIC, "")
-    return first[0], late
+    return first[0], late, early_ts
 
 
-def _cli(ns: str, first: SendResult, late: SendResult) -> None:
+def _cli(ns: str, first: SendResult, late: SendResult, early_ts: int) -> None:
     with SyncMessageQuery(ns) as sq:  # the blocking twin
         assert sq.view(first.offset_msg_id).body == b"early 0"
         assert [m.body for m in sq.by_unique_key(late.msg_id)] == [b"\xff\x00late"]
         assert len(sq.by_key(TOPIC, "order-1", max_messages=3)) == 3
+        assert len(sq.by_time(TOPIC, 0, early_ts)) == 3
     runner = CliRunner()
     shown = runner.invoke(dledger_main, ["message", "show", "--namesrv", ns, first.offset_msg_id])
     assert shown.exit_code == 0, shown.output
@@ -156,6 +185,16 @@ def _cli(ns: str, first: SendResult, late: SendResult) -> None:
     assert by_unique.exit_code == 0 and by_unique.output.count("offset_msg_id:") == 1
     missing = runner.invoke(dledger_main, ["message", "show", "--namesrv", ns, "bad"])
     assert missing.exit_code != 0
+    by_time = runner.invoke(dledger_main, ["message", "query", "--namesrv", ns, "--topic", TOPIC,
+                                           "--end", ms_iso(early_ts)])
+    assert by_time.exit_code == 0 and by_time.output.count("offset_msg_id:") == 3, by_time.output
+    capped = runner.invoke(dledger_main, ["message", "query", "--namesrv", ns, "--topic", TOPIC,
+                                          "--max", "5"])
+    assert capped.exit_code == 0 and capped.output.count("offset_msg_id:") == 5, capped.output
+    backwards = runner.invoke(dledger_main, ["message", "query", "--namesrv", ns, "--topic",
+                                             TOPIC, "--begin", ms_iso(early_ts),
+                                             "--end", ms_iso(early_ts - 1)])
+    assert backwards.exit_code == 2 and "is before --begin" in backwards.output
 
 
 def test_every_node_restarted_reloads_or_rebuilds_its_index(tmp_path: Path) -> None:

@@ -5,6 +5,9 @@ total, lines carry keys, properties and ids, ``--follow`` prints new messages un
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import json
 import os
 import re
 import signal
@@ -13,12 +16,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 import cli
+from client import ConsumeStatus, PushConsumer
 from tests.cli.up_process import UpProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -157,13 +161,91 @@ def test_follow_with_max_stops_by_itself(ns: str) -> None:
 def test_topic_update_takes_queues_and_keeps_the_rest(ns: str) -> None:
     _ok("topic", "create", "--namesrv", ns, "--queues", "4", "--perm", "4", "upd")
     out = _ok("topic", "update", "--namesrv", ns, "--queues", "2", "upd")
-    assert "group a: OK (read queues 2, write queues 2, perm 4)" in out
+    assert "group a: updated (read queues 2, write queues 2, perm 4)" in out
     out = _ok("topic", "update", "--namesrv", ns, "--write-queues", "1", "upd")
-    assert "(read queues 2, write queues 1, perm 4)" in out
+    assert "group a: updated (read queues 2, write queues 1, perm 4)" in out
     res = _cli("topic", "update", "--namesrv", ns, "upd")
     assert res.exit_code == 2 and "nothing to change" in res.output
-    res = _cli("topic", "update", "--namesrv", ns, "--queues", "2", "nosuch")
-    assert res.exit_code == 1 and "group a has no topic 'nosuch'" in res.output
+
+
+def test_topic_update_creates_a_topic_that_does_not_exist(ns: str) -> None:
+    # issue 34 item 15: it failed ("group a has no topic"); RocketMQ's updateTopic creates it,
+    # with create's defaults for what it is not told
+    out = _ok("topic", "update", "--namesrv", ns, "--queues", "2", "made-by-update")
+    assert "group a: created (read queues 2, write queues 2, perm 6)" in out, out
+    out = _ok("topic", "update", "--namesrv", ns, "--perm", "4", "made-by-update")
+    assert "group a: updated (read queues 2, write queues 2, perm 4)" in out, out
+    out = _ok("topic", "update", "--namesrv", ns, "--write-queues", "1", "made-by-update-too")
+    assert "group a: created (read queues 4, write queues 1, perm 6)" in out, out
+
+
+def _listed(ns: str, topic: str, *options: str) -> str:
+    """``topic list`` once it shows ``topic`` (the leader registers a change at once, but
+    asynchronously), with ``options``."""
+    deadline = time.monotonic() + LINE_TIMEOUT_S
+    while True:
+        out = _ok("topic", "list", "--namesrv", ns, *options)
+        if topic in out:
+            return out
+        assert time.monotonic() < deadline, out
+        time.sleep(0.1)  # polling the NameServer until the registration arrives
+
+
+def test_topic_list_shows_queues_perm_and_consumer_groups_and_hides_system_topics(
+        ns: str) -> None:
+    # issue 34 item 16: names only, system topics among them
+    _ok("topic", "create", "--namesrv", ns, "--queues", "2", "--perm", "6", "shown")
+    _ok("send", "--namesrv", ns, "shown", "one")
+    _ok("consume", "--namesrv", ns, "--group", "lister", "shown")  # commits an offset
+
+    async def with_a_live_member() -> list[dict[str, Any]]:
+        """The JSON list once it names both groups of "shown": the one that committed, and
+        the one a live member subscribes with (which sends the message back: a system topic,
+        %RETRY%live-reader)."""
+        consumer = PushConsumer(ns, "live-reader", lambda batch: ConsumeStatus.LATER,
+                                heartbeat_s=0.3, start_from="first")
+        consumer.subscribe("shown")
+        async with consumer:
+            deadline = time.monotonic() + LINE_TIMEOUT_S
+            while True:
+                rows = json.loads(await asyncio.to_thread(
+                    _listed, ns, "%RETRY%live-reader", "--all", "--json"))
+                found = {r["topic"]: r for r in rows}
+                if found["shown"]["consumer_groups"] == ["lister", "live-reader"]:
+                    return rows
+                assert time.monotonic() < deadline, rows
+                await asyncio.sleep(0.1)  # (a commit or heartbeat is applied a moment later)
+    by_name = {r["topic"]: r for r in asyncio.run(with_a_live_member())}
+    assert by_name["shown"]["groups"] == {"a": {"read_queues": 2, "write_queues": 2, "perm": 6}}
+    assert by_name["shown"]["system"] is False and by_name["%RETRY%live-reader"]["system"]
+    table = _ok("topic", "list", "--namesrv", ns).splitlines()
+    assert table[0].split() == ["topic", "broker", "groups", "consumer", "groups"], table
+    line = next(ln for ln in table if ln.startswith("shown "))
+    assert "a (queues 2/2, perm 6)" in line and line.rstrip().endswith(" lister, live-reader"), line
+    assert not any(ln.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_")) for ln in table), table
+    plain = json.loads(_ok("topic", "list", "--namesrv", ns, "--json"))
+    assert "shown" in {r["topic"] for r in plain} and not any(r["system"] for r in plain)
+    everything = _ok("topic", "list", "--namesrv", ns, "--all").splitlines()
+    assert any(ln.startswith("%RETRY%live-reader ") for ln in everything), everything
+
+
+def test_a_delayed_send_prints_when_it_is_due(ns: str) -> None:
+    # issue 34 item 17: it printed "offset -1"
+    due = datetime.datetime.now(datetime.UTC).replace(microsecond=123000) \
+        + datetime.timedelta(hours=1)
+    out = _ok("send", "--namesrv", ns, "--deliver-at", due.isoformat(), "later", "x")
+    assert "offset -1" not in out
+    assert f" due {due.isoformat(timespec='milliseconds')} (delay " in out, out
+    before_ms = time.time() * 1000
+    out = _ok("send", "--namesrv", ns, "--delay-ms", "90000", "later", "y")
+    after_ms = time.time() * 1000
+    m = re.search(r"^SEND_OK a/\d+ due (\S+) \(delay 90 s\) msg_id \S+ offset_msg_id \S+$", out,
+                  re.M)
+    assert m, out
+    due_ms = datetime.datetime.fromisoformat(m.group(1)).timestamp() * 1000
+    assert before_ms + 90_000 - 1 <= due_ms <= after_ms + 90_000 + 1  # the broker's clock: this one
+    out = _ok("send", "--namesrv", ns, "--delay-level", "2", "later", "z")
+    assert re.search(r" due \S+ \(delay 5 s\) ", out), out  # level 2: 5 s
 
 
 def test_errors_read_as_sentences(ns: str) -> None:

@@ -1,7 +1,8 @@
 """Delayed and timed messages, the pure part (``broker.features.delay.model``) and the state
 machine's use of it: the levels, the leader's rewrite, the index of pending timers (bounded bytes
 per timer, the same snapshot on every replica), schedule and delivery entries (a timer delivered
-once however many deliveries name it; the canary that stores it again), checkpoints with timers."""
+once however many deliveries name it; the canary that stores it again), checkpoints with timers;
+a delayed send's topic created by the send, not by the delivery."""
 
 from __future__ import annotations
 
@@ -176,13 +177,13 @@ class Replica:
         return result
 
 
-def schedule_entry(ts: int, *messages: tuple[str, int, list]) -> bytes:
+def schedule_entry(ts: int, *messages: tuple[str, int, list], auto_create: bool = True) -> bytes:
     """The leader's entry for delayed sends: one schedule run of rewritten messages."""
     rewritten = []
     for topic, qid, msg in messages:
         _, _, out = route_run(topic, qid, [msg], ts, LEVELS, WEEK_MS, batch=False)
         rewritten += out
-    return encode_runs(ts, [[SCHEDULE_TOPIC, 0, rewritten, True, 4]])
+    return encode_runs(ts, [[SCHEDULE_TOPIC, 0, rewritten, auto_create, 4]])
 
 
 def deliver(state: BrokerState, replica: Replica, now_ms: int):
@@ -227,6 +228,22 @@ def test_a_delayed_send_waits_in_the_index_and_is_delivered_once_into_its_queue(
     assert r.state.queue_range("t", 1) == (0, 1)
     unit = r.state.units("t", 1, 0, 1)[0]
     assert unit.store_ts_ms == 6000 and unit.size == len(b"late")
+
+
+def test_a_delayed_sends_topic_exists_from_the_send_on() -> None:
+    # issue 34 item 21: the real topic was created only when the message was delivered, so a
+    # consumer started meanwhile found no topic (TopicNotFoundError)
+    r = Replica()
+    apply(r, schedule_entry(1000, ("fresh", 1, m(b"later", ["DELAY", "3"]))))
+    cfg = r.state.topics["fresh"]
+    assert (cfg.read_queues, cfg.write_queues, cfg.perm) == (4, 4, 6)
+    assert r.state.queue_range("fresh", 1) == (0, 0)  # exists, and holds nothing yet
+    apply(r, encode(deliver(r.state, r, 11_000)))
+    assert r.state.queue_range("fresh", 1) == (0, 1)
+    # a leader that does not auto-create topics leaves it to the delivery (which drops it)
+    off = Replica()
+    apply(off, schedule_entry(1000, ("other", 0, m(b"x", ["DELAY", "1"])), auto_create=False))
+    assert "other" not in off.state.topics and len(off.state.timers) == 1
 
 
 def test_the_redeliver_canary_stores_a_delivered_timer_again() -> None:

@@ -332,16 +332,22 @@ def test_transactions_commit_roll_back_and_resolve_by_check_back(
         producer.shutdown()
 
 
+def send_delayed(producer: RmqProducer, topic: str, body: bytes, delay_ms: int) -> int:
+    """``body`` sent to ``topic``, due ``delay_ms`` from now: its due time (ms)."""
+    m = RmqMessage()
+    m.topic, m.body = topic, body
+    due_ms = int(time.time() * 1000) + delay_ms
+    m.delivery_timestamp = due_ms  # (the client's unit: ms)
+    producer.send(m)
+    return due_ms
+
+
 def test_a_delay_message_is_not_received_before_its_time(cluster: tuple[str, str]) -> None:
     _, endpoints = cluster
     consumer = simple_consumer(endpoints, "delay-group", "later", await_s=1)
     producer = rmq_producer(endpoints, ["later"])
     try:
-        m = RmqMessage()
-        m.topic, m.body = "later", b"wait for it"
-        due_ms = int(time.time() * 1000) + 2500
-        m.delivery_timestamp = due_ms
-        producer.send(m)
+        due_ms = send_delayed(producer, "later", b"wait for it", 2500)
         got = receive_until(consumer, 1, invisible_s=10)
         assert time.time() * 1000 >= due_ms, "received before its delivery time"
         assert got[0].body == b"wait for it" and got[0].delivery_timestamp == due_ms

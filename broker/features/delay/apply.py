@@ -32,12 +32,16 @@ DELAY_STATE_CANARIES = frozenset({"timer_redeliver"})
 def apply_schedule(state: CoreState, index: int, position: int, e: StoredSend,
                    first_slot: int) -> ApplyResult:
     """A run the leader rewrote for the schedule topic (``model.route_run``): each message
-    stored in the schedule queue with a timer for its due time. The run answers with each
-    message's real queue id (its queue offset is known only once delivered)."""
+    stored in the schedule queue with a timer for its due time, its real topic created now if
+    it does not exist and the leader auto-creates topics (as RocketMQ's send does before the
+    rewrite: a consumer may subscribe to the topic while the message waits). The run answers
+    with each message's real queue id (its queue offset is known only once delivered)."""
     try:
         timers = [timer_of(m) for m in e.messages]  # all or nothing: checked first
     except (ValueError, TypeError) as err:
         return ApplyResult(index, "BAD_ENTRY", e.topic, detail=str(err), first_slot=first_slot)
+    for topic in dict.fromkeys(topic for topic, _, _ in timers):
+        _topic_of(state, topic, e.auto_create, e.default_queues)
     index_ = state.part(PART, DelayIndex)
     return state.store(index, position, SCHEDULE_TOPIC, SCHEDULE_QUEUE, e.messages,
                        e.store_ts_ms, first_slot, real_qids=[qid for _, qid, _ in timers],
@@ -56,19 +60,27 @@ def apply_deliver(state: CoreState, index: int, position: int, e: TimerDeliver) 
     for slot, (offset, due_ms, topic, qid, m) in enumerate(e.items):
         if not timers.take(offset, due_ms) and not redeliver:
             continue
-        cfg = state.topics.get(topic)
-        if cfg is None and e.auto_create:
-            try:
-                cfg = state.topics[topic] = validate_config(
-                    TopicConfig(topic, e.default_queues, e.default_queues), allow_system=True)
-            except BrokerError:
-                cfg = None
+        cfg = _topic_of(state, topic, e.auto_create, e.default_queues)
         if cfg is None or cfg.write_queues == 0:
             continue
         qid %= cfg.write_queues
         state.queue(topic, qid).append(position, slot, len(m[0]), tag_hash(m[1]), e.store_ts_ms)
         woken[(topic, qid)] = ApplyResult(index, "SEND_OK", topic, qid)
     return ApplyResult(index, "SEND_OK", runs=tuple(woken.values()))
+
+
+def _topic_of(state: CoreState, topic: str, auto_create: bool,
+              default_queues: int) -> TopicConfig | None:
+    """The topic's config; a topic that does not exist is created with ``default_queues`` when
+    the entry's leader auto-creates topics (None if it does not, or the name is refused)."""
+    cfg = state.topics.get(topic)
+    if cfg is None and auto_create:
+        try:
+            cfg = state.topics[topic] = validate_config(
+                TopicConfig(topic, default_queues, default_queues), allow_system=True)
+        except BrokerError:
+            cfg = None
+    return cfg
 
 
 def _stored(e: TimerDeliver) -> StoredTopics:

@@ -1,5 +1,5 @@
-"""The query requests (``protocol.broker_kinds`` kinds 120-122): VIEW_MESSAGE, QUERY_BY_KEY and
-QUERY_BY_UNIQUE_KEY, in the request table (``broker.api.table``; each field
+"""The query requests (``protocol.broker_kinds`` kinds 120-123): VIEW_MESSAGE, QUERY_BY_KEY,
+QUERY_BY_UNIQUE_KEY and QUERY_BY_TIME, in the request table (``broker.api.table``; each field
 checked there before the handler runs; a malformed offset msg id is a BAD_REQUEST naming it).
 Any replica answers, from what it has applied (``broker.features.query.lookup``)."""
 
@@ -9,7 +9,14 @@ from typing import Any
 
 from broker.core.requests import Handler, handlers, integer, readable_topic
 from broker.features.query.lookup import QUERY_MESSAGES_MAX, Lookup, LookupHost
-from protocol.broker_kinds import QUERY_BY_KEY, QUERY_BY_UNIQUE_KEY, VIEW_MESSAGE, parse_offset_msg_id
+from protocol.broker_errors import BadRequestError
+from protocol.broker_kinds import (
+    QUERY_BY_KEY,
+    QUERY_BY_TIME,
+    QUERY_BY_UNIQUE_KEY,
+    VIEW_MESSAGE,
+    parse_offset_msg_id,
+)
 
 HANDLERS: list[Handler] = []
 handles = handlers(HANDLERS)
@@ -54,3 +61,12 @@ async def query_by_key(broker: LookupHost, topic: str, key: str, begin_ms: int, 
 async def query_by_unique_key(broker: LookupHost, unique_key: str, topic: str,
                               limit: int) -> list[list[Any]]:
     return Lookup(broker).by_unique_key(unique_key, topic, limit)
+
+
+@handles(QUERY_BY_TIME, topic=readable_topic, begin_ms=integer(), end_ms=integer(),
+         max_messages=max_messages)
+async def query_by_time(broker: LookupHost, topic: str, begin_ms: int, end_ms: int,
+                        limit: int) -> list[list[Any]]:
+    if begin_ms > end_ms:
+        raise BadRequestError(f"query_by_time: begin_ms {begin_ms} is after end_ms {end_ms}")
+    return Lookup(broker).by_time(topic, begin_ms, end_ms, limit)

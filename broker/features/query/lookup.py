@@ -1,4 +1,5 @@
-"""Message query on a broker node: by offset msg id, by key within a time range, by unique key.
+"""Message query on a broker node: by offset msg id, by key within a time range, by unique key,
+by topic within a time range (no key: from the topic's consume queues, newest first).
 
 Owns turning an index hit (commitlog position and slot) into a stored message, and the checks
 that make a hit one: the message read from the log has the key asked for (a hash may collide),
@@ -12,9 +13,11 @@ of this node: a follower answers from what it has applied, which may lag its lea
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
+from broker.core.consumequeue import CQUnit, UnitQueue
 from broker.core.registry import StoredTopics, message_at
 from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC
 from broker.features.host import BrokerHost
@@ -73,6 +76,28 @@ class Lookup:
         return self._collect(unique_hash(unique_key), 0, 2**63 - 1, max_messages,
                              lambda t, m: unique_key in (m[3], message_id(m[3], m[4]))
                              and (not topic or t == topic))
+
+    def by_time(self, topic: str, begin_ms: int, end_ms: int,
+                max_messages: int) -> list[list[Any]]:
+        """The newest ``max_messages`` of the topic stored within [begin_ms, end_ms], newest
+        first: each queue walked back from the range's end (store times follow the log), the
+        queues merged, so at most ``max_messages`` units are read past one per queue."""
+        def newest_first(units: UnitQueue) -> Iterator[tuple[int, int, int]]:
+            lo = bisect.bisect_left(units, begin_ms, lo=units.first(), key=_store_ts)
+            hi = bisect.bisect_right(units, end_ms, lo=lo, key=_store_ts)
+            for k in range(hi - 1, lo - 1, -1):
+                u = units[k]
+                yield -u.store_ts_ms, u.position, u.slot
+        runs = [newest_first(units) for (t, _), units in self.host.state.queues.items()
+                if t == topic]
+        out: list[list[Any]] = []
+        for _, position, slot in heapq.merge(*runs):
+            if len(out) >= max_messages:
+                break
+            row = self.row(position, slot)
+            if row is not None:
+                out.append(row)
+        return out
 
     def _collect(self, h: int, begin_ms: int, end_ms: int, max_messages: int,
                  wanted: Any) -> list[list[Any]]:
@@ -137,3 +162,7 @@ class Lookup:
         """Consumer groups whose committed offset on the queue is past ``offset``."""
         return sorted(g for (g, t, q), o in self.host.state.offsets.items()
                       if t == topic and q == qid and o > offset)
+
+
+def _store_ts(u: CQUnit) -> int:
+    return u.store_ts_ms
