@@ -1,8 +1,9 @@
 """The push consumer: subscribe to topics with a tag expression, give a listener; the consumer
 heartbeats every broker node of its topics, shares queues with the other members of its group
-(clustering: one member per queue, rebalanced on membership change and every 20 s) or reads every
-queue (broadcasting), long-polls each of its queues, runs the listener with bounded concurrency,
-and commits progress (the lowest offset not yet consumed per queue) every few seconds and on close.
+(clustering: one member per queue, rebalanced at once when the group's members or its topics'
+routes change, ``client.consumer.watch``, and every 20 s) or reads every queue (broadcasting),
+long-polls each of its queues, runs the listener with bounded concurrency, and commits progress
+(the lowest offset not yet consumed per queue) every few seconds and on close.
 
 A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None, or an
 async listener does not answer within ``consume_timeout_s``, 15 min by default: all LATER). In
@@ -49,10 +50,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from client import errors
-from client.consumer.membership import check_start, heartbeat, start_offset, tag_expression, tag_list
+from client.consumer.membership import check_start, start_offset, tag_expression, tag_list
 from client.consumer.offset_store import LocalOffsetStore
 from client.consumer.pull import PullConsumer
 from client.consumer.rebalance import STRATEGIES
+from client.consumer.watch import GroupWatch
 from client.errors import compile_filter
 from client.lifecycle import Lifecycle
 from client.producer.producer import trace_producer
@@ -137,8 +139,9 @@ class PushConsumer:
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._work: asyncio.Queue[tuple[_QueueState, MessageQueue, list[ReceivedMessage]]] = \
             asyncio.Queue(maxsize=concurrency * 4)
-        self.members: list[str] = []
         self._changed = asyncio.Event()
+        self._watch = GroupWatch(self._pull, client_id, group, self._subs, model, heartbeat_s,
+                                 self._changed)  # members, routes, subscriptions
         self._tasks: list[asyncio.Task[None]] = []
         self._requeues: set[asyncio.Future[None]] = set()  # failed batches going back to work
         self.consumed = 0
@@ -167,6 +170,11 @@ class PushConsumer:
     def assigned(self) -> list[MessageQueue]:
         return sorted(self._queues)
 
+    @property
+    def members(self) -> list[str]:
+        """The group's live members, as the last heartbeat (or notice) told."""
+        return self._watch.members
+
     async def start(self) -> PushConsumer:
         """Join the group and start consuming; a second start() does nothing."""
         if not self._subs:
@@ -180,6 +188,8 @@ class PushConsumer:
         except BaseException:  # leave nothing open behind a failed start (it may be retried)
             await self._pull.close()
             self._pull = PullConsumer(self._namesrv, self.group, credentials=self._credentials)
+            self._watch = GroupWatch(self._pull, self.client_id, self.group, self._subs,
+                                     self.model, self.heartbeat_s, self._changed)
             if self._store is not None:
                 self._store.close()
             raise
@@ -195,10 +205,11 @@ class PushConsumer:
                 await self._pull.fetch_queues(topic, wait=topic != self.retry_topic)
             except errors.TopicNotFoundError:
                 continue  # not there yet: the periodic rebalance picks it up later
-        await self._heartbeat()
+        await self._watch.heartbeat()
         await self._rebalance()
         self._initial_queues = set(self._known_queues)
-        loops = [self._heartbeat_loop(), self._rebalance_loop(), self._commit_loop()]
+        loops = [self._watch.heartbeats(), self._watch.routes(), self._rebalance_loop(),
+                 self._commit_loop()]
         self._tasks = [asyncio.create_task(c) for c in loops]
         self._tasks += [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
 
@@ -213,7 +224,7 @@ class PushConsumer:
         await self._commit_all()
         if self._store is not None:
             self._store.close()
-        await self._heartbeat(leave=True)
+        await self._watch.heartbeat(leave=True)
         await self._pull.close()
         if self.tracer is not None:
             await self.tracer.close()
@@ -226,16 +237,6 @@ class PushConsumer:
 
     # -- membership and rebalancing ------------------------------------------------------------------
 
-    async def _heartbeat(self, leave: bool = False) -> None:
-        ttl_ms = 0 if leave else int(self.heartbeat_s * 3000)
-        members = await heartbeat(self._pull, self.client_id, self.group, self._subs, ttl_ms,
-                                  self.model)
-        if not leave:
-            members.add(self.client_id)
-            if sorted(members) != self.members:
-                self.members = sorted(members)
-                self._changed.set()
-
     async def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
         for topic in self._subs:
@@ -247,7 +248,11 @@ class PushConsumer:
             except errors.TopicNotFoundError:
                 if awaited:  # not routed yet: look again soon, not at the periodic rebalance
                     asyncio.get_running_loop().call_later(RETRY_ROUTE_S, self._changed.set)
+                elif not retry:
+                    self._watch.saw(topic, ())
                 continue
+            if not retry:
+                self._watch.saw(topic, queues)  # (a change of them: the watch reads it closely)
             self._known_queues.update(queues)
             mine = queues if self.model == "broadcasting" else \
                 self.strategy(self.client_id, self.members, queues)
@@ -291,11 +296,6 @@ class PushConsumer:
             await asyncio.sleep(0.01)  # batches already in the listener finish first
         await self._commit(mq, state)
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_s)  # the heartbeat period
-            await self._heartbeat()
-
     async def _rebalance_loop(self) -> None:
         while True:
             try:
@@ -322,6 +322,7 @@ class PushConsumer:
             try:
                 res = await self._fetch(mq, state.next_pull)
             except errors.ClientError as err:
+                self._watch.missing(mq.topic)  # (a queue gone with a route change?)
                 log.warning("pull %s: %s", mq, err)
                 await asyncio.sleep(0.2)  # a back-off before pulling that queue again
                 continue
