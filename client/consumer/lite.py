@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 
 from client import checks, errors
@@ -50,6 +49,7 @@ from client.consumer.pull import PullConsumer
 from client.consumer.rebalance import STRATEGIES
 from client.consumer.watch import GroupWatch
 from client.errors import compile_filter
+from client.identity import new_client_id
 from client.lifecycle import CLOSED, NEW, Lifecycle
 from client.producer.producer import trace_producer
 from client.trace.tracer import Tracer
@@ -90,7 +90,7 @@ class LitePullConsumer:
         membership.check_start(start_from, start_timestamp_ms)
         if client_id is not None:
             checks.text("client_id", client_id)
-        self.group, self.client_id = group, client_id or uuid.uuid4().hex[:12]
+        self.group, self.client_id = group, client_id or new_client_id()
         self.pull_batch_max, self.poll_batch_max = pull_batch_max, poll_batch_max
         self.auto_commit, self.auto_commit_interval_s = auto_commit, auto_commit_interval_s
         self.start_from, self.start_timestamp_ms = start_from, start_timestamp_ms

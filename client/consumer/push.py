@@ -21,7 +21,9 @@ keeps it in a local file per client id and group (``client.consumer.offset_store
 ``offset_store_dir``, default ``~/.dledger/offsets``), loaded at start, written every
 ``commit_s`` and on close, so a restarted member resumes where it stopped. Its ``client_id``
 must then be stable across restarts: broadcasting's default is ``<hostname>@DEFAULT`` (RocketMQ's
-``ip@instanceName``); two broadcasting consumers of one group on one host need their own ids.
+``ip@instanceName``), and a second broadcasting consumer of the group on the host while the first
+runs takes ``<hostname>@DEFAULT#2`` (and so on: ``client.identity``); ``client_id`` is the one
+taken once started. Clustering's default is ``<hostname>@<pid>#<random>``.
 
 The tag expression of ``subscribe``: ``"A || B"``, ``"*"``; an empty one (or None) means ``*``,
 as in RocketMQ. Or ``subscribe(topic, sql=...)``: an SQL92 expression over the messages'
@@ -44,8 +46,6 @@ import asyncio
 import inspect
 import logging
 import os
-import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +56,7 @@ from client.consumer.pull import PullConsumer
 from client.consumer.rebalance import STRATEGIES
 from client.consumer.watch import GroupWatch
 from client.errors import compile_filter
+from client.identity import BROADCASTING_SLOTS, broadcasting_client_id, new_client_id
 from client.lifecycle import Lifecycle
 from client.producer.producer import trace_producer
 from client.trace.tracer import Tracer
@@ -119,9 +120,9 @@ class PushConsumer:
         self._retry_expected = False  # a send-back succeeded: the retry topic exists, or will
         self.handover_wait = True  # (an orderly consumer's queue locks do the hand-over)
         self.sent_back = 0  # messages handed back to the broker for a retry (or the DLQ)
+        slots = 1 if client_id is not None else BROADCASTING_SLOTS
         if client_id is None:  # broadcasting resumes from a file named by it: keep it stable
-            client_id = f"{socket.gethostname()}@DEFAULT" if model == "broadcasting" else \
-                uuid.uuid4().hex[:12]
+            client_id = broadcasting_client_id() if model == "broadcasting" else new_client_id()
         self.client_id = client_id
         # trace: a record of each consume attempt to the trace topic (``client.trace.tracer``)
         names = [namesrv] if isinstance(namesrv, str) else namesrv
@@ -131,7 +132,7 @@ class PushConsumer:
         self._namesrv = namesrv
         self._pull = PullConsumer(namesrv, group, credentials=credentials)
         self._life = Lifecycle(f"PushConsumer of group {group!r}")
-        self._store = LocalOffsetStore(offset_store_dir, group, client_id) \
+        self._store = LocalOffsetStore(offset_store_dir, group, client_id, slots) \
             if model == "broadcasting" else None
         self._subs: dict[str, str] = {}  # topic -> its tag expression (or its SQL, as heartbeats tell)
         self._sql: dict[str, str] = {}  # topic -> its SQL92 filter, when it has one
@@ -185,7 +186,12 @@ class PushConsumer:
     async def _start(self) -> None:
         try:
             await self._open()
-        except BaseException:  # leave nothing open behind a failed start (it may be retried)
+        except BaseException:  # leave nothing open or running behind a failed start (it may
+            await self._stop_tasks()  # be retried)
+            for state in self._queues.values():
+                state.dropped = True  # (its batches waiting for a worker are skipped)
+            self._queues.clear()
+            self._known_queues.clear()
             await self._pull.close()
             self._pull = PullConsumer(self._namesrv, self.group, credentials=self._credentials)
             self._watch = GroupWatch(self._pull, self.client_id, self.group, self._subs,
@@ -197,6 +203,7 @@ class PushConsumer:
     async def _open(self) -> None:
         if self._store is not None:
             await asyncio.to_thread(self._store.open)
+            self._named(self._store.client_id)  # (a default id's spare, if the first is in use)
         if self.model == "clustering":  # failed messages come back through the retry topic
             self._subs[self.retry_topic] = "*"
         await self._pull.start()
@@ -217,10 +224,7 @@ class PushConsumer:
         """Stop consuming, store the progress, leave the group."""
         if not self._life.close():
             return
-        for t in self._tasks + [s.task for s in self._queues.values() if s.task]:
-            t.cancel()
-        await asyncio.gather(*self._tasks, *[s.task for s in self._queues.values() if s.task],
-                             return_exceptions=True)
+        await self._stop_tasks()
         await self._commit_all()
         if self._store is not None:
             self._store.close()
@@ -228,6 +232,19 @@ class PushConsumer:
         await self._pull.close()
         if self.tracer is not None:
             await self.tracer.close()
+
+    async def _stop_tasks(self) -> None:
+        """Cancel the loops, the workers and the pullers, and wait until they ended."""
+        tasks = self._tasks + [s.task for s in self._queues.values() if s.task]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = []
+
+    def _named(self, client_id: str) -> None:
+        self.client_id = self._watch.client_id = client_id
+        if self.tracer is not None:
+            self.tracer.client_id = client_id
 
     async def __aenter__(self) -> PushConsumer:
         return await self.start()

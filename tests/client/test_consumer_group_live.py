@@ -1,14 +1,18 @@
-"""A push consumer follows its topics' routes and its group's members at once (issue 34 item 6),
-on one NameServer and two broker groups (module-scoped; a fresh topic and consumer group per
-case): started right after ``dledger topic create``, it owns every queue of both groups within
-3 s, in 10 of 10 trials; a group that starts serving the topic after the consumer started is
-taken within 3 s (the window the first case hits by chance, made wide); and a member that joins
-is seen by the others through the broker's notice, not at their next heartbeat."""
+"""Consumer groups on one NameServer and two broker groups (module-scoped; a fresh topic and
+consumer group per case), issue 34. Item 6: a push consumer follows its topics' routes and its
+group's members at once: started right after ``dledger topic create``, it owns every queue of
+both groups within 3 s, in 10 of 10 trials; a group that starts serving the topic after the
+consumer started is taken within 3 s (the window the first case hits by chance, made wide); a
+member that joins or leaves is heard of from the brokers' notice, not at the next heartbeat.
+Item 7: two broadcasting consumers of one group in one process with default options both start
+and both read every message; a start that fails leaves nothing running and can be retried."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 import cli
-from client import PushConsumer
+from client import Message, Producer, PushConsumer, UnavailableError
 from client.cluster.routes import Routes
 from client.types import ConsumeStatus, ReceivedMessage
 from tests.clusters import namesrv_groups
@@ -132,4 +136,88 @@ def test_members_hear_of_a_member_joining_and_leaving_from_the_brokers_notice(ns
                              f"(members {first.members}, owns {len(first.assigned)})")
 
     _create(ns, "noticed")
+    asyncio.run(run())
+
+
+class Bodies:
+    def __init__(self) -> None:
+        self.seen: Counter[bytes] = Counter()
+
+    def __call__(self, batch: list[ReceivedMessage]) -> ConsumeStatus:
+        self.seen.update(m.body for m in batch)
+        return ConsumeStatus.SUCCESS
+
+
+def test_two_broadcasting_consumers_of_one_group_in_one_process_both_read_everything(
+        ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default options: both would be ``<host>@DEFAULT`` with one progress file; the second
+    takes ``<host>@DEFAULT#2`` (its own file, under ~/.dledger/offsets, here in a temp dir)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    async def run() -> None:
+        readers = [Bodies(), Bodies()]
+        consumers = [PushConsumer(ns, "bcast-readers", r, model="broadcasting") for r in readers]
+        for c in consumers:
+            c.subscribe("bcast")
+        async with consumers[0], consumers[1], Producer(ns) as producer:
+            assert consumers[0].client_id != consumers[1].client_id
+            assert consumers[1].client_id == consumers[0].client_id + "#2"
+            queues = await producer.queues("bcast")
+            warm = 0
+
+            async def warmed() -> bool:  # each reads every queue now (it started at the last)
+                nonlocal warm
+                warm += 1
+                for q in queues:
+                    await producer.send_to(Message("bcast", b"warm-%d" % warm), q)
+                return all(sum(v for k, v in r.seen.items() if k.startswith(b"warm")) >= 8 * 2
+                           for r in readers)
+            await wait_until(warmed, 30, "both consumers reading every queue")
+            bodies = [b"m-%d" % i for i in range(40)]
+            for body in bodies:
+                await producer.send(Message("bcast", body))
+            await wait_until(lambda: all(r.seen[b] >= 1 for r in readers for b in bodies), 20,
+                             "both consumers to read every message")
+        files = list((tmp_path / ".dledger" / "offsets").glob("*/bcast-readers.json"))
+        assert len(files) == 2, files  # each wrote its own progress at close
+
+    _create(ns, "bcast")
+    asyncio.run(run())
+
+
+def test_a_failed_start_leaves_nothing_running_and_can_be_retried(ns: str) -> None:
+    """The start fails after its first rebalance took queues (their pullers running): they stop
+    and its connections close (aiohttp reports a session collected unclosed to the loop's
+    exception handler); the next start() works."""
+    async def run() -> None:
+        reported: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: reported.append(str(context.get("message"))))
+        c = PushConsumer(ns, "failing-start", _ignore)
+        c.subscribe("failing")
+        rebalance = c._rebalance
+        taken: list[int] = []
+
+        async def rebalance_then_fail() -> None:
+            await rebalance()
+            taken.append(len(c.assigned))
+            raise UnavailableError("a failure forced after the queues were taken")
+        c._rebalance = rebalance_then_fail  # type: ignore[method-assign]
+        before = asyncio.all_tasks()
+        with pytest.raises(UnavailableError, match="forced"):
+            await c.start()
+        assert taken and taken[0] > 0  # (4 or 8: the route may name one group at first)
+        left = asyncio.all_tasks() - before
+        assert not left, f"a failed start left {len(left)} task(s): {sorted(map(str, left))[:2]}"
+        assert c.assigned == []
+        gc.collect()
+        assert not reported, reported
+        c._rebalance = rebalance  # type: ignore[method-assign]
+        await c.start()
+        try:
+            await wait_until(lambda: len(c.assigned) == 8, 10, "the retried start's queues")
+        finally:
+            await c.close()
+
+    _create(ns, "failing")
     asyncio.run(run())
