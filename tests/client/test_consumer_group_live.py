@@ -5,17 +5,21 @@ both groups within 3 s, in 10 of 10 trials; a group that starts serving the topi
 consumer started is taken within 3 s (the window the first case hits by chance, made wide); a
 member that joins or leaves is heard of from the brokers' notice, not at the next heartbeat.
 Item 7: two broadcasting consumers of one group in one process with default options both start
-and both read every message; a start that fails leaves nothing running and can be retried."""
+and both read every message; a start that fails leaves nothing running and can be retried.
+Item 8: members that subscribe differently are flagged in their logs, ``dledger consumer
+status`` and the console."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from click.testing import CliRunner
 
@@ -220,4 +224,47 @@ def test_a_failed_start_leaves_nothing_running_and_can_be_retried(ns: str) -> No
             await c.close()
 
     _create(ns, "failing")
+    asyncio.run(run())
+
+
+def test_members_that_subscribe_differently_are_flagged_in_the_log_status_and_console(
+        ns: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Item 8: one member reads every tag of the topic, the other TagA only: each warns in its
+    log once (not at each heartbeat or comparison since), ``dledger consumer status`` and the
+    console flag the group; once the odd member leaves, the other says so."""
+    caplog.set_level(logging.INFO, logger="client.consumer.watch")
+
+    def warnings_of(group: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+                and group in r.getMessage() and "subscribe differently" in r.getMessage()]
+
+    async def run() -> None:
+        every = PushConsumer(ns, "mixed-readers", _ignore, heartbeat_s=0.5)
+        every.subscribe("mixed")
+        tag_a = PushConsumer(ns, "mixed-readers", _ignore, heartbeat_s=0.5)
+        tag_a.subscribe("mixed", "TagA")
+        async with every:
+            async with tag_a:
+                await wait_until(lambda: len(warnings_of("mixed-readers")) >= 2, 10,
+                                 "a warning from each member")
+                for _ in range(3):  # compared again, nothing changed: no new warning
+                    await every._watch.check_subscriptions()
+                    await tag_a._watch.heartbeat(check=True)
+                assert len(warnings_of("mixed-readers")) == 2, warnings_of("mixed-readers")
+                assert "mixed TagA" in warnings_of("mixed-readers")[0]
+                status = await asyncio.to_thread(CliRunner().invoke, cli.main, [
+                    "consumer", "status", "mixed-readers", "--namesrv", ns])
+                assert status.exit_code == 0, status.output
+                assert "WARNING: the members subscribe differently" in status.output
+                assert f"{tag_a.client_id}: mixed TagA" in status.output
+                async with aiohttp.ClientSession() as http, http.get(
+                        f"http://{ns}/console/api/consumer-groups/mixed-readers") as resp:
+                    console = await resp.json()
+                assert set(console["subscription_conflict"].split(" | ")) == {
+                    f"{every.client_id}: mixed *", f"{tag_a.client_id}: mixed TagA"}
+            await wait_until(lambda: any("subscribe alike again" in r.getMessage()
+                                         for r in caplog.records), 10, "the all-clear")
+        assert len(warnings_of("mixed-readers")) == 2
+
+    _create(ns, "mixed")
     asyncio.run(run())
