@@ -46,7 +46,7 @@ from client import checks, errors
 from client.consumer import membership
 from client.consumer.lite_buffer import QueueBuffers
 from client.consumer.pull import PullConsumer
-from client.consumer.rebalance import STRATEGIES
+from client.consumer.rebalance import Strategy, strategy_of
 from client.consumer.watch import GroupWatch
 from client.errors import compile_filter
 from client.identity import new_client_id
@@ -71,7 +71,7 @@ class LitePullConsumer:
                  auto_commit_interval_s: float = 5.0, start_from: str = "last",
                  start_timestamp_ms: int | None = None, client_id: str | None = None,
                  heartbeat_s: float = 5.0, rebalance_s: float = 20.0,
-                 strategy: str = "averagely", suspend_ms: int = 1000, buffer_max: int = 1000,
+                 strategy: str | Strategy = "averagely", suspend_ms: int = 1000, buffer_max: int = 1000,
                  timeout_s: float = 3.0, trace: bool = False,
                  credentials: Credentials | None = None) -> None:
         self._credentials = credentials
@@ -85,8 +85,6 @@ class LitePullConsumer:
                             ("timeout_s", timeout_s)):
             checks.number(name, value, 0.001)
         checks.flag("auto_commit", auto_commit)
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy is one of {', '.join(STRATEGIES)}, not {strategy!r}")
         membership.check_start(start_from, start_timestamp_ms)
         if client_id is not None:
             checks.text("client_id", client_id)
@@ -95,7 +93,7 @@ class LitePullConsumer:
         self.auto_commit, self.auto_commit_interval_s = auto_commit, auto_commit_interval_s
         self.start_from, self.start_timestamp_ms = start_from, start_timestamp_ms
         self.heartbeat_s, self.rebalance_s, self.suspend_ms = heartbeat_s, rebalance_s, suspend_ms
-        self.strategy = STRATEGIES[strategy]
+        self.strategy = strategy_of(strategy)
         self.handover_s = 2 * heartbeat_s + 1.0
         self._namesrv, self.timeout_s = namesrv, timeout_s
         self._pull = PullConsumer(namesrv, group, timeout_s, credentials=credentials)

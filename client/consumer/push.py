@@ -53,7 +53,7 @@ from client import errors
 from client.consumer.membership import check_start, start_offset, tag_expression, tag_list
 from client.consumer.offset_store import LocalOffsetStore
 from client.consumer.pull import PullConsumer
-from client.consumer.rebalance import STRATEGIES
+from client.consumer.rebalance import Strategy, strategy_of
 from client.consumer.watch import GroupWatch
 from client.errors import compile_filter
 from client.identity import BROADCASTING_SLOTS, broadcasting_client_id, new_client_id
@@ -87,7 +87,8 @@ class _QueueState:
 
 class PushConsumer:
     def __init__(self, namesrv: str | Sequence[str], group: str, listener: Listener, *,
-                 model: str = "clustering", strategy: str = "averagely", concurrency: int = 4,
+                 model: str = "clustering", strategy: str | Strategy = "averagely",
+                 concurrency: int = 4,
                  consume_batch_max: int = 1, pull_batch_max: int = 32,
                  start_from: str = "last", heartbeat_s: float = 5.0,
                  rebalance_s: float = 20.0, commit_s: float = 5.0, suspend_ms: int = 1000,
@@ -98,12 +99,12 @@ class PushConsumer:
                  consume_timeout_s: float = 900.0, trace: bool = False,
                  credentials: Credentials | None = None) -> None:
         self._credentials = credentials
-        if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
-            raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
+        if model not in ("clustering", "broadcasting"):
+            raise ValueError(f"model is clustering or broadcasting, not {model!r}")
         check_start(start_from, start_timestamp_ms)
         self.start_timestamp_ms = start_timestamp_ms
         self.group, self.listener, self.model = group, listener, model
-        self.strategy = STRATEGIES[strategy]
+        self.strategy = strategy_of(strategy)  # (a name, or one built: rebalance.by_config...)
         if not 1 <= consume_batch_max <= BATCH_MAX or not 1 <= pull_batch_max <= BATCH_MAX \
                 or concurrency < 1:
             raise ValueError(f"consume_batch_max and pull_batch_max are 1..{BATCH_MAX}, "
