@@ -128,7 +128,7 @@ def test_members_hear_of_a_member_joining_and_leaving_from_the_brokers_notice(ns
 
     async def run() -> None:
         async with member() as first:
-            assert len(first.assigned) == 8
+            await wait_until(lambda: len(first.assigned) == 8, OWN_ALL_S, "the topic's 8 queues")
             async with member() as second:
                 await wait_until(lambda: len(first.members) == 2 and len(first.assigned) == 4,
                                  10, f"the first member to hear of the second "
