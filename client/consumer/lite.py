@@ -374,7 +374,7 @@ class LitePullConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see client.consumer.push)
+                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see client.consumer.listening)
                     await self._changed.wait()
             except TimeoutError:
                 pass  # the periodic rebalance (queues added to a topic)

@@ -43,13 +43,13 @@ the default), its first (``"first"``), or the first message stored at or after a
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from client import errors
+from client.consumer.listening import call_listener
 from client.consumer.membership import check_start, start_offset, tag_expression, tag_list
 from client.consumer.offset_store import LocalOffsetStore
 from client.consumer.pull import PullConsumer
@@ -317,7 +317,7 @@ class PushConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see _call_listener)
+                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see listening)
                     await self._changed.wait()
             except TimeoutError:
                 pass  # the periodic rebalance
@@ -403,22 +403,7 @@ class PushConsumer:
             task.add_done_callback(self._requeues.discard)
 
     async def _call_listener(self, batch: list[ReceivedMessage]) -> ConsumeStatus:
-        try:
-            out = self.listener(batch)
-            if inspect.isawaitable(out):
-                # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result
-                # when the awaitable ends in the same loop turn as a cancel of this task, and
-                # the cancel is lost (close() then waited for ever on an orderly queue's task)
-                async with asyncio.timeout(self.consume_timeout_s):
-                    out = await out
-        except TimeoutError:
-            log.warning("listener of %s did not answer in %.0f s: counted as a failure",
-                        self.group, self.consume_timeout_s)
-            return ConsumeStatus.LATER
-        except Exception:  # a listener's exception means "later", as RocketMQ's
-            log.exception("listener of %s failed; the messages will be redelivered", self.group)
-            return ConsumeStatus.LATER
-        return out if out is ConsumeStatus.SUCCESS else ConsumeStatus.LATER  # SUSPEND too
+        return await call_listener(self.listener, batch, self.group, self.consume_timeout_s)
 
     async def _commit_loop(self) -> None:
         while True:

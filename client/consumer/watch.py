@@ -84,7 +84,7 @@ class GroupWatch:
         while True:
             noticed = False
             try:
-                async with asyncio.timeout(self.heartbeat_s):  # (not wait_for: see push)
+                async with asyncio.timeout(self.heartbeat_s):  # (not wait_for: see client.consumer.listening)
                     await self._noticed.wait()
                 await asyncio.sleep(NOTICE_GATHER_S)  # the other nodes' notices of it
                 noticed = True
