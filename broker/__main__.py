@@ -56,6 +56,10 @@ def main() -> None:
               help="NameServers to register with: host[:port] separated by ';' or ',' "
                    "(port 9876 if none is given).")
 @click.option("--register-interval-s", type=float, default=30.0, show_default=True)
+@click.option("--notify-consumers/--no-notify-consumers", default=True, show_default=True,
+              help="Tell a consumer group's members at once when its members or their "
+                   "subscriptions change, so that they rebalance now (RocketMQ's "
+                   "notifyConsumerIdsChangedEnable); off: they learn it at their next heartbeat.")
 @click.option("--protect-status", is_flag=True,
               help="/status answers only reads signed with the cluster credential (the "
                    "NameServer's, and `dledger status` with it in its environment); the health "
@@ -121,7 +125,7 @@ def main() -> None:
               type=click.Choice(sorted(BROKER_CANARIES)),
               help="A seeded broker bug (tests only; needs --test-faults).")
 def start(client_listen: str, auto_create: bool, default_queues: int, max_message_bytes: int,
-          admin_listen: str, namesrv: str, register_interval_s: float,
+          admin_listen: str, namesrv: str, register_interval_s: float, notify_consumers: bool,
           protect_status: bool, cluster_key_file: str | None,
           checkpoint_interval_s: float, advertise: str | None, admin_advertise: str | None,
           grpc_listen: str | None, remoting_listen: str | None,
@@ -166,6 +170,7 @@ def start(client_listen: str, auto_create: bool, default_queues: int, max_messag
                               max_message_bytes=max_message_bytes,
                               admin_listen=parse_address(admin_listen),
                               namesrv=names, register_interval_s=register_interval_s,
+                              notify_consumers=notify_consumers,
                               cluster_key=cluster_key, protect_status=protect_status,
                               checkpoint_interval_s=checkpoint_interval_s,
                               advertise_client=_advertised(advertise, "--advertise"),

@@ -44,6 +44,9 @@ class BrokerConfig:
     checkpoint_interval_s: float = 10.0  # persist the state machine this often (0: never)
     namesrv: tuple[str, ...] = ()  # NameServer addresses (host:port) to register with
     register_interval_s: float = 30.0
+    # Tell a consumer group's members when its members or their subscriptions change (RocketMQ's
+    # notifyConsumerIdsChangedEnable): CONSUMER_IDS_CHANGED, or 4.x's NOTIFY_CONSUMER_IDS_CHANGED
+    notify_consumers: bool = True
     # Addresses told to NameServers instead of the bound ones (NAT, a proxy, every interface
     # bound); port 0: the bound port. The gRPC listener takes advertise_client's host, and so
     # does the admin one when bound to every interface (``registered``).

@@ -18,6 +18,9 @@ from protocol import broker_kinds as bp
 from protocol.broker_kinds import RESET_EARLIEST_MS, RESET_LATEST_MS
 
 NODE_TIMEOUT_S = 3.0
+SUBSCRIPTIONS_DIFFER = ("the members subscribe differently: each is given queues of topics or "
+                        "tags it does not read, and their messages are not consumed; give every "
+                        "member of the group the same subscriptions")
 
 
 def _reset_target(to_timestamp: str | None, to_earliest: bool, to_latest: bool) -> tuple[int, str]:
@@ -97,8 +100,9 @@ def _offset(n: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def consumer_status(namesrv: tuple[str, ...], group: str, as_json: bool) -> None:
     """GROUP's live members (client id, model, subscriptions with their tag or SQL expressions,
-    as their heartbeats told the brokers, and which nodes see them), then per queue of each
-    topic it subscribes to or has committed on: committed offset, max offset and lag."""
+    as their heartbeats told the brokers, and which nodes see them; a warning when members
+    subscribe differently), then per queue of each topic it subscribes to or has committed on:
+    committed offset, max offset and lag."""
     async def show(routes: Routes) -> None:
         views = await asyncio.gather(*(consumer_views(routes, g, group, NODE_TIMEOUT_S)
                                        for g in await groups_of(routes, ())))
@@ -116,6 +120,8 @@ def status_text(report: dict[str, Any]) -> str:
             subs = "; ".join(f"{t}: {e}" for t, e in sorted(m["subscriptions"].items()))
             lines.append(f"  {m['client_id']:<24} {m['model']:<12} "
                          f"{' '.join(m['seen_by']):<24} {subs}")
+    if report["subscription_conflict"]:
+        lines.append(f"  WARNING: {SUBSCRIPTIONS_DIFFER} ({report['subscription_conflict']})")
     if report["queues"]:
         lines.append(f"  {'topic':<24} {'queue':<10} {'committed':>10} {'max':>10} {'lag':>8}")
         for r in report["queues"]:

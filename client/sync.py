@@ -30,6 +30,7 @@ from typing import (
 from client.consumer.lite import LitePullConsumer
 from client.consumer.pull import PullConsumer
 from client.consumer.push import PushConsumer
+from client.consumer.rebalance import Strategy
 from client.errors import ClientClosedError, ClientNotStartedError
 from client.producer.producer import Producer
 from client.producer.transaction import TransactionListener, TransactionProducer, TransactionSendResult
@@ -197,7 +198,7 @@ class PushOptions(TypedDict, total=False):
     """PushConsumer's keyword options (see its constructor for their meaning and defaults)."""
 
     model: str
-    strategy: str
+    strategy: str | Strategy
     concurrency: int
     consume_batch_max: int
     pull_batch_max: int
@@ -307,7 +308,7 @@ class LiteOptions(TypedDict, total=False):
     client_id: str | None
     heartbeat_s: float
     rebalance_s: float
-    strategy: str
+    strategy: str | Strategy
     suspend_ms: int
     buffer_max: int
     timeout_s: float

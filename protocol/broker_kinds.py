@@ -28,7 +28,10 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - BROKER_STATUS -> a dict (node status, topics)
 - HEARTBEAT ``client_id, group, model, {topic: tags}, ttl_ms`` -> the group's live members
   (sorted client ids) as this node knows them; ``ttl_ms`` 0 leaves the group. Membership is
-  per node and in memory (clients heartbeat every node), as RocketMQ's.
+  per node and in memory (clients heartbeat every node), as RocketMQ's. When a heartbeat (or
+  an expiry it finds) changes the group's members or their model or subscriptions, this node
+  sends each other member on a connection of this protocol a CONSUMER_IDS_CHANGED frame
+  ``[group]`` (RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED): heartbeat again and rebalance now.
 - TRANSFER_LEADERSHIP ``node_id`` -> true once that node leads (leader only)
 - SEARCH_OFFSET ``topic, queue_id, timestamp_ms`` -> the first queue offset stored at or after
   that time (the queue's max offset if none is); any replica answers from committed data
@@ -158,6 +161,7 @@ CONSUME_DIRECTLY = 138
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150
+CONSUMER_IDS_CHANGED = 151
 SEND_KINDS = frozenset({SEND, SEND_RUNS})
 # The kinds a broker serves are SEND_KINDS and those of its handler table (``broker.core.requests``).
 

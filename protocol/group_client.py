@@ -237,10 +237,14 @@ class GroupClient:
         budget = max(0.01, min(self.connect_timeout_s, deadline - time.monotonic()))
         signer = Signer(self._credentials) if self._credentials is not None else None
         try:
-            _, fresh = await asyncio.wait_for(loop.create_connection(
-                lambda: Connection(self.push_handler, signer, f"{self.group}/{node}"), host, port,
-                ssl=self.ssl_context,
-                server_hostname=host if self.ssl_context is not None else None), budget)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the connection when
+            # it is made in the same loop turn as a cancel of this task, and the cancel is lost
+            # (a consumer's puller closed right after it took a new queue then pulled for ever)
+            async with asyncio.timeout(budget):
+                _, fresh = await loop.create_connection(
+                    lambda: Connection(self.push_handler, signer, f"{self.group}/{node}"), host,
+                    port, ssl=self.ssl_context,
+                    server_hostname=host if self.ssl_context is not None else None)
         except ssl.SSLError as err:  # (an OSError) retrying elsewhere cannot help
             raise TlsError(f"TLS to {node} at {host}:{port} failed: {err}") from err
         except (OSError, TimeoutError) as err:

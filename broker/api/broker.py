@@ -283,6 +283,11 @@ class Broker:
     def heartbeat(self, client_id: str, group: str, model: str, subs: dict[str, str],
                   ttl_s: float, connection: object = None) -> list[str]:
         """A consumer's heartbeat (ttl 0: it leaves); the group's live members on this node.
-        ``connection``: the one it came on, kept if the broker can ask the consumer on it."""
+        ``connection``: the one it came on, kept if the broker can ask the consumer on it or
+        tell it of a change of its group's members (the others are told at once)."""
         self.consumers.heartbeat(client_id, group, connection, ttl_s)
-        return self.members.heartbeat(client_id, group, model, subs, ttl_s, time.monotonic())
+        version = self.members.version(group)
+        live = self.members.heartbeat(client_id, group, model, subs, ttl_s, time.monotonic())
+        if self.members.version(group) != version and self.config.notify_consumers:
+            self.consumers.members_changed(group, client_id)  # joined, left, expired, resubscribed
+        return live

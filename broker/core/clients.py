@@ -58,12 +58,16 @@ class ClientGroups(Generic[C]):
     def pick(self, group: str, now: float) -> Client[C] | None:
         """A live member of ``group`` to ask, the next one each time (a member that does not
         answer is passed over at the next check)."""
-        self._expire(group, now)
-        members = sorted(self._groups.get(group, {}).values(), key=lambda p: p.client_id)
+        members = self.live(group, now)
         if not members:
             return None
         self._turn += 1
         return members[self._turn % len(members)]
+
+    def live(self, group: str, now: float) -> list[Client[C]]:
+        """The live members of ``group``, by client id."""
+        self._expire(group, now)
+        return sorted(self._groups.get(group, {}).values(), key=lambda p: p.client_id)
 
     def find(self, group: str, client_id: str, now: float) -> Client[C] | None:
         """The live member ``client_id`` of ``group``, if it heartbeats here."""

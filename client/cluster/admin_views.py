@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from client.cluster.routes import GroupRoute, Routes
+from client.consumer.membership import subscription_conflict
 from protocol import broker_kinds as bp
 from protocol.cluster_key import status_headers
 from protocol.errors import DLedgerError
@@ -212,7 +213,9 @@ async def consumer_views(routes: Routes, g: GroupRoute, group: str,
 
 def summarize_consumers(group: str, views: list[dict[str, Any]]) -> dict[str, Any]:
     """The nodes' answers merged: each member once (with the nodes that see it), and each
-    broker group's queues from its leader's answer (else from the most advanced node's)."""
+    broker group's queues from its leader's answer (else from the most advanced node's);
+    ``subscription_conflict``: how the clustering members' subscriptions differ (they lose
+    messages), or None."""
     members: dict[str, dict[str, Any]] = {}
     unreachable = []
     best: dict[str, dict[str, Any]] = {}
@@ -235,6 +238,7 @@ def summarize_consumers(group: str, views: list[dict[str, Any]]) -> dict[str, An
               for g, v in sorted(best.items()) for t, q, c, hi in v["queues"]]
     queues.sort(key=lambda r: (r["topic"], r["queue"]))
     return {"group": group, "members": sorted(members.values(), key=lambda m: str(m["client_id"])),
+            "subscription_conflict": subscription_conflict(members.values()),
             "queues": queues, "total_lag": sum(r["lag"] for r in queues),
             "unreachable": unreachable}
 

@@ -9,8 +9,9 @@ asks the broker for.
 Assignment, one of:
 
 - ``subscribe(topic, tags)``: the group shares the topics' queues (clustering), as the push
-  consumer does: heartbeats to every node of the topics every ``heartbeat_s``, a rebalance on a
-  membership change and every ``rebalance_s`` with a ``client.consumer.rebalance`` strategy. A queue
+  consumer does: heartbeats to every node of the topics every ``heartbeat_s``, a rebalance at once
+  when the group's members or the topics' routes change (``client.consumer.watch``) and every
+  ``rebalance_s``, with a ``client.consumer.rebalance`` strategy. A queue
   given away is committed (with ``auto_commit``) and its buffer dropped; a queue taken starts
   from the group's committed offset (after a hand-over wait of ``2 * heartbeat_s + 1`` s when
   the group has other members, for its last owner to commit), or else from ``start_from``
@@ -39,15 +40,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 
 from client import checks, errors
 from client.consumer import membership
 from client.consumer.lite_buffer import QueueBuffers
 from client.consumer.pull import PullConsumer
-from client.consumer.rebalance import STRATEGIES
+from client.consumer.rebalance import Strategy, strategy_of
+from client.consumer.watch import GroupWatch
 from client.errors import compile_filter
+from client.identity import new_client_id
 from client.lifecycle import CLOSED, NEW, Lifecycle
 from client.producer.producer import trace_producer
 from client.trace.tracer import Tracer
@@ -69,7 +71,7 @@ class LitePullConsumer:
                  auto_commit_interval_s: float = 5.0, start_from: str = "last",
                  start_timestamp_ms: int | None = None, client_id: str | None = None,
                  heartbeat_s: float = 5.0, rebalance_s: float = 20.0,
-                 strategy: str = "averagely", suspend_ms: int = 1000, buffer_max: int = 1000,
+                 strategy: str | Strategy = "averagely", suspend_ms: int = 1000, buffer_max: int = 1000,
                  timeout_s: float = 3.0, trace: bool = False,
                  credentials: Credentials | None = None) -> None:
         self._credentials = credentials
@@ -83,17 +85,15 @@ class LitePullConsumer:
                             ("timeout_s", timeout_s)):
             checks.number(name, value, 0.001)
         checks.flag("auto_commit", auto_commit)
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy is one of {', '.join(STRATEGIES)}, not {strategy!r}")
         membership.check_start(start_from, start_timestamp_ms)
         if client_id is not None:
             checks.text("client_id", client_id)
-        self.group, self.client_id = group, client_id or uuid.uuid4().hex[:12]
+        self.group, self.client_id = group, client_id or new_client_id()
         self.pull_batch_max, self.poll_batch_max = pull_batch_max, poll_batch_max
         self.auto_commit, self.auto_commit_interval_s = auto_commit, auto_commit_interval_s
         self.start_from, self.start_timestamp_ms = start_from, start_timestamp_ms
         self.heartbeat_s, self.rebalance_s, self.suspend_ms = heartbeat_s, rebalance_s, suspend_ms
-        self.strategy = STRATEGIES[strategy]
+        self.strategy = strategy_of(strategy)
         self.handover_s = 2 * heartbeat_s + 1.0
         self._namesrv, self.timeout_s = namesrv, timeout_s
         self._pull = PullConsumer(namesrv, group, timeout_s, credentials=credentials)
@@ -103,11 +103,11 @@ class LitePullConsumer:
         self._sql: dict[str, str] = {}  # topic -> SQL92 expression, for those subscribed so
         self._assigned: set[MessageQueue] | None = None  # assign() mode
         self._initial: set[MessageQueue] | None = None  # the queues seen at start (subscribe)
-        self.members: list[str] = []
         self._pullers: dict[MessageQueue, asyncio.Task[None]] = {}
         self._room: dict[MessageQueue, asyncio.Event] = {}
         self._arrived = asyncio.Event()  # (binds no loop until awaited)
         self._changed = asyncio.Event()
+        self._watch = self._new_watch()  # members, routes, subscriptions (subscribe mode)
         self._tasks: list[asyncio.Task[None]] = []
         self._retired: set[asyncio.Task[None]] = set()  # cancelled by a seek, finishing
         # trace: a record of each message polled (a success, cost 0) to the trace topic
@@ -153,6 +153,15 @@ class LitePullConsumer:
         """The queues this consumer pulls now."""
         return self._buffers.queues()
 
+    @property
+    def members(self) -> list[str]:
+        """The group's live members, as the last heartbeat (or notice) told ([]: assigned)."""
+        return self._watch.members
+
+    def _new_watch(self) -> GroupWatch:
+        return GroupWatch(self._pull, self.client_id, self.group, self._subs, "clustering",
+                          self.heartbeat_s, self._changed)
+
     # -- life -----------------------------------------------------------------------------------
 
     async def start(self) -> LitePullConsumer:
@@ -172,7 +181,7 @@ class LitePullConsumer:
                         await self._pull.fetch_queues(topic)
                     except errors.TopicNotFoundError:
                         continue  # not there yet: a later rebalance picks it up
-                await self._heartbeat()
+                await self._watch.heartbeat()
             seen = await self._rebalance()
             self._initial = seen if self._subs else None
         except BaseException:  # leave nothing open behind a failed start (it may be retried)
@@ -183,9 +192,10 @@ class LitePullConsumer:
             await self._pull.close()
             self._pull = PullConsumer(self._namesrv, self.group, self.timeout_s,
                                       credentials=self._credentials)
+            self._watch = self._new_watch()
             raise
         loops = [self._rebalance_loop()]
-        loops += [self._heartbeat_loop()] if self._subs else []
+        loops += [self._watch.heartbeats(), self._watch.routes()] if self._subs else []
         loops += [self._commit_loop()] if self.auto_commit else []
         self._tasks = [asyncio.create_task(c) for c in loops]
 
@@ -202,7 +212,7 @@ class LitePullConsumer:
         if self.auto_commit:
             await self._commit_due(raise_errors=False)
         if self._subs:
-            await membership.heartbeat(self._pull, self.client_id, self.group, self._subs, 0)
+            await self._watch.heartbeat(leave=True)
         await self._pull.close()
         if self.tracer is not None:
             await self.tracer.close()
@@ -344,20 +354,6 @@ class LitePullConsumer:
 
     # -- membership and assignment --------------------------------------------------------------
 
-    async def _heartbeat(self) -> None:
-        ttl_ms = int(self.heartbeat_s * 3000)
-        got = await membership.heartbeat(self._pull, self.client_id, self.group, self._subs,
-                                         ttl_ms)
-        members = sorted(got | {self.client_id})
-        if members != self.members:
-            self.members = members
-            self._changed.set()
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_s)  # the heartbeat period
-            await self._heartbeat()
-
     async def _rebalance(self) -> set[MessageQueue]:
         """Bring the pulled queues to what they should be; returns the queues seen."""
         if self._assigned is not None:
@@ -365,6 +361,8 @@ class LitePullConsumer:
         else:
             wanted, seen = await membership.share(self._pull, self.client_id, self.members,
                                                   sorted(self._subs), self.strategy)
+            for topic in self._subs:  # (a change of a topic's queues: the watch reads it closely)
+                self._watch.saw(topic, [q for q in seen if q.topic == topic])
         for mq in [q for q in self._buffers.queues() if q not in wanted]:
             await self._drop(mq)
         for mq in sorted(wanted - set(self._buffers.queues())):
@@ -376,7 +374,7 @@ class LitePullConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see client.consumer.push)
+                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see client.consumer.listening)
                     await self._changed.wait()
             except TimeoutError:
                 pass  # the periodic rebalance (queues added to a topic)
@@ -428,6 +426,7 @@ class LitePullConsumer:
             try:
                 res = await self._fetch(mq, offset, min(space, self.pull_batch_max))
             except errors.ClientError as err:
+                self._watch.missing(mq.topic)  # (a queue gone with a route change?)
                 log.warning("pull %s: %s", mq, err)
                 await asyncio.sleep(RETRY_S)
                 continue

@@ -1,21 +1,26 @@
 """What a member of a clustering consumer group does at the brokers, whatever it then does with
 the messages: read a tag expression, heartbeat every node of its topics (the group's live members
-come back), compute its share of the queues, and find where a queue its group never committed
-starts. Functions over a ``PullConsumer``; no state and no tasks of its own (the callers loop).
+come back; the nodes' notices of a change go to a handler), compute its share of the queues,
+find where a queue its group never committed starts, and tell whether the members subscribe
+alike (``subscription_conflict``, also used by ``dledger consumer status`` and the console).
+Functions over a ``PullConsumer``; no state and no tasks of its own (the callers loop).
 
 Used by the lite pull consumer (``client.consumer.lite``) and the push consumer (``client.consumer.push``)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from client import errors
 from client.consumer.pull import PullConsumer
 from client.consumer.rebalance import Strategy
 from client.types import MessageQueue
 from protocol import broker_kinds as bp
+from protocol.consume_rules import RETRY_PREFIX
 from protocol.errors import DLedgerError
-from protocol.group_client import GroupClient
+from protocol.group_client import GroupClient, PushHandler
 
 START_FROM = ("first", "last", "timestamp")  # RocketMQ's CONSUME_FROM_FIRST/LAST/TIMESTAMP
 HEARTBEAT_TIMEOUT_S = 2.0  # one node's answer to a heartbeat
@@ -44,10 +49,12 @@ def tag_list(expression: str) -> list[str]:
 
 
 async def heartbeat(pull: PullConsumer, client_id: str, group: str, subs: dict[str, str],
-                    ttl_ms: int, model: str = "clustering") -> set[str]:
+                    ttl_ms: int, model: str = "clustering",
+                    on_notice: PushHandler | None = None) -> set[str]:
     """Heartbeat (``ttl_ms`` 0: leave the group) at every node of every group serving the
     topics of ``subs``, all at once; the members any node knows of. A node that does not
-    answer is skipped: the others do."""
+    answer is skipped: the others do. ``on_notice`` gets the frames the nodes send unasked on
+    these connections (CONSUMER_IDS_CHANGED: the group changed)."""
     async def one(client: GroupClient, node: str) -> list[str]:
         try:
             got = await client.call(node, bp.HEARTBEAT, client_id, group, model, subs, ttl_ms,
@@ -63,6 +70,9 @@ async def heartbeat(pull: PullConsumer, client_id: str, group: str, subs: dict[s
         except errors.ClientError:
             continue  # no route yet: the next heartbeat tries again
         targets += [(pull.group_client(g), node) for g in routes for node in g.nodes]
+    if on_notice is not None:
+        for client, _ in targets:
+            client.set_push_handler(on_notice)
     return {m for got in await asyncio.gather(*(one(c, n) for c, n in targets)) for m in got}
 
 
@@ -94,3 +104,22 @@ async def start_offset(pull: PullConsumer, mq: MessageQueue, start_from: str,
         assert start_timestamp_ms is not None  # check_start() made sure
         return await pull.offset_for_timestamp(mq, start_timestamp_ms)
     return (await pull.pull(mq, 0, 0)).max_offset
+
+
+def subscription_conflict(members: Iterable[Mapping[str, Any]]) -> str | None:
+    """None when the clustering members (CONSUMER_STATUS's ``{"client_id", "model",
+    "subscriptions"}``) subscribe to the same topics with the same expressions, their retry
+    topics aside; else who subscribes to what, in one line. Members that differ lose messages:
+    each is given queues of topics (or tags) it does not read, and nobody else reads them."""
+    kinds: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for m in members:
+        if m.get("model", "clustering") != "clustering":
+            continue  # (broadcasting: every member reads every queue of its own topics)
+        subs = tuple(sorted((str(t), str(e)) for t, e in dict(m["subscriptions"]).items()
+                            if not str(t).startswith(RETRY_PREFIX)))
+        kinds.setdefault(subs, []).append(str(m["client_id"]))
+    if len(kinds) < 2:
+        return None
+    return " | ".join(f"{', '.join(sorted(ids))}: "
+                      + ("; ".join(f"{t} {e}" for t, e in subs) or "nothing")
+                      for subs, ids in sorted(kinds.items(), key=lambda kv: sorted(kv[1])))

@@ -8,7 +8,9 @@ the documented exception, because RocketMQ's broadcasting semantics need it). Th
 atomically (a temporary file, fsync, rename, fsync of the directory), so a crash leaves the old
 or the new progress, never a torn one. A lock (``flock``) on ``<group>.json.lock`` keeps a second
 consumer with the same client id, group and directory, in this process or another, from
-interleaving its progress with ours: it gets ``OffsetStoreLockedError``.
+interleaving its progress with ours: it gets ``OffsetStoreLockedError``. With ``slots`` above 1
+(a consumer with the default id, ``client.identity``) a locked id makes the store try the next
+spare id instead, ``<client_id>#2`` and so on; ``client_id`` and ``path`` are then the one taken.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from client.errors import OffsetStoreError, OffsetStoreLockedError
+from client.identity import slot_ids
 from client.types import MessageQueue
 
 DEFAULT_DIR = os.path.join("~", ".dledger", "offsets")
@@ -35,16 +38,33 @@ def _safe(name: str) -> str:
 
 
 class LocalOffsetStore:
-    def __init__(self, directory: str | os.PathLike[str] | None, group: str, client_id: str) -> None:
-        base = Path(os.path.expanduser(os.fspath(directory if directory is not None else DEFAULT_DIR)))
-        self.path = base / _safe(client_id) / f"{_safe(group)}.json"
+    def __init__(self, directory: str | os.PathLike[str] | None, group: str, client_id: str,
+                 slots: int = 1) -> None:
+        self._base = Path(os.path.expanduser(os.fspath(directory if directory is not None
+                                                       else DEFAULT_DIR)))
+        self._ids = slot_ids(client_id, slots)
         self.group, self.client_id = group, client_id
+        self.path = self._path(client_id)
         self.offsets: Offsets = {}  # the next offset to consume, per queue
         self._written: Offsets = {}  # what the file holds
         self._lock_fd: int | None = None
 
+    def _path(self, client_id: str) -> Path:
+        return self._base / _safe(client_id) / f"{_safe(self.group)}.json"
+
     def open(self) -> None:
-        """Take the lock and load the file (none yet: no progress). Blocking: call it in a thread."""
+        """Take the lock (of the first id free) and load the file (none yet: no progress).
+        Blocking: call it in a thread."""
+        for k, client_id in enumerate(self._ids):
+            self.client_id, self.path = client_id, self._path(client_id)
+            try:
+                self._open()
+                return
+            except OffsetStoreLockedError:
+                if k == len(self._ids) - 1:
+                    raise
+
+    def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)

@@ -1,8 +1,9 @@
 """The push consumer: subscribe to topics with a tag expression, give a listener; the consumer
 heartbeats every broker node of its topics, shares queues with the other members of its group
-(clustering: one member per queue, rebalanced on membership change and every 20 s) or reads every
-queue (broadcasting), long-polls each of its queues, runs the listener with bounded concurrency,
-and commits progress (the lowest offset not yet consumed per queue) every few seconds and on close.
+(clustering: one member per queue, rebalanced at once when the group's members or its topics'
+routes change, ``client.consumer.watch``, and every 20 s) or reads every queue (broadcasting),
+long-polls each of its queues, runs the listener with bounded concurrency, and commits progress
+(the lowest offset not yet consumed per queue) every few seconds and on close.
 
 A listener returns ``ConsumeStatus.SUCCESS`` or ``LATER`` (or raises, or returns None, or an
 async listener does not answer within ``consume_timeout_s``, 15 min by default: all LATER). In
@@ -20,7 +21,9 @@ keeps it in a local file per client id and group (``client.consumer.offset_store
 ``offset_store_dir``, default ``~/.dledger/offsets``), loaded at start, written every
 ``commit_s`` and on close, so a restarted member resumes where it stopped. Its ``client_id``
 must then be stable across restarts: broadcasting's default is ``<hostname>@DEFAULT`` (RocketMQ's
-``ip@instanceName``); two broadcasting consumers of one group on one host need their own ids.
+``ip@instanceName``), and a second broadcasting consumer of the group on the host while the first
+runs takes ``<hostname>@DEFAULT#2`` (and so on: ``client.identity``); ``client_id`` is the one
+taken once started. Clustering's default is ``<hostname>@<pid>#<random>``.
 
 The tag expression of ``subscribe``: ``"A || B"``, ``"*"``; an empty one (or None) means ``*``,
 as in RocketMQ. Or ``subscribe(topic, sql=...)``: an SQL92 expression over the messages'
@@ -40,20 +43,20 @@ the default), its first (``"first"``), or the first message stored at or after a
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
-import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from client import errors
-from client.consumer.membership import check_start, heartbeat, start_offset, tag_expression, tag_list
+from client.consumer.listening import call_listener
+from client.consumer.membership import check_start, start_offset, tag_expression, tag_list
 from client.consumer.offset_store import LocalOffsetStore
 from client.consumer.pull import PullConsumer
-from client.consumer.rebalance import STRATEGIES
+from client.consumer.rebalance import Strategy, strategy_of
+from client.consumer.watch import GroupWatch
 from client.errors import compile_filter
+from client.identity import BROADCASTING_SLOTS, broadcasting_client_id, new_client_id
 from client.lifecycle import Lifecycle
 from client.producer.producer import trace_producer
 from client.trace.tracer import Tracer
@@ -84,7 +87,8 @@ class _QueueState:
 
 class PushConsumer:
     def __init__(self, namesrv: str | Sequence[str], group: str, listener: Listener, *,
-                 model: str = "clustering", strategy: str = "averagely", concurrency: int = 4,
+                 model: str = "clustering", strategy: str | Strategy = "averagely",
+                 concurrency: int = 4,
                  consume_batch_max: int = 1, pull_batch_max: int = 32,
                  start_from: str = "last", heartbeat_s: float = 5.0,
                  rebalance_s: float = 20.0, commit_s: float = 5.0, suspend_ms: int = 1000,
@@ -95,12 +99,12 @@ class PushConsumer:
                  consume_timeout_s: float = 900.0, trace: bool = False,
                  credentials: Credentials | None = None) -> None:
         self._credentials = credentials
-        if model not in ("clustering", "broadcasting") or strategy not in STRATEGIES:
-            raise ValueError(f"model {model!r} / strategy {strategy!r} not known")
+        if model not in ("clustering", "broadcasting"):
+            raise ValueError(f"model is clustering or broadcasting, not {model!r}")
         check_start(start_from, start_timestamp_ms)
         self.start_timestamp_ms = start_timestamp_ms
         self.group, self.listener, self.model = group, listener, model
-        self.strategy = STRATEGIES[strategy]
+        self.strategy = strategy_of(strategy)  # (a name, or one built: rebalance.by_config...)
         if not 1 <= consume_batch_max <= BATCH_MAX or not 1 <= pull_batch_max <= BATCH_MAX \
                 or concurrency < 1:
             raise ValueError(f"consume_batch_max and pull_batch_max are 1..{BATCH_MAX}, "
@@ -117,9 +121,9 @@ class PushConsumer:
         self._retry_expected = False  # a send-back succeeded: the retry topic exists, or will
         self.handover_wait = True  # (an orderly consumer's queue locks do the hand-over)
         self.sent_back = 0  # messages handed back to the broker for a retry (or the DLQ)
+        slots = 1 if client_id is not None else BROADCASTING_SLOTS
         if client_id is None:  # broadcasting resumes from a file named by it: keep it stable
-            client_id = f"{socket.gethostname()}@DEFAULT" if model == "broadcasting" else \
-                uuid.uuid4().hex[:12]
+            client_id = broadcasting_client_id() if model == "broadcasting" else new_client_id()
         self.client_id = client_id
         # trace: a record of each consume attempt to the trace topic (``client.trace.tracer``)
         names = [namesrv] if isinstance(namesrv, str) else namesrv
@@ -129,7 +133,7 @@ class PushConsumer:
         self._namesrv = namesrv
         self._pull = PullConsumer(namesrv, group, credentials=credentials)
         self._life = Lifecycle(f"PushConsumer of group {group!r}")
-        self._store = LocalOffsetStore(offset_store_dir, group, client_id) \
+        self._store = LocalOffsetStore(offset_store_dir, group, client_id, slots) \
             if model == "broadcasting" else None
         self._subs: dict[str, str] = {}  # topic -> its tag expression (or its SQL, as heartbeats tell)
         self._sql: dict[str, str] = {}  # topic -> its SQL92 filter, when it has one
@@ -137,8 +141,9 @@ class PushConsumer:
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._work: asyncio.Queue[tuple[_QueueState, MessageQueue, list[ReceivedMessage]]] = \
             asyncio.Queue(maxsize=concurrency * 4)
-        self.members: list[str] = []
         self._changed = asyncio.Event()
+        self._watch = GroupWatch(self._pull, client_id, group, self._subs, model, heartbeat_s,
+                                 self._changed)  # members, routes, subscriptions
         self._tasks: list[asyncio.Task[None]] = []
         self._requeues: set[asyncio.Future[None]] = set()  # failed batches going back to work
         self.consumed = 0
@@ -167,6 +172,11 @@ class PushConsumer:
     def assigned(self) -> list[MessageQueue]:
         return sorted(self._queues)
 
+    @property
+    def members(self) -> list[str]:
+        """The group's live members, as the last heartbeat (or notice) told."""
+        return self._watch.members
+
     async def start(self) -> PushConsumer:
         """Join the group and start consuming; a second start() does nothing."""
         if not self._subs:
@@ -177,9 +187,16 @@ class PushConsumer:
     async def _start(self) -> None:
         try:
             await self._open()
-        except BaseException:  # leave nothing open behind a failed start (it may be retried)
+        except BaseException:  # leave nothing open or running behind a failed start (it may
+            await self._stop_tasks()  # be retried)
+            for state in self._queues.values():
+                state.dropped = True  # (its batches waiting for a worker are skipped)
+            self._queues.clear()
+            self._known_queues.clear()
             await self._pull.close()
             self._pull = PullConsumer(self._namesrv, self.group, credentials=self._credentials)
+            self._watch = GroupWatch(self._pull, self.client_id, self.group, self._subs,
+                                     self.model, self.heartbeat_s, self._changed)
             if self._store is not None:
                 self._store.close()
             raise
@@ -187,6 +204,7 @@ class PushConsumer:
     async def _open(self) -> None:
         if self._store is not None:
             await asyncio.to_thread(self._store.open)
+            self._named(self._store.client_id)  # (a default id's spare, if the first is in use)
         if self.model == "clustering":  # failed messages come back through the retry topic
             self._subs[self.retry_topic] = "*"
         await self._pull.start()
@@ -195,10 +213,11 @@ class PushConsumer:
                 await self._pull.fetch_queues(topic, wait=topic != self.retry_topic)
             except errors.TopicNotFoundError:
                 continue  # not there yet: the periodic rebalance picks it up later
-        await self._heartbeat()
+        await self._watch.heartbeat()
         await self._rebalance()
         self._initial_queues = set(self._known_queues)
-        loops = [self._heartbeat_loop(), self._rebalance_loop(), self._commit_loop()]
+        loops = [self._watch.heartbeats(), self._watch.routes(), self._rebalance_loop(),
+                 self._commit_loop()]
         self._tasks = [asyncio.create_task(c) for c in loops]
         self._tasks += [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
 
@@ -206,17 +225,27 @@ class PushConsumer:
         """Stop consuming, store the progress, leave the group."""
         if not self._life.close():
             return
-        for t in self._tasks + [s.task for s in self._queues.values() if s.task]:
-            t.cancel()
-        await asyncio.gather(*self._tasks, *[s.task for s in self._queues.values() if s.task],
-                             return_exceptions=True)
+        await self._stop_tasks()
         await self._commit_all()
         if self._store is not None:
             self._store.close()
-        await self._heartbeat(leave=True)
+        await self._watch.heartbeat(leave=True)
         await self._pull.close()
         if self.tracer is not None:
             await self.tracer.close()
+
+    async def _stop_tasks(self) -> None:
+        """Cancel the loops, the workers and the pullers, and wait until they ended."""
+        tasks = self._tasks + [s.task for s in self._queues.values() if s.task]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = []
+
+    def _named(self, client_id: str) -> None:
+        self.client_id = self._watch.client_id = client_id
+        if self.tracer is not None:
+            self.tracer.client_id = client_id
 
     async def __aenter__(self) -> PushConsumer:
         return await self.start()
@@ -225,16 +254,6 @@ class PushConsumer:
         await self.close()
 
     # -- membership and rebalancing ------------------------------------------------------------------
-
-    async def _heartbeat(self, leave: bool = False) -> None:
-        ttl_ms = 0 if leave else int(self.heartbeat_s * 3000)
-        members = await heartbeat(self._pull, self.client_id, self.group, self._subs, ttl_ms,
-                                  self.model)
-        if not leave:
-            members.add(self.client_id)
-            if sorted(members) != self.members:
-                self.members = sorted(members)
-                self._changed.set()
 
     async def _rebalance(self) -> None:
         wanted: set[MessageQueue] = set()
@@ -247,7 +266,11 @@ class PushConsumer:
             except errors.TopicNotFoundError:
                 if awaited:  # not routed yet: look again soon, not at the periodic rebalance
                     asyncio.get_running_loop().call_later(RETRY_ROUTE_S, self._changed.set)
+                elif not retry:
+                    self._watch.saw(topic, ())
                 continue
+            if not retry:
+                self._watch.saw(topic, queues)  # (a change of them: the watch reads it closely)
             self._known_queues.update(queues)
             mine = queues if self.model == "broadcasting" else \
                 self.strategy(self.client_id, self.members, queues)
@@ -291,15 +314,10 @@ class PushConsumer:
             await asyncio.sleep(0.01)  # batches already in the listener finish first
         await self._commit(mq, state)
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_s)  # the heartbeat period
-            await self._heartbeat()
-
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see _call_listener)
+                async with asyncio.timeout(self.rebalance_s):  # (not wait_for: see listening)
                     await self._changed.wait()
             except TimeoutError:
                 pass  # the periodic rebalance
@@ -322,6 +340,7 @@ class PushConsumer:
             try:
                 res = await self._fetch(mq, state.next_pull)
             except errors.ClientError as err:
+                self._watch.missing(mq.topic)  # (a queue gone with a route change?)
                 log.warning("pull %s: %s", mq, err)
                 await asyncio.sleep(0.2)  # a back-off before pulling that queue again
                 continue
@@ -384,22 +403,7 @@ class PushConsumer:
             task.add_done_callback(self._requeues.discard)
 
     async def _call_listener(self, batch: list[ReceivedMessage]) -> ConsumeStatus:
-        try:
-            out = self.listener(batch)
-            if inspect.isawaitable(out):
-                # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result
-                # when the awaitable ends in the same loop turn as a cancel of this task, and
-                # the cancel is lost (close() then waited for ever on an orderly queue's task)
-                async with asyncio.timeout(self.consume_timeout_s):
-                    out = await out
-        except TimeoutError:
-            log.warning("listener of %s did not answer in %.0f s: counted as a failure",
-                        self.group, self.consume_timeout_s)
-            return ConsumeStatus.LATER
-        except Exception:  # a listener's exception means "later", as RocketMQ's
-            log.exception("listener of %s failed; the messages will be redelivered", self.group)
-            return ConsumeStatus.LATER
-        return out if out is ConsumeStatus.SUCCESS else ConsumeStatus.LATER  # SUSPEND too
+        return await call_listener(self.listener, batch, self.group, self.consume_timeout_s)
 
     async def _commit_loop(self) -> None:
         while True:

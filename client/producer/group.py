@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 from client import errors
 from client.cluster.routes import GroupRoute, Routes
 from client.consumer.pull import _message
+from client.identity import new_client_id  # (the producers' default id, as every client's)
 from client.types import MessageQueue, ReceivedMessage
 from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
@@ -54,10 +53,6 @@ def check_group(group: str) -> str:
         raise ValueError(f"a producer group is a name of 1..{GROUP_MAX_CHARS} characters, "
                          f"not {group!r}")
     return group
-
-
-def new_client_id() -> str:
-    return f"{socket.gethostname()}@{uuid.uuid4().hex[:12]}"
 
 
 def parse_check(fields: list[Any]) -> CheckRequest | None:

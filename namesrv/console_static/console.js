@@ -246,6 +246,9 @@ async function showConsumer(name) {
   box.replaceChildren(
     el("h2", {}, `consumer group ${r.group} · total lag ${r.total_lag}`),
     el("p", { class: "meta" }, held(r.retry, "retries"), " · ", held(r.dlq, "dead letters")),
+    ...(r.subscription_conflict ? [el("p", { class: "result error" }, "The members subscribe differently: " +
+      "each is given queues of topics or tags it does not read, and their messages are not consumed (" +
+      r.subscription_conflict + ")")] : []),
     el("table", {}, el("thead", {}, el("tr", {}, ["member", "model", "subscriptions", "seen by"].map((h) => el("th", {}, h)))),
       el("tbody", {}, r.members.length ? r.members.map((m) => el("tr", {}, el("td", {}, m.client_id), el("td", {}, m.model),
         el("td", {}, Object.entries(m.subscriptions).map(([t, x]) => `${t}: ${x}`).join("; ")),

@@ -21,6 +21,7 @@ from dledger.client import LogClient, UnavailableError
 from protocol.envelope import PROPOSE, decode_request, encode_error, encode_result
 from protocol.errors import NotLeaderError, ProposalTimeoutError
 from protocol.framed import FramedProtocol
+from protocol.group_client import GroupClient
 
 SILENT_S = 0.3  # the deadline of a request to a silent node
 
@@ -223,3 +224,32 @@ def test_the_stale_leader_canary_brings_back_the_route_reseed() -> None:
 def test_an_unknown_canary_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown client canaries"):
         Routes(["127.0.0.1:1"], canaries=["no_such_bug"])
+
+
+def test_a_cancel_in_the_turn_the_connection_is_made_is_not_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.11's ``wait_for`` returned the connection made in the loop turn its caller was
+    cancelled, and the cancel was lost: the request went out and, to a node that does not
+    answer, waited out its deadline (a push consumer closed right after it took a new queue
+    waited for ever on its puller, which pulled on)."""
+    async def body(nodes: dict[str, FakeNode], addrs: dict[str, tuple[str, int]],
+                   log: list[str]) -> None:
+        client = GroupClient(addrs, timeout_s=60.0)
+        loop = asyncio.get_running_loop()
+        connect = loop.create_connection
+        callers: list[asyncio.Task[Any]] = []
+
+        async def connect_then_cancel(*args: Any, **kwargs: Any) -> Any:
+            made = await connect(*args, **kwargs)
+            callers[0].cancel()  # the caller is cancelled as its connection is made
+            return made
+        monkeypatch.setattr(loop, "create_connection", connect_then_cancel)
+        callers.append(asyncio.create_task(client.call("a", PROPOSE, b"x")))
+        try:
+            done, _ = await asyncio.wait(callers, timeout=10.0)
+            assert done and callers[0].cancelled(), "the cancel was lost: the call went on"
+        finally:
+            callers[0].cancel()
+            await client.close()
+
+    run_group(body, a={"mode": "silent"})

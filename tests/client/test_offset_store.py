@@ -1,5 +1,6 @@
 """The broadcasting consumer's local offset file (client.consumer.offset_store): written atomically and read
-back, a damaged file is a named error naming it, one holder at a time (issue 16 item 14)."""
+back, a damaged file is a named error naming it, one holder at a time (issue 16 item 14); a
+default id steps aside to its spares while it is held (issue 34 item 7)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,28 @@ def test_one_holder_at_a_time(tmp_path: Path) -> None:
     last = LocalOffsetStore(tmp_path, "g", "c")
     last.open()  # released by close
     last.close()
+
+
+def test_a_default_id_in_use_takes_the_next_spare_and_gets_it_back_when_free(
+        tmp_path: Path) -> None:
+    """Two broadcasting consumers of one group on one host with the default id: the second
+    takes ``<id>#2``; a restarted one takes the first free, its own file when it runs alone."""
+    first = LocalOffsetStore(tmp_path, "g", "host@DEFAULT", slots=3)
+    first.open()
+    second = LocalOffsetStore(tmp_path, "g", "host@DEFAULT", slots=3)
+    second.open()
+    third = LocalOffsetStore(tmp_path, "g", "host@DEFAULT", slots=3)
+    third.open()
+    assert (first.client_id, second.client_id, third.client_id) == (
+        "host@DEFAULT", "host@DEFAULT#2", "host@DEFAULT#3")
+    assert second.path == tmp_path / "host@DEFAULT%232" / "g.json"  # (quoted: a file name)
+    with pytest.raises(OffsetStoreLockedError, match="host@DEFAULT#3"):
+        LocalOffsetStore(tmp_path, "g", "host@DEFAULT", slots=3).open()  # all in use
+    first.offsets[MQ] = 5
+    first.write({MQ: 5})
+    for store in (first, second, third):
+        store.close()
+    again = LocalOffsetStore(tmp_path, "g", "host@DEFAULT", slots=3)
+    again.open()
+    assert again.client_id == "host@DEFAULT" and again.get(MQ) == 5
+    again.close()

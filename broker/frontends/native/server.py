@@ -5,7 +5,8 @@ its answer or named error out under its request id.
 
 The sends take a hot path (``broker.api.sendpath``: no task per request, answered once the
 entry is applied); every other kind runs as a task. A connection that closes drops the producers
-it registered (they can no longer be asked about their transactions).
+it registered (they can no longer be asked about their transactions) and the consumers told of
+their group's changes on it (CONSUMER_IDS_CHANGED frames, ``broker.features.clients``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from broker.api.broker import Broker
 from broker.api.table import SERVED_KINDS
 from protocol.auth import SIGNED, AccessDeniedError, SignatureError
 from protocol.broker_errors import BadEntryError, BadRequestError, BrokerError
-from protocol.broker_kinds import CHECK_TRANSACTION, SEND_KINDS
+from protocol.broker_kinds import CHECK_TRANSACTION, CONSUMER_IDS_CHANGED, SEND_KINDS
 from protocol.envelope import (
     Request,
     decode_request,
@@ -52,12 +53,17 @@ class _Connection(FramedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.frontend.broker.txns.producers.drop(self)  # its producers can no longer be asked
+        self.frontend.broker.consumers.drop(self)  # nor its consumers told
 
     def check_transaction(self, group: str, producer_group: str, txn_id: str, checks: int,
                           messages: list[list[Any]]) -> None:
         """The check-back's question to a producer of ours: a CHECK_TRANSACTION frame."""
         self.send_payload(encode_payload(CHECK_TRANSACTION, [group, producer_group, txn_id,
                                                              checks, messages]))
+
+    def consumer_ids_changed(self, group: str) -> None:
+        """The notice to a consumer of ours that its group changed: a CONSUMER_IDS_CHANGED frame."""
+        self.send_payload(encode_payload(CONSUMER_IDS_CHANGED, [group]))
 
     def payload_received(self, payload: bytes) -> None:
         try:

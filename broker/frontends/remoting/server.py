@@ -309,7 +309,10 @@ class RemotingServer:
         return await self.api.call(kind, *args, connection=connection)
 
     def consumers_changed(self, group: str) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED to the group's consumers connected here (oneway)."""
+        """NOTIFY_CONSUMER_IDS_CHANGED to the group's consumers connected here (oneway), unless
+        the broker runs --no-notify-consumers."""
+        if not self.broker.config.notify_consumers:
+            return
         for conn in list(self.limits.open):
             if isinstance(conn, RemotingConnection) and conn.alive \
                     and any(g == group for _, g in conn.consumers):
