@@ -117,6 +117,7 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.VIEW_MESSAGE: ["a-0000000000000000-0"],
     bp.QUERY_BY_KEY: ["t", "k", 0, 1, 8],
     bp.QUERY_BY_UNIQUE_KEY: ["u", "", 8],
+    bp.QUERY_BY_TIME: ["t", 0, 1, 8],
     bp.POP_RECEIVE: ["g", "t", -1, 4, 30_000, ["*"], "", 0, 16],
     bp.POP_ACK: ["g", "t", 0, [[0, 1]]],
     bp.POP_CHANGE: ["g", "t", 0, 0, 1, 30_000],
