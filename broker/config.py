@@ -19,7 +19,7 @@ from protocol.broker_kinds import MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES_CEILING
 from protocol.framed import CONNECTIONS_MAX_DEFAULT, INPUT_BUFFER_BYTES_MAX_DEFAULT
 from protocol.topics import DEFAULT_QUEUES, MAX_QUEUES
 
-__all__ = ["BROKER_CANARIES", "REMOTING_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]
+__all__ = ["BROKER_CANARIES", "GRPC_CANARIES", "REMOTING_CANARIES", "WILDCARD_HOSTS", "BrokerConfig"]
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})  # bind every interface: no one dials it
 
@@ -28,8 +28,11 @@ WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})  # bind every interfac
 # second later (broker.frontends.remoting.sends); the 4.x chaos scenario's checker must find the
 # sends a leader kill took before they were stored lost
 REMOTING_CANARIES = frozenset({"remoting_ack_early"})
+# "grpc_batch_torn": the gRPC endpoint stores a batch's first half alone and answers the send as
+# failed (broker.frontends.grpc.sends); the batch checker must find the batch torn
+GRPC_CANARIES = frozenset({"grpc_batch_torn"})
 BROKER_CANARIES = (DELAY_CANARIES | ORDERLY_CANARIES | TXN_CANARIES | POP_CANARIES | RETRY_CANARIES
-                   | ACL_CANARIES | QUEUE_CANARIES | REMOTING_CANARIES)
+                   | ACL_CANARIES | QUEUE_CANARIES | REMOTING_CANARIES | GRPC_CANARIES)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,10 @@ class BrokerConfig:
             raise ValueError("the replay window is at least 1000 ms (clocks differ)")
         if self.grpc_listen is not None and not self.namesrv:
             raise ValueError("the gRPC endpoint routes through the NameServers: give --namesrv")
+        if self.grpc_listen is not None and self.cluster_key is None:
+            raise ValueError("the gRPC endpoint signs the receipt and recall handles it gives "
+                             "clients with the cluster credential (so that every node verifies "
+                             "them): give --cluster-key-file or $DLEDGER_CLUSTER_KEY")
         if self.remoting_listen is not None and not self.namesrv:
             raise ValueError("the remoting endpoint routes through the NameServers: give --namesrv")
         self._check_advertised()

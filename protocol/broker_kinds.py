@@ -101,6 +101,11 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   the message once more, outside its queues (RocketMQ's 307 / 309, asked on the consumer's own
   connection, ``broker.features.clients``). Served by a node the consumer heartbeats on (the
   message's group's, for CONSUME_DIRECTLY); elsewhere CLIENT_NOT_CONNECTED. Admin only.
+- RECALL ``topic, message_id, position, slot`` -> the message id: the delayed message
+  whose schedule copy is at that commitlog position and slot (a delayed send's offset msg id
+  names it) is never delivered (``broker.features.delay.handlers``; leader). MESSAGE_NOT_FOUND if
+  no such delayed message is there; NOT_RECALLABLE once it is no longer pending (delivered, or
+  recalled already)
 
 With access control on (``--acl``), every request comes in a SIGNED envelope
 (``protocol.auth``); an unsigned one, a bad signature, a stale or replayed one is
@@ -158,6 +163,7 @@ ACL_DELETE = 135
 ACL_LIST = 136
 CONSUMER_RUNNING_INFO = 137
 CONSUME_DIRECTLY = 138
+RECALL = 147
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

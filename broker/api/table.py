@@ -9,6 +9,7 @@ import broker.api.handlers as core
 import broker.features.acl.handlers as acl
 import broker.features.admin.handlers as admin
 import broker.features.clients.handlers as clients
+import broker.features.delay.handlers as delay
 import broker.features.membership.handlers as membership
 import broker.features.orderly.handlers as orderly
 import broker.features.pop.handlers as pop
@@ -23,5 +24,5 @@ __all__ = ["SERVED_KINDS", "TABLE"]
 TABLE: dict[int, Handler] = table_of(core.HANDLERS, retry.HANDLERS, orderly.HANDLERS,
                                      txn.HANDLERS, query.HANDLERS, admin.HANDLERS,
                                      membership.HANDLERS, pop.HANDLERS, acl.HANDLERS,
-                                     clients.HANDLERS)
+                                     clients.HANDLERS, delay.HANDLERS)
 SERVED_KINDS = frozenset({*SEND_KINDS, *TABLE})

@@ -127,6 +127,7 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.ACL_LIST: [""],
     bp.CONSUMER_RUNNING_INFO: ["g", "c1"],
     bp.CONSUME_DIRECTLY: ["g", "c1", "a-0000000000000000-0"],
+    bp.RECALL: ["t", "m1", 0, 0],
 }
 
 

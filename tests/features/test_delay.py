@@ -1,8 +1,9 @@
 """Delayed and timed messages, the pure part (``broker.features.delay.model``) and the state
 machine's use of it: the levels, the leader's rewrite, the index of pending timers (bounded bytes
 per timer, the same snapshot on every replica), schedule and delivery entries (a timer delivered
-once however many deliveries name it; the canary that stores it again), checkpoints with timers;
-a delayed send's topic created by the send, not by the delivery."""
+once however many deliveries name it; the canary that stores it again), recalls (a recalled timer
+never delivered), checkpoints with timers; a delayed send's topic created by the send, not by the
+delivery."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from hypothesis import strategies as st
 from broker.core.entries import encode_runs
 from broker.core.sendwire import run_answers
 from broker.core.state import StateConfig
-from broker.features.delay.entries import TimerDeliver
+from broker.features.delay.apply import NOT_RECALLABLE
+from broker.features.delay.entries import TimerDeliver, TimerRecall
 from broker.features.delay.model import (
     BUCKET_MS,
     DEFAULT_LEVELS,
@@ -29,7 +31,7 @@ from broker.features.delay.model import (
     timer_of,
 )
 from broker.features.delay.service import MAX_WAIT_S, look_again_s
-from broker.machine.kinds import encode, stored_messages
+from broker.machine.kinds import decode, encode, stored_messages
 from broker.machine.state import BrokerState
 
 LEVELS = parse_levels(DEFAULT_LEVELS)
@@ -270,3 +272,30 @@ def test_a_forged_schedule_run_is_refused_alike_and_checkpoints_keep_the_timers(
     apply(r, encode(d))
     apply(twin, encode(d))
     assert twin.state.snapshot() == r.state.snapshot()
+
+
+def test_a_recalled_timer_is_never_delivered_and_a_delivered_one_cannot_be_recalled() -> None:
+    """RocketMQ 5.x's recall (issue 35): a TIMER_RECALL entry takes a pending timer out of the
+    index, so no delivery stores it, on any replica and after a checkpoint; once delivered (or
+    recalled) a recall is NOT_RECALLABLE. Whichever of the two is applied first wins."""
+    r = Replica()
+    apply(r, schedule_entry(1000, ("t", 0, m(b"kept", ["DELAY", "1"], key="K")),
+                            ("t", 0, m(b"recalled", ["DELAY", "1"], key="R"))))
+    due = {k: d for d, k in r.state.timers.due(10_000, 10)}  # schedule offset -> due
+    assert sorted(due) == [0, 1]
+    recall = TimerRecall(1500, 1, due[1], "t", "R")
+    assert decode(encode(recall)) == recall
+    in_flight = deliver(r.state, r, 3000)  # a delivery proposed before the recall was applied
+    assert [i[0] for i in in_flight.items] == [0, 1]
+    assert apply(r, encode(recall)).status == "OK"
+    assert [o for _, o in r.state.timers.due(10_000, 10)] == [0]
+    restored = Replica(BrokerState.restore(r.state.snapshot()))  # the recall kept by a checkpoint
+    restored.index, restored.position = r.index, r.position
+    for replica in (r, restored):
+        apply(replica, encode(in_flight))  # the recalled timer is skipped
+        assert [u.size for u in replica.state.units("t", 0, 0, 10)] == [len(b"kept")]
+    assert restored.state.snapshot() == r.state.snapshot()
+    again = apply(r, encode(recall))  # recalled already
+    late = apply(r, encode(TimerRecall(3500, 0, due[0], "t", "K")))  # delivered already
+    assert again.status == late.status == NOT_RECALLABLE
+    assert "not pending" in late.detail

@@ -261,7 +261,8 @@ def parse_broker_command(argv: list[str]) -> BrokerArgs:
     BrokerConfig(args.node, args.listen, admin_listen=args.admin, namesrv=args.namesrv,
                  advertise_client=args.advertise,
                  advertise_admin=_advertised(p["admin_advertise"], "--admin-advertise"),
-                 grpc_listen=args.grpc)
+                 grpc_listen=args.grpc,
+                 cluster_key=b"k" * 32)  # (every pod has one: test_deploy checks the manifests)
     return args
 
 

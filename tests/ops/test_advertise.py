@@ -27,6 +27,7 @@ NS = ("127.0.0.1:9876",)
 def _config(tmp_path: Path, **kw: object) -> BrokerConfig:
     node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 1)},
                       data_dir=str(tmp_path))
+    kw.setdefault("cluster_key", b"k" * 32)  # (the gRPC endpoint signs its handles with it)
     return BrokerConfig(node, **kw)  # type: ignore[arg-type]
 
 

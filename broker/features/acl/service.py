@@ -61,6 +61,7 @@ from protocol.broker_kinds import (
     QUERY_BY_KEY,
     QUERY_BY_TIME,
     QUERY_BY_UNIQUE_KEY,
+    RECALL,
     SEARCH_OFFSET,
     SEND,
     SEND_BACK,
@@ -159,6 +160,7 @@ NEEDS: dict[int, NeedsOf] = {
     PRODUCER_HEARTBEAT: lambda a: [Need("group", _s(a, 1), PUB)],
     PULL: _topic(0, SUB),
     PULL_SQL: _topic(0, SUB),
+    RECALL: _topic(0, PUB),  # a producer's recall of its delayed message
     SEARCH_OFFSET: _topic(0, SUB),
     QUERY_BY_KEY: _topic(0, SUB),
     QUERY_BY_TIME: _topic(0, SUB),

@@ -1,8 +1,10 @@
 """Applying delayed messages: a send the leader rewrote for the schedule topic stores each message
 in the schedule queue with a timer for its due time; a TIMER_DELIVER entry takes due timers out of
-the index and stores their copies in their real queues. Functions over the core state and the
-feature's ``DelayIndex`` (kept under ``delay``); pure and deterministic. ``KINDS`` registers the
-delivery entry once; ``ROUTES`` gives the schedule topic's sends to ``apply_schedule``."""
+the index and stores their copies in their real queues; a TIMER_RECALL entry takes a pending
+timer out without delivering it (whichever of a delivery and a recall is applied first wins).
+Functions over the core state and the feature's ``DelayIndex`` (kept under ``delay``); pure and
+deterministic. ``KINDS`` registers the delivery and recall entries once; ``ROUTES`` gives the
+schedule topic's sends to ``apply_schedule``."""
 
 from __future__ import annotations
 
@@ -12,21 +14,27 @@ from broker.core.registry import EntryKind, StoredTopics
 from broker.core.state import CoreState, TopicRoute
 from broker.features.delay.entries import (
     KIND_TIMER_DELIVER,
+    KIND_TIMER_RECALL,
     TimerDeliver,
+    TimerRecall,
     decode_timer_deliver,
+    decode_timer_recall,
     encode_timer_deliver,
+    encode_timer_recall,
     timer_messages,
 )
 from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC, DelayIndex, timer_of
 from protocol.broker_errors import BrokerError
 from protocol.topics import TopicConfig, validate_config
 
-__all__ = ["DELAY_STATE_CANARIES", "KINDS", "PART", "ROUTES", "apply_deliver", "apply_schedule"]
+__all__ = ["DELAY_STATE_CANARIES", "KINDS", "NOT_RECALLABLE", "PART", "ROUTES", "apply_deliver",
+           "apply_recall", "apply_schedule"]
 
 PART = "delay"  # the DelayIndex's name in the state and its checkpoints
 # Seeded bug (tests only): "timer_redeliver" stores a delivered timer's message again when a
 # delivery names it twice (the index's check skipped).
 DELAY_STATE_CANARIES = frozenset({"timer_redeliver"})
+NOT_RECALLABLE = "NOT_RECALLABLE"  # a recall of a timer no longer pending
 
 
 def apply_schedule(state: CoreState, index: int, position: int, e: StoredSend,
@@ -83,10 +91,22 @@ def _topic_of(state: CoreState, topic: str, auto_create: bool,
     return cfg
 
 
+def apply_recall(state: CoreState, index: int, position: int, e: TimerRecall) -> ApplyResult:
+    """A recall: the timer taken out of the index (its message is never delivered), or, when it
+    is no longer pending, NOT_RECALLABLE (delivered at its due time, or recalled before)."""
+    if state.part(PART, DelayIndex).take(e.offset, e.due_ms):
+        return ApplyResult(index, "OK", e.topic, detail=e.message_id)
+    return ApplyResult(index, NOT_RECALLABLE, e.topic,
+                       detail=f"message {e.message_id} of {e.topic} (due at {e.due_ms} ms) is "
+                              "not pending: delivered, or recalled already")
+
+
 def _stored(e: TimerDeliver) -> StoredTopics:
     return e.store_ts_ms, [(topic, qid, [m]) for _, _, topic, qid, m in e.items]
 
 
 KINDS = (EntryKind("timer_deliver", (KIND_TIMER_DELIVER,), (TimerDeliver,), encode_timer_deliver,
-                   decode_timer_deliver, apply_deliver, stored=_stored, messages=timer_messages),)
+                   decode_timer_deliver, apply_deliver, stored=_stored, messages=timer_messages),
+         EntryKind("timer_recall", (KIND_TIMER_RECALL,), (TimerRecall,), encode_timer_recall,
+                   decode_timer_recall, apply_recall))
 ROUTES: dict[str, TopicRoute] = {SCHEDULE_TOPIC: apply_schedule}

@@ -268,6 +268,7 @@ _BROKER_CODES: dict[str, int] = {
     "QUEUE_NOT_FOUND": pb.Code.BAD_REQUEST,
     "INVALID_RECEIPT_HANDLE": pb.Code.INVALID_RECEIPT_HANDLE,
     "MESSAGE_NOT_FOUND": pb.Code.MESSAGE_NOT_FOUND,
+    "NOT_RECALLABLE": pb.Code.NOT_FOUND,  # a recall of a message no longer pending
     "BAD_TRANSACTION": pb.Code.INVALID_TRANSACTION_ID,  # and every TXN_* status
     "OFFSET_CONFLICT": pb.Code.INVALID_TRANSACTION_ID,
     "NOT_LEADER": pb.Code.HA_NOT_AVAILABLE,

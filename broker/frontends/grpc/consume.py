@@ -5,11 +5,12 @@ POP_DEAD) to the leader of the group that holds the queue (``_leader_call``): th
 group through the broker API (``broker.frontends.grpc.owngroup``: in process on the leader,
 forwarded once from a follower), another group through our client library.
 
-A receipt handle names that group, the queue, the offset and the receipt's epoch:
-``<group>/<queue id>/<offset>/<epoch>``. It is checked by the state machine (the epoch must be
-the offset's current one), so a forged or stale handle acknowledges nothing; it is not a
-credential (with ``--acl`` every call is its account's, judged by its permissions:
-``broker.frontends.grpc.access``).
+A receipt handle names that group, the queue, the offset and the receipt's epoch,
+``<group>/<queue id>/<offset>/<epoch>``, signed for the topic and consumer group
+(``broker.frontends.grpc.handles``: a forged or altered one is refused before anything is asked).
+The state machine checks a genuine one (the epoch must be the offset's current one), so a stale
+handle acknowledges nothing. With ``--acl`` every call is its account's, judged by its
+permissions (``broker.frontends.grpc.access``).
 
 QueryAssignment gives a consumer one queue per group that serves the topic, with queue id -1:
 a receive there takes messages from any of the group's queues of the topic (RocketMQ 5's pop
@@ -27,6 +28,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from broker.features.pop.model import INVISIBLE_MS_MAX, INVISIBLE_MS_MIN
 from broker.frontends.forward import LeaderForward
 from broker.frontends.grpc.codec import GatewayError, code_of, guarded, log, outbound, status
+from broker.frontends.grpc.handles import HandleSigner
 from broker.frontends.grpc.owngroup import OwnGroup
 from client import errors
 from client.cluster.routes import GroupRoute, Routes, TopicRoute
@@ -79,6 +81,7 @@ class ConsumeCalls:
     max_delivery_attempts: int
     accepted_types: tuple[int, ...]
     endpoints_of: Callable[[GroupRoute], Any]
+    handles: HandleSigner  # signs and checks receipt handles
 
     async def _ensure_routes(self) -> None:
         raise NotImplementedError
@@ -193,7 +196,8 @@ class ConsumeCalls:
             delivered.delivery_timestamp.GetCurrentTime()
             yield delivered
         for qid, off, body, tags_, keys, key, props, born, store, _, epoch, attempt in rows:
-            handle = handle_text(mq.broker.name, qid, off, epoch)
+            handle = self.handles.sign_receipt(handle_text(mq.broker.name, qid, off, epoch),
+                                               topic, group)
             yield sv.ReceiveMessageResponse(message=outbound(
                 topic, qid, off, body, tags_, tuple(keys), key, tuple(map(tuple, props)), born,
                 store, attempt, handle, invisible_ms))
@@ -213,7 +217,8 @@ class ConsumeCalls:
         results = []
         for entry in request.entries:
             try:
-                broker, qid, off, epoch = parse_handle(entry.receipt_handle)
+                broker, qid, off, epoch = parse_handle(
+                    self.handles.open_receipt(entry.receipt_handle, topic, group))
                 (ok,) = await self._leader_call(topic, broker, bp.POP_ACK, group, topic, qid,
                                                 [[off, epoch]])
                 st = status() if ok else status(pb.Code.INVALID_RECEIPT_HANDLE,
@@ -233,7 +238,8 @@ class ConsumeCalls:
         self.calls += 1
         topic, group = request.topic.name, request.group.name
         try:
-            broker, qid, off, epoch = parse_handle(request.receipt_handle)
+            broker, qid, off, epoch = parse_handle(
+                self.handles.open_receipt(request.receipt_handle, topic, group))
             invisible_ms = _ms(request.invisible_duration)
             if not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
                 raise GatewayError(pb.Code.ILLEGAL_INVISIBLE_TIME,
@@ -243,8 +249,8 @@ class ConsumeCalls:
                                                 off, epoch, invisible_ms)
         except GatewayError as err:
             return sv.ChangeInvisibleDurationResponse(status=status(err.code, str(err)))
-        return sv.ChangeInvisibleDurationResponse(
-            status=status(), receipt_handle=handle_text(broker, qid, off, new_epoch))
+        return sv.ChangeInvisibleDurationResponse(status=status(), receipt_handle=(
+            self.handles.sign_receipt(handle_text(broker, qid, off, new_epoch), topic, group)))
 
     @guarded(sv.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: Any,
@@ -252,7 +258,8 @@ class ConsumeCalls:
         self.calls += 1
         topic, group = request.topic.name, request.group.name
         try:
-            broker, qid, off, epoch = parse_handle(request.receipt_handle)
+            broker, qid, off, epoch = parse_handle(
+                self.handles.open_receipt(request.receipt_handle, topic, group))
             await self._leader_call(topic, broker, bp.POP_DEAD, group, topic, qid, off, epoch,
                                     max(1, request.max_delivery_attempts or 1))
         except GatewayError as err:

@@ -9,7 +9,9 @@ broker's kinds: for a queue of this node's group through the broker API
 RocketMQ 5 client does not follow redirects: the endpoint a client was given for a group keeps
 working across leader changes); for a queue of another group through our client library's routing
 (``client.cluster.routes`` / ``client.producer.delivery``) to that group's leader. The sending calls
-are ``broker.frontends.grpc.sends``', the consuming ones ``broker.frontends.grpc.consume``'s.
+are ``broker.frontends.grpc.sends``', the consuming ones ``broker.frontends.grpc.consume``'s, the
+pull consumer's ``broker.frontends.grpc.pull``'s. Receipt and recall handles are signed with a key
+from the cluster credential (``broker.frontends.grpc.handles``).
 
 ``QueryRoute`` answers every group that serves the topic, each with the gRPC addresses of its
 nodes as registered with the NameServers, its leader's first (``Endpoints`` with several
@@ -42,7 +44,9 @@ from broker.frontends.forward import LeaderForward, RoutesOnce
 from broker.frontends.grpc.access import AccessInterceptor, secret_reader, txn_signing
 from broker.frontends.grpc.codec import code_of, guarded, status
 from broker.frontends.grpc.consume import ConsumeCalls
+from broker.frontends.grpc.handles import HandleSigner
 from broker.frontends.grpc.owngroup import OwnGroup
+from broker.frontends.grpc.pull import PullCalls
 from broker.frontends.grpc.sends import SEND_TIMEOUT_S, SendCalls
 from broker.frontends.grpc.txn import GatewayTransactions
 from client import errors
@@ -111,7 +115,8 @@ def _metadata(context: Any, name: str) -> str:
     return ""
 
 
-class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type: ignore[misc]
+class GrpcGateway(ConsumeCalls, PullCalls, SendCalls,
+                  sg.MessagingServiceServicer):  # type: ignore[misc]
     """One broker node's gRPC endpoint (see the module docstring)."""
 
     def __init__(self, server: Broker, listen: Address) -> None:
@@ -120,6 +125,9 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
         self.group = server.config.node.group
         self.max_body_bytes = server.config.max_message_bytes
         self.max_delay_ms = server.config.max_delay_ms
+        if server.config.cluster_key is None:  # (BrokerConfig refuses that first)
+            raise ValueError("the gRPC endpoint signs its handles with the cluster credential")
+        self.handles = HandleSigner(server.config.cluster_key)
         tls = server.config.node.tls
         self.tls = tls
         self.routes = Routes(list(server.config.namesrv),  # its calls into the cluster: TLS too
@@ -300,21 +308,6 @@ class GrpcGateway(ConsumeCalls, SendCalls, sg.MessagingServiceServicer):  # type
         return s
 
     # -- not served yet: a protocol status, never a hang -----------------------------------------
-
-    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        yield sv.PullMessageResponse(status=_not_yet("PullMessage"))
-
-    async def UpdateOffset(self, request: Any, context: Any) -> Any:
-        return sv.UpdateOffsetResponse(status=_not_yet("UpdateOffset"))
-
-    async def GetOffset(self, request: Any, context: Any) -> Any:
-        return sv.GetOffsetResponse(status=_not_yet("GetOffset"))
-
-    async def QueryOffset(self, request: Any, context: Any) -> Any:
-        return sv.QueryOffsetResponse(status=_not_yet("QueryOffset"))
-
-    async def RecallMessage(self, request: Any, context: Any) -> Any:
-        return sv.RecallMessageResponse(status=_not_yet("RecallMessage"))
 
     async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
         return sv.SyncLiteSubscriptionResponse(status=_not_yet("SyncLiteSubscription"))

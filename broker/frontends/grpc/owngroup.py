@@ -64,10 +64,16 @@ class OwnGroup:
         self.calls = 0  # requests of the gRPC clients made to the API (served here or forwarded)
         self._turn = itertools.count()
 
-    async def call(self, kind: int, *args: Any, timeout_s: float = FORWARD_TIMEOUT_S) -> Any:
-        """One request of the broker's kinds to the group; a named error as a ``GatewayError``."""
+    async def call(self, kind: int, *args: Any, timeout_s: float = FORWARD_TIMEOUT_S,
+                   at_leader: bool = False) -> Any:
+        """One request of the broker's kinds to the group; a named error as a ``GatewayError``.
+        ``at_leader``: a read a follower could serve, served by the leader all the same (it has
+        applied whatever its client was told was stored: read-your-writes)."""
         self.calls += 1
         try:
+            if at_leader and not self.broker.node.is_leader:
+                self.api.forwarded += 1
+                return await self.forward(kind, list(args), timeout_s, self.credentials())
             return await self.api.call(kind, *args, timeout_s=timeout_s)
         except API_ERRORS as err:
             raise GatewayError(code_of(err), str(err)) from err
