@@ -2,16 +2,19 @@
 dead letters. Plans each change from the applied state and the commitlog, proposes it as one
 entry, and answers from what its apply did. Owns nothing replicated; its only state is a lock
 per (group, topic, queue), so that this leader never plans two pops of one queue at once (a
-pop planned on a stale view would be refused at apply anyway: ``PopConflict``).
+pop planned on a stale view would be refused at apply anyway: ``PopConflict``), and an event
+per queue a receive waits on, set when a message of it leaves flight.
 
 A receive (POP_RECEIVE) looks at the queues of the topic in turn (or the one named): first the
 messages in flight whose invisible time is over (those past the group's maximum delivery
-attempts go to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model`` makes),
-then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
+attempts go to its dead-letter queue, ``%DLQ%<group>``, with the copy
+``broker.features.retry.model`` makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
 pull passes it). A topic not created yet reads as empty (its first send may create it), as a
-pull reads it. It long-polls up to ``poll_ms`` for new messages or a message's invisible time
-to end. A message with a message group (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule
-is ``broker.features.pop.model``'s.
+pull reads it. It long-polls up to ``poll_ms`` for new messages, a message's invisible time
+to end, or an ack or dead letter that frees a message group. A message with a message group
+(``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule is ``broker.features.pop.model``'s; a
+receive first releases the messages held back whose group is free, then scans on past the
+ones whose group is busy, holding them back, so a queue's other groups proceed.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from broker.core.applied import ApplyResult, tag_hash
 from broker.core.codec import Message
 from broker.core.entries import TopicPut
 from broker.features.host import BrokerHost
-from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
-from broker.features.pop.model import INFLIGHT_MAX, PopKey
+from broker.features.pop.entries import POP_ITEMS_MAX, PopAck, PopChange, PopDead, PopEntry
+from broker.features.pop.model import INFLIGHT_MAX, GroupGate, PopKey
 from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.errors import DLedgerError
@@ -55,6 +58,7 @@ class PopService:
     def __init__(self, host: PopHost) -> None:
         self.host = host
         self._locks: dict[PopKey, asyncio.Lock] = {}
+        self._freed: dict[PopKey, asyncio.Event] = {}  # set by an ack or dead letter of the queue
         self._turn = 0  # rotates the queue a receive of "any queue" looks at first
         self.popped = 0  # messages this node handed out as leader (for status)
         self.dead = 0
@@ -99,15 +103,17 @@ class PopService:
             host.require_leader()
 
     async def _wait(self, group: str, topic: str, qids: list[int], timeout_s: float) -> None:
-        """Until a message arrives in one of the queues, one in flight comes visible, or the
-        timeout."""
+        """Until a message arrives in one of the queues, one in flight comes visible, one
+        leaves flight (its group may be free now), or the timeout."""
         now_ms = int(time.time() * 1000)
         pops = self.host.state.pops
         for qid in qids:
             due = pops.next_visible_ms((group, topic, qid))
             if due is not None:
                 timeout_s = max(0.0, min(timeout_s, (due - now_ms) / 1000 + 0.001))
-        waits = [asyncio.ensure_future(self.host.arrival(topic, q).wait()) for q in qids]
+        events = [self.host.arrival(topic, q) for q in qids]
+        events += [self._freed.setdefault((group, topic, q), asyncio.Event()) for q in qids]
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
         try:
             await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -128,18 +134,21 @@ class PopService:
                     await self._dead_letter(key, off, f.epoch, max_attempts)
                 else:
                     redeliver.append(off)
+            # (read after the dead letters: one of those may have freed its group)
+            release = state.pops.releasable(key)[:max_messages - len(redeliver)]
             q = state.pops.get(key)
             first, length = self._range(topic, qid)
             cursor = q.cursor if q is not None else state.offsets.get(key, first)
             lo = max(cursor, first)
-            room = min(max_messages - len(redeliver), INFLIGHT_MAX - (len(q.inflight) if q else 0))
-            # an ordered message in flight (being redelivered or not) holds back the next
-            ordered_busy = q is not None and any(f.ordered for f in q.inflight.values())
-            fresh, hi = self._scan(topic, qid, lo, length, room, tags, sql, ordered_busy)
-            if not redeliver and hi == lo:
+            capacity = INFLIGHT_MAX - (len(q.inflight) + len(q.held) if q else 0)
+            room = min(max_messages - len(redeliver) - len(release), capacity)
+            fresh, held, hi = self._scan(topic, qid, lo, length, room, capacity, tags, sql,
+                                         state.pops.gate(key))
+            if not redeliver and not release and hi == lo:
                 return []
             entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
-                             lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh))
+                             lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
+                             tuple(held), tuple(release))
             result = await self.host.commit(self.host.state.registry.encode(entry))
             if result.status != "OK":
                 return []  # (a conflict: the next look plans again from the applied state)
@@ -149,16 +158,20 @@ class PopService:
         lo, hi = self.host.state.queue_range(topic, qid)
         return max(lo, self.host.retained_offset(topic, qid)), hi
 
-    def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, tags: list[str],
-              sql: SqlFilter | None, ordered_busy: bool) -> tuple[list[tuple[int, bool]], int]:
-        """Fresh offsets from ``lo``: (offset, ordered) of each to hand out, and where the
-        cursor moves (past the messages filtered out; never past an ordered message that must
-        wait for the one in flight)."""
+    def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, capacity: int,
+              tags: list[str], sql: SqlFilter | None, gate: GroupGate
+              ) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], int]:
+        """Fresh offsets from ``lo``: (offset, message group) of each to hand out (at most
+        ``room``), (offset, group) of each ordered one to hold back behind an earlier message
+        of its group (both together at most ``capacity``), and where the cursor moves: past
+        the last one handed out or filtered out (a pop that would only hold messages back
+        changes nothing, and holds none past that point)."""
         if room <= 0 or lo >= length:
-            return [], lo
+            return [], [], lo
         wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
         entries: dict[int, list[Any]] = {}
-        fresh: list[tuple[int, bool]] = []
+        fresh: list[tuple[int, str | None]] = []
+        held: list[tuple[int, str]] = []
         hi = lo
         for k, unit in enumerate(self.host.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
             off = lo + k
@@ -170,16 +183,19 @@ class PopService:
                     (sql is not None and not sql.matches(dict(m.properties), m.tags)):
                 hi = off + 1
                 continue
-            ordered = any(n == MESSAGE_GROUP_PROPERTY for n, _ in m.properties)
-            if ordered and ordered_busy:
-                break  # the queue's ordered messages wait for the one in flight
-            fresh.append((off, ordered))
+            group = next((v for n, v in m.properties if n == MESSAGE_GROUP_PROPERTY), None)
+            if group is not None and not gate.free(group):
+                if len(held) >= POP_ITEMS_MAX or len(fresh) + len(held) >= capacity:
+                    break
+                held.append((off, group))  # it waits behind an earlier one of its group
+                continue
+            fresh.append((off, group))
             hi = off + 1
-            if ordered:
-                ordered_busy = True
-            if len(fresh) >= room:
+            if group is not None:
+                gate.take(group)
+            if len(fresh) >= room or len(fresh) + len(held) >= capacity:
                 break
-        return fresh, hi
+        return fresh, [(o, g) for o, g in held if o < hi], hi
 
     def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
         entries: dict[int, list[Any]] = {}
@@ -245,6 +261,10 @@ class PopService:
         result = await self.host.commit(self.host.state.registry.encode(entry))
         if result.status != "OK":
             raise SendRefusedError(result.status, result.detail)
+        if isinstance(entry, PopAck | PopDead):  # a message left flight: wake the receives
+            freed = self._freed.pop((entry.group, entry.topic, entry.queue_id), None)
+            if freed is not None:
+                freed.set()
         return result
 
     def status(self) -> dict[str, int]:
