@@ -96,6 +96,11 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   the message once more, outside its queues (RocketMQ's 307 / 309, asked on the consumer's own
   connection, ``broker.features.clients``). Served by a node the consumer heartbeats on (the
   message's group's, for CONSUME_DIRECTLY); elsewhere CLIENT_NOT_CONNECTED. Admin only.
+- SUBSCRIPTION_GROUP_PUT ``group, max_delivery_attempts`` (1..10000, or null: back to the
+  broker's default) -> the group's settings once committed; SUBSCRIPTION_GROUP_GET ``group``
+  ("": every group with a setting) -> ``{"default_max_delivery_attempts", "groups": [{"group",
+  "max_delivery_attempts"}...]}``: a consumer group's retry policy as this broker group keeps it,
+  RocketMQ's subscription group config (leader; ``broker.features.admin.model``). Admin only.
 
 With access control on (``--acl``), every request comes in a SIGNED envelope
 (``protocol.auth``); an unsigned one, a bad signature, a stale or replayed one is
@@ -152,6 +157,8 @@ ACL_DELETE = 135
 ACL_LIST = 136
 CONSUMER_RUNNING_INFO = 137
 CONSUME_DIRECTLY = 138
+SUBSCRIPTION_GROUP_PUT = 146
+SUBSCRIPTION_GROUP_GET = 147
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

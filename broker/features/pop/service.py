@@ -7,8 +7,9 @@ per queue a receive waits on, set when a message of it leaves flight.
 
 A receive (POP_RECEIVE) looks at the queues of the topic in turn (or the one named): first the
 messages in flight whose invisible time is over (those past the group's maximum delivery
-attempts go to its dead-letter queue, ``%DLQ%<group>``, with the copy
-``broker.features.retry.model`` makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
+attempts, its own setting, ``broker.features.admin.model``, or else the request's default, go
+to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model``
+makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
 pull passes it). A topic not created yet reads as empty (its first send may create it), as a
 pull reads it. It long-polls up to ``poll_ms`` for new messages, a message's invisible time
 to end, or an ack or dead letter that frees a message group. A message with a message group
@@ -70,7 +71,9 @@ class PopService:
                       max_attempts: int) -> list[Any]:
         """POP_RECEIVE: up to ``max_messages`` messages of one queue, each
         ``[queue id, queue offset, body, tags, keys, unique key, [[k, v]...], born ms, store ms,
-        offset msg id, epoch, attempt]``; [] when the long poll ends with none."""
+        offset msg id, epoch, attempt]``; [] when the long poll ends with none. A message due
+        again after ``max_attempts`` deliveries goes to the dead-letter queue instead; the
+        group's own setting (``broker.features.admin.model``), if it has one, comes first."""
         host = self.host
         host.require_leader()
         await host.node.read_barrier()  # plan on everything committed before this term
@@ -90,9 +93,10 @@ class PopService:
                 raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
             qids = [queue_id] if queue_id >= 0 else _rotated(cfg.read_queues, self._turn)
             self._turn += 1
+            attempts = host.state.subscription_groups.max_delivery_attempts(group, max_attempts)
             for qid in qids:
                 out = await self._receive_queue(group, topic, qid, max_messages, invisible_ms,
-                                                tags, sql, max_attempts)
+                                                tags, sql, attempts)
                 if out:
                     self.popped += len(out)
                     return out
