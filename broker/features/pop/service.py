@@ -32,11 +32,11 @@ from broker.features.pop.entries import POP_ITEMS_MAX, PopAck, PopChange, PopDea
 from broker.features.pop.model import INFLIGHT_MAX, GroupGate, PopKey
 from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
+from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
 from protocol.errors import DLedgerError
 from protocol.filter_sql import SqlFilter
 from protocol.topics import PERM_RW
 
-MESSAGE_GROUP_PROPERTY = "__SHARDINGKEY"  # RocketMQ's sharding key: a FIFO message's group
 SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
 WAKE_S_MAX = 1.0  # a long poll looks again at least this often (messages coming visible)
 
