@@ -68,17 +68,19 @@ def test_fifo_one_message_of_a_group_in_flight_at_a_time_other_groups_in_paralle
         pop(t, 6, 0, 5, 6, [(5, "A")])  # the next of A while A0 is in flight
     with pytest.raises(PopConflict, match="busy"):
         pop(t, 6, 0, 5, 5, [], release=(2,))  # A1 released while A0 is in flight
-    with pytest.raises(PopConflict, match="free"):
-        pop(t, 6, 0, 5, 6, [], held=((5, "D"),))  # held back with nothing before it
-    assert pop(t, 6, 0, 5, 6, [(5, None)]) == [(5, 1)]  # an unordered one never waits
+    # an unordered one never waits; D held back though nothing of D is before it (as a plan
+    # an ack overtook): it waits for the next pop
+    assert pop(t, 6, 0, 5, 7, [(5, None)], held=((6, "D"),)) == [(5, 1)]
+    assert t.releasable(KEY) == [6]
+    assert pop(t, 7, 0, 7, 7, [], release=(6,)) == [(6, 1)]
     assert t.releasable(KEY) == []
     t.ack(KEY, 0, [(0, 5)])
     assert t.releasable(KEY) == [2]  # A1 may go now, B1 still waits for B0
     assert q.committed() == 1
     with pytest.raises(PopConflict, match="busy"):
-        pop(t, 7, 0, 6, 7, [(6, "A")])  # a later A may not pass the A held back
-    assert pop(t, 7, 0, 6, 7, [], held=((6, "A"),), release=(2,)) == [(2, 1)]
-    assert q.held == {3: "B", 6: "A"} and q.inflight[2].group == "A"
+        pop(t, 8, 0, 7, 8, [(7, "A")])  # a later A may not pass the A held back
+    assert pop(t, 8, 0, 7, 8, [], held=((7, "A"),), release=(2,)) == [(2, 1)]
+    assert q.held == {3: "B", 7: "A"} and q.inflight[2].group == "A"
 
 
 def test_held_offsets_are_released_lowest_first_and_one_per_group() -> None:

@@ -20,10 +20,10 @@ Every change is a log entry (``broker.features.pop.entries``) applied on every r
   handed out only while no other offset of its message group is in flight or held back below
   it, so the messages of a group are delivered one at a time, in queue order, the next only
   once the previous is acknowledged (or dead); different groups of one queue proceed in
-  parallel. An offset held back waits behind an earlier message of its group, and is released
-  lowest first. Entries written before per-group FIFO name no group: their ordered offsets
-  hold back every ordered message of the queue (``WHOLE_QUEUE``), the rule they were planned
-  under.
+  parallel. An offset held back waits behind an earlier message of its group (or, planned
+  while one was in flight, until a later pop), and is released lowest first. Entries written
+  before per-group FIFO name no group: their ordered offsets hold back every ordered message
+  of the queue (``WHOLE_QUEUE``), the rule they were planned under.
 - ``PopAck``: offsets acknowledged, each under the epoch its receipt names; a receipt whose
   epoch is no longer the offset's (it was redelivered since, or its invisibility changed) is
   refused, and an offset no longer in flight below the cursor is acknowledged already (the
@@ -200,8 +200,9 @@ class PopTable:
                     fresh: list[tuple[int, str | None]], held: list[tuple[int, str]]) -> None:
         """FIFO's rule over one pop (``PopConflict`` if broken): each offset released is the
         lowest held back of its group, and its group has nothing in flight; in offset order,
-        each ordered offset handed out finds its group free, and each held back finds it busy
-        (behind an earlier message of its group)."""
+        each ordered offset handed out finds its group free (none of it in flight or held back
+        below it). One held back needs no check: it waits (its group may have come free since
+        the leader planned, by an ack applied first; a later pop releases it)."""
         waiting = q.held if q is not None else {}
         gate = GroupGate(self._flying(q))
         for off in sorted(release):
@@ -216,9 +217,8 @@ class PopTable:
                 gate.take(g)
         for off, group, hold in sorted([(o, g, False) for o, g in fresh if g is not None]
                                        + [(o, g, True) for o, g in held]):
-            if gate.free(group) == hold:
-                raise PopConflict(f"offset {off} held back while its group is free" if hold else
-                                  f"offset {off} handed out while its group is busy")
+            if not hold and not gate.free(group):
+                raise PopConflict(f"offset {off} handed out while its group is busy")
             gate.take(group)
 
     def _flying(self, q: PopQueue | None) -> set[str]:

@@ -39,6 +39,8 @@ from protocol.topics import PERM_RW
 
 SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
 WAKE_S_MAX = 1.0  # a long poll looks again at least this often (messages coming visible)
+PLANS_MAX = 4  # pops one look at a queue commits while they hand out nothing (scans on)
+RELEASE_RETRY_S = 0.05  # a receive looks again this soon while a message held back may go
 
 
 class PopHost(BrokerHost, Protocol):
@@ -115,6 +117,8 @@ class PopService:
             due = pops.next_visible_ms((group, topic, qid))
             if due is not None:
                 timeout_s = max(0.0, min(timeout_s, (due - now_ms) / 1000 + 0.001))
+            if pops.releasable((group, topic, qid)):  # (freed by an ack this look just missed)
+                timeout_s = min(timeout_s, RELEASE_RETRY_S)
         events = [self.host.arrival(topic, q) for q in qids]
         events += [self._freed.setdefault((group, topic, q), asyncio.Event()) for q in qids]
         waits = [asyncio.ensure_future(e.wait()) for e in events]
@@ -130,33 +134,48 @@ class PopService:
         key = (group, topic, qid)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            state = self.host.state
-            now_ms = int(time.time() * 1000)
-            redeliver = []
-            for off, f in state.pops.due(key, now_ms)[:max_messages]:
-                if f.attempt >= max_attempts:
-                    await self._dead_letter(key, off, f.epoch, max_attempts)
-                else:
-                    redeliver.append(off)
-            # (read after the dead letters: one of those may have freed its group)
-            release = state.pops.releasable(key)[:max_messages - len(redeliver)]
-            q = state.pops.get(key)
-            first, length = self._range(topic, qid)
-            cursor = q.cursor if q is not None else state.offsets.get(key, first)
-            lo = max(cursor, first)
-            capacity = INFLIGHT_MAX - (len(q.inflight) + len(q.held) if q else 0)
-            room = min(max_messages - len(redeliver) - len(release), capacity)
-            fresh, held, hi = self._scan(topic, qid, lo, length, room, capacity, tags, sql,
-                                         state.pops.gate(key))
-            if not redeliver and not release and hi == lo:
-                return []
-            entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
-                             lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
-                             tuple(held), tuple(release))
-            result = await self.host.commit(self.host.state.registry.encode(entry))
-            if result.status != "OK":
-                return []  # (a conflict: the next look plans again from the applied state)
-            return self._rows(topic, qid, result)
+            for _ in range(PLANS_MAX):  # a pop that handed out nothing looks again past it
+                result = await self._pop_once(key, max_messages, invisible_ms, tags, sql,
+                                              max_attempts)
+                if result is None:
+                    return []
+                if result.popped:
+                    return self._rows(topic, qid, result)
+            return []
+
+    async def _pop_once(self, key: PopKey, max_messages: int, invisible_ms: int,
+                        tags: list[str], sql: SqlFilter | None,
+                        max_attempts: int) -> ApplyResult | None:
+        """One pop planned from the applied state and committed: its apply's result (what it
+        handed out; perhaps nothing, when it only moved the cursor past messages filtered out
+        or held back), or None when there was nothing to do or the plan was refused."""
+        group, topic, qid = key
+        state = self.host.state
+        now_ms = int(time.time() * 1000)
+        redeliver = []
+        for off, f in state.pops.due(key, now_ms)[:max_messages]:
+            if f.attempt >= max_attempts:
+                await self._dead_letter(key, off, f.epoch, max_attempts)
+            else:
+                redeliver.append(off)
+        # (read after the dead letters: one of those may have freed its group)
+        release = state.pops.releasable(key)[:max_messages - len(redeliver)]
+        q = state.pops.get(key)
+        first, length = self._range(topic, qid)
+        cursor = q.cursor if q is not None else state.offsets.get(key, first)
+        lo = max(cursor, first)
+        capacity = INFLIGHT_MAX - (len(q.inflight) + len(q.held) if q else 0)
+        room = min(max_messages - len(redeliver) - len(release), capacity)
+        fresh, held, hi = self._scan(topic, qid, lo, length, room, capacity, tags, sql,
+                                     state.pops.gate(key))
+        if not redeliver and not release and hi == lo:
+            return None
+        entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
+                         lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
+                         tuple(held), tuple(release))
+        result = await self.host.commit(self.host.state.registry.encode(entry))
+        # (a conflict: a receive waiting plans again from the applied state)
+        return result if result.status == "OK" else None
 
     def _range(self, topic: str, qid: int) -> tuple[int, int]:
         lo, hi = self.host.state.queue_range(topic, qid)
@@ -168,8 +187,7 @@ class PopService:
         """Fresh offsets from ``lo``: (offset, message group) of each to hand out (at most
         ``room``), (offset, group) of each ordered one to hold back behind an earlier message
         of its group (both together at most ``capacity``), and where the cursor moves: past
-        the last one handed out or filtered out (a pop that would only hold messages back
-        changes nothing, and holds none past that point)."""
+        each one handed out, held back or filtered out."""
         if room <= 0 or lo >= length:
             return [], [], lo
         wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
@@ -189,17 +207,17 @@ class PopService:
                 continue
             group = next((v for n, v in m.properties if n == MESSAGE_GROUP_PROPERTY), None)
             if group is not None and not gate.free(group):
-                if len(held) >= POP_ITEMS_MAX or len(fresh) + len(held) >= capacity:
+                if len(held) >= POP_ITEMS_MAX:
                     break
                 held.append((off, group))  # it waits behind an earlier one of its group
-                continue
-            fresh.append((off, group))
+            else:
+                fresh.append((off, group))
+                if group is not None:
+                    gate.take(group)
             hi = off + 1
-            if group is not None:
-                gate.take(group)
             if len(fresh) >= room or len(fresh) + len(held) >= capacity:
                 break
-        return fresh, [(o, g) for o, g in held if o < hi], hi
+        return fresh, held, hi
 
     def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
         entries: dict[int, list[Any]] = {}
