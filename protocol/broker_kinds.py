@@ -72,11 +72,13 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - POP_RECEIVE ``group, topic, queue_id (-1: any), max_messages, invisible_ms, tags, sql ("":
   none), poll_ms, max_attempts`` -> ``[[queue_id, queue_offset, body, tags, keys, unique_key,
   [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id, epoch, attempt]...]``: messages handed
-  out to ``group``, invisible to its other receives for ``invisible_ms`` (``broker.features.pop.model``;
-  leader; long-polls up to ``poll_ms``). POP_ACK ``group, topic, queue_id, [[offset,
-  epoch]...]`` -> per receipt true (acknowledged, or already) or false (stale: redelivered or
-  changed since); POP_CHANGE ``group, topic, queue_id, offset, epoch, invisible_ms`` -> the new
-  epoch (INVALID_RECEIPT_HANDLE if stale); POP_DEAD ``group, topic, queue_id, offset, epoch,
+  out to ``group``, invisible to its other receives for ``invisible_ms``
+  (``broker.features.pop.model``; leader; long-polls up to ``poll_ms``); past ``max_attempts``
+  deliveries (unless the group has its own, SUBSCRIPTION_GROUP_PUT) a message goes to the
+  group's dead-letter queue. POP_ACK ``group, topic, queue_id, [[offset, epoch]...]`` -> per
+  receipt true (acknowledged, or already) or false (stale: redelivered or changed since);
+  POP_CHANGE ``group, topic, queue_id, offset, epoch, invisible_ms`` -> the new epoch
+  (INVALID_RECEIPT_HANDLE if stale); POP_DEAD ``group, topic, queue_id, offset, epoch,
   max_attempts`` -> the dead-letter topic the message went to (leader)
 - VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
   max_messages`` and QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` -> a list

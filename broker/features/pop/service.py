@@ -9,8 +9,8 @@ A receive (POP_RECEIVE) looks at the queues of the topic in turn (or the one nam
 messages in flight whose invisible time is over (those past the group's maximum delivery
 attempts, its own setting, ``broker.features.admin.model``, or else the request's default, go
 to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model``
-makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
-pull passes it). A topic not created yet reads as empty (its first send may create it), as a
+makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is
+passed, as a pull passes it). A topic not created yet reads as empty (its first send may create it), as a
 pull reads it. It long-polls up to ``poll_ms`` for new messages, a message's invisible time
 to end, or an ack or dead letter that frees a message group. A message with a message group
 (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule is ``broker.features.pop.model``'s; a
