@@ -129,6 +129,16 @@ def test_an_ordered_offset_of_an_entry_that_names_no_group_holds_back_the_whole_
     assert old.get(KEY).inflight[0].group is None  # type: ignore[union-attr]
 
 
+def test_a_pop_without_groups_is_written_in_the_form_before_per_group_fifo() -> None:
+    """So that a replica not upgraded yet applies it the same (a rolling upgrade)."""
+    plain = PopEntry(1000, "g", "t", 0, INV, 0, (3,), 4, 6, ((4, None), (5, None)))
+    assert cbor2.loads(encode(plain)) == [1, KIND_POP, 1000, "g", "t", 0, INV, 0, [3], 4, 6,
+                                          [[4, False], [5, False]]]
+    assert decode(encode(plain)) == plain
+    fifo = PopEntry(1000, "g", "t", 0, INV, 0, (), 4, 6, ((4, "A"),), ((5, "A"),))
+    assert len(cbor2.loads(encode(fifo))) == 14 and decode(encode(fifo)) == fifo
+
+
 @pytest.mark.parametrize("fields", [
     [1000, "g", "t", 0, INV, 0, [], 0, 2, [[0, 7]]],  # a group neither a string nor a bool
     [1000, "g", "t", 0, INV, 0, [], 0, 2, [[0, "A"]], [[1, False]], []],  # a held one's group

@@ -83,9 +83,13 @@ def _head_of(e: PopEntries) -> list[Any]:
 
 
 def encode_pop(e: PopEntry) -> bytes:
-    return dump(KIND_POP, [*_head_of(e), e.invisible_ms, e.start, list(e.redeliver), e.lo, e.hi,
-                           [[o, g if g is not None else False] for o, g in e.fresh],
-                           [list(h) for h in e.held], list(e.release)])
+    """A pop that names no group, holds nothing back and releases nothing is written in the
+    form before per-group FIFO, which a replica not upgraded yet still reads the same."""
+    fields = [*_head_of(e), e.invisible_ms, e.start, list(e.redeliver), e.lo, e.hi,
+              [[o, g if g is not None else False] for o, g in e.fresh]]
+    if e.held or e.release or any(g is not None for _, g in e.fresh):
+        fields += [[list(h) for h in e.held], list(e.release)]
+    return dump(KIND_POP, fields)
 
 
 def encode_ack(e: PopAck) -> bytes:
