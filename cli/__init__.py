@@ -2,7 +2,7 @@
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
 ``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``; its
 ``reset-offset`` and ``status`` in ``consumer_admin``, ``running-info`` and ``consume-directly``
-in ``consumer_ask``), ``producer``, ``dlq`` (and ``consumer
+in ``consumer_ask``, ``retry-policy`` in ``retry_policy``), ``producer``, ``dlq`` (and ``consumer
 retry``), ``acl`` (access control's accounts), ``bench``, ``tls`` (a test CA), ``message``
 (``query``: show and query stored messages; ``message trace`` in ``trace``);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
@@ -24,6 +24,7 @@ from cli.messages import consume, send
 from cli.node import node
 from cli.producer import producer
 from cli.query import message
+from cli.retry_policy import retry_policy
 from cli.secrets import secret_option_value
 from cli.status import status
 from cli.tls import tls
@@ -69,6 +70,7 @@ consumer.add_command(reset_offset)
 consumer.add_command(consumer_status)
 consumer.add_command(running_info)
 consumer.add_command(consume_directly)
+consumer.add_command(retry_policy)
 for command in (up, node, status, topic, send, consume, leader, consumer, producer, dlq, bench,
                 group, acl, tls):
     main.add_command(command)

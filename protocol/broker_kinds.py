@@ -75,11 +75,13 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
 - POP_RECEIVE ``group, topic, queue_id (-1: any), max_messages, invisible_ms, tags, sql ("":
   none), poll_ms, max_attempts`` -> ``[[queue_id, queue_offset, body, tags, keys, unique_key,
   [[k, v]...], born_ts_ms, store_ts_ms, offset_msg_id, epoch, attempt]...]``: messages handed
-  out to ``group``, invisible to its other receives for ``invisible_ms`` (``broker.features.pop.model``;
-  leader; long-polls up to ``poll_ms``). POP_ACK ``group, topic, queue_id, [[offset,
-  epoch]...]`` -> per receipt true (acknowledged, or already) or false (stale: redelivered or
-  changed since); POP_CHANGE ``group, topic, queue_id, offset, epoch, invisible_ms`` -> the new
-  epoch (INVALID_RECEIPT_HANDLE if stale); POP_DEAD ``group, topic, queue_id, offset, epoch,
+  out to ``group``, invisible to its other receives for ``invisible_ms``
+  (``broker.features.pop.model``; leader; long-polls up to ``poll_ms``); past ``max_attempts``
+  deliveries (unless the group has its own, SUBSCRIPTION_GROUP_PUT) a message goes to the
+  group's dead-letter queue. POP_ACK ``group, topic, queue_id, [[offset, epoch]...]`` -> per
+  receipt true (acknowledged, or already) or false (stale: redelivered or changed since);
+  POP_CHANGE ``group, topic, queue_id, offset, epoch, invisible_ms`` -> the new epoch
+  (INVALID_RECEIPT_HANDLE if stale); POP_DEAD ``group, topic, queue_id, offset, epoch,
   max_attempts`` -> the dead-letter topic the message went to (leader)
 - VIEW_MESSAGE ``offset_msg_id`` -> a found message; QUERY_BY_KEY ``topic, key, begin_ms, end_ms,
   max_messages``, QUERY_BY_UNIQUE_KEY ``unique_key, topic ("": any), max_messages`` and
@@ -101,6 +103,11 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   the message once more, outside its queues (RocketMQ's 307 / 309, asked on the consumer's own
   connection, ``broker.features.clients``). Served by a node the consumer heartbeats on (the
   message's group's, for CONSUME_DIRECTLY); elsewhere CLIENT_NOT_CONNECTED. Admin only.
+- SUBSCRIPTION_GROUP_PUT ``group, max_delivery_attempts`` (1..10000, or null: back to the
+  broker's default) -> the group's settings once committed; SUBSCRIPTION_GROUP_GET ``group``
+  ("": every group with a setting) -> ``{"default_max_delivery_attempts", "groups": [{"group",
+  "max_delivery_attempts"}...]}``: a consumer group's retry policy as this broker group keeps it,
+  RocketMQ's subscription group config (leader; ``broker.features.admin.model``). Admin only.
 - RECALL ``topic, message_id, position, slot`` -> the message id: the delayed message
   whose schedule copy is at that commitlog position and slot (a delayed send's offset msg id
   names it) is never delivered (``broker.features.delay.handlers``; leader). MESSAGE_NOT_FOUND if
@@ -163,7 +170,9 @@ ACL_DELETE = 135
 ACL_LIST = 136
 CONSUMER_RUNNING_INFO = 137
 CONSUME_DIRECTLY = 138
-RECALL = 147
+SUBSCRIPTION_GROUP_PUT = 146
+SUBSCRIPTION_GROUP_GET = 147
+RECALL = 148
 # Server-initiated frames (150-159), sent by a broker on a client's connection: not requests
 # of the client protocol, and not answered under their own id.
 CHECK_TRANSACTION = 150

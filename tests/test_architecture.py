@@ -14,7 +14,7 @@ PURE_BROKER_MODULES = (
     "broker.core.applied", "broker.core.codec", "broker.core.consumequeue", "broker.core.dedup",
     "broker.core.entries", "broker.core.registry", "broker.core.state",
     *(f"broker.features.{f}.{part}" for f, parts in {
-        "acl": ("model", "entries", "apply"), "admin": ("entries", "apply"),
+        "acl": ("model", "entries", "apply"), "admin": ("model", "entries", "apply"),
         "delay": ("model", "entries", "apply"), "orderly": ("model", "entries", "apply"),
         "pop": ("model", "entries", "apply"), "retry": ("model",),
         "txn": ("model", "entries", "apply")}.items() for part in parts),

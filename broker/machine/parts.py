@@ -10,6 +10,8 @@ from typing import Any
 from broker.core.state import Part, StateConfig
 from broker.features.acl.apply import PART as ACL
 from broker.features.acl.model import AclTable
+from broker.features.admin.apply import PART as SUBSCRIPTION_GROUPS
+from broker.features.admin.model import SubscriptionGroups
 from broker.features.delay.apply import DELAY_STATE_CANARIES
 from broker.features.delay.apply import PART as DELAY
 from broker.features.delay.model import DelayIndex
@@ -22,7 +24,8 @@ from broker.features.txn.apply import PART as TXN
 from broker.features.txn.apply import TXN_STATE_CANARIES
 from broker.features.txn.model import TxnTable
 
-__all__ = ["ACL", "DELAY", "ORDERLY", "PARTS", "POP", "STATE_CANARIES", "TXN"]
+__all__ = ["ACL", "DELAY", "ORDERLY", "PARTS", "POP", "STATE_CANARIES", "SUBSCRIPTION_GROUPS",
+           "TXN"]
 
 CHECKPOINT_VERSION = 8  # 8: each feature's state under its name; 1-7: broker.machine.legacy
 # Seeded bugs of the state machine (tests only, on every replica alike), by feature.
@@ -37,4 +40,6 @@ PARTS: dict[str, tuple[Callable[[StateConfig], Part], Callable[[Any, StateConfig
     POP: (lambda c: PopTable(c.canaries & POP_CANARIES),
           lambda blob, c: PopTable.restore(blob, c.canaries & POP_CANARIES)),
     ACL: (lambda c: AclTable(), lambda blob, c: AclTable.restore(blob)),
+    SUBSCRIPTION_GROUPS: (lambda c: SubscriptionGroups(),
+                          lambda blob, c: SubscriptionGroups.restore(blob)),
 }

@@ -21,13 +21,23 @@ from broker.core.consumequeue import QueueStore
 from broker.core.dedup import DedupTable
 from broker.core.state import CoreState, StateConfig
 from broker.features.acl.model import AclTable
+from broker.features.admin.model import SubscriptionGroups
 from broker.features.delay.model import DelayIndex
 from broker.features.orderly.model import LockTable
 from broker.features.pop.model import PopTable
 from broker.features.txn.model import TxnTable
 from broker.machine.kinds import REGISTRY, ROUTES
 from broker.machine.legacy import READ_VERSIONS, restore_legacy
-from broker.machine.parts import ACL, DELAY, ORDERLY, PARTS, POP, STATE_CANARIES, TXN
+from broker.machine.parts import (
+    ACL,
+    DELAY,
+    ORDERLY,
+    PARTS,
+    POP,
+    STATE_CANARIES,
+    SUBSCRIPTION_GROUPS,
+    TXN,
+)
 from broker.machine.snapshot_view import SnapshotView, cbor_head
 from protocol.broker_errors import BadEntryError
 from protocol.topics import TopicConfig
@@ -68,6 +78,10 @@ class BrokerState(CoreState):
     @property
     def acl(self) -> AclTable:
         return self.part(ACL, AclTable)
+
+    @property
+    def subscription_groups(self) -> SubscriptionGroups:
+        return self.part(SUBSCRIPTION_GROUPS, SubscriptionGroups)
 
     # -- checkpoint ------------------------------------------------------------------------------
 

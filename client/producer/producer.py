@@ -37,6 +37,7 @@ from client.trace.tracer import NewProducer, Tracer
 from client.types import Message, MessageQueue, SendResult
 from protocol import broker_kinds as bp
 from protocol.auth import Credentials
+from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
 from protocol.topics import MAX_QUEUES
 
 TRACE_SEND_TIMEOUT_S = 3.0  # a tracer's own producer's sends
@@ -223,10 +224,18 @@ class Producer:
         CRC32 modulo the queue count, the same in every process), so that one key's messages
         are stored in one queue in the order they were sent (await each send before the next
         of the same key: RocketMQ's rule for ordered sends). A topic with one queue gives a
-        global order. ``selector(queues, message, sharding_key)`` chooses otherwise."""
+        global order. ``selector(queues, message, sharding_key)`` chooses otherwise.
+
+        The key is stored as the message's group (``__SHARDINGKEY``, unless the message names
+        one already), as a RocketMQ 5 FIFO message's: consumers at the gRPC endpoint get one
+        key's messages one at a time, in order, and different keys of a queue in parallel.
+        Our orderly push consumer orders by queue, whatever the group."""
         queues = await self.queues(message.topic)
         if not queues:
             raise errors.TopicNotFoundError(f"no group takes writes to {message.topic!r}")
+        if sharding_key and not any(n == MESSAGE_GROUP_PROPERTY for n, _ in message.properties):
+            message = Message(message.topic, message.body, message.tags, message.keys,
+                              (*message.properties, (MESSAGE_GROUP_PROPERTY, sharding_key)))
         choose = selector or hash_selector
         return await self.send_to(message, choose(queues, message, sharding_key))
 

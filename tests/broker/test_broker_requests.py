@@ -128,6 +128,8 @@ ARITY = {  # a valid argument list per kind: one more or one fewer must be refus
     bp.CONSUMER_RUNNING_INFO: ["g", "c1"],
     bp.CONSUME_DIRECTLY: ["g", "c1", "a-0000000000000000-0"],
     bp.RECALL: ["t", "m1", 0, 0],
+    bp.SUBSCRIPTION_GROUP_PUT: ["g", 3],
+    bp.SUBSCRIPTION_GROUP_GET: [""],
 }
 
 
@@ -191,6 +193,11 @@ def test_fields_of_the_wrong_type_or_range_are_named(tmp_path: Path) -> None:
         await bad(client, bp.OFFSET_RESET, "g", "t", 0, 1, match="force must be true or false")
         await bad(client, bp.OFFSET_RESET, "g", "t", -1, False, match="timestamp_ms")
         await bad(client, bp.CONSUMER_STATUS, "", match="group")
+        for attempts in (0, 10_001, "3", True, 2.5):
+            await bad(client, bp.SUBSCRIPTION_GROUP_PUT, "g", attempts,
+                      match="max_delivery_attempts.*must be an integer in 1..10000")
+        await bad(client, bp.SUBSCRIPTION_GROUP_PUT, "", 3, match="group")
+        await bad(client, bp.SUBSCRIPTION_GROUP_GET, None, match="group")
         # an unknown kind is answered under its request id (today: id -1, the caller timed out)
         await bad(client, 150, 1, 2, match="unknown request kind 150")
         assert await client.call(n0, bp.HEARTBEAT, "c1", "g", "clustering", {"t": "*"},

@@ -53,7 +53,7 @@ def test_a_checkpoint_names_each_feature_and_refuses_one_it_does_not_know() -> N
         state.apply(index, position, payload)
     version, applied, core, features = cbor2.loads(state.snapshot())
     assert (version, applied) == (CHECKPOINT_VERSION, len(entries))
-    assert list(features) == ["delay", "orderly", "txn", "pop", "acl"]
+    assert list(features) == ["delay", "orderly", "txn", "pop", "acl", "subscription_groups"]
     assert set(core) == {"topics", "queues", "offsets", "dedup", "next_queue_no"}
     # a feature a later version adds is simply absent from this one: it starts empty
     del features["acl"]

@@ -11,3 +11,11 @@ def grpc_endpoints(ns: str) -> str:
     with urllib.request.urlopen(f"http://{ns}/v1/cluster", timeout=5) as resp:
         groups = json.loads(resp.read())["groups"]
     return ";".join(n["grpc_address"] for g in groups for n in g["nodes"] if "grpc_address" in n)
+
+
+def node_grpc_endpoints(ns: str) -> dict[str, str]:
+    """Each node's gRPC address by node id, as the NameServer lists them."""
+    with urllib.request.urlopen(f"http://{ns}/v1/cluster", timeout=5) as resp:
+        groups = json.loads(resp.read())["groups"]
+    return {n["node_id"]: n["grpc_address"] for g in groups for n in g["nodes"]
+            if "grpc_address" in n}

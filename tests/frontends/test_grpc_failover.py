@@ -12,6 +12,7 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,11 @@ class History:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.acked = threading.Condition(self.lock)  # notified at each ack answered
         self.sent: set[str] = set()
         self.send_failures = 0
         self.deliveries: list[Delivery] = []
-        self.acks: list[Ack] = []
+        self.acks: list[Ack] = []  # (refused or unanswered ones too: ok False)
         self.ack_failures = 0
         self.stop_sending = threading.Event()
         self.stop_receiving = threading.Event()
@@ -50,6 +52,14 @@ class History:
     def received_all(self) -> bool:
         with self.lock:
             return self.sent <= {d.message_id for d in self.deliveries}
+
+    def acked_ok(self) -> int:
+        """Messages whose ack the broker acknowledged (the caller holds the lock)."""
+        return len({a.message_id for a in self.acks if a.ok})
+
+    def all_acked(self) -> bool:
+        with self.lock:
+            return self.sent <= {a.message_id for a in self.acks if a.ok}
 
 
 def produce(endpoints: str, h: History) -> None:
@@ -73,29 +83,40 @@ def produce(endpoints: str, h: History) -> None:
         producer.shutdown()
 
 
-def consume(endpoints: str, h: History) -> None:
-    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), "failover-group",
-                              {TOPIC: FilterExpression()}, await_duration=1)
+def consume(endpoints: str, h: History, group: str = "failover-group", topic: str = TOPIC,
+            batch: int = 32, invisible_s: int = INVISIBLE_S, process_s: float = 0.0,
+            fifo: Callable[[Any], tuple[str, int]] | None = None) -> None:
+    """A member of ``group``: receives up to ``batch`` messages, works ``process_s`` on each,
+    acks it; every receive's start and end and every ack's sending, answer and outcome
+    recorded. ``fifo`` gives a message's group and its place in the group's send order."""
+    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), group,
+                              {topic: FilterExpression()}, await_duration=1)
     consumer.startup()
     try:
         while not h.stop_receiving.is_set():
             began = time.monotonic()
             try:
-                messages = consumer.receive(32, INVISIBLE_S)
+                messages = consumer.receive(batch, invisible_s)
             except Exception:  # a receive under the fault: try again
                 continue
+            ended = time.monotonic()
             with h.lock:
-                h.deliveries += [Delivery(m.message_id, began, m.delivery_attempt or 1)
+                h.deliveries += [Delivery(m.message_id, began, m.delivery_attempt or 1, ended,
+                                          *(fifo(m) if fifo is not None else ("", -1)))
                                  for m in messages]
             for m in messages:
+                if process_s:
+                    h.stop_receiving.wait(process_s)  # the consumer's work on it
+                sent = time.monotonic()
                 try:
                     consumer.ack(m)
-                except Exception:  # not acknowledged: it may come again
-                    with h.lock:
-                        h.ack_failures += 1
-                    continue
-                with h.lock:
-                    h.acks.append(Ack(m.message_id, time.monotonic()))
+                    ok = True
+                except Exception:  # not acknowledged (or its answer lost): it may come again
+                    ok = False
+                with h.acked:
+                    h.ack_failures += not ok
+                    h.acks.append(Ack(m.message_id, time.monotonic(), sent, ok))
+                    h.acked.notify_all()
     finally:
         consumer.shutdown()
 
@@ -107,6 +128,16 @@ def wait_for(pred: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.05)  # (client threads do the work: polling their record with a deadline)
 
 
+def kill_the_leader(cluster: LocalCluster) -> str:
+    """SIGKILL the group's leader (once there is one); its node id."""
+    async def leader() -> str:
+        async with LogClient(cluster.client_addresses, timeout_s=5) as client:
+            return await _wait_leader(client, cluster)
+    victim = asyncio.run(leader())
+    cluster.kill(victim, signal.SIGKILL)
+    return victim
+
+
 def run_history(ns: str, cluster: LocalCluster, kill_leader: bool, drain_s: float) -> PopVerdict:
     endpoints = grpc_endpoints(ns)
     h = History()
@@ -116,11 +147,7 @@ def run_history(ns: str, cluster: LocalCluster, kill_leader: bool, drain_s: floa
         t.start()
     wait_for(lambda: len(h.sent) >= 50 and len(h.acks) >= 20, 60, "the first sends and acks")
     if kill_leader:
-        async def leader() -> str:
-            async with LogClient(cluster.client_addresses, timeout_s=5) as client:
-                return await _wait_leader(client, cluster)
-        victim = asyncio.run(leader())
-        cluster.kill(victim, signal.SIGKILL)
+        kill_the_leader(cluster)
         at_kill = len(h.sent)
         wait_for(lambda: len(h.sent) >= at_kill + 50, 60, "sends after the leader's death")
     h.stop_sending.set()
@@ -131,7 +158,8 @@ def run_history(ns: str, cluster: LocalCluster, kill_leader: bool, drain_s: floa
     threads[1].join(30)
     verdict = check_pop(h.sent, h.deliveries, h.acks)
     print(f"sent {verdict.sent} (failed {h.send_failures}), received {verdict.received}, "
-          f"redelivered {verdict.redelivered}, acks {len(h.acks)} (failed {h.ack_failures})")
+          f"redelivered {verdict.redelivered}, acks {len(h.acks) - h.ack_failures} (failed "
+          f"{h.ack_failures})")
     return verdict
 
 

@@ -1,5 +1,7 @@
-"""Applying an admin's offset reset: every queue's offset set, or none (its topic is gone).
-Pure and deterministic; ``KINDS`` registers the entry once."""
+"""Applying consumer-group administration: an admin's offset reset (every queue's offset set,
+or none: its topic is gone) and a consumer group's setting (in the feature's
+``SubscriptionGroups``, kept under ``subscription_groups``). Pure and deterministic; ``KINDS``
+registers each entry once."""
 
 from __future__ import annotations
 
@@ -8,12 +10,19 @@ from broker.core.registry import EntryKind
 from broker.core.state import CoreState
 from broker.features.admin.entries import (
     KIND_OFFSET_RESET,
+    KIND_SUBSCRIPTION_GROUP_PUT,
     OffsetReset,
+    SubscriptionGroupPut,
     decode_offset_reset,
+    decode_subscription_group_put,
     encode_offset_reset,
+    encode_subscription_group_put,
 )
+from broker.features.admin.model import SubscriptionGroups
 
-__all__ = ["KINDS", "apply_offset_reset"]
+__all__ = ["KINDS", "PART", "apply_offset_reset", "apply_subscription_group_put"]
+
+PART = "subscription_groups"  # the SubscriptionGroups' name in the state and its checkpoints
 
 
 def apply_offset_reset(state: CoreState, index: int, position: int,
@@ -25,5 +34,14 @@ def apply_offset_reset(state: CoreState, index: int, position: int,
     return ApplyResult(index, "OK", topic=e.topic)
 
 
+def apply_subscription_group_put(state: CoreState, index: int, position: int,
+                                 e: SubscriptionGroupPut) -> ApplyResult:
+    return ApplyResult(index, state.part(PART, SubscriptionGroups).put(e.group,
+                                                                       e.max_delivery_attempts))
+
+
 KINDS = (EntryKind("offset_reset", (KIND_OFFSET_RESET,), (OffsetReset,), encode_offset_reset,
-                   decode_offset_reset, apply_offset_reset),)
+                   decode_offset_reset, apply_offset_reset),
+         EntryKind("subscription_group_put", (KIND_SUBSCRIPTION_GROUP_PUT,),
+                   (SubscriptionGroupPut,), encode_subscription_group_put,
+                   decode_subscription_group_put, apply_subscription_group_put))

@@ -1,5 +1,7 @@
-"""The log entry of consumer-group administration: OFFSET_RESET (kind 11) ``[group, topic,
-[[queue id, offset]...]]``, strictly decoded."""
+"""The log entries of consumer-group administration, strictly decoded: OFFSET_RESET (kind 11)
+``[group, topic, [[queue id, offset]...]]`` and SUBSCRIPTION_GROUP_PUT (kind 20) ``[ts, group,
+max delivery attempts or null]`` (a consumer group's setting, ``broker.features.admin.model``;
+null: back to the broker's default)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.core.codec import as_int, as_pairs, as_str, dump
+from broker.features.admin.model import GROUP_MAX_CHARS, check_attempts
 
-__all__ = ["KIND_OFFSET_RESET", "OffsetReset", "decode_offset_reset", "encode_offset_reset"]
+__all__ = ["KIND_OFFSET_RESET", "KIND_SUBSCRIPTION_GROUP_PUT", "OffsetReset",
+           "SubscriptionGroupPut", "decode_offset_reset", "decode_subscription_group_put",
+           "encode_offset_reset", "encode_subscription_group_put"]
 
 KIND_OFFSET_RESET = 11
+KIND_SUBSCRIPTION_GROUP_PUT = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,3 +39,25 @@ def decode_offset_reset(number: int, f: list[Any]) -> OffsetReset:
     if not out:
         raise ValueError("a reset carries at least one [queue id, offset]")
     return OffsetReset(as_str(group), as_str(topic), out)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionGroupPut:
+    """An operator's setting for a consumer group (``dledger consumer retry-policy``): its
+    maximum delivery attempts, or None to take the broker's default again."""
+
+    store_ts_ms: int
+    group: str
+    max_delivery_attempts: int | None
+
+
+def encode_subscription_group_put(e: SubscriptionGroupPut) -> bytes:
+    return dump(KIND_SUBSCRIPTION_GROUP_PUT, [e.store_ts_ms, e.group, e.max_delivery_attempts])
+
+
+def decode_subscription_group_put(number: int, f: list[Any]) -> SubscriptionGroupPut:
+    ts, group, attempts = f
+    group = as_str(group, "the consumer group")
+    if not 0 < len(group) <= GROUP_MAX_CHARS:
+        raise ValueError(f"a consumer group's name has 1..{GROUP_MAX_CHARS} characters")
+    return SubscriptionGroupPut(as_int(ts), group, check_attempts(attempts))

@@ -2,7 +2,9 @@
 consumer group's offsets on every read queue of a topic set to a time, in one entry; and
 CONSUMER_STATUS, one node's view of a group (its live members with their subscriptions, as
 their heartbeats told this node, and its offsets against the queues' max offsets). Also
-STATE_DIGEST (issue 19): a CRC32 of this node's whole state machine, to compare replicas.
+STATE_DIGEST (issue 19): a CRC32 of this node's whole state machine, to compare replicas. And
+SUBSCRIPTION_GROUP_PUT / _GET: a consumer group's settings (its retry policy's maximum
+delivery attempts, ``broker.features.admin.model``), set through the log and read on the leader.
 
 Its handlers are in ``HANDLERS`` (``broker.api.table``); owns no state: it reads the broker's state
 machine and membership and proposes through the broker.
@@ -21,10 +23,18 @@ from typing import Any, Protocol
 
 from broker.core.members import GroupMembers
 from broker.core.requests import Handler, brief, handlers, integer, readable_topic, text
-from broker.features.admin.entries import OffsetReset
+from broker.features.admin.entries import OffsetReset, SubscriptionGroupPut
+from broker.features.admin.model import check_attempts
 from broker.features.host import BrokerHost
 from protocol.broker_errors import BrokerError
-from protocol.broker_kinds import CONSUMER_STATUS, OFFSET_RESET, STATE_DIGEST, SendRefusedError
+from protocol.broker_kinds import (
+    CONSUMER_STATUS,
+    OFFSET_RESET,
+    STATE_DIGEST,
+    SUBSCRIPTION_GROUP_GET,
+    SUBSCRIPTION_GROUP_PUT,
+    SendRefusedError,
+)
 from protocol.errors import DLedgerError
 
 HANDLERS: list[Handler] = []
@@ -121,3 +131,33 @@ async def state_digest(broker: AdminHost) -> list[int]:
         return [broker.state.applied_index, view.crc32(), first, last]
     finally:
         view.release()
+
+
+def _groups_view(broker: AdminHost, group: str) -> dict[str, Any]:
+    """The settings of ``group`` ("": of every group with one) as this node's state has them."""
+    table = broker.state.subscription_groups
+    rows = table.groups() if not group else \
+        [(group, g) for g in (table.get(group),) if g is not None]
+    return {"default_max_delivery_attempts": broker.config.grpc_max_delivery_attempts,
+            "groups": [{"group": name, "max_delivery_attempts": g.max_delivery_attempts}
+                       for name, g in rows]}
+
+
+@handles(SUBSCRIPTION_GROUP_PUT, group=text(), max_delivery_attempts=check_attempts)
+async def subscription_group_put(broker: AdminHost, group: str,
+                                 attempts: int | None) -> dict[str, Any]:
+    broker.require_leader()
+    await broker.leader_commit(SubscriptionGroupPut(int(time.time() * 1000), group, attempts))
+    return _groups_view(broker, group)
+
+
+def group_or_all(v: Any) -> str:
+    """A consumer group's name, or "" for every group."""
+    return "" if v == "" else text()(v)
+
+
+@handles(SUBSCRIPTION_GROUP_GET, group=group_or_all)
+async def subscription_group_get(broker: AdminHost, group: str) -> dict[str, Any]:
+    broker.require_leader()
+    await broker.node.read_barrier()  # every setting committed before this read
+    return _groups_view(broker, group)

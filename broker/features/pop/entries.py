@@ -3,7 +3,9 @@ decoding (a malformed committed entry is refused alike on every replica). Kinds 
 broker's entry envelope (``broker.core.codec``; registered by ``broker.features.pop.apply``).
 
 - POP ``[ts, group, topic, queue id, invisible ms, start, [redelivered offset...], from, to,
-  [[offset, ordered]...]]``
+  [[offset, message group or false]...], [[held offset, message group]...], [released
+  offset...]]``. Entries written before per-group FIFO end after the fresh offsets, and say of
+  each only whether it is ordered (true: its group unnamed, ``broker.features.pop.model.WHOLE_QUEUE``).
 - POP_ACK ``[ts, group, topic, queue id, [[offset, epoch]...]]``
 - POP_CHANGE ``[ts, group, topic, queue id, offset, epoch, invisible ms]``
 - POP_DEAD ``[ts, group, topic, queue id, offset, epoch, dead-letter topic, message]``: the
@@ -15,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from broker.core.codec import as_bool, as_int, as_pairs, as_str, check_message, dump
+from broker.core.codec import as_int, as_pairs, as_str, check_message, dump
+from broker.features.pop.model import group_of
 
 KIND_POP = 12
 KIND_POP_ACK = 13
@@ -35,7 +38,9 @@ class PopEntry:
     redeliver: tuple[int, ...]
     lo: int
     hi: int
-    fresh: tuple[tuple[int, bool], ...]
+    fresh: tuple[tuple[int, str | None], ...]  # (offset, its message group if ordered)
+    held: tuple[tuple[int, str], ...] = ()  # (offset, group): held back behind its group
+    release: tuple[int, ...] = ()  # held back before, handed out now
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +83,13 @@ def _head_of(e: PopEntries) -> list[Any]:
 
 
 def encode_pop(e: PopEntry) -> bytes:
-    return dump(KIND_POP, [*_head_of(e), e.invisible_ms, e.start, list(e.redeliver), e.lo, e.hi,
-                           [[o, ordered] for o, ordered in e.fresh]])
+    """A pop that names no group, holds nothing back and releases nothing is written in the
+    form before per-group FIFO, which a replica not upgraded yet still reads the same."""
+    fields = [*_head_of(e), e.invisible_ms, e.start, list(e.redeliver), e.lo, e.hi,
+              [[o, g if g is not None else False] for o, g in e.fresh]]
+    if e.held or e.release or any(g is not None for _, g in e.fresh):
+        fields += [[list(h) for h in e.held], list(e.release)]
+    return dump(KIND_POP, fields)
 
 
 def encode_ack(e: PopAck) -> bytes:
@@ -105,15 +115,21 @@ def _offsets(v: Any) -> tuple[int, ...]:
 
 
 def decode_pop(number: int, f: list[Any]) -> PopEntry:
-    ts, group, topic, qid, invisible_ms, start, redeliver, lo, hi, fresh = f
-    if not isinstance(fresh, list) or len(fresh) > POP_ITEMS_MAX:
-        raise ValueError(f"a pop hands out at most {POP_ITEMS_MAX} fresh offsets")
-    pairs = tuple((as_int(o), as_bool(ordered)) for o, ordered in as_pairs(fresh, "[offset, ordered]"))
+    ts, group, topic, qid, invisible_ms, start, redeliver, lo, hi, fresh, *fifo = f
+    if len(fifo) not in (0, 2):  # (0: written before per-group FIFO)
+        raise ValueError("a pop's held and released offsets are both given or neither")
+    held, release = fifo or ([], [])
+    items: Any
+    for items, what in ((fresh, "fresh"), (held, "held")):
+        if not isinstance(items, list) or len(items) > POP_ITEMS_MAX:
+            raise ValueError(f"a pop names at most {POP_ITEMS_MAX} {what} offsets")
+    pairs = tuple((as_int(o), group_of(g)) for o, g in as_pairs(fresh, "[offset, group]"))
+    waits = tuple((as_int(o), as_str(g)) for o, g in as_pairs(held, "[offset, group]"))
     lo, hi = as_int(lo), as_int(hi)
     if hi < lo:
         raise ValueError("a pop's range ends before it starts")
     return PopEntry(*_head([ts, group, topic, qid]), as_int(invisible_ms), as_int(start),
-                    _offsets(redeliver), lo, hi, pairs)
+                    _offsets(redeliver), lo, hi, pairs, waits, _offsets(release))
 
 
 def decode_ack(number: int, f: list[Any]) -> PopAck:

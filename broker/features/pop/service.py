@@ -2,16 +2,20 @@
 dead letters. Plans each change from the applied state and the commitlog, proposes it as one
 entry, and answers from what its apply did. Owns nothing replicated; its only state is a lock
 per (group, topic, queue), so that this leader never plans two pops of one queue at once (a
-pop planned on a stale view would be refused at apply anyway: ``PopConflict``).
+pop planned on a stale view would be refused at apply anyway: ``PopConflict``), and an event
+per queue a receive waits on, set when a message of it leaves flight.
 
 A receive (POP_RECEIVE) looks at the queues of the topic in turn (or the one named): first the
 messages in flight whose invisible time is over (those past the group's maximum delivery
-attempts go to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model`` makes),
-then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is passed, as a
-pull passes it). A topic not created yet reads as empty (its first send may create it), as a
-pull reads it. It long-polls up to ``poll_ms`` for new messages or a message's invisible time
-to end. A message with a message group (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule
-is ``broker.features.pop.model``'s.
+attempts, its own setting, ``broker.features.admin.model``, or else the request's default, go
+to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model``
+makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is
+passed, as a pull passes it). A topic not created yet reads as empty (its first send may create it), as a
+pull reads it. It long-polls up to ``poll_ms`` for new messages, a message's invisible time
+to end, or an ack or dead letter that frees a message group. A message with a message group
+(``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule is ``broker.features.pop.model``'s; a
+receive first releases the messages held back whose group is free, then scans on past the
+ones whose group is busy, holding them back, so a queue's other groups proceed.
 """
 
 from __future__ import annotations
@@ -24,17 +28,19 @@ from broker.core.applied import ApplyResult, tag_hash
 from broker.core.codec import Message
 from broker.core.entries import TopicPut
 from broker.features.host import BrokerHost
-from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
-from broker.features.pop.model import INFLIGHT_MAX, PopKey
+from broker.features.pop.entries import POP_ITEMS_MAX, PopAck, PopChange, PopDead, PopEntry
+from broker.features.pop.model import INFLIGHT_MAX, GroupGate, PopKey
 from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
+from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
 from protocol.errors import DLedgerError
 from protocol.filter_sql import SqlFilter
 from protocol.topics import PERM_RW
 
-MESSAGE_GROUP_PROPERTY = "__SHARDINGKEY"  # RocketMQ's sharding key: a FIFO message's group
 SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
 WAKE_S_MAX = 1.0  # a long poll looks again at least this often (messages coming visible)
+PLANS_MAX = 4  # pops one look at a queue commits while they hand out nothing (scans on)
+RELEASE_RETRY_S = 0.05  # a receive looks again this soon while a message held back may go
 
 
 class PopHost(BrokerHost, Protocol):
@@ -55,6 +61,7 @@ class PopService:
     def __init__(self, host: PopHost) -> None:
         self.host = host
         self._locks: dict[PopKey, asyncio.Lock] = {}
+        self._freed: dict[PopKey, asyncio.Event] = {}  # set by an ack or dead letter of the queue
         self._turn = 0  # rotates the queue a receive of "any queue" looks at first
         self.popped = 0  # messages this node handed out as leader (for status)
         self.dead = 0
@@ -66,7 +73,9 @@ class PopService:
                       max_attempts: int) -> list[Any]:
         """POP_RECEIVE: up to ``max_messages`` messages of one queue, each
         ``[queue id, queue offset, body, tags, keys, unique key, [[k, v]...], born ms, store ms,
-        offset msg id, epoch, attempt]``; [] when the long poll ends with none."""
+        offset msg id, epoch, attempt]``; [] when the long poll ends with none. A message due
+        again after ``max_attempts`` deliveries goes to the dead-letter queue instead; the
+        group's own setting (``broker.features.admin.model``), if it has one, comes first."""
         host = self.host
         host.require_leader()
         await host.node.read_barrier()  # plan on everything committed before this term
@@ -86,9 +95,10 @@ class PopService:
                 raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
             qids = [queue_id] if queue_id >= 0 else _rotated(cfg.read_queues, self._turn)
             self._turn += 1
+            attempts = host.state.subscription_groups.max_delivery_attempts(group, max_attempts)
             for qid in qids:
                 out = await self._receive_queue(group, topic, qid, max_messages, invisible_ms,
-                                                tags, sql, max_attempts)
+                                                tags, sql, attempts)
                 if out:
                     self.popped += len(out)
                     return out
@@ -99,15 +109,19 @@ class PopService:
             host.require_leader()
 
     async def _wait(self, group: str, topic: str, qids: list[int], timeout_s: float) -> None:
-        """Until a message arrives in one of the queues, one in flight comes visible, or the
-        timeout."""
+        """Until a message arrives in one of the queues, one in flight comes visible, one
+        leaves flight (its group may be free now), or the timeout."""
         now_ms = int(time.time() * 1000)
         pops = self.host.state.pops
         for qid in qids:
             due = pops.next_visible_ms((group, topic, qid))
             if due is not None:
                 timeout_s = max(0.0, min(timeout_s, (due - now_ms) / 1000 + 0.001))
-        waits = [asyncio.ensure_future(self.host.arrival(topic, q).wait()) for q in qids]
+            if pops.releasable((group, topic, qid)):  # (freed by an ack this look just missed)
+                timeout_s = min(timeout_s, RELEASE_RETRY_S)
+        events = [self.host.arrival(topic, q) for q in qids]
+        events += [self._freed.setdefault((group, topic, q), asyncio.Event()) for q in qids]
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
         try:
             await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -120,45 +134,66 @@ class PopService:
         key = (group, topic, qid)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            state = self.host.state
-            now_ms = int(time.time() * 1000)
-            redeliver = []
-            for off, f in state.pops.due(key, now_ms)[:max_messages]:
-                if f.attempt >= max_attempts:
-                    await self._dead_letter(key, off, f.epoch, max_attempts)
-                else:
-                    redeliver.append(off)
-            q = state.pops.get(key)
-            first, length = self._range(topic, qid)
-            cursor = q.cursor if q is not None else state.offsets.get(key, first)
-            lo = max(cursor, first)
-            room = min(max_messages - len(redeliver), INFLIGHT_MAX - (len(q.inflight) if q else 0))
-            # an ordered message in flight (being redelivered or not) holds back the next
-            ordered_busy = q is not None and any(f.ordered for f in q.inflight.values())
-            fresh, hi = self._scan(topic, qid, lo, length, room, tags, sql, ordered_busy)
-            if not redeliver and hi == lo:
-                return []
-            entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
-                             lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh))
-            result = await self.host.commit(self.host.state.registry.encode(entry))
-            if result.status != "OK":
-                return []  # (a conflict: the next look plans again from the applied state)
-            return self._rows(topic, qid, result)
+            for _ in range(PLANS_MAX):  # a pop that handed out nothing looks again past it
+                result = await self._pop_once(key, max_messages, invisible_ms, tags, sql,
+                                              max_attempts)
+                if result is None:
+                    return []
+                if result.popped:
+                    return self._rows(topic, qid, result)
+            return []
+
+    async def _pop_once(self, key: PopKey, max_messages: int, invisible_ms: int,
+                        tags: list[str], sql: SqlFilter | None,
+                        max_attempts: int) -> ApplyResult | None:
+        """One pop planned from the applied state and committed: its apply's result (what it
+        handed out; perhaps nothing, when it only moved the cursor past messages filtered out
+        or held back), or None when there was nothing to do or the plan was refused."""
+        group, topic, qid = key
+        state = self.host.state
+        now_ms = int(time.time() * 1000)
+        redeliver = []
+        for off, f in state.pops.due(key, now_ms)[:max_messages]:
+            if f.attempt >= max_attempts:
+                await self._dead_letter(key, off, f.epoch, max_attempts)
+            else:
+                redeliver.append(off)
+        # (read after the dead letters: one of those may have freed its group)
+        release = state.pops.releasable(key)[:max_messages - len(redeliver)]
+        q = state.pops.get(key)
+        first, length = self._range(topic, qid)
+        cursor = q.cursor if q is not None else state.offsets.get(key, first)
+        lo = max(cursor, first)
+        capacity = INFLIGHT_MAX - (len(q.inflight) + len(q.held) if q else 0)
+        room = min(max_messages - len(redeliver) - len(release), capacity)
+        fresh, held, hi = self._scan(topic, qid, lo, length, room, capacity, tags, sql,
+                                     state.pops.gate(key))
+        if not redeliver and not release and hi == lo:
+            return None
+        entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
+                         lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
+                         tuple(held), tuple(release))
+        result = await self.host.commit(self.host.state.registry.encode(entry))
+        # (a conflict: a receive waiting plans again from the applied state)
+        return result if result.status == "OK" else None
 
     def _range(self, topic: str, qid: int) -> tuple[int, int]:
         lo, hi = self.host.state.queue_range(topic, qid)
         return max(lo, self.host.retained_offset(topic, qid)), hi
 
-    def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, tags: list[str],
-              sql: SqlFilter | None, ordered_busy: bool) -> tuple[list[tuple[int, bool]], int]:
-        """Fresh offsets from ``lo``: (offset, ordered) of each to hand out, and where the
-        cursor moves (past the messages filtered out; never past an ordered message that must
-        wait for the one in flight)."""
+    def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, capacity: int,
+              tags: list[str], sql: SqlFilter | None, gate: GroupGate
+              ) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], int]:
+        """Fresh offsets from ``lo``: (offset, message group) of each to hand out (at most
+        ``room``), (offset, group) of each ordered one to hold back behind an earlier message
+        of its group (both together at most ``capacity``), and where the cursor moves: past
+        each one handed out, held back or filtered out."""
         if room <= 0 or lo >= length:
-            return [], lo
+            return [], [], lo
         wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
         entries: dict[int, list[Any]] = {}
-        fresh: list[tuple[int, bool]] = []
+        fresh: list[tuple[int, str | None]] = []
+        held: list[tuple[int, str]] = []
         hi = lo
         for k, unit in enumerate(self.host.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
             off = lo + k
@@ -170,16 +205,19 @@ class PopService:
                     (sql is not None and not sql.matches(dict(m.properties), m.tags)):
                 hi = off + 1
                 continue
-            ordered = any(n == MESSAGE_GROUP_PROPERTY for n, _ in m.properties)
-            if ordered and ordered_busy:
-                break  # the queue's ordered messages wait for the one in flight
-            fresh.append((off, ordered))
+            group = next((v for n, v in m.properties if n == MESSAGE_GROUP_PROPERTY), None)
+            if group is not None and not gate.free(group):
+                if len(held) >= POP_ITEMS_MAX:
+                    break
+                held.append((off, group))  # it waits behind an earlier one of its group
+            else:
+                fresh.append((off, group))
+                if group is not None:
+                    gate.take(group)
             hi = off + 1
-            if ordered:
-                ordered_busy = True
-            if len(fresh) >= room:
+            if len(fresh) >= room or len(fresh) + len(held) >= capacity:
                 break
-        return fresh, hi
+        return fresh, held, hi
 
     def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
         entries: dict[int, list[Any]] = {}
@@ -245,6 +283,10 @@ class PopService:
         result = await self.host.commit(self.host.state.registry.encode(entry))
         if result.status != "OK":
             raise SendRefusedError(result.status, result.detail)
+        if isinstance(entry, PopAck | PopDead):  # a message left flight: wake the receives
+            freed = self._freed.pop((entry.group, entry.topic, entry.queue_id), None)
+            if freed is not None:
+                freed.set()
         return result
 
     def status(self) -> dict[str, int]:

@@ -297,7 +297,8 @@ class GrpcGateway(ConsumeCalls, PullCalls, SendCalls,
             s.publishing.max_body_size = self.max_body_bytes
             s.publishing.validate_message_type = True
         else:
-            s.backoff_policy.max_attempts = self.max_delivery_attempts
+            s.backoff_policy.max_attempts = self.server.state.subscription_groups \
+                .max_delivery_attempts(theirs.subscription.group.name, self.max_delivery_attempts)
             s.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
             s.subscription.long_polling_timeout.seconds = LONG_POLLING_S
         backoff = s.backoff_policy.exponential_backoff
