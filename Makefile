@@ -35,8 +35,14 @@ $(CLIENTS)/ali-ons/node_modules/ali-ons/package.json:
 	mkdir -p $(CLIENTS)/ali-ons
 	cd $(CLIENTS)/ali-ons && npm install --silent --no-audit --no-fund ali-ons@3.12.0
 
+# The official RocketMQ 5 Node.js client (gRPC; tests/frontends/test_grpc_node.py), likewise.
+$(CLIENTS)/rmq5-node/node_modules/rocketmq-client-nodejs/package.json:
+	mkdir -p $(CLIENTS)/rmq5-node
+	cd $(CLIENTS)/rmq5-node && npm install --silent --no-audit --no-fund rocketmq-client-nodejs@1.0.8
+
 clients: $(CLIENTS)/rmq4/bin/python $(CLIENTS)/rmq4-batch/bin/python \
-	$(CLIENTS)/ali-ons/node_modules/ali-ons/package.json
+	$(CLIENTS)/ali-ons/node_modules/ali-ons/package.json \
+	$(CLIENTS)/rmq5-node/node_modules/rocketmq-client-nodejs/package.json
 
 # Start a NameServer and a 3-node broker group in the foreground (Ctrl-C stops them).
 up: install

@@ -3,6 +3,7 @@ field and mapped onto our send rows and back."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -106,7 +107,19 @@ def test_a_stored_message_maps_back_with_its_system_properties() -> None:
     assert sp.message_type == pb.MessageType.FIFO and sp.message_group == "g1"
     assert sp.born_host == "10.0.0.7" and sp.born_timestamp.ToMilliseconds() == NOW_MS - 9
     assert dict(m.user_properties) == {"color": "red"}
-    assert sp.body_digest.checksum == f"{__import__('zlib').crc32(b'body'):08X}"
+
+
+def test_a_bodys_digest_is_md5_in_upper_case_hex_as_rocketmqs_proxy_gives_it() -> None:
+    """RocketMQ's proxy sends MD5 (``BinaryUtil.generateMd5``: upper-case hex), which every
+    official client checks as such; a CRC32 in hex the Node.js client compares with its decimal
+    text and marks the message corrupted. The Python client's own check accepts it."""
+    from rocketmq.v5.model import Message as RmqMessage
+    for body in (b"body", b"\x00\xff" * 700, "é".encode()):
+        m = outbound("orders", 0, 0, body, "", (), "01ABC", (), NOW_MS, NOW_MS)
+        digest = m.system_properties.body_digest
+        assert (digest.type, digest.checksum) == (pb.DigestType.MD5,
+                                                  hashlib.md5(body).hexdigest().upper())
+        assert not RmqMessage().fromProtobuf(m).corrupted
 
 
 def test_client_errors_map_to_protocol_codes() -> None:

@@ -1,7 +1,8 @@
-"""The real RocketMQ 4.x clients the tests drive, each in an environment of its own that
-``make clients`` makes (``.venv-clients/``; ``make test`` makes it first): the C++ client's
-Python wrapper (``cpp_client.py`` runs in it) and ali-ons in JavaScript (``ali_client.js``).
-Missing, a test is skipped saying so, or fails under ``CI``, which must have made it."""
+"""The real RocketMQ clients the tests drive, each in an environment of its own that
+``make clients`` makes (``.venv-clients/``; ``make test`` makes it first): the 4.x C++ client's
+Python wrapper (``cpp_client.py`` runs in it), ali-ons in JavaScript (``ali_client.js``) and the
+official RocketMQ 5 Node.js client (``tests/frontends/rmq5_node_client.js``). Missing, a test
+is skipped saying so, or fails under ``CI``, which must have made it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ BATCH_PYTHON = REPO / ".venv-clients" / "rmq4-batch" / "bin" / "python"  # rocke
 CPP_CLIENT = Path(__file__).with_name("cpp_client.py")
 ALI_ONS_DIR = REPO / ".venv-clients" / "ali-ons"
 ALI_CLIENT = Path(__file__).with_name("ali_client.js")
+RMQ5_NODE_DIR = REPO / ".venv-clients" / "rmq5-node"  # npm rocketmq-client-nodejs 1.0.8
+RMQ5_NODE_CLIENT = REPO / "tests" / "frontends" / "rmq5_node_client.js"
 
 
 def cpp_python() -> str:
@@ -38,11 +41,34 @@ def _missing(what: Path, how: str) -> None:
 
 def ali(home: Path, *args: str) -> subprocess.Popen[str]:
     """``node ali_client.js ARGS`` started (ali-ons from ``make clients``); stop it by its PID."""
-    if not (ALI_ONS_DIR / "node_modules" / "ali-ons" / "package.json").exists():
-        _missing(ALI_ONS_DIR, "run `make clients` (npm and Node 20)")
+    return _node(ALI_CLIENT, ALI_ONS_DIR, "ali-ons", "ALI_ONS_DIR", home, args)
+
+
+def rmq5_node(home: Path, *args: str) -> subprocess.Popen[str]:
+    """``node rmq5_node_client.js ARGS`` started (the RocketMQ 5 Node.js client from ``make
+    clients``); read its JSON lines with ``read_until`` or ``finish``, stop it by its PID."""
+    return _node(RMQ5_NODE_CLIENT, RMQ5_NODE_DIR, "rocketmq-client-nodejs", "RMQ5_NODE_DIR",
+                 home, args)
+
+
+def rmq5_node_installed() -> None:
+    """A skip (a failure in CI) unless ``make clients`` installed the RocketMQ 5 Node.js client
+    (a test calls it before it starts anything)."""
+    _npm_installed(RMQ5_NODE_DIR, "rocketmq-client-nodejs")
+
+
+def _npm_installed(folder: Path, package: str) -> None:
+    if not (folder / "node_modules" / package / "package.json").exists():
+        _missing(folder, "run `make clients` (npm and Node 20)")
+
+
+def _node(script: Path, folder: Path, package: str, folder_env: str, home: Path,
+          args: tuple[str, ...]) -> subprocess.Popen[str]:
+    """``node SCRIPT ARGS`` with npm ``package`` from ``folder`` (named to it in $folder_env)."""
+    _npm_installed(folder, package)
     home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HOME": str(home), "ALI_ONS_DIR": str(ALI_ONS_DIR)}
-    return subprocess.Popen(["node", str(ALI_CLIENT), *args], stdout=subprocess.PIPE,
+    env = {**os.environ, "HOME": str(home), folder_env: str(folder)}
+    return subprocess.Popen(["node", str(script), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=str(home))
 
 

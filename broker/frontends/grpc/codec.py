@@ -10,7 +10,8 @@ Owns:
   is ``__BORNHOST``. The message id (the client's, kept across its retries) is the unique key
   the broker deduplicates by, so a retried send is stored once.
 - ``outbound``: a message read from a queue as the protocol's ``Message`` (the same mapping
-  back; the queue, offset, store time and delivery attempt filled in).
+  back; the queue, offset, store time and delivery attempt filled in; the body's digest MD5 in
+  upper-case hex, as RocketMQ's proxy gives it).
 - status codes: ``GatewayError`` carries a protocol ``Code``; ``code_of`` maps the broker API's
   named errors (in process or forwarded), the log's and our client library's onto the codes a
   RocketMQ 5 client understands.
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -239,8 +240,8 @@ def outbound(topic: str, queue_id: int, queue_offset: int, body: bytes, tags: st
         elif name not in SYSTEM_PROPERTY_NAMES:
             m.user_properties[name] = value
     sp.message_type = kind
-    sp.body_digest.type = pb.DigestType.CRC32
-    sp.body_digest.checksum = f"{_crc32(body):08X}"
+    sp.body_digest.type = pb.DigestType.MD5
+    sp.body_digest.checksum = _body_md5(body)
     if delivery_attempt:
         sp.delivery_attempt = delivery_attempt
     if receipt_handle:
@@ -249,8 +250,11 @@ def outbound(topic: str, queue_id: int, queue_offset: int, body: bytes, tags: st
     return m
 
 
-def _crc32(body: bytes) -> int:
-    return zlib.crc32(body) & 0xFFFFFFFF
+def _body_md5(body: bytes) -> str:
+    """A body's digest as RocketMQ's proxy sends it: MD5, in upper-case hex (the proxy's
+    ``BinaryUtil.generateMd5``). Every official client checks it the same way; a CRC32 they
+    would not (the Node.js client compares CRC32 as a decimal number)."""
+    return hashlib.md5(body, usedforsecurity=False).hexdigest().upper()
 
 
 # A broker's named refusals by their wire code (``BrokerError.code`` raised by the broker API

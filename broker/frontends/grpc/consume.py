@@ -80,7 +80,7 @@ class ConsumeCalls:
     calls: int
     max_delivery_attempts: int
     accepted_types: tuple[int, ...]
-    endpoints_of: Callable[[GroupRoute], Any]
+    endpoints_of: Callable[[GroupRoute, Any], Any]  # (a group, the request's Endpoints)
     handles: HandleSigner  # signs and checks receipt handles
 
     async def _ensure_routes(self) -> None:
@@ -147,7 +147,7 @@ class ConsumeCalls:
             return sv.QueryAssignmentResponse(status=status(code_of(err), str(err)))
         out = []
         for g in route.groups:
-            endpoints = self.endpoints_of(g)
+            endpoints = self.endpoints_of(g, request.endpoints)
             if endpoints is None or not g.perm & 4 or g.read_queues == 0:
                 continue
             out.append(pb.Assignment(message_queue=self.queue_of(

@@ -13,11 +13,10 @@ are ``broker.frontends.grpc.sends``', the consuming ones ``broker.frontends.grpc
 pull consumer's ``broker.frontends.grpc.pull``'s. Receipt and recall handles are signed with a key
 from the cluster credential (``broker.frontends.grpc.handles``).
 
-``QueryRoute`` answers every group that serves the topic, each with the gRPC addresses of its
-nodes as registered with the NameServers, its leader's first (``Endpoints`` with several
-addresses: a client that takes the first talks to the leader, whose calls need no forward; the
-channel moves to another address when that one fails). The protocol's pure half (messages,
-codes) is ``broker.frontends.grpc.codec``.
+``QueryRoute`` answers every group that serves the topic, each queue once per node serving gRPC
+(the addresses registered with the NameServers), one address per ``Endpoints`` as RocketMQ's
+proxy gives them (``broker.frontends.grpc.route``): a client may call any node, which forwards.
+The protocol's pure half (messages, codes) is ``broker.frontends.grpc.codec``.
 
 With ``--acl`` every call is authenticated by its RocketMQ 5 signature and served as its account
 (``broker.frontends.grpc.access``); with the node's ``--tls-*`` files the listener speaks TLS.
@@ -28,6 +27,7 @@ Calls not served yet answer with the protocol's NOT_IMPLEMENTED status (never ha
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import AsyncIterator
@@ -47,10 +47,11 @@ from broker.frontends.grpc.consume import ConsumeCalls
 from broker.frontends.grpc.handles import HandleSigner
 from broker.frontends.grpc.owngroup import OwnGroup
 from broker.frontends.grpc.pull import PullCalls
+from broker.frontends.grpc.route import assignment_endpoints, route_queues
 from broker.frontends.grpc.sends import SEND_TIMEOUT_S, SendCalls
 from broker.frontends.grpc.txn import GatewayTransactions
 from client import errors
-from client.cluster.routes import GroupRoute, Routes
+from client.cluster.routes import Routes
 from client.producer.delivery import Delivery
 from protocol.tls import TlsConfig
 
@@ -148,7 +149,8 @@ class GrpcGateway(ConsumeCalls, PullCalls, SendCalls,
         self.address: Address | None = None
         self.max_delivery_attempts = server.config.grpc_max_delivery_attempts
         self.accepted_types = ACCEPTED_TYPES
-        self.endpoints_of = _endpoints
+        self.endpoints_of = functools.partial(assignment_endpoints,  # (QueryAssignment's)
+                                              own_node=server.config.node.node_id)
         self.txns = GatewayTransactions(self.routes, f"grpc-gateway-{self.group}-"
                                         f"{server.config.node.node_id}", self.sessions,
                                         self._ensure_routes, txn_signing(
@@ -211,15 +213,7 @@ class GrpcGateway(ConsumeCalls, PullCalls, SendCalls,
             route = await self._fresh_route(topic)
         except errors.ClientError as err:
             return sv.QueryRouteResponse(status=status(code_of(err), str(err)))
-        queues = []
-        for g in route.groups:
-            endpoints = _endpoints(g)
-            if endpoints is None:
-                continue
-            for qid in range(max(g.read_queues, g.write_queues)):
-                perm = (1 if qid < g.read_queues and g.perm & 4 else 0) \
-                    | (2 if qid < g.write_queues and g.perm & 2 else 0)
-                queues.append(self.queue_of(request.topic, g, qid, _PERMISSIONS[perm], endpoints))
+        queues = route_queues(request.topic, route, self.accepted_types)
         if not queues:
             return sv.QueryRouteResponse(status=status(
                 pb.Code.TOPIC_NOT_FOUND if not route.groups else pb.Code.HA_NOT_AVAILABLE,
@@ -314,37 +308,6 @@ class GrpcGateway(ConsumeCalls, PullCalls, SendCalls,
         return sv.SyncLiteSubscriptionResponse(status=_not_yet("SyncLiteSubscription"))
 
 
-_PERMISSIONS = {0: pb.Permission.NONE, 1: pb.Permission.READ, 2: pb.Permission.WRITE,
-                3: pb.Permission.READ_WRITE}
-
-
 def _not_yet(rpc: str) -> Any:
     return status(pb.Code.NOT_IMPLEMENTED, f"{rpc} is not supported by this endpoint")
-
-
-def _endpoints(g: GroupRoute) -> Any:
-    """The group's nodes' gRPC addresses as one ``Endpoints``, the leader's first (None: none
-    serves gRPC)."""
-    addrs = sorted(g.grpc.values())
-    if not addrs:
-        return None
-    leader = g.grpc.get(g.leader) if g.leader is not None else None
-    if leader is not None:
-        addrs.remove(leader)
-        addrs.insert(0, leader)
-    e = pb.Endpoints(scheme=_scheme(addrs[0][0]))
-    if e.scheme == pb.AddressScheme.DOMAIN_NAME:
-        addrs = addrs[:1]  # the protocol allows one address of a domain name
-    for host, port in addrs:
-        e.addresses.add(host=host, port=port)
-    return e
-
-
-def _scheme(host: str) -> int:
-    import ipaddress
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return int(pb.AddressScheme.DOMAIN_NAME)
-    return int(pb.AddressScheme.IPv4 if ip.version == 4 else pb.AddressScheme.IPv6)
 
