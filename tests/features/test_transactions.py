@@ -194,7 +194,15 @@ def test_a_leader_killed_around_the_commit_publishes_each_committed_message_once
             with pytest.raises(Exception, match="TXN_ALREADY_DECIDED"):
                 await client.call_leader(bp.END_TRANSACTION, "kpg", r.transaction_id,
                                          "ROLLBACK", False, [], timeout_s=10)
-        counts = Counter(m.body for m in await consumed(ns, "KTopic"))
+        # A read may go to a replica that has not applied the commit yet (a restarted node
+        # catching up serves what it has): wait until the copy is seen, then count it.
+        counts: Counter[bytes] = Counter()
+
+        async def once_visible() -> bool:
+            counts.clear()
+            counts.update(m.body for m in await consumed(ns, "KTopic"))
+            return counts[b"c9-once"] >= 1
+        await wait_until(once_visible, 60, "the committed c9-once visible")
         assert counts[b"c9-once"] == 1
         await client.close()
 
