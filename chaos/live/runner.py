@@ -34,6 +34,7 @@ from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.features.driver import Features, broker_args, log_to
 from chaos.live.forger import Forger
+from chaos.live.grpc_load import GRPC_LOAD_CANARIES, GrpcLoad, start_grpc_load
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.remoting import ORDERLY_TOPIC, RemotingProducers
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
@@ -79,6 +80,8 @@ def _broker_args(sc: Scenario, canary: str | None) -> tuple[str, ...]:
         args += ("--remoting-listen", "127.0.0.1:0")
         if canary in REMOTING_CANARIES:
             args += ("--broker-canary", canary)
+    if sc.grpc and canary in GRPC_LOAD_CANARIES:  # (the gRPC listeners: ChaosCluster.grpc)
+        args += ("--broker-canary", canary)
     return args
 
 
@@ -91,6 +94,8 @@ def scenario_for(cfg: RunConfig) -> Scenario:
         sc = dataclasses.replace(sc, **overrides)
     if cfg.features is not None:
         sc = dataclasses.replace(sc, features=cfg.features)
+    if sc.grpc and cfg.tls:
+        raise ValueError(f"scenario {sc.name} (RocketMQ 5 clients over gRPC) runs without TLS")
     if cfg.canary in FEATURE_CANARIES and not sc.features:
         raise ValueError(f"canary {cfg.canary} is caught by the features' checkers: it needs "
                          f"the features on")
@@ -182,7 +187,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                            broker_args=_broker_args(sc, cfg.canary),
                            namesrv_args=(("--canary", cfg.canary) if cfg.canary in NAMESRV_CANARIES
                                          else ()),
-                           tls=cfg.tls)
+                           tls=cfg.tls, grpc=sc.grpc)
     wall0 = time.monotonic()
     t0 = time.time()
     say(f"[{label}] starting {sc.nodes} brokers, a NameServer and "
@@ -199,6 +204,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     workers: list[asyncio.Task[None]] = []
     readers: list[asyncio.Task[None]] = []
     remoting: RemotingProducers | None = None
+    grpc_load: GrpcLoad | None = None
     forger: Forger | None = None
     stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
     client_log = contextlib.ExitStack()
@@ -231,6 +237,12 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                     await remoting.start()
                 except (RuntimeError, OSError, TimeoutError) as err:
                     raise HarnessError(f"the 4.x producers did not start: {err!r}") from err
+            if sc.grpc:
+                try:
+                    grpc_load = await start_grpc_load(control, cluster.namesrv,
+                                                      cluster.grpc_addresses, base, cfg.seed)
+                except SEND_ERRORS as err:
+                    raise HarnessError(f"the RocketMQ 5 clients did not start: {err!r}") from err
             if sc.features:
                 feats = Features(cluster.namesrv, control, nodes, random.Random(rng.random()),
                                  stop_producers, work_dir=base)
@@ -254,7 +266,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             history.add(proc="nemesis", type="info", f="heal")
             nodes = await _final_members(control, cluster, notes)
             await _after_heal(cfg, control, nodes, stop_producers, workers, notes, problems,
-                              feats, os.path.join(base, "features.jsonl"), remoting)
+                              feats, os.path.join(base, "features.jsonl"), remoting, grpc_load)
             await asyncio.sleep(1.0)  # consumers' last long polls see the end of each queue
             stop_consumers.set()
             await asyncio.gather(*readers)
@@ -271,6 +283,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         await asyncio.gather(*workers, *readers, return_exceptions=True)
         if remoting is not None:
             await remoting.stop()
+        if grpc_load is not None:
+            await grpc_load.stop()
         if feats is not None:
             await feats.close()
         client_log.close()
@@ -291,7 +305,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     forged = check_registrations(forger.attempts, forger.routed) if forger else None
     violations = list(result.violations) + problems + (feats.violations if feats else []) \
         + (remoting.orderly_violations() if remoting is not None and sc.remoting_orderly else []) \
-        + (forged.lines() if forged is not None else [])
+        + (forged.lines() if forged is not None else []) \
+        + (grpc_load.violations() if grpc_load is not None else [])
     verdict = "FAIL" if violations else "PASS"
     durability = dict(ctl.durability) if ctl else {}
     corrupted = durability.pop("corrupted", [])
@@ -318,6 +333,9 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             run["remoting"]["orderly"] = {
                 "acked": sum(remoting.acked.values()), "unknown": remoting.orderly_unknown,
                 "processed": len(remoting.processing), "caught_up": remoting.orderly_drained}
+    if grpc_load is not None:  # how much the RocketMQ 5 clients did
+        run["grpc"] = grpc_load.summary(next((e["t"] for e in history.events if e.get("proc")
+                                              == "nemesis" and e.get("f") == "start"), None))
     if sc.flush_mode == "async":
         run["notes"].append("async flush: acknowledged from the page cache; what a power loss "
                             "takes is measured here")
@@ -359,7 +377,8 @@ async def _final_members(control: LogClient, cluster: ChaosCluster, notes: list[
 async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
                       stop_producers: asyncio.Event, workers: list[asyncio.Task[None]],
                       notes: list[str], problems: list[str], feats: Features | None,
-                      features_path: str, remoting: RemotingProducers | None = None) -> None:
+                      features_path: str, remoting: RemotingProducers | None = None,
+                      grpc_load: GrpcLoad | None = None) -> None:
     """Wait for a leader, let the workload run on, stop the producers, let the features finish,
     wait until every replica has applied the whole log. A wait that runs out is a problem to
     report, and the run goes on to drain what the replicas hold (a seeded bug may have left a
@@ -375,6 +394,8 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
     await asyncio.gather(*workers)
     if remoting is not None:
         await remoting.stop()  # (their last sends are recorded before the drain)
+    if grpc_load is not None:  # (its consumers catch up, its batch topic is read back)
+        await grpc_load.finish()
     if feats is not None:
         await feats.finish(features_path)
         ended = feats.result.get("finished_in_s")
