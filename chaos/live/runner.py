@@ -37,6 +37,7 @@ from chaos.live.forger import Forger
 from chaos.live.grpc_load import GRPC_LOAD_CANARIES, GrpcLoad, start_grpc_load
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.remoting import ORDERLY_TOPIC, RemotingProducers
+from chaos.live.run_record import corrupt_led, fault_windows, series
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from chaos.toxiproxy.errors import ToxiproxyError
 from client.cluster.routes import CANARIES as CLIENT_CANARIES
@@ -142,34 +143,6 @@ async def _final_heal(ctl: Ctl, problems: list[str]) -> None:
     for n in c.active_ids():
         if not c.running(n):
             await ctl.restart(n)
-
-
-def _fault_windows(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
-    open_: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
-    out: list[dict[str, Any]] = []
-    for e in events:
-        if e.get("proc") != "nemesis" or e.get("f") not in ("start", "stop"):
-            continue
-        key = (e["fault"], tuple(e.get("nodes", ())))
-        if e["f"] == "start":
-            w = {"fault": e["fault"], "nodes": list(key[1]), "start": e["t"] - t0, "stop": None}
-            open_.setdefault(key, []).append(w)
-            out.append(w)
-        elif open_.get(key):
-            open_[key].pop(0)["stop"] = e["t"] - t0
-    return out
-
-
-def _series(events: list[dict[str, Any]], trace_events: list[dict[str, Any]],
-            t0: float) -> dict[str, list[Any]]:
-    invoked = {e["value"]: e["t"] for e in events if e.get("f") == "send" and e["type"] == "invoke"}
-    acks = [[round(e["t"] - t0, 3), round((e["t"] - invoked[e["value"]]) * 1000, 2)]
-            for e in events if e.get("f") == "send" and e["type"] == "ok" and e["value"] in invoked]
-    fails = [[round(e["t"] - t0, 3), e["type"]] for e in events
-             if e.get("f") == "send" and e["type"] in ("fail", "info")]
-    leaders = sorted([round(int(e["t"]) / 1e9 - t0, 3), e["node"], int(e["term"])]
-                     for e in trace_events if e.get("ev") == "role" and e.get("role") == "leader")
-    return {"acks": acks, "fails": fails, "leaders": leaders}
 
 
 async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -311,13 +284,13 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     durability = dict(ctl.durability) if ctl else {}
     corrupted = durability.pop("corrupted", [])
     if corrupted:
-        durability["corrupt_node_became_leader"] = _corrupt_led(corrupted, trace_events)
+        durability["corrupt_node_became_leader"] = corrupt_led(corrupted, trace_events)
     run: dict[str, Any] = {
         "scenario": sc.name, "title": sc.title, "seed": cfg.seed, "nodes": sc.nodes,
         "flush_mode": sc.flush_mode, "canary": cfg.canary, "duration_s": cfg.duration_s,
         "wall_s": round(time.monotonic() - wall0, 1), "faults": dict(ctl.faults) if ctl else {},
-        "fault_windows": _fault_windows(history.events, t0), "durability": durability,
-        "check": result.to_dict(), "series": _series(history.events, trace_events, t0),
+        "fault_windows": fault_windows(history.events, t0), "durability": durability,
+        "check": result.to_dict(), "series": series(history.events, trace_events, t0),
         "verdict": verdict, "violations": violations,
         "expect": "fail" if cfg.canary else "pass", "notes": notes,
     }
@@ -416,14 +389,3 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
         await _wait(caught_up, CATCH_UP_WAIT_S, "every replica to apply the whole log")
     except HarnessError as err:
         problems.append(f"liveness: {err}")
-
-
-def _corrupt_led(corrupted: list[dict[str, Any]], trace_events: list[dict[str, Any]]) -> bool:
-    """Whether a node became leader within 5 s of having its disk damaged (before it could
-    have caught up from a healthy leader)."""
-    for c in corrupted:
-        for e in trace_events:
-            if (e.get("ev") == "role" and e.get("role") == "leader" and e.get("node") == c["node"]
-                    and 0 <= int(e["t"]) / 1e9 - c["t"] < 5):
-                return True
-    return False
