@@ -3,7 +3,8 @@ nodes run as child processes, and every directed link goes through its own proxy
 
 - peer links: node ``a`` dials node ``b`` through proxy ``a-b`` (3 nodes: 6 proxies, 5 nodes: 20);
 - client links: clients reach node ``a`` through proxy ``c-a`` (brokers advertise that address);
-- registration links: node ``a`` registers with the NameServer through proxy ``a-ns``.
+- registration links: node ``a`` registers with the NameServer through proxy ``a-ns``;
+- with ``grpc``, each node's gRPC endpoint (RocketMQ 5 clients) on a fixed port, reached directly.
 
 Owns process lifecycle and the fault primitives a nemesis uses: cut/heal links, whole or one
 stream of them (a blackhole: bytes are swallowed, nothing is reset, until the heal resets the
@@ -96,6 +97,8 @@ class ChaosCluster:
     broker_args: tuple[str, ...] = ()  # more broker options (delay levels, broker canaries)
     namesrv_args: tuple[str, ...] = ()  # more NameServer options (its canary)
     spares: int = 0  # nodes beyond the group's first members, started with --join when added
+    grpc: bool = False  # each node serves RocketMQ 5 clients on a fixed port (grpc_addresses)
+    grpc_addresses: dict[str, str] = field(default_factory=dict)  # node -> host:port, direct
     brokers: LocalCluster = field(init=False)
     members: set[str] = field(default_factory=set)  # the group as the schedule changed it
     proxies: dict[Link, Address] = field(default_factory=dict)  # link -> proxy listen address
@@ -253,6 +256,10 @@ class ChaosCluster:
             dial = ",".join(f"{b}={_fmt(self.proxies[(nid, b)])}" for b in servers if b != nid)
             self.brokers.node_args[nid] = ("--dial", dial, "--advertise", _fmt(client),
                                            "--namesrv", _fmt(ns))
+        if self.grpc:  # (fixed: a node restarted after a kill is where the clients left it)
+            for nid, port in zip(servers, free_ports(len(servers)), strict=True):
+                self.grpc_addresses[nid] = f"127.0.0.1:{port}"
+                self.brokers.node_args[nid] += ("--grpc-listen", self.grpc_addresses[nid])
 
     # -- network faults ---------------------------------------------------------------------------
 

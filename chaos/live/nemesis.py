@@ -1,4 +1,4 @@
-"""The fault schedules of docs/testing.md (S0-S15, and S16: issue 16's silent leader), each a
+"""The fault schedules of docs/testing.md (S0-S20; S16: issue 16's silent leader), each a
 coroutine driven by one seeded RNG.
 
 A schedule runs until its deadline, records every fault it starts and stops in the history
@@ -394,6 +394,7 @@ class Scenario:
     spares: int = 0  # nodes outside the group at the start (S17 adds and removes nodes)
     remoting: int = 0  # RocketMQ 4.x producers (the C++ client) beside ours (chaos.live.remoting)
     remoting_orderly: bool = False  # and a 4.x orderly producer and two orderly consumers
+    grpc: bool = False  # the official RocketMQ 5 client's load beside (chaos.live.grpc_load)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -422,6 +423,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     # producer with two orderly push consumers
     Scenario("S18", "RocketMQ 4.x clients while the leader is killed or isolated",
              s18_kill_or_isolate, producers=2, remoting=2, remoting_orderly=True),
+    # the official RocketMQ 5 client through the gRPC endpoints (NORMAL, FIFO and batch sends,
+    # SimpleConsumers), judged by the pop/FIFO and batch checkers, beside two of our producers
+    Scenario("S19", "RocketMQ 5 clients (gRPC) while the leader is killed", s6_kill_leader,
+             producers=2, grpc=True),
+    Scenario("S20", "RocketMQ 5 clients (gRPC) under leader isolation", s1_leader_isolation,
+             producers=2, grpc=True),
 ]}
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")
@@ -463,4 +470,9 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     # the NameServer takes registrations without checking their signature: the forger beside
     # every run (chaos.live.forger) gets its forgeries accepted ("registrations: accepted")
     "namesrv_skip_signature": ("S1", {}),
+    # the pop table forgets a message group's message in flight when it hands out the group's
+    # next one: two of one group in flight at once ("fifo: overlap", chaos.live.grpc_load)
+    "fifo_group_overlap": ("S19", {}),
+    # the gRPC endpoint stores a batch's first half alone and answers it failed ("batch torn")
+    "grpc_batch_torn": ("S19", {}),
 }

@@ -34,8 +34,10 @@ from chaos.live.features.clients import SEND_ERRORS
 from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.features.driver import Features, broker_args, log_to
 from chaos.live.forger import Forger
+from chaos.live.grpc_load import GRPC_LOAD_CANARIES, GrpcLoad, start_grpc_load
 from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.remoting import ORDERLY_TOPIC, RemotingProducers
+from chaos.live.run_record import corrupt_led, fault_windows, series
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer
 from chaos.toxiproxy.errors import ToxiproxyError
 from client.cluster.routes import CANARIES as CLIENT_CANARIES
@@ -79,6 +81,8 @@ def _broker_args(sc: Scenario, canary: str | None) -> tuple[str, ...]:
         args += ("--remoting-listen", "127.0.0.1:0")
         if canary in REMOTING_CANARIES:
             args += ("--broker-canary", canary)
+    if sc.grpc and canary in GRPC_LOAD_CANARIES:  # (the gRPC listeners: ChaosCluster.grpc)
+        args += ("--broker-canary", canary)
     return args
 
 
@@ -91,6 +95,8 @@ def scenario_for(cfg: RunConfig) -> Scenario:
         sc = dataclasses.replace(sc, **overrides)
     if cfg.features is not None:
         sc = dataclasses.replace(sc, features=cfg.features)
+    if sc.grpc and cfg.tls:
+        raise ValueError(f"scenario {sc.name} (RocketMQ 5 clients over gRPC) runs without TLS")
     if cfg.canary in FEATURE_CANARIES and not sc.features:
         raise ValueError(f"canary {cfg.canary} is caught by the features' checkers: it needs "
                          f"the features on")
@@ -139,34 +145,6 @@ async def _final_heal(ctl: Ctl, problems: list[str]) -> None:
             await ctl.restart(n)
 
 
-def _fault_windows(events: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
-    open_: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
-    out: list[dict[str, Any]] = []
-    for e in events:
-        if e.get("proc") != "nemesis" or e.get("f") not in ("start", "stop"):
-            continue
-        key = (e["fault"], tuple(e.get("nodes", ())))
-        if e["f"] == "start":
-            w = {"fault": e["fault"], "nodes": list(key[1]), "start": e["t"] - t0, "stop": None}
-            open_.setdefault(key, []).append(w)
-            out.append(w)
-        elif open_.get(key):
-            open_[key].pop(0)["stop"] = e["t"] - t0
-    return out
-
-
-def _series(events: list[dict[str, Any]], trace_events: list[dict[str, Any]],
-            t0: float) -> dict[str, list[Any]]:
-    invoked = {e["value"]: e["t"] for e in events if e.get("f") == "send" and e["type"] == "invoke"}
-    acks = [[round(e["t"] - t0, 3), round((e["t"] - invoked[e["value"]]) * 1000, 2)]
-            for e in events if e.get("f") == "send" and e["type"] == "ok" and e["value"] in invoked]
-    fails = [[round(e["t"] - t0, 3), e["type"]] for e in events
-             if e.get("f") == "send" and e["type"] in ("fail", "info")]
-    leaders = sorted([round(int(e["t"]) / 1e9 - t0, 3), e["node"], int(e["term"])]
-                     for e in trace_events if e.get("ev") == "role" and e.get("role") == "leader")
-    return {"acks": acks, "fails": fails, "leaders": leaders}
-
-
 async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
     sc = scenario_for(cfg)
     rng = random.Random(cfg.seed)
@@ -182,7 +160,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                            broker_args=_broker_args(sc, cfg.canary),
                            namesrv_args=(("--canary", cfg.canary) if cfg.canary in NAMESRV_CANARIES
                                          else ()),
-                           tls=cfg.tls)
+                           tls=cfg.tls, grpc=sc.grpc)
     wall0 = time.monotonic()
     t0 = time.time()
     say(f"[{label}] starting {sc.nodes} brokers, a NameServer and "
@@ -199,6 +177,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     workers: list[asyncio.Task[None]] = []
     readers: list[asyncio.Task[None]] = []
     remoting: RemotingProducers | None = None
+    grpc_load: GrpcLoad | None = None
     forger: Forger | None = None
     stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
     client_log = contextlib.ExitStack()
@@ -231,6 +210,12 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                     await remoting.start()
                 except (RuntimeError, OSError, TimeoutError) as err:
                     raise HarnessError(f"the 4.x producers did not start: {err!r}") from err
+            if sc.grpc:
+                try:
+                    grpc_load = await start_grpc_load(control, cluster.namesrv,
+                                                      cluster.grpc_addresses, base, cfg.seed)
+                except SEND_ERRORS as err:
+                    raise HarnessError(f"the RocketMQ 5 clients did not start: {err!r}") from err
             if sc.features:
                 feats = Features(cluster.namesrv, control, nodes, random.Random(rng.random()),
                                  stop_producers, work_dir=base)
@@ -254,7 +239,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             history.add(proc="nemesis", type="info", f="heal")
             nodes = await _final_members(control, cluster, notes)
             await _after_heal(cfg, control, nodes, stop_producers, workers, notes, problems,
-                              feats, os.path.join(base, "features.jsonl"), remoting)
+                              feats, os.path.join(base, "features.jsonl"), remoting, grpc_load)
             await asyncio.sleep(1.0)  # consumers' last long polls see the end of each queue
             stop_consumers.set()
             await asyncio.gather(*readers)
@@ -271,6 +256,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         await asyncio.gather(*workers, *readers, return_exceptions=True)
         if remoting is not None:
             await remoting.stop()
+        if grpc_load is not None:
+            await grpc_load.stop()
         if feats is not None:
             await feats.close()
         client_log.close()
@@ -291,18 +278,19 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     forged = check_registrations(forger.attempts, forger.routed) if forger else None
     violations = list(result.violations) + problems + (feats.violations if feats else []) \
         + (remoting.orderly_violations() if remoting is not None and sc.remoting_orderly else []) \
-        + (forged.lines() if forged is not None else [])
+        + (forged.lines() if forged is not None else []) \
+        + (grpc_load.violations() if grpc_load is not None else [])
     verdict = "FAIL" if violations else "PASS"
     durability = dict(ctl.durability) if ctl else {}
     corrupted = durability.pop("corrupted", [])
     if corrupted:
-        durability["corrupt_node_became_leader"] = _corrupt_led(corrupted, trace_events)
+        durability["corrupt_node_became_leader"] = corrupt_led(corrupted, trace_events)
     run: dict[str, Any] = {
         "scenario": sc.name, "title": sc.title, "seed": cfg.seed, "nodes": sc.nodes,
         "flush_mode": sc.flush_mode, "canary": cfg.canary, "duration_s": cfg.duration_s,
         "wall_s": round(time.monotonic() - wall0, 1), "faults": dict(ctl.faults) if ctl else {},
-        "fault_windows": _fault_windows(history.events, t0), "durability": durability,
-        "check": result.to_dict(), "series": _series(history.events, trace_events, t0),
+        "fault_windows": fault_windows(history.events, t0), "durability": durability,
+        "check": result.to_dict(), "series": series(history.events, trace_events, t0),
         "verdict": verdict, "violations": violations,
         "expect": "fail" if cfg.canary else "pass", "notes": notes,
     }
@@ -318,6 +306,9 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             run["remoting"]["orderly"] = {
                 "acked": sum(remoting.acked.values()), "unknown": remoting.orderly_unknown,
                 "processed": len(remoting.processing), "caught_up": remoting.orderly_drained}
+    if grpc_load is not None:  # how much the RocketMQ 5 clients did
+        run["grpc"] = grpc_load.summary(next((e["t"] for e in history.events if e.get("proc")
+                                              == "nemesis" and e.get("f") == "start"), None))
     if sc.flush_mode == "async":
         run["notes"].append("async flush: acknowledged from the page cache; what a power loss "
                             "takes is measured here")
@@ -359,7 +350,8 @@ async def _final_members(control: LogClient, cluster: ChaosCluster, notes: list[
 async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
                       stop_producers: asyncio.Event, workers: list[asyncio.Task[None]],
                       notes: list[str], problems: list[str], feats: Features | None,
-                      features_path: str, remoting: RemotingProducers | None = None) -> None:
+                      features_path: str, remoting: RemotingProducers | None = None,
+                      grpc_load: GrpcLoad | None = None) -> None:
     """Wait for a leader, let the workload run on, stop the producers, let the features finish,
     wait until every replica has applied the whole log. A wait that runs out is a problem to
     report, and the run goes on to drain what the replicas hold (a seeded bug may have left a
@@ -375,6 +367,8 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
     await asyncio.gather(*workers)
     if remoting is not None:
         await remoting.stop()  # (their last sends are recorded before the drain)
+    if grpc_load is not None:  # (its consumers catch up, its batch topic is read back)
+        await grpc_load.finish()
     if feats is not None:
         await feats.finish(features_path)
         ended = feats.result.get("finished_in_s")
@@ -395,14 +389,3 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
         await _wait(caught_up, CATCH_UP_WAIT_S, "every replica to apply the whole log")
     except HarnessError as err:
         problems.append(f"liveness: {err}")
-
-
-def _corrupt_led(corrupted: list[dict[str, Any]], trace_events: list[dict[str, Any]]) -> bool:
-    """Whether a node became leader within 5 s of having its disk damaged (before it could
-    have caught up from a healthy leader)."""
-    for c in corrupted:
-        for e in trace_events:
-            if (e.get("ev") == "role" and e.get("role") == "leader" and e.get("node") == c["node"]
-                    and 0 <= int(e["t"]) / 1e9 - c["t"] < 5):
-                return True
-    return False

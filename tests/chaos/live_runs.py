@@ -43,6 +43,8 @@ CANARY_DETECTORS = {
     "membership_forget_on_restart": ("replica_divergences", "lost", "lost_on_replica",
                                      "order_producer", "order_realtime", "split brain"),
     "namesrv_skip_signature": ("registrations: accepted",),
+    "fifo_group_overlap": ("fifo: overlap",),
+    "grpc_batch_torn": ("batch torn",),
 }
 
 
@@ -50,8 +52,11 @@ FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_co
                     "txn_half_visible", "txn_forget")
 # The canaries run in the short form: the features', the 4.x clients' (S18 kills the leader 5 s
 # into the faults: an acknowledgement sent early is lost with it) and the NameServer's (the
-# forger sends about two forgeries a second from the start)
-SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signature")
+# forger sends about two forgeries a second from the start) and the RocketMQ 5 clients' (each
+# FIFO group and each batch shows them from the start, faults or not)
+GRPC_CANARIES = ("fifo_group_overlap", "grpc_batch_torn")
+SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signature",
+                  *GRPC_CANARIES)
 
 
 def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
@@ -96,6 +101,15 @@ def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
             lines_ran.append(f"  4.x orderly: {o['acked']} acknowledged ({o['unknown']} sent "
                              f"again), {o['processed']} listener calls, caught up: "
                              f"{o['caught_up']}")
+    g = run.get("grpc")
+    if g:
+        lines_ran.append(f"  RocketMQ 5 clients: {g['sent']} sends acknowledged "
+                         f"({g['send_failures']} unknown), {g['deliveries']} deliveries "
+                         f"({g['fifo_deliveries']} FIFO, {g.get('fifo_parallel')} beside another "
+                         f"group in flight), {g['acks']} acks; batches {g['batches_acked']} of "
+                         f"{g['batches']} acknowledged, {g.get('batches_stored')} stored; "
+                         f"caught up: {g['caught_up']}; after the first fault {g.get('sent_after_fault')} "
+                         f"sends acknowledged, {g.get('fifo_after_fault')} FIFO deliveries")
     print("\n".join(lines_ran))
     if ran is not None:  # in the CI log: how much ran
         ran("\n".join(lines_ran))

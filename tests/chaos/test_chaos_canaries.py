@@ -1,6 +1,7 @@
 """Live chaos: every seeded bug (a test-only flag) is caught by its scenario, by the checks it
 must break. The messaging features' canaries run in a short form (``FEATURE_CANARY_DURATION_S`` of
-faults: each is caught within its first fault)."""
+faults: each is caught within its first fault). The RocketMQ 5 clients' canaries (S19's) run in
+``tests/chaos/test_chaos_grpc.py``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.chaos.live_runs import (
     CANARY_DETECTORS,
     DURATION_S,
     FEATURE_CANARY_DURATION_S,
+    GRPC_CANARIES,
     SHORT_CANARIES,
     run_live,
 )
@@ -22,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("canary", sorted(set(CANARIES) - {"stale_leader",  # its own tests below
-                                                           "membership_forget_on_restart"}))
+                                                           "membership_forget_on_restart",
+                                                           *GRPC_CANARIES}))  # test_chaos_grpc
 def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,
                                              ran: Callable[[str], None]) -> None:
     scenario = CANARIES[canary][0]

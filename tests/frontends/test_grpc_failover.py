@@ -22,6 +22,7 @@ from rocketmq import Message as RmqMessage
 from rocketmq import Producer as RmqProducer
 
 from chaos.live.checkers.pop import Ack, Delivery, PopVerdict, check_pop
+from chaos.live.grpc_clients import ack_timed
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from tests.broker.test_broker_processes import _wait_leader
@@ -107,15 +108,10 @@ def consume(endpoints: str, h: History, group: str = "failover-group", topic: st
             for m in messages:
                 if process_s:
                     h.stop_receiving.wait(process_s)  # the consumer's work on it
-                sent = time.monotonic()
-                try:
-                    consumer.ack(m)
-                    ok = True
-                except Exception:  # not acknowledged (or its answer lost): it may come again
-                    ok = False
+                ack = ack_timed(consumer, m)
                 with h.acked:
-                    h.ack_failures += not ok
-                    h.acks.append(Ack(m.message_id, time.monotonic(), sent, ok))
+                    h.ack_failures += not ack.ok
+                    h.acks.append(ack)
                     h.acked.notify_all()
     finally:
         consumer.shutdown()
