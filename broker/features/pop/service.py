@@ -10,7 +10,9 @@ messages in flight whose invisible time is over (those past the group's maximum 
 attempts, its own setting, ``broker.features.admin.model``, or else the request's default, go
 to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model``
 makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is
-passed, as a pull passes it). A topic not created yet reads as empty (its first send may create it), as a
+passed, as a pull passes it). A message whose TTL has passed (``protocol.message_ttl``, by this
+leader's clock) is passed as a filtered one, or, handed out again or released, acknowledged
+at once: never delivered. A topic not created yet reads as empty (its first send may create it), as a
 pull reads it. It long-polls up to ``poll_ms`` for new messages, a message's invisible time
 to end, or an ack or dead letter that frees a message group. A message with a message group
 (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule is ``broker.features.pop.model``'s; a
@@ -35,6 +37,7 @@ from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
 from protocol.errors import DLedgerError
 from protocol.filter_sql import SqlFilter
+from protocol.message_ttl import expired
 from protocol.topics import PERM_RW
 
 SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
@@ -54,6 +57,10 @@ class PopHost(BrokerHost, Protocol):
 
     def arrival(self, topic: str, queue_id: int) -> asyncio.Event:
         """Set when the next message for the queue is applied here."""
+        ...
+
+    def count_expired(self, path: str, count: int) -> None:
+        """``count`` expired messages (``protocol.message_ttl``) a read on ``path`` passed."""
         ...
 
 
@@ -140,8 +147,22 @@ class PopService:
                 if result is None:
                     return []
                 if result.popped:
-                    return self._rows(topic, qid, result)
+                    rows = await self._unexpired(key, self._rows(topic, qid, result))
+                    if rows:
+                        return rows
             return []
+
+    async def _unexpired(self, key: PopKey, rows: list[Any]) -> list[Any]:
+        """The rows handed out but those expired by now (a redelivery, a release, or one that
+        expired since the scan): those are acknowledged at once, never delivered."""
+        now_ms = int(time.time() * 1000)
+        gone = [(r[1], r[10]) for r in rows if r[6] and expired(r[6], r[8], now_ms)]
+        if not gone:
+            return rows
+        group, topic, qid = key
+        await self._commit(PopAck(now_ms, group, topic, qid, tuple(gone)))
+        self.host.count_expired("pop", len(gone))
+        return [r for r in rows if not (r[6] and expired(r[6], r[8], now_ms))]
 
     async def _pop_once(self, key: PopKey, max_messages: int, invisible_ms: int,
                         tags: list[str], sql: SqlFilter | None,
@@ -195,6 +216,8 @@ class PopService:
         fresh: list[tuple[int, str | None]] = []
         held: list[tuple[int, str]] = []
         hi = lo
+        now_ms = int(time.time() * 1000)  # the leader's clock: its skips are replicated
+        passed = 0
         for k, unit in enumerate(self.host.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
             off = lo + k
             if wanted is not None and unit.tag_hash not in wanted:
@@ -203,6 +226,10 @@ class PopService:
             m = self.host.read_message(unit.position, unit.slot, entries)
             if (wanted is not None and m.tags not in tags) or \
                     (sql is not None and not sql.matches(dict(m.properties), m.tags)):
+                hi = off + 1
+                continue
+            if m.properties and expired(m.properties, unit.store_ts_ms, now_ms):
+                passed += 1  # skipped as a filtered one: never handed out
                 hi = off + 1
                 continue
             group = next((v for n, v in m.properties if n == MESSAGE_GROUP_PROPERTY), None)
@@ -217,6 +244,8 @@ class PopService:
             hi = off + 1
             if len(fresh) >= room or len(fresh) + len(held) >= capacity:
                 break
+        if passed:
+            self.host.count_expired("pop", passed)
         return fresh, held, hi
 
     def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
