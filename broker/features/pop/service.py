@@ -17,7 +17,9 @@ pull reads it. It long-polls up to ``poll_ms`` for new messages, a message's inv
 to end, or an ack or dead letter that frees a message group. A message with a message group
 (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule is ``broker.features.pop.model``'s; a
 receive first releases the messages held back whose group is free, then scans on past the
-ones whose group is busy, holding them back, so a queue's other groups proceed.
+ones whose group is busy, holding them back, so a queue's other groups proceed. Priority: a
+receive hands out the higher priorities of a queue first, parking the lower ones it passes
+(``broker.features.pop.scan``); the rows it answers are sorted highest priority first.
 """
 
 from __future__ import annotations
@@ -26,21 +28,22 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from broker.core.applied import ApplyResult, tag_hash
+from broker.core.applied import ApplyResult
 from broker.core.codec import Message
 from broker.core.entries import TopicPut
 from broker.features.host import BrokerHost
-from broker.features.pop.entries import POP_ITEMS_MAX, PopAck, PopChange, PopDead, PopEntry
-from broker.features.pop.model import INFLIGHT_MAX, GroupGate, PopKey
+from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
+from broker.features.pop.model import INFLIGHT_MAX, PopKey
+from broker.features.pop.scan import Filter, PriorityMemo, scan_by_priority, scan_in_order
 from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
 from protocol.errors import DLedgerError
 from protocol.filter_sql import SqlFilter
 from protocol.message_ttl import expired
+from protocol.priority import priority_of
 from protocol.topics import PERM_RW
 
-SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
 WAKE_S_MAX = 1.0  # a long poll looks again at least this often (messages coming visible)
 PLANS_MAX = 4  # pops one look at a queue commits while they hand out nothing (scans on)
 RELEASE_RETRY_S = 0.05  # a receive looks again this soon while a message held back may go
@@ -69,6 +72,7 @@ class PopService:
         self.host = host
         self._locks: dict[PopKey, asyncio.Lock] = {}
         self._freed: dict[PopKey, asyncio.Event] = {}  # set by an ack or dead letter of the queue
+        self._memo = PriorityMemo()  # offsets of a priority above 0 ahead of each cursor
         self._turn = 0  # rotates the queue a receive of "any queue" looks at first
         self.popped = 0  # messages this node handed out as leader (for status)
         self.dead = 0
@@ -148,8 +152,8 @@ class PopService:
                     return []
                 if result.popped:
                     rows = await self._unexpired(key, self._rows(topic, qid, result))
-                    if rows:
-                        return rows
+                    if rows:  # (the highest priority first; a stable sort keeps the rest)
+                        return sorted(rows, key=lambda r: -priority_of(r[6]) if r[6] else 0)
             return []
 
     async def _unexpired(self, key: PopKey, rows: list[Any]) -> list[Any]:
@@ -185,15 +189,25 @@ class PopService:
         first, length = self._range(topic, qid)
         cursor = q.cursor if q is not None else state.offsets.get(key, first)
         lo = max(cursor, first)
-        capacity = INFLIGHT_MAX - (len(q.inflight) + len(q.held) if q else 0)
+        capacity = INFLIGHT_MAX - (q.holding() if q else 0)
         room = min(max_messages - len(redeliver) - len(release), capacity)
-        fresh, held, hi = self._scan(topic, qid, lo, length, room, capacity, tags, sql,
-                                     state.pops.gate(key))
-        if not redeliver and not release and hi == lo:
+        flt = Filter(tags, sql, now_ms)
+        parked, ahead = state.pops.parked(key), self._memo.ahead(self.host, key, lo, length)
+        plan = scan_by_priority(self.host, topic, qid, lo, length, room, capacity, flt, parked,
+                                ahead) if room > 0 and (parked or ahead) else None
+        held: list[tuple[int, str]] = []
+        if plan is not None:
+            fresh, park, unpark, hi = plan
+        else:
+            (fresh, held, hi), park, unpark = scan_in_order(
+                self.host, topic, qid, lo, length, room, capacity, flt, state.pops.gate(key)), [], []
+        if flt.expired:
+            self.host.count_expired("pop", flt.expired)
+        if not redeliver and not release and not unpark and hi == lo:
             return None
         entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
                          lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
-                         tuple(held), tuple(release))
+                         tuple(held), tuple(release), tuple(park), tuple(unpark))
         result = await self.host.commit(self.host.state.registry.encode(entry))
         # (a conflict: a receive waiting plans again from the applied state)
         return result if result.status == "OK" else None
@@ -201,52 +215,6 @@ class PopService:
     def _range(self, topic: str, qid: int) -> tuple[int, int]:
         lo, hi = self.host.state.queue_range(topic, qid)
         return max(lo, self.host.retained_offset(topic, qid)), hi
-
-    def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, capacity: int,
-              tags: list[str], sql: SqlFilter | None, gate: GroupGate
-              ) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], int]:
-        """Fresh offsets from ``lo``: (offset, message group) of each to hand out (at most
-        ``room``), (offset, group) of each ordered one to hold back behind an earlier message
-        of its group (both together at most ``capacity``), and where the cursor moves: past
-        each one handed out, held back or filtered out."""
-        if room <= 0 or lo >= length:
-            return [], [], lo
-        wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
-        entries: dict[int, list[Any]] = {}
-        fresh: list[tuple[int, str | None]] = []
-        held: list[tuple[int, str]] = []
-        hi = lo
-        now_ms = int(time.time() * 1000)  # the leader's clock: its skips are replicated
-        passed = 0
-        for k, unit in enumerate(self.host.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
-            off = lo + k
-            if wanted is not None and unit.tag_hash not in wanted:
-                hi = off + 1
-                continue
-            m = self.host.read_message(unit.position, unit.slot, entries)
-            if (wanted is not None and m.tags not in tags) or \
-                    (sql is not None and not sql.matches(dict(m.properties), m.tags)):
-                hi = off + 1
-                continue
-            if m.properties and expired(m.properties, unit.store_ts_ms, now_ms):
-                passed += 1  # skipped as a filtered one: never handed out
-                hi = off + 1
-                continue
-            group = next((v for n, v in m.properties if n == MESSAGE_GROUP_PROPERTY), None)
-            if group is not None and not gate.free(group):
-                if len(held) >= POP_ITEMS_MAX:
-                    break
-                held.append((off, group))  # it waits behind an earlier one of its group
-            else:
-                fresh.append((off, group))
-                if group is not None:
-                    gate.take(group)
-            hi = off + 1
-            if len(fresh) >= room or len(fresh) + len(held) >= capacity:
-                break
-        if passed:
-            self.host.count_expired("pop", passed)
-        return fresh, held, hi
 
     def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
         entries: dict[int, list[Any]] = {}
