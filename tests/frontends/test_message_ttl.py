@@ -162,3 +162,31 @@ def test_our_message_refuses_a_bad_ttl(ttl_ms: int) -> None:
         Message(TOPIC, b"x", ttl_ms=ttl_ms)
     with pytest.raises(TypeError, match="ttl_ms"):
         Message(TOPIC, b"x", ttl_ms=1.5)  # type: ignore[arg-type]
+
+
+def test_a_message_in_flight_whose_ttl_passes_is_not_delivered_again(
+        module_cluster: tuple[str, str, LocalCluster]) -> None:
+    """A POP receive hands a message out before its TTL; not acknowledged, it would come again
+    after its invisible time, but its TTL has passed by then: acknowledged instead, never
+    delivered again (``broker.features.pop.service``)."""
+    ns = module_cluster[0]
+    ttl_ms, invisible_ms = 3_000, 1_000
+
+    async def run() -> None:
+        async with LogClient(await _leader_nodes(ns), timeout_s=10) as client:
+            await client.call_leader(bp.TOPIC_PUT, "ttl-flight", 1, 1, 6)
+            await client.call_leader(bp.SEND, "ttl-flight", 0, [
+                [b"brief", "", [], "u-brief", [[TTL_PROPERTY, str(ttl_ms)]], 0]])
+            sent_ms = time.time() * 1000
+
+            async def pop() -> list[bytes]:
+                _, rows = await client.call_leader(bp.POP_RECEIVE, "ttl-flight-g", "ttl-flight",
+                                                   0, 8, invisible_ms, ["*"], "", 0, 16)
+                return [r[2] for r in rows]
+            assert await pop() == [b"brief"]  # before its TTL: delivered (not acknowledged)
+            await wait_until(lambda: time.time() * 1000 > sent_ms + ttl_ms + 100, 10,
+                             "the TTL to pass")
+            assert await pop() == []  # due again, but expired: acknowledged, not delivered
+            _, status = await client.call_leader(bp.CONSUMER_STATUS, "ttl-flight-g")
+            assert status["queues"] == [["ttl-flight", 0, 1, 1]]  # it left flight
+    asyncio.run(run())
