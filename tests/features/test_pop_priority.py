@@ -6,6 +6,9 @@ checkpoints keep their form)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import cbor2
 import pytest
 
@@ -13,6 +16,11 @@ from broker.features.pop.entries import KIND_POP, PopAck, PopEntry
 from broker.features.pop.model import INFLIGHT_MAX, PopConflict, PopTable
 from broker.machine.kinds import decode, encode
 from broker.machine.state import BrokerState
+from dledger.client import LogClient
+from protocol import broker_kinds as bp
+from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
+from protocol.priority import PRIORITY_PROPERTY
+from tests.broker.test_broker_requests import run
 from tests.features.test_pop import INV, KEY, _state_with_messages
 
 
@@ -64,3 +72,41 @@ def test_the_state_machine_parks_and_a_checkpoint_keeps_them() -> None:
                        ).acked == (True, True, True, True)
     assert again.offsets[KEY] == 4
     assert cbor2.loads(encode(PopEntry(1, "g", "t", 0, INV, 0, (), 0, 0, ())))[1] == KIND_POP
+
+
+def _message(body: str, priority: int | None = None, group: str | None = None) -> list[Any]:
+    props = [[PRIORITY_PROPERTY, str(priority)]] if priority is not None else []
+    props += [[MESSAGE_GROUP_PROPERTY, group]] if group is not None else []
+    return [body.encode(), "", [], "", props, 0]
+
+
+async def _receive(client: LogClient, max_messages: int) -> list[str]:
+    rows = await client.call("n0", bp.POP_RECEIVE, "g", "p", 0, max_messages, 60_000, ["*"],
+                             "", 0, 16)
+    return [r[2].decode() for r in rows]
+
+
+@pytest.mark.slow
+def test_a_receive_takes_higher_priorities_first_equal_ones_in_send_order(
+        tmp_path: Path) -> None:
+    async def scenario(client: LogClient, n0: str) -> None:
+        await client.call(n0, bp.TOPIC_PUT, "p", 1, 1, 6)
+        await client.call(n0, bp.SEND, "p", 0, [_message("n0"), _message("a", 3), _message("n1"),
+                                                _message("b", 7), _message("c", 3)])
+        assert await _receive(client, 2) == ["b", "a"]  # n0 and n1 parked, c still fresh
+        assert await _receive(client, 32) == ["c", "n0", "n1"]
+        assert await _receive(client, 32) == []
+
+    run(tmp_path, scenario)
+
+
+@pytest.mark.slow
+def test_an_ordered_message_at_the_cursor_still_goes_out_with_priorities_behind_it(
+        tmp_path: Path) -> None:
+    async def scenario(client: LogClient, n0: str) -> None:
+        await client.call(n0, bp.TOPIC_PUT, "p", 1, 1, 6)
+        await client.call(n0, bp.SEND, "p", 0, [_message("A0", group="A"), _message("hi", 5),
+                                                _message("n")])
+        assert await _receive(client, 32) == ["hi", "A0", "n"]
+
+    run(tmp_path, scenario)

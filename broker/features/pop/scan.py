@@ -143,9 +143,12 @@ def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int,
                      capacity: int, f: Filter, parked: dict[int, int], ahead: dict[int, int]
                      ) -> tuple[Fresh, list[tuple[int, int]], list[int], int] | None:
     """The fresh offsets to hand out, the fresh ones to park (with their priority), the parked
-    ones to hand out, and where the cursor moves; None when the plan would hold more than
-    ``capacity`` (the scan in queue order goes instead)."""
-    last = max(ahead, default=lo - 1)  # the scan reads at least up to the last priority ahead
+    ones to hand out, and where the cursor moves; None when the plan would hand out nothing (an
+    ordered message first) or hold more than ``capacity``: the scan in queue order goes
+    instead. It reads up to the last of the ``room`` highest priorities ahead (by the memo),
+    and on until it has ``room`` messages it may hand out."""
+    top = sorted((-p, o) for o, p in ahead.items())[:room]
+    last = max((o for _, o in top), default=lo - 1)
     entries: dict[int, list[Any]] = {}
     eligible: list[tuple[int, int]] = []  # (offset, priority)
     examined = lo
@@ -161,6 +164,8 @@ def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int,
             eligible.append((off, priority_of(m.properties) if m.properties else 0))
     pool = sorted([(-p, o, True) for o, p in parked.items()]
                   + [(-p, o, False) for o, p in eligible])[:room]
+    if not pool:
+        return None
     unpark = [o for _, o, was_parked in pool if was_parked]
     fresh = sorted(o for _, o, was_parked in pool if not was_parked)
     hi = examined if len(fresh) == len(eligible) else (fresh[-1] + 1 if fresh else lo)
