@@ -11,12 +11,9 @@ back). The group's consume offset for the queue (what ``dledger consumer status`
 where a new cursor starts after a reset) is the lowest offset in flight or held back, or the
 cursor.
 
-Priority (RocketMQ 5.4's, ``protocol.priority``): a pop may hand out a fresh offset of a higher
-priority past lower ones; those it passes are parked (offset and priority, below the cursor,
-counted in the group's offset as the held ones are) and handed out by a later pop, which takes
-the parked and the fresh ones highest priority first, lowest offset first among equals. Which
-ones to park and hand out is the leader's plan (``broker.features.pop.service``); the model
-checks only that a parked offset is handed out once and none is lost.
+Priority (``protocol.priority``): a pop may hand out an offset past lower priorities, parking
+those (below the cursor, counted in the group's offset) for a later pop. The leader plans which
+(``broker.features.pop.scan``); the model checks that a parked offset goes out once, none lost.
 
 Every change is a log entry (``broker.features.pop.entries``) applied on every replica:
 - ``PopEntry``: the leader hands out offsets. Redeliveries name offsets in flight whose time
@@ -345,9 +342,7 @@ class PopTable:
 
     # -- checkpoint -------------------------------------------------------------------------------
 
-    def snapshot(self) -> list[Any]:
-        """A queue's parked offsets are its row's last field, only when it has some (the form
-        before priorities otherwise)."""
+    def snapshot(self) -> list[Any]:  # (parked offsets last, only if any: the older form)
         return [self.clock_ms, sorted(
             [g, t, qid, q.cursor,
              sorted([o, f.epoch, f.attempt, f.visible_ms, f.group if f.group is not None else False]
