@@ -134,6 +134,7 @@ class BrokerServer:
         st["retries"] = broker.retries.status()
         st["transactions"] = broker.txns.status()
         st["pop"] = broker.pops.status()
+        st["expired_passed"] = dict(broker.expired_passed)  # by path (protocol.message_ttl)
         st["key_index"] = broker.index.status()
         if self._gateway is not None:
             st["grpc"] = self._gateway.status()

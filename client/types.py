@@ -6,6 +6,9 @@ import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from protocol.message_ttl import TTL_PROPERTY, parse_ttl_ms
+from protocol.priority import PRIORITY_PROPERTY, parse_priority
+
 Properties = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
@@ -43,7 +46,8 @@ class Message:
     def __init__(self, topic: str, body: bytes | bytearray | memoryview, tags: str = "",
                  keys: str | Iterable[str] = (), properties: Properties = (), *,
                  delay_level: int = 0, deliver_at_ms: int | None = None,
-                 delay_ms: int | None = None) -> None:
+                 delay_ms: int | None = None, ttl_ms: int | None = None,
+                 priority: int | None = None) -> None:
         if type(topic) is not str:
             raise TypeError(f"Message topic must be a str, not {type(topic).__name__}")
         if type(body) is not bytes:
@@ -59,8 +63,16 @@ class Message:
         props = _properties(properties) if properties else ()
         if delay_level or deliver_at_ms is not None or delay_ms is not None:
             props = (*props, _delay(delay_level, deliver_at_ms, delay_ms))
-            if len({n for n, _ in props}) < len(props):
-                raise ValueError(f"Message properties name one property twice: {props!r}")
+        if ttl_ms is not None:
+            if type(ttl_ms) is not int:
+                raise TypeError(f"Message ttl_ms must be an int, not {type(ttl_ms).__name__}")
+            props = (*props, (TTL_PROPERTY, str(parse_ttl_ms(ttl_ms))))
+        if priority is not None:
+            if type(priority) is not int:
+                raise TypeError(f"Message priority must be an int, not {type(priority).__name__}")
+            props = (*props, (PRIORITY_PROPERTY, str(parse_priority(priority))))
+        if len(props) > 1 and len({n for n, _ in props}) < len(props):
+            raise ValueError(f"Message properties name one property twice: {props!r}")
         put(self, "properties", props)
 
     @property

@@ -78,7 +78,9 @@ the kinds here start at 100. Requests (``[VERSION, kind, request_id, ...args]``)
   out to ``group``, invisible to its other receives for ``invisible_ms``
   (``broker.features.pop.model``; leader; long-polls up to ``poll_ms``); past ``max_attempts``
   deliveries (unless the group has its own, SUBSCRIPTION_GROUP_PUT) a message goes to the
-  group's dead-letter queue. POP_ACK ``group, topic, queue_id, [[offset, epoch]...]`` -> per
+  group's dead-letter queue. Within a queue the higher ``PRIORITY`` comes first
+  (``protocol.priority``), and a message whose ``TTL_MS`` passed never (``protocol.message_ttl``;
+  PULL passes it too). POP_ACK ``group, topic, queue_id, [[offset, epoch]...]`` -> per
   receipt true (acknowledged, or already) or false (stale: redelivered or changed since);
   POP_CHANGE ``group, topic, queue_id, offset, epoch, invisible_ms`` -> the new epoch
   (INVALID_RECEIPT_HANDLE if stale); POP_DEAD ``group, topic, queue_id, offset, epoch,

@@ -52,6 +52,7 @@ from protocol.broker_kinds import (
 )
 from protocol.errors import DiskFullError, NotLeaderError
 from protocol.filter_sql import SqlFilter
+from protocol.message_ttl import expired
 
 __all__ = ["RESULTS_KEPT", "Broker", "BrokerMetrics"]
 
@@ -68,6 +69,8 @@ class BrokerMetrics(Protocol):
 
     def pulled(self, topic: str, result: str, messages: list[Any]) -> None: ...
 
+    def passed_expired(self, path: str, count: int) -> None: ...
+
 
 class _Uncounted:
     def sent(self, runs: Sequence[tuple[str, int, list[Any], int]], answers: Sequence[Any],
@@ -78,6 +81,9 @@ class _Uncounted:
         return
 
     def pulled(self, topic: str, result: str, messages: list[Any]) -> None:
+        return
+
+    def passed_expired(self, path: str, count: int) -> None:
         return
 
 
@@ -103,6 +109,7 @@ class Broker:
         self.consumers = ConsumerConnections()  # those that can be asked (307 / 309)
         self._arrivals: dict[tuple[str, int], asyncio.Event] = {}
         self.metrics: BrokerMetrics = _Uncounted()
+        self.expired_passed = {"pull": 0, "pop": 0}  # expired messages reads passed over
         self.status_of: Callable[[], dict[str, Any]] = lambda: {"group": self.group}
         self.node.add_apply_listener(self._on_apply)
         self.sends = SendPath(self)
@@ -205,6 +212,11 @@ class Broker:
         self.metrics.pulled(topic, answer[0], answer[4])
         return answer
 
+    def count_expired(self, path: str, count: int) -> None:
+        """``count`` expired messages (``protocol.message_ttl``) a read on ``path`` passed."""
+        self.expired_passed[path] += count
+        self.metrics.passed_expired(path, count)
+
     async def _pull(self, topic: str, queue_id: int, offset: int, max_messages: int,
                     max_bytes: int, suspend_ms: int, tags: list[str],
                     sql: SqlFilter | None) -> list[Any]:
@@ -223,6 +235,8 @@ class Broker:
         out: list[Any] = []
         size = 0
         next_offset = offset
+        now_ms = int(time.time() * 1000)  # this node's clock: TTL expiry (protocol.message_ttl)
+        passed = 0
         for k, unit in enumerate(units):
             if out and size + unit.size > max_bytes:
                 break
@@ -232,10 +246,15 @@ class Broker:
             m = self.read_message(unit.position, unit.slot, entries)
             if sql is not None and not sql.matches(dict(m.properties), m.tags):
                 continue  # SQL92 filtering is the broker's alone: the client trusts it
+            if m.properties and expired(m.properties, unit.store_ts_ms, now_ms):
+                passed += 1  # never delivered; passed as a filtered one
+                continue
             size += unit.size
             out.append([offset + k, m.body, m.tags, list(m.keys), m.unique_key,
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
                         offset_msg_id(self.group, unit.position, unit.slot)])
+        if passed:
+            self.count_expired("pull", passed)
         return [FOUND if out else NO_NEW_MSG, next_offset, lo, hi, out]
 
     def retained_offset(self, topic: str, queue_id: int) -> int:

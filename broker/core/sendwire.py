@@ -20,6 +20,8 @@ from protocol.broker_kinds import (
     offset_msg_id,
 )
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES
+from protocol.message_ttl import TTL_PROPERTY, parse_ttl_ms
+from protocol.priority import PRIORITY_PROPERTY, parse_priority
 from protocol.topics import HALF_TOPIC, SCHEDULE_TOPIC
 
 # An entry larger than this could not travel to a follower in one peer frame (the append
@@ -61,12 +63,21 @@ def wire_messages(topic: str, raw: Any, max_bytes: int,
     return raw, total, with_props
 
 
+CHECKED = {TTL_PROPERTY: parse_ttl_ms, PRIORITY_PROPERTY: parse_priority}  # property: its check
+
+
 def _check_pairs(k: int, props: list[Any]) -> None:
     """Stricter than the replicas' check, which must keep accepting what older leaders stored:
-    each property is a [name, value] list (check_message has checked that both are strings)."""
+    each property is a [name, value] list (check_message has checked that both are strings),
+    and a TTL (``protocol.message_ttl``) or a priority (``protocol.priority``) a valid one."""
     for p in props:
         if type(p) is not list or len(p) != 2:
             raise BadEntryError(f"message {k}: a property must be a [name, value] pair, not {p!r}")
+        if p[0] in CHECKED:
+            try:
+                CHECKED[p[0]](p[1])
+            except ValueError as err:
+                raise BadEntryError(f"message {k}: {err}") from err
 
 
 def run_answers(group: str, position: int, result: ApplyResult) -> list[list[Any]]:

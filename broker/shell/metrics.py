@@ -91,6 +91,9 @@ class BrokerMetrics:
                                  by_topic, registry=r)
         self.pulls = Counter("dledger_pull_requests", "Pull requests answered, by result",
                              (*_BASE, "result"), registry=r)
+        self.expired = Counter("dledger_messages_expired", "Messages passed over by reads "
+                               "because their TTL had passed (TTL_MS), by path (pull, pop)",
+                               (*_BASE, "path"), registry=r)
         self.acl_refusals = Counter("dledger_acl_refusals", "Requests refused by access control, "
                                     "by reason (signature, denied, malformed)",
                                     (*_BASE, "reason"), registry=r)
@@ -146,6 +149,10 @@ class BrokerMetrics:
         reason = {"SIGNATURE_REFUSED": "signature", "ACCESS_DENIED": "denied"}.get(
             getattr(err, "code", ""), "malformed")
         self.acl_refusals.labels(*self.base, reason).inc()
+
+    def passed_expired(self, path: str, count: int) -> None:
+        """``count`` expired messages a read passed over (``protocol.message_ttl``)."""
+        self.expired.labels(*self.base, path).inc(count)
 
     def pulled(self, topic: str, result: str, messages: list[Any]) -> None:
         child = self._pulls.get(result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -488,4 +489,34 @@ def test_a_closed_connection_takes_its_consumer_out_unless_it_is_live_on_another
             async def left() -> bool:  # both closed now: it leaves
                 return await members(watcher) == []
             await wait_until(left, 5, "the consumer to leave with its last connection")
+    asyncio.run(run())
+
+
+def test_a_4x_pull_never_delivers_a_message_whose_ttl_passed(ns: str) -> None:
+    """Issue 35, item 5 on the remoting path: a message sent with a short ``TTL_MS`` is passed
+    over by a pull once its TTL has passed (its offset consumed); one without, sent with it,
+    is delivered; a bad TTL is refused by name."""
+    ttl_ms = 1_000
+
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            batch = encode_batch([
+                BatchMessage(0, b"short", join_properties("", [], "u-short",
+                                                          [["TTL_MS", str(ttl_ms)]])),
+                BatchMessage(0, b"kept", join_properties("", [], "u-kept", []))])
+            sent = await c.call(codes.SEND_BATCH_MESSAGE, _send_ext("raw-ttl"), batch)
+            assert sent.code == codes.SUCCESS, sent.remark
+            sent_s = time.time()
+            await wait_until(lambda: time.time() > sent_s + ttl_ms / 1000 + 0.1, 10,
+                             "the TTL to pass")
+            pulled = await c.call(codes.PULL_MESSAGE, {
+                "consumerGroup": "raw-ttl-g", "topic": "raw-ttl", "queueId": "0",
+                "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+                "suspendTimeoutMillis": "0", "subscription": "*"})
+            assert pulled.code == codes.SUCCESS and pulled.ext["nextBeginOffset"] == "2"
+            assert [r.body for r in decode_records(pulled.body)] == [b"kept"]
+            bad = await c.call(codes.SEND_MESSAGE_V2, _send_ext("raw-ttl", props=join_properties(
+                "", [], "u-bad", [["TTL_MS", "-3"]])), b"x")
+            assert bad.code != codes.SUCCESS and "TTL_MS" in bad.remark
     asyncio.run(run())

@@ -52,7 +52,7 @@ def apply_pop(state: CoreState, index: int, position: int, e: PopEntry) -> Apply
     try:
         popped = state.part(PART, PopTable).pop(key, index, e.store_ts_ms, e.invisible_ms,
                                                 e.start, first, length, e.redeliver, e.lo, e.hi,
-                                                e.fresh, e.release, e.held)
+                                                e.fresh, e.release, e.held, e.parked, e.unpark)
     except PopConflict as err:
         return ApplyResult(index, "POP_CONFLICT", e.topic, e.queue_id, detail=str(err))
     _follow(state, key)

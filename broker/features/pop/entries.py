@@ -4,8 +4,10 @@ broker's entry envelope (``broker.core.codec``; registered by ``broker.features.
 
 - POP ``[ts, group, topic, queue id, invisible ms, start, [redelivered offset...], from, to,
   [[offset, message group or false]...], [[held offset, message group]...], [released
-  offset...]]``. Entries written before per-group FIFO end after the fresh offsets, and say of
-  each only whether it is ordered (true: its group unnamed, ``broker.features.pop.model.WHOLE_QUEUE``).
+  offset...], [[parked offset, priority]...], [unparked offset...]]``. Entries written
+  before priorities end after the released offsets; entries written before per-group FIFO
+  end after the fresh offsets, and say of each only whether it is ordered (true: its group
+  unnamed, ``broker.features.pop.model.WHOLE_QUEUE``).
 - POP_ACK ``[ts, group, topic, queue id, [[offset, epoch]...]]``
 - POP_CHANGE ``[ts, group, topic, queue id, offset, epoch, invisible ms]``
 - POP_DEAD ``[ts, group, topic, queue id, offset, epoch, dead-letter topic, message]``: the
@@ -41,6 +43,8 @@ class PopEntry:
     fresh: tuple[tuple[int, str | None], ...]  # (offset, its message group if ordered)
     held: tuple[tuple[int, str], ...] = ()  # (offset, group): held back behind its group
     release: tuple[int, ...] = ()  # held back before, handed out now
+    parked: tuple[tuple[int, int], ...] = ()  # (offset, priority): passed for a higher one
+    unpark: tuple[int, ...] = ()  # parked before, handed out now
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +91,10 @@ def encode_pop(e: PopEntry) -> bytes:
     form before per-group FIFO, which a replica not upgraded yet still reads the same."""
     fields = [*_head_of(e), e.invisible_ms, e.start, list(e.redeliver), e.lo, e.hi,
               [[o, g if g is not None else False] for o, g in e.fresh]]
-    if e.held or e.release or any(g is not None for _, g in e.fresh):
+    if e.held or e.release or e.parked or e.unpark or any(g is not None for _, g in e.fresh):
         fields += [[list(h) for h in e.held], list(e.release)]
+    if e.parked or e.unpark:  # (only a pop of priorities has these: older pops keep their form)
+        fields += [[list(p) for p in e.parked], list(e.unpark)]
     return dump(KIND_POP, fields)
 
 
@@ -116,20 +122,23 @@ def _offsets(v: Any) -> tuple[int, ...]:
 
 def decode_pop(number: int, f: list[Any]) -> PopEntry:
     ts, group, topic, qid, invisible_ms, start, redeliver, lo, hi, fresh, *fifo = f
-    if len(fifo) not in (0, 2):  # (0: written before per-group FIFO)
-        raise ValueError("a pop's held and released offsets are both given or neither")
-    held, release = fifo or ([], [])
+    if len(fifo) not in (0, 2, 4):  # (0: written before per-group FIFO, 2: before priorities)
+        raise ValueError("a pop's held and released offsets are both given or neither, as "
+                         "are its parked and unparked ones")
+    held, release, parked, unpark = [*fifo, [], [], [], []][:4]
     items: Any
-    for items, what in ((fresh, "fresh"), (held, "held")):
+    for items, what in ((fresh, "fresh"), (held, "held"), (parked, "parked")):
         if not isinstance(items, list) or len(items) > POP_ITEMS_MAX:
             raise ValueError(f"a pop names at most {POP_ITEMS_MAX} {what} offsets")
     pairs = tuple((as_int(o), group_of(g)) for o, g in as_pairs(fresh, "[offset, group]"))
     waits = tuple((as_int(o), as_str(g)) for o, g in as_pairs(held, "[offset, group]"))
+    passed = tuple((as_int(o), as_int(p)) for o, p in as_pairs(parked, "[offset, priority]"))
     lo, hi = as_int(lo), as_int(hi)
     if hi < lo:
         raise ValueError("a pop's range ends before it starts")
     return PopEntry(*_head([ts, group, topic, qid]), as_int(invisible_ms), as_int(start),
-                    _offsets(redeliver), lo, hi, pairs, waits, _offsets(release))
+                    _offsets(redeliver), lo, hi, pairs, waits, _offsets(release), passed,
+                    _offsets(unpark))
 
 
 def decode_ack(number: int, f: list[Any]) -> PopAck:

@@ -11,12 +11,17 @@ back). The group's consume offset for the queue (what ``dledger consumer status`
 where a new cursor starts after a reset) is the lowest offset in flight or held back, or the
 cursor.
 
+Priority (``protocol.priority``): a pop may hand out an offset past lower priorities, parking
+those (below the cursor, counted in the group's offset) for a later pop. The leader plans which
+(``broker.features.pop.scan``); the model checks that a parked offset goes out once, none lost.
+
 Every change is a log entry (``broker.features.pop.entries``) applied on every replica:
 - ``PopEntry``: the leader hands out offsets. Redeliveries name offsets in flight whose time
   has come (attempt + 1); releases name offsets held back whose group is free now; fresh ones
   take ``[from, to)`` from the cursor (``from`` must be the cursor: a pop planned on a stale
   view is refused whole), handing out the offsets listed, holding back those listed as held and
-  skipping the rest. FIFO, the rule (RocketMQ 5's, per message group): an ordered offset is
+  skipping the rest; ``parked`` and ``unpark`` park offsets of the range and hand out parked
+  ones (priority). FIFO, the rule (RocketMQ 5's, per message group): an ordered offset is
   handed out only while no other offset of its message group is in flight or held back below
   it, so the messages of a group are delivered one at a time, in queue order, the next only
   once the previous is acknowledged (or dead); different groups of one queue proceed in
@@ -90,16 +95,21 @@ def blocked(busy: set[str], group: str) -> bool:
 
 
 class PopQueue:
-    __slots__ = ("cursor", "inflight", "held")
+    __slots__ = ("cursor", "inflight", "held", "parked")
 
     def __init__(self, cursor: int) -> None:
         self.cursor = cursor
         self.inflight: dict[int, InFlight] = {}
         self.held: dict[int, str] = {}  # offset -> its message group: waiting behind an earlier one
+        self.parked: dict[int, int] = {}  # offset -> its priority: passed for a higher one
 
     def committed(self) -> int:
         return min(min(self.inflight, default=self.cursor), min(self.held, default=self.cursor),
-                   self.cursor)
+                   min(self.parked, default=self.cursor), self.cursor)
+
+    def holding(self) -> int:
+        """Offsets in flight, held back or parked: bounded by ``INFLIGHT_MAX``."""
+        return len(self.inflight) + len(self.held) + len(self.parked)
 
     def groups_in_flight(self) -> set[str]:
         return {f.group for f in self.inflight.values() if f.group is not None}
@@ -144,26 +154,33 @@ class PopTable:
     def pop(self, key: PopKey, index: int, ts_ms: int, invisible_ms: int, start: int,
             first: int, length: int, redeliver: Iterable[int], lo: int, hi: int,
             fresh: Iterable[tuple[int, str | None]], release: Iterable[int] = (),
-            held: Iterable[tuple[int, str]] = ()) -> list[tuple[int, int]]:
+            held: Iterable[tuple[int, str]] = (), parked: Iterable[tuple[int, int]] = (),
+            unpark: Iterable[int] = ()) -> list[tuple[int, int]]:
         """Hand out ``redeliver`` (offsets in flight whose time has come), ``release`` (offsets
         held back whose group is free) and ``fresh`` (offsets in ``[lo, hi)``, each with its
         message group or None), hold back ``held`` (offsets in ``[lo, hi)`` with their group),
-        skip the others of the range, and move the cursor to ``hi``. ``start`` is where a
+        park ``parked`` (offsets in ``[lo, hi)`` with their priority, passed over for a higher
+        one), hand out ``unpark`` (offsets parked before), skip the others of the range, and
+        move the cursor to ``hi``. ``start`` is where a
         queue the group never popped starts (its committed offset, or the queue's first);
         ``first`` and ``length`` are the queue's first retained offset and its length. All or
         nothing: ``PopConflict`` if any of it does not fit. Returns (offset, attempt) of each
-        handed out: redeliveries, releases, then fresh ones."""
+        handed out: redeliveries, releases, offsets parked before, then fresh ones."""
         now = self.tick(ts_ms)
         q = self.queues.get(key)
         cursor = q.cursor if q is not None else start
         redeliver, fresh, release, held = list(redeliver), list(fresh), list(release), list(held)
+        parked, unpark = list(parked), list(unpark)
         inflight = q.inflight if q is not None else {}
         waiting = q.held if q is not None else {}
+        passed = q.parked if q is not None else {}
+        if any(off not in passed for off in unpark) or len(set(unpark)) != len(unpark):
+            raise PopConflict("an offset handed out from the parked ones is not parked")
         for off in redeliver:
             f = inflight.get(off)
             if f is None or f.visible_ms > now:
                 raise PopConflict(f"offset {off} is not due for redelivery")
-        taken = [off for off, _ in fresh] + [off for off, _ in held]
+        taken = [off for off, _ in fresh] + [off for off, _ in held] + [off for off, _ in parked]
         if hi > lo:
             if lo != cursor and not (cursor < first and lo == first):
                 # (a cursor behind the queue's first retained offset moves up to it)
@@ -175,7 +192,7 @@ class PopTable:
         elif taken:
             raise PopConflict("fresh or held offsets with an empty range")
         self._check_fifo(q, release, fresh, held)
-        if len(inflight) + len(waiting) + len(taken) > INFLIGHT_MAX:
+        if len(inflight) + len(waiting) + len(passed) + len(taken) > INFLIGHT_MAX:
             raise PopConflict(f"more than {INFLIGHT_MAX} messages of the queue in flight or "
                               f"held back")
         if q is None:
@@ -188,10 +205,15 @@ class PopTable:
         for off in release:
             q.inflight[off] = InFlight(index, 1, now + invisible_ms, q.held.pop(off))
             out.append((off, 1))
+        for off in unpark:
+            del q.parked[off]
+            q.inflight[off] = InFlight(index, 1, now + invisible_ms, None)
+            out.append((off, 1))
         for off, group in fresh:
             q.inflight[off] = InFlight(index, 1, now + invisible_ms, group)
             out.append((off, 1))
         q.held.update(held)
+        q.parked.update(parked)
         if hi > lo:
             q.cursor = hi
         return out
@@ -240,7 +262,8 @@ class PopTable:
                     del q.inflight[off]  # type: ignore[union-attr]
                 out.append(True)
             else:
-                out.append(f is None and q is not None and off < q.cursor and off not in q.held)
+                out.append(f is None and q is not None and off < q.cursor and off not in q.held
+                           and off not in q.parked)
         return out
 
     def change(self, key: PopKey, index: int, ts_ms: int, offset: int, epoch: int,
@@ -308,18 +331,24 @@ class PopTable:
             gate.take(group)
         return out
 
+    def parked(self, key: PopKey) -> dict[int, int]:
+        """The offsets of the queue parked (passed for a higher priority), with their priority."""
+        q = self.queues.get(key)
+        return dict(q.parked) if q is not None else {}
+
     def next_visible_ms(self, key: PopKey) -> int | None:
         q = self.queues.get(key)
         return min((f.visible_ms for f in q.inflight.values()), default=None) if q else None
 
     # -- checkpoint -------------------------------------------------------------------------------
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self) -> list[Any]:  # (parked offsets last, only if any: the older form)
         return [self.clock_ms, sorted(
             [g, t, qid, q.cursor,
              sorted([o, f.epoch, f.attempt, f.visible_ms, f.group if f.group is not None else False]
                     for o, f in q.inflight.items()),
-             sorted([o, group] for o, group in q.held.items())]
+             sorted([o, group] for o, group in q.held.items()),
+             *([sorted([o, p] for o, p in q.parked.items())] if q.parked else [])]
             for (g, t, qid), q in self.queues.items())]
 
     @classmethod
@@ -332,10 +361,11 @@ class PopTable:
             raise ValueError("malformed pop table")
         table.clock_ms = clock
         for g, t, qid, cursor, flights, *rest in rows:
-            held = rest[0] if len(rest) == 1 else [] if not rest else None
+            held = rest[0] if 1 <= len(rest) <= 2 else [] if not rest else None
+            parked = rest[1] if len(rest) == 2 else []
             if not (isinstance(g, str) and isinstance(t, str) and isinstance(qid, int)
                     and isinstance(cursor, int) and isinstance(flights, list)
-                    and isinstance(held, list)):
+                    and isinstance(held, list) and isinstance(parked, list)):
                 raise ValueError("malformed pop queue")
             q = table.queues[(g, t, qid)] = PopQueue(cursor)
             for o, epoch, attempt, visible, group in flights:
@@ -346,6 +376,10 @@ class PopTable:
                 if not isinstance(o, int) or not isinstance(group, str):
                     raise ValueError("malformed message held back")
                 q.held[o] = group
+            for o, priority in parked:
+                if not isinstance(o, int) or not isinstance(priority, int):
+                    raise ValueError("malformed message parked")
+                q.parked[o] = priority
         return table
 
 

@@ -10,12 +10,16 @@ messages in flight whose invisible time is over (those past the group's maximum 
 attempts, its own setting, ``broker.features.admin.model``, or else the request's default, go
 to its dead-letter queue, ``%DLQ%<group>``, with the copy ``broker.features.retry.model``
 makes), then fresh ones from the cursor, filtered by tag or SQL92 (a filtered message is
-passed, as a pull passes it). A topic not created yet reads as empty (its first send may create it), as a
+passed, as a pull passes it). A message whose TTL has passed (``protocol.message_ttl``, by this
+leader's clock) is passed as a filtered one, or, handed out again or released, acknowledged
+at once: never delivered. A topic not created yet reads as empty (its first send may create it), as a
 pull reads it. It long-polls up to ``poll_ms`` for new messages, a message's invisible time
 to end, or an ack or dead letter that frees a message group. A message with a message group
 (``MESSAGE_GROUP_PROPERTY``) is ordered: FIFO's rule is ``broker.features.pop.model``'s; a
 receive first releases the messages held back whose group is free, then scans on past the
-ones whose group is busy, holding them back, so a queue's other groups proceed.
+ones whose group is busy, holding them back, so a queue's other groups proceed. Priority: a
+receive hands out the higher priorities of a queue first, parking the lower ones it passes
+(``broker.features.pop.scan``); the rows it answers are sorted highest priority first.
 """
 
 from __future__ import annotations
@@ -24,20 +28,22 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from broker.core.applied import ApplyResult, tag_hash
+from broker.core.applied import ApplyResult
 from broker.core.codec import Message
 from broker.core.entries import TopicPut
 from broker.features.host import BrokerHost
-from broker.features.pop.entries import POP_ITEMS_MAX, PopAck, PopChange, PopDead, PopEntry
-from broker.features.pop.model import INFLIGHT_MAX, GroupGate, PopKey
+from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
+from broker.features.pop.model import INFLIGHT_MAX, PopKey
+from broker.features.pop.scan import Filter, PriorityMemo, scan_by_priority, scan_in_order
 from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
 from protocol.errors import DLedgerError
 from protocol.filter_sql import SqlFilter
+from protocol.message_ttl import expired
+from protocol.priority import priority_of
 from protocol.topics import PERM_RW
 
-SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
 WAKE_S_MAX = 1.0  # a long poll looks again at least this often (messages coming visible)
 PLANS_MAX = 4  # pops one look at a queue commits while they hand out nothing (scans on)
 RELEASE_RETRY_S = 0.05  # a receive looks again this soon while a message held back may go
@@ -56,12 +62,17 @@ class PopHost(BrokerHost, Protocol):
         """Set when the next message for the queue is applied here."""
         ...
 
+    def count_expired(self, path: str, count: int) -> None:
+        """``count`` expired messages (``protocol.message_ttl``) a read on ``path`` passed."""
+        ...
+
 
 class PopService:
     def __init__(self, host: PopHost) -> None:
         self.host = host
         self._locks: dict[PopKey, asyncio.Lock] = {}
         self._freed: dict[PopKey, asyncio.Event] = {}  # set by an ack or dead letter of the queue
+        self._memo = PriorityMemo()  # offsets of a priority above 0 ahead of each cursor
         self._turn = 0  # rotates the queue a receive of "any queue" looks at first
         self.popped = 0  # messages this node handed out as leader (for status)
         self.dead = 0
@@ -140,8 +151,22 @@ class PopService:
                 if result is None:
                     return []
                 if result.popped:
-                    return self._rows(topic, qid, result)
+                    rows = await self._unexpired(key, self._rows(topic, qid, result))
+                    if rows:  # (the highest priority first; a stable sort keeps the rest)
+                        return sorted(rows, key=lambda r: -priority_of(r[6]) if r[6] else 0)
             return []
+
+    async def _unexpired(self, key: PopKey, rows: list[Any]) -> list[Any]:
+        """The rows handed out but those expired by now (a redelivery, a release, or one that
+        expired since the scan): those are acknowledged at once, never delivered."""
+        now_ms = int(time.time() * 1000)
+        gone = [(r[1], r[10]) for r in rows if r[6] and expired(r[6], r[8], now_ms)]
+        if not gone:
+            return rows
+        group, topic, qid = key
+        await self._commit(PopAck(now_ms, group, topic, qid, tuple(gone)))
+        self.host.count_expired("pop", len(gone))
+        return [r for r in rows if not (r[6] and expired(r[6], r[8], now_ms))]
 
     async def _pop_once(self, key: PopKey, max_messages: int, invisible_ms: int,
                         tags: list[str], sql: SqlFilter | None,
@@ -164,15 +189,25 @@ class PopService:
         first, length = self._range(topic, qid)
         cursor = q.cursor if q is not None else state.offsets.get(key, first)
         lo = max(cursor, first)
-        capacity = INFLIGHT_MAX - (len(q.inflight) + len(q.held) if q else 0)
+        capacity = INFLIGHT_MAX - (q.holding() if q else 0)
         room = min(max_messages - len(redeliver) - len(release), capacity)
-        fresh, held, hi = self._scan(topic, qid, lo, length, room, capacity, tags, sql,
-                                     state.pops.gate(key))
-        if not redeliver and not release and hi == lo:
+        flt = Filter(tags, sql, now_ms)
+        parked, ahead = state.pops.parked(key), self._memo.ahead(self.host, key, lo, length)
+        plan = scan_by_priority(self.host, topic, qid, lo, length, room, capacity, flt, parked,
+                                ahead) if room > 0 and (parked or ahead) else None
+        held: list[tuple[int, str]] = []
+        if plan is not None:
+            fresh, park, unpark, hi = plan
+        else:
+            (fresh, held, hi), park, unpark = scan_in_order(
+                self.host, topic, qid, lo, length, room, capacity, flt, state.pops.gate(key)), [], []
+        if flt.expired:
+            self.host.count_expired("pop", flt.expired)
+        if not redeliver and not release and not unpark and hi == lo:
             return None
         entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
                          lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
-                         tuple(held), tuple(release))
+                         tuple(held), tuple(release), tuple(park), tuple(unpark))
         result = await self.host.commit(self.host.state.registry.encode(entry))
         # (a conflict: a receive waiting plans again from the applied state)
         return result if result.status == "OK" else None
@@ -180,44 +215,6 @@ class PopService:
     def _range(self, topic: str, qid: int) -> tuple[int, int]:
         lo, hi = self.host.state.queue_range(topic, qid)
         return max(lo, self.host.retained_offset(topic, qid)), hi
-
-    def _scan(self, topic: str, qid: int, lo: int, length: int, room: int, capacity: int,
-              tags: list[str], sql: SqlFilter | None, gate: GroupGate
-              ) -> tuple[list[tuple[int, str | None]], list[tuple[int, str]], int]:
-        """Fresh offsets from ``lo``: (offset, message group) of each to hand out (at most
-        ``room``), (offset, group) of each ordered one to hold back behind an earlier message
-        of its group (both together at most ``capacity``), and where the cursor moves: past
-        each one handed out, held back or filtered out."""
-        if room <= 0 or lo >= length:
-            return [], [], lo
-        wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
-        entries: dict[int, list[Any]] = {}
-        fresh: list[tuple[int, str | None]] = []
-        held: list[tuple[int, str]] = []
-        hi = lo
-        for k, unit in enumerate(self.host.state.units(topic, qid, lo, SCAN_UNITS_MAX)):
-            off = lo + k
-            if wanted is not None and unit.tag_hash not in wanted:
-                hi = off + 1
-                continue
-            m = self.host.read_message(unit.position, unit.slot, entries)
-            if (wanted is not None and m.tags not in tags) or \
-                    (sql is not None and not sql.matches(dict(m.properties), m.tags)):
-                hi = off + 1
-                continue
-            group = next((v for n, v in m.properties if n == MESSAGE_GROUP_PROPERTY), None)
-            if group is not None and not gate.free(group):
-                if len(held) >= POP_ITEMS_MAX:
-                    break
-                held.append((off, group))  # it waits behind an earlier one of its group
-            else:
-                fresh.append((off, group))
-                if group is not None:
-                    gate.take(group)
-            hi = off + 1
-            if len(fresh) >= room or len(fresh) + len(held) >= capacity:
-                break
-        return fresh, held, hi
 
     def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
         entries: dict[int, list[Any]] = {}

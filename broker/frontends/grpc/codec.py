@@ -4,11 +4,12 @@ gateway (``broker.frontends.grpc.gateway`` is the shell).
 Owns:
 - ``inbound``: a protocol ``Message`` checked field by field and turned into our send row
   (``[body, tags, keys, unique_key, [[name, value]...], born_ts_ms]``, ``protocol.broker_kinds``'s SEND)
-  with its kind (NORMAL, FIFO, DELAY, TRANSACTION) and message group. What the protocol says
-  in system properties and we keep as properties uses RocketMQ's own names where it has one:
-  the message group is ``__SHARDINGKEY``, the delivery time ``TIMER_DELIVER_MS``; the born host
-  is ``__BORNHOST``. The message id (the client's, kept across its retries) is the unique key
-  the broker deduplicates by, so a retried send is stored once.
+  with its kind (NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY) and message group. What the
+  protocol says in system properties and we keep as properties uses RocketMQ's own names where
+  it has one: the message group is ``__SHARDINGKEY``, the delivery time ``TIMER_DELIVER_MS``;
+  the born host is ``__BORNHOST``, a PRIORITY message's priority ``PRIORITY``. The message
+  id (the client's, kept across its retries) is the unique key the broker deduplicates by,
+  so a retried send is stored once.
 - ``outbound``: a message read from a queue as the protocol's ``Message`` (the same mapping
   back; the queue, offset, store time and delivery attempt filled in; the body's digest MD5 in
   upper-case hex, as RocketMQ's proxy gives it).
@@ -43,6 +44,7 @@ from protocol.errors import (
     WireError,
 )
 from protocol.group_client import UnavailableError
+from protocol.priority import PRIORITY_MAX, PRIORITY_PROPERTY, priority_of
 
 __all__ = [
     "PROP_BORN_HOST",
@@ -68,7 +70,7 @@ SYSTEM_PROPERTY_NAMES = frozenset({
     PROP_MESSAGE_GROUP, PROP_BORN_HOST, PROP_DELIVER_MS, "DELAY", "TIMER_DELAY_MS",
     "TIMER_DELAY_SEC", "TAGS", "KEYS", "UNIQ_KEY", "TRAN_MSG", "PGROUP", "RETRY_TOPIC",
     "REAL_TOPIC", "REAL_QID", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "ORIGIN_MESSAGE_ID",
-    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRANSACTION_ID"})
+    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRANSACTION_ID", PRIORITY_PROPERTY})
 MESSAGE_ID_MAX_CHARS = 128
 MESSAGE_GROUP_MAX_CHARS = 64  # RocketMQ proxy's default maxMessageGroupSize
 TAG_MAX_CHARS = 255
@@ -194,8 +196,16 @@ def inbound(m: Any, max_body_bytes: int, now_ms: int, max_delay_ms: int) -> Inbo
     elif has_delivery:
         raise GatewayError(pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                            "only a DELAY message has a delivery time")
+    if kind == pb.MessageType.PRIORITY:  # (protocol.priority: the property our broker orders by)
+        if not sp.HasField("priority") or not 0 <= sp.priority <= PRIORITY_MAX:
+            raise GatewayError(pb.Code.BAD_REQUEST, f"a PRIORITY message's priority is "
+                               f"0..{PRIORITY_MAX}, not {sp.priority}")
+        props.append([PRIORITY_PROPERTY, str(sp.priority)])
+    elif sp.HasField("priority"):
+        raise GatewayError(pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                           "only a PRIORITY message has a priority")
     if kind not in (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY,
-                    pb.MessageType.TRANSACTION):
+                    pb.MessageType.TRANSACTION, pb.MessageType.PRIORITY):
         raise GatewayError(pb.Code.NOT_IMPLEMENTED,
                            f"message type {pb.MessageType.Name(kind)} is not supported")
     if sp.born_host:
@@ -234,6 +244,8 @@ def outbound(topic: str, queue_id: int, queue_offset: int, body: bytes, tags: st
             kind = pb.MessageType.FIFO
         elif name == PROP_BORN_HOST:
             sp.born_host = value
+        elif name == PRIORITY_PROPERTY and kind == pb.MessageType.NORMAL:
+            sp.priority, kind = priority_of([(name, value)]), pb.MessageType.PRIORITY
         elif name == PROP_DELIVER_MS and value.isdigit():
             sp.delivery_timestamp.FromMilliseconds(int(value))
             kind = pb.MessageType.DELAY

@@ -62,7 +62,7 @@ log = logging.getLogger("broker.grpc")
 
 Address = tuple[str, int]
 ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY,
-                  pb.MessageType.TRANSACTION)
+                  pb.MessageType.TRANSACTION, pb.MessageType.PRIORITY)
 TELEMETRY_QUEUE_MAX = 64  # commands waiting to go out on one client's telemetry stream
 GRPC_MESSAGE_BYTES_MAX = 16 << 20
 # What a client is told in its settings (RocketMQ proxy's defaults)
