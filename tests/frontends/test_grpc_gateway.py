@@ -12,7 +12,8 @@ import json
 import threading
 import time
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -35,6 +36,7 @@ from dledger.client import LogClient
 from protocol import broker_kinds as bp
 
 pytestmark = pytest.mark.slow
+T = TypeVar("T")
 
 
 def rmq_producer(endpoints: str, topics: list[str]) -> RmqProducer:
@@ -158,13 +160,38 @@ def simple_consumer(endpoints: str, group: str, topic: str, await_s: int = 2) ->
 
 def receive_until(consumer: SimpleConsumer, count: int, invisible_s: int,
                   timeout_s: float = 30) -> list[Any]:
-    """Messages received until ``count`` (each receive long-polls at most ``await_s``)."""
+    """Messages received until ``count`` (each receive long-polls at most ``await_s``). A
+    receive the client sent to a node that is down (its route lists every node, a killed one
+    until the route is read again) fails UNAVAILABLE and is asked again, as an application
+    would."""
     got: list[Any] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < count:
         assert time.monotonic() < deadline, f"received {len(got)} of {count}"
-        got.extend(consumer.receive(16, invisible_s))
+        got.extend(receive_or_none(consumer, 16, invisible_s))
     return got
+
+
+def answered(call: Callable[[], T], timeout_s: float = 30) -> T:
+    """``call()``'s answer, asked again while it fails UNAVAILABLE (the client picked a node that
+    is down), within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= deadline:
+                raise
+
+
+def receive_or_none(consumer: SimpleConsumer, count: int, invisible_s: int) -> list[Any]:
+    """One receive; nothing when the client's call went to a node that is down (UNAVAILABLE)."""
+    try:
+        return list(consumer.receive(count, invisible_s))
+    except grpc.aio.AioRpcError as err:
+        if err.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return []
 
 
 def test_our_producer_to_a_rocketmq_simple_consumer_with_acks_and_redelivery(

@@ -24,6 +24,7 @@ from tests.frontends.endpoints import grpc_endpoints
 from tests.frontends.raw import statuses
 from tests.frontends.test_grpc_failover import wait_for
 from tests.frontends.test_grpc_gateway import (
+    answered,
     read_all,
     receive_until,
     rmq_producer,
@@ -91,9 +92,9 @@ def test_a_recalled_delayed_message_is_never_delivered_across_a_leader_kill(
 
             got = receive_until(consumer, 1, invisible_s=10, timeout_s=60)
             assert [m.body for m in got] == [b"kept"]
-            consumer.ack(got[0])
+            answered(lambda: consumer.ack(got[0]))
             wait_for(lambda: nothing_pending(ns), 30, "every timer delivered or recalled")
-            assert consumer.receive(16, 5) == []  # the recalled ones never come
+            assert answered(lambda: consumer.receive(16, 5)) == []  # the recalled ones never come
             stored = asyncio.run(read_all(ns, TOPIC, 1))
             assert [m.body for m in stored] == [b"kept"]  # in no queue at all
 
