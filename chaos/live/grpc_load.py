@@ -37,6 +37,7 @@ from broker.config import GRPC_CANARIES
 from chaos.live.checkers.batch import BatchVerdict, Stored, check_batches
 from chaos.live.checkers.pop import PopVerdict, check_pop
 from chaos.live.grpc_clients import GrpcRecord, consume, produce, send_batches
+from client import errors
 from client.consumer.pull import PullConsumer
 from dledger.client import LogClient
 from protocol import broker_kinds as bp
@@ -165,10 +166,17 @@ async def start_grpc_load(control: LogClient, namesrv: str, endpoints: dict[str,
     for topic in (GRPC_TOPIC, FIFO_TOPIC, BATCH_TOPIC):
         await control.call_leader(bp.TOPIC_PUT, topic, TOPIC_QUEUES, TOPIC_QUEUES, 6,
                                   timeout_s=10.0)
+    deadline = time.monotonic() + READY_S
     async with PullConsumer(namesrv, "chaos-5x-ready", timeout_s=READY_S) as consumer:
         for topic in (GRPC_TOPIC, FIFO_TOPIC, BATCH_TOPIC):
-            await consumer.fetch_queues(topic)
-    deadline = time.monotonic() + READY_S
+            while True:  # the group may not be registered yet (a new leader, a slow box)
+                try:
+                    await consumer.fetch_queues(topic)
+                    break
+                except errors.ClientError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)  # (polling the NameServer: bounded)
     while len(await asyncio.to_thread(_registered, namesrv)) < len(endpoints):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the nodes' gRPC addresses were not registered in {READY_S} s")
