@@ -13,6 +13,7 @@ import pytest
 from chaos.live.nemesis import CANARIES
 from tests.chaos.live_runs import (
     CANARY_DETECTORS,
+    CORE_CANARIES,
     DURATION_S,
     FEATURE_CANARY_DURATION_S,
     GRPC_CANARIES,
@@ -30,7 +31,8 @@ def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,
                                              ran: Callable[[str], None]) -> None:
     scenario = CANARIES[canary][0]
     duration_s = FEATURE_CANARY_DURATION_S if canary in SHORT_CANARIES else DURATION_S
-    run = run_live(tmp_path, scenario, canary, duration_s=duration_s, ran=ran)
+    run = run_live(tmp_path, scenario, canary, duration_s=duration_s, ran=ran,
+                   features=False if canary in CORE_CANARIES else None)
     assert run["verdict"] == "FAIL", f"canary {canary} was not caught by {scenario}"
     fired = [v for v in run["violations"] if v.startswith(CANARY_DETECTORS[canary])]
     assert fired, f"{canary}: expected {CANARY_DETECTORS[canary]}, got {run['violations'][:5]}"
