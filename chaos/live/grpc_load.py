@@ -163,7 +163,7 @@ class GrpcLoad:
                 "fifo_deliveries": sum(1 for d in rec.deliveries if d.group),
                 "batches": len(rec.batches), "batches_acked": len(rec.batches_acked),
                 "batch_tries_failed": rec.batch_tries_failed, "caught_up": self.caught_up,
-                **self.timed.summary()}
+                **self.timed.summary(since)}
             if since is not None:
                 out["sent_after_fault"] = sum(1 for t in rec.sent_s if t > since)
                 out["fifo_after_fault"] = sum(1 for d in rec.deliveries

@@ -57,6 +57,7 @@ class TimedLoad:
     seed: int
     due_ms: dict[str, int] = field(default_factory=dict)  # acknowledged delayed send -> due
     recalls: dict[str, str] = field(default_factory=dict)  # message id -> ok/refused/unknown
+    recalled_s: list[float] = field(default_factory=list)  # monotonic, each recall acknowledged
     kept: set[str] = field(default_factory=set)  # acknowledged sends of TTL_KEPT_MS
     short: int = 0  # acknowledged sends of TTL_SHORT_MS
     send_failures: int = 0
@@ -88,14 +89,17 @@ class TimedLoad:
         self.ttl = check_ttl(set(self.kept), self.ttl_seen)
         return self.recall.lines() + self.ttl.lines()
 
-    def summary(self) -> dict[str, Any]:
-        """The counts (the caller holds the lock)."""
+    def summary(self, since_s: float | None = None) -> dict[str, Any]:
+        """The counts; with ``since_s`` (monotonic), also the recalls acknowledged after it
+        (the caller holds the lock)."""
         outcomes = list(self.recalls.values())
         out: dict[str, Any] = {
             "delayed": len(self.due_ms), "recalled": outcomes.count("ok"),
             "recalls_refused": outcomes.count("refused"),
             "recalls_unknown": outcomes.count("unknown"), "ttl_kept": len(self.kept),
             "ttl_short": self.short, "timed_send_failures": self.send_failures}
+        if since_s is not None:
+            out["recalled_after_fault"] = sum(1 for t in self.recalled_s if t > since_s)
         if self.recall is not None:
             out["delayed_received"] = self.recall.received
         if self.ttl is not None:
@@ -165,6 +169,8 @@ class TimedLoad:
             outcome = "refused" if "NOT_RECALLABLE" in error else "unknown"
         with self.rec.lock:
             self.recalls[mid] = outcome
+            if outcome == "ok":
+                self.recalled_s.append(time.monotonic())
             self.rec.log(proc="timed", f="recall", id=mid, outcome=outcome, error=error[:200])
 
     def _with_ttl(self, producer: RmqProducer, k: int) -> None:

@@ -114,10 +114,10 @@ def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
                          f"caught up: {g['caught_up']}; after the first fault {g.get('sent_after_fault')} "
                          f"sends acknowledged, {g.get('fifo_after_fault')} FIFO deliveries")
         lines_ran.append(f"  delayed {g.get('delayed')} acknowledged, {g.get('recalled')} "
-                         f"recalled ({g.get('recalls_refused')} refused, "
-                         f"{g.get('recalls_unknown')} unknown), {g.get('delayed_received')} "
-                         f"received; TTL {g.get('ttl_short')} short ("
-                         f"{g.get('ttl_short_received')} received before they expired), "
+                         f"recalled ({g.get('recalled_after_fault')} after the first fault; "
+                         f"{g.get('recalls_refused')} refused, {g.get('recalls_unknown')} "
+                         f"unknown), {g.get('delayed_received')} received; TTL "
+                         f"{g.get('ttl_short')} short ({g.get('ttl_short_received')} received), "
                          f"{g.get('ttl_kept')} kept")
     print("\n".join(lines_ran))
     if ran is not None:  # in the CI log: how much ran
