@@ -5,8 +5,9 @@ worker records what it saw into one ``GrpcRecord`` (under its lock), for the pop
 the batch checker (``chaos.live.checkers.pop``, ``chaos.live.checkers.batch``), and appends each
 event to the run's ``grpc-history.jsonl`` as it happens.
 
-- ``produce``: the client's Producer, one sync send at a time; NORMAL messages, or FIFO ones
-  (``groups``: runs of ``FIFO_RUN`` messages of one message group, then the next group), each
+- ``produce``: the client's Producer, one sync send at a time; NORMAL messages, FIFO ones
+  (``groups``: runs of ``FIFO_RUN`` messages of one message group, then the next group) or
+  PRIORITY ones (a slow consumer's backlog makes the broker park the lower ones), each
   body ``<group>-<seq>`` (``seq`` counts the producer's sends: a group's order is its send
   order). A send the client raised on has an unknown outcome: not counted as sent. At most
   ``backlog`` messages sent and not yet acknowledged by a consumer (the consumers are slow).
@@ -45,6 +46,7 @@ BATCH_DEADLINE_S = 10.0  # a batch is tried again until acknowledged or this has
 BATCH_PAUSE_S = 0.1  # between batches (the offered load) and between tries of one batch
 SEND_TIMEOUT_S = 5.0  # a raw batch call's deadline
 RECEIVE_BATCH = 8  # messages one receive may return (a FIFO consumer's: 1)
+PRIORITY_STEP = 7  # a PRIORITY producer's messages: priorities 0 7 4 1 8 5 2 9 6 3 0 ...
 
 
 @dataclass
@@ -98,8 +100,9 @@ def client_config(endpoints: str) -> ClientConfiguration:
 
 
 def produce(endpoints: str, rec: GrpcRecord, proc: str, topic: str, groups: tuple[str, ...],
-            backlog: int) -> None:
-    """Sends until ``rec.stop_sending`` (FIFO with ``groups``, else NORMAL)."""
+            backlog: int, priorities: bool = False) -> None:
+    """Sends until ``rec.stop_sending`` (FIFO with ``groups``; PRIORITY with ``priorities``,
+    each message's priority ``PRIORITY_STEP`` on from the last's, modulo 10; else NORMAL)."""
     producer = RmqProducer(client_config(endpoints), [topic])
     producer.startup()
     try:
@@ -115,6 +118,8 @@ def produce(endpoints: str, rec: GrpcRecord, proc: str, topic: str, groups: tupl
             m.topic, m.body = topic, f"{group}-{k:06d}".encode()
             if groups:
                 m.message_group = group
+            if priorities:
+                m.priority = k * PRIORITY_STEP % 10
             k += 1
             try:
                 receipt = producer.send(m)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaos.live.grpc_load import OVERTAKEN_BY
 from chaos.live.runner import RunConfig, run_scenario
 
 DURATION_S = float(os.environ.get("DLEDGER_CHAOS_DURATION_S", "30"))
@@ -47,6 +48,7 @@ CANARY_DETECTORS = {
     "grpc_batch_torn": ("batch torn",),
     "recall_ignored": ("recall: delivered",),
     "ttl_ignored": ("ttl: expired",),
+    "priority_park_lost": ("pop: acknowledged send",),
 }
 
 
@@ -57,7 +59,8 @@ FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_co
 # forger sends about two forgeries a second from the start) and the RocketMQ 5 clients' (each
 # FIFO group, each batch, each recall and the slow consumer of TTLs show them from the start,
 # faults or not)
-GRPC_CANARIES = ("fifo_group_overlap", "grpc_batch_torn", "recall_ignored", "ttl_ignored")
+GRPC_CANARIES = ("fifo_group_overlap", "grpc_batch_torn", "recall_ignored", "ttl_ignored",
+                 "priority_park_lost")
 SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signature",
                   *GRPC_CANARIES)
 
@@ -118,7 +121,8 @@ def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
                          f"{g.get('recalls_refused')} refused, {g.get('recalls_unknown')} "
                          f"unknown), {g.get('delayed_received')} received; TTL "
                          f"{g.get('ttl_short')} short ({g.get('ttl_short_received')} received), "
-                         f"{g.get('ttl_kept')} kept")
+                         f"{g.get('ttl_kept')} kept; {g.get('priority_overtaken')} PRIORITY "
+                         f"messages received after one sent {OVERTAKEN_BY}+ later")
     print("\n".join(lines_ran))
     if ran is not None:  # in the CI log: how much ran
         ran("\n".join(lines_ran))

@@ -7,9 +7,10 @@ no acknowledged send lost, none received after its ack, never two of one message
 flight and each group in order; the batch checker every batch wholly stored or absent; the
 recall checker no recalled message delivered, none early, none unrecalled lost; the TTL checker
 none received after its TTL passed, none lost whose TTL had not; the safety and registration
-checkers nothing. Their canaries (``fifo_group_overlap``, ``grpc_batch_torn``,
-``recall_ignored``, ``ttl_ignored``: S19's) are caught by the same checkers in the last test
-here, so that this file alone proves the bar's lines."""
+checkers nothing; and PRIORITY messages for a slow consumer, whose lower priorities the leader
+parks, none lost (the pop checker). Their canaries (``fifo_group_overlap``, ``grpc_batch_torn``,
+``recall_ignored``, ``ttl_ignored``, ``priority_park_lost``: S19's) are caught by the same
+checkers in the last test here, so that this file alone proves the bar's lines."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def test_rocketmq_5_clients_lose_nothing_and_keep_fifo_while_the_leader_fails(
     # delayed messages received; messages with a short TTL both received and left to expire
     assert g["recalled"] > 10 and g["recalled_after_fault"] > 3 and g["delayed_received"] > 10, g
     assert 0 < g["ttl_short_received"] < g["ttl_short"] and g["ttl_kept"] > 20, g
+    assert g["priority_overtaken"] > 0, g  # lower priorities were parked (and none lost)
 
 
 @pytest.mark.parametrize("canary", GRPC_CANARIES)
