@@ -9,7 +9,7 @@ from broker.core.cq_files import QUEUE_CANARIES
 from broker.features.acl.model import ACL_CANARIES
 from broker.features.delay.model import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DELAY_CANARIES, parse_levels
 from broker.features.orderly.model import ORDERLY_CANARIES
-from broker.features.pop.model import POP_CANARIES
+from broker.features.pop.model import POP_CANARIES, POP_LEADER_CANARIES
 from broker.features.query.index import IndexConfig
 from broker.features.retry.model import RETRY_CANARIES
 from broker.features.txn.model import TXN_CANARIES
@@ -31,8 +31,9 @@ REMOTING_CANARIES = frozenset({"remoting_ack_early"})
 # "grpc_batch_torn": the gRPC endpoint stores a batch's first half alone and answers the send as
 # failed (broker.frontends.grpc.sends); the batch checker must find the batch torn
 GRPC_CANARIES = frozenset({"grpc_batch_torn"})
-BROKER_CANARIES = (DELAY_CANARIES | ORDERLY_CANARIES | TXN_CANARIES | POP_CANARIES | RETRY_CANARIES
-                   | ACL_CANARIES | QUEUE_CANARIES | REMOTING_CANARIES | GRPC_CANARIES)
+BROKER_CANARIES = (DELAY_CANARIES | ORDERLY_CANARIES | TXN_CANARIES | POP_CANARIES
+                   | POP_LEADER_CANARIES | RETRY_CANARIES | ACL_CANARIES | QUEUE_CANARIES
+                   | REMOTING_CANARIES | GRPC_CANARIES)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ worker records what it saw into one ``GrpcRecord`` (under its lock), for the pop
 the batch checker (``chaos.live.checkers.pop``, ``chaos.live.checkers.batch``), and appends each
 event to the run's ``grpc-history.jsonl`` as it happens.
 
-- ``produce``: the client's Producer, one sync send at a time; NORMAL messages, or FIFO ones
-  (``groups``: runs of ``FIFO_RUN`` messages of one message group, then the next group), each
+- ``produce``: the client's Producer, one sync send at a time; NORMAL messages, FIFO ones
+  (``groups``: runs of ``FIFO_RUN`` messages of one message group, then the next group) or
+  PRIORITY ones (a slow consumer's backlog makes the broker park the lower ones), each
   body ``<group>-<seq>`` (``seq`` counts the producer's sends: a group's order is its send
   order). A send the client raised on has an unknown outcome: not counted as sent. At most
   ``backlog`` messages sent and not yet acknowledged by a consumer (the consumers are slow).
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -36,7 +38,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 
 from chaos.live.checkers.pop import Ack, Delivery
 
-__all__ = ["BATCH", "GrpcRecord", "ack_timed", "consume", "produce", "send_batches"]
+__all__ = ["BATCH", "GrpcRecord", "ack_timed", "client_config", "consume", "produce", "send_batches"]
 
 FIFO_RUN = 3  # FIFO messages of one group sent in a row: A A A B B B ...
 BATCH = 10  # messages in one batch SendMessage
@@ -44,6 +46,7 @@ BATCH_DEADLINE_S = 10.0  # a batch is tried again until acknowledged or this has
 BATCH_PAUSE_S = 0.1  # between batches (the offered load) and between tries of one batch
 SEND_TIMEOUT_S = 5.0  # a raw batch call's deadline
 RECEIVE_BATCH = 8  # messages one receive may return (a FIFO consumer's: 1)
+PRIORITY_STEP = 7  # a PRIORITY producer's messages: priorities 0 7 4 1 8 5 2 9 6 3 0 ...
 
 
 @dataclass
@@ -91,14 +94,16 @@ class GrpcRecord:
                 self._f = None
 
 
-def _config(endpoints: str) -> ClientConfiguration:
+def client_config(endpoints: str) -> ClientConfiguration:
+    """The official client's configuration for these endpoints (no credentials)."""
     return ClientConfiguration(endpoints, Credentials())
 
 
 def produce(endpoints: str, rec: GrpcRecord, proc: str, topic: str, groups: tuple[str, ...],
-            backlog: int) -> None:
-    """Sends until ``rec.stop_sending`` (FIFO with ``groups``, else NORMAL)."""
-    producer = RmqProducer(_config(endpoints), [topic])
+            backlog: int, priorities: bool = False) -> None:
+    """Sends until ``rec.stop_sending`` (FIFO with ``groups``; PRIORITY with ``priorities``,
+    each message's priority ``PRIORITY_STEP`` on from the last's, modulo 10; else NORMAL)."""
+    producer = RmqProducer(client_config(endpoints), [topic])
     producer.startup()
     try:
         k, mine = 0, set[str]()
@@ -113,6 +118,8 @@ def produce(endpoints: str, rec: GrpcRecord, proc: str, topic: str, groups: tupl
             m.topic, m.body = topic, f"{group}-{k:06d}".encode()
             if groups:
                 m.message_group = group
+            if priorities:
+                m.priority = k * PRIORITY_STEP % 10
             k += 1
             try:
                 receipt = producer.send(m)
@@ -142,22 +149,27 @@ def _fifo_place(rec: GrpcRecord, m: Any) -> tuple[str, int]:
 
 
 def consume(endpoints: str, rec: GrpcRecord, proc: str, group: str, topic: str, fifo: bool,
-            invisible_s: int, process_s: float) -> None:
-    """A member of ``group`` until ``rec.stop_receiving``."""
-    consumer = SimpleConsumer(_config(endpoints), group, {topic: FilterExpression()},
+            invisible_s: int, process_s: float, pause_s: float = 0.0,
+            on_receive: Callable[[Any, float, float], None] | None = None) -> None:
+    """A member of ``group`` until ``rec.stop_receiving``; ``pause_s`` between its receives (a
+    slow consumer); ``on_receive`` is told of each message received, with the wall-clock times
+    its receive call began and returned (under the lock)."""
+    consumer = SimpleConsumer(client_config(endpoints), group, {topic: FilterExpression()},
                               await_duration=1)
     consumer.startup()
     try:
         while not rec.stop_receiving.is_set():
-            began = time.monotonic()
+            began, began_wall = time.monotonic(), time.time()
             try:
                 messages = consumer.receive(1 if fifo else RECEIVE_BATCH, invisible_s)
             except Exception:  # a receive under the fault: try again
                 rec.stop_receiving.wait(0.05)  # (a client's back-off, bounded by the stop)
                 continue
-            ended = time.monotonic()
+            ended, ended_wall = time.monotonic(), time.time()
             with rec.lock:
                 for m in messages:
+                    if on_receive is not None:
+                        on_receive(m, began_wall, ended_wall)
                     place = _fifo_place(rec, m) if fifo else ("", -1)
                     rec.deliveries.append(Delivery(m.message_id, began, m.delivery_attempt or 1,
                                                    ended, *place))
@@ -170,6 +182,8 @@ def consume(endpoints: str, rec: GrpcRecord, proc: str, group: str, topic: str, 
                 with rec.lock:
                     rec.acks.append(ack)
                     rec.log(proc=proc, f="ack", id=m.message_id, ok=ack.ok, sent=ack.sent_s)
+            if pause_s:
+                rec.stop_receiving.wait(pause_s)  # a slow consumer (bounded by the stop)
     finally:
         consumer.shutdown()
 

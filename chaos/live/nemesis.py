@@ -475,4 +475,13 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "fifo_group_overlap": ("S19", {}),
     # the gRPC endpoint stores a batch's first half alone and answers it failed ("batch torn")
     "grpc_batch_torn": ("S19", {}),
+    # a recall is answered OK and its timer left pending: the recalled delayed message is
+    # delivered at its due time ("recall: delivered", chaos.live.grpc_timed)
+    "recall_ignored": ("S19", {}),
+    # the leader's receive skips the TTL check: the slow consumer gets messages past their TTL
+    # ("ttl: expired", chaos.live.grpc_timed)
+    "ttl_ignored": ("S19", {}),
+    # a new leader forgets the parked set (the lower priorities a receive passed over): those
+    # messages are never handed out ("pop: acknowledged send ... never received")
+    "priority_park_lost": ("S19", {}),
 }

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaos.live.grpc_load import OVERTAKEN_BY
 from chaos.live.runner import RunConfig, run_scenario
 
 DURATION_S = float(os.environ.get("DLEDGER_CHAOS_DURATION_S", "30"))
@@ -45,6 +46,9 @@ CANARY_DETECTORS = {
     "namesrv_skip_signature": ("registrations: accepted",),
     "fifo_group_overlap": ("fifo: overlap",),
     "grpc_batch_torn": ("batch torn",),
+    "recall_ignored": ("recall: delivered",),
+    "ttl_ignored": ("ttl: expired",),
+    "priority_park_lost": ("pop: acknowledged send",),
 }
 
 
@@ -53,8 +57,10 @@ FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_co
 # The canaries run in the short form: the features', the 4.x clients' (S18 kills the leader 5 s
 # into the faults: an acknowledgement sent early is lost with it) and the NameServer's (the
 # forger sends about two forgeries a second from the start) and the RocketMQ 5 clients' (each
-# FIFO group and each batch shows them from the start, faults or not)
-GRPC_CANARIES = ("fifo_group_overlap", "grpc_batch_torn")
+# FIFO group, each batch, each recall and the slow consumer of TTLs show them from the start,
+# faults or not)
+GRPC_CANARIES = ("fifo_group_overlap", "grpc_batch_torn", "recall_ignored", "ttl_ignored",
+                 "priority_park_lost")
 SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signature",
                   *GRPC_CANARIES)
 # The Raft and storage canaries are caught by the core checkers on the main workload: their runs
@@ -116,6 +122,13 @@ def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
                          f"{g['batches']} acknowledged, {g.get('batches_stored')} stored; "
                          f"caught up: {g['caught_up']}; after the first fault {g.get('sent_after_fault')} "
                          f"sends acknowledged, {g.get('fifo_after_fault')} FIFO deliveries")
+        lines_ran.append(f"  delayed {g.get('delayed')} acknowledged, {g.get('recalled')} "
+                         f"recalled ({g.get('recalled_after_fault')} after the first fault; "
+                         f"{g.get('recalls_refused')} refused, {g.get('recalls_unknown')} "
+                         f"unknown), {g.get('delayed_received')} received; TTL "
+                         f"{g.get('ttl_short')} short ({g.get('ttl_short_received')} received), "
+                         f"{g.get('ttl_kept')} kept; {g.get('priority_overtaken')} PRIORITY "
+                         f"messages received after one sent {OVERTAKEN_BY}+ later")
     print("\n".join(lines_ran))
     if ran is not None:  # in the CI log: how much ran
         ran("\n".join(lines_ran))

@@ -1,12 +1,16 @@
 """Live chaos with RocketMQ 5 clients over gRPC (issue 35, item 7): the official Python client
 (``chaos.live.grpc_load``) sends NORMAL, FIFO (four message groups) and batch messages through
 the nodes' gRPC endpoints and receives with SimpleConsumers, beside two of our producers, while
-the leader is killed (S19) or isolated (S20). The pop/FIFO checker finds no acknowledged send
-lost, none received after its ack, never two of one message group in flight and each group in
-order; the batch checker every batch wholly stored or absent; the safety and registration
-checkers nothing. Their canaries (``fifo_group_overlap``, ``grpc_batch_torn``: S19's) are caught
-by the same checkers in ``tests/chaos/test_chaos_canaries.py``; the last test here runs them
-too, so that this file alone proves the bar's line."""
+the leader is killed (S19) or isolated (S20); and delayed messages, half of them recalled, and
+messages with a TTL for a slow consumer (``chaos.live.grpc_timed``). The pop/FIFO checker finds
+no acknowledged send lost, none received after its ack, never two of one message group in
+flight and each group in order; the batch checker every batch wholly stored or absent; the
+recall checker no recalled message delivered, none early, none unrecalled lost; the TTL checker
+none received after its TTL passed, none lost whose TTL had not; the safety and registration
+checkers nothing; and PRIORITY messages for a slow consumer, whose lower priorities the leader
+parks, none lost (the pop checker). Their canaries (``fifo_group_overlap``, ``grpc_batch_torn``,
+``recall_ignored``, ``ttl_ignored``, ``priority_park_lost``: S19's) are caught by the same
+checkers in the last test here, so that this file alone proves the bar's lines."""
 
 from __future__ import annotations
 
@@ -35,6 +39,11 @@ def test_rocketmq_5_clients_lose_nothing_and_keep_fifo_while_the_leader_fails(
     assert g["sent_after_fault"] > 50 and g["fifo_after_fault"] > 20, g  # through the faults
     assert g["fifo_parallel"] > 0, g  # the message groups proceeded at once
     assert g["batches_acked"] > 20 and g["batches_stored"] >= g["batches_acked"], g
+    # recalls acknowledged (their messages never came: "recall: delivered"), and unrecalled
+    # delayed messages received; messages with a short TTL both received and left to expire
+    assert g["recalled"] > 10 and g["recalled_after_fault"] > 3 and g["delayed_received"] > 10, g
+    assert 0 < g["ttl_short_received"] < g["ttl_short"] and g["ttl_kept"] > 20, g
+    assert g["priority_overtaken"] > 0, g  # lower priorities were parked (and none lost)
 
 
 @pytest.mark.parametrize("canary", GRPC_CANARIES)

@@ -257,6 +257,15 @@ def test_the_redeliver_canary_stores_a_delivered_timer_again() -> None:
     assert r.state.queue_range("t", 0) == (0, 2)
 
 
+def test_the_recall_ignored_canary_answers_a_recall_and_delivers_the_message_all_the_same() -> None:
+    r = Replica(BrokerState(StateConfig(canaries=frozenset({"recall_ignored"}))))
+    apply(r, schedule_entry(1000, ("t", 0, m(b"x", ["DELAY", "1"], key="X"))))
+    (due, offset), = r.state.timers.due(10_000, 10)
+    assert apply(r, encode(TimerRecall(1500, offset, due, "t", "X"))).status == "OK"
+    apply(r, encode(deliver(r.state, r, 3000)))  # the timer was left pending: delivered
+    assert r.state.queue_range("t", 0) == (0, 1)
+
+
 def test_a_forged_schedule_run_is_refused_alike_and_checkpoints_keep_the_timers() -> None:
     r = Replica()
     forged = encode_runs(1, [[SCHEDULE_TOPIC, 0, [m(b"x", ["REAL_TOPIC", "t"])], True, 4]])

@@ -31,9 +31,10 @@ __all__ = ["DELAY_STATE_CANARIES", "KINDS", "NOT_RECALLABLE", "PART", "ROUTES", 
            "apply_recall", "apply_schedule"]
 
 PART = "delay"  # the DelayIndex's name in the state and its checkpoints
-# Seeded bug (tests only): "timer_redeliver" stores a delivered timer's message again when a
-# delivery names it twice (the index's check skipped).
-DELAY_STATE_CANARIES = frozenset({"timer_redeliver"})
+# Seeded bugs (tests only): "timer_redeliver" stores a delivered timer's message again when a
+# delivery names it twice (the index's check skipped); "recall_ignored" answers a recall OK and
+# leaves its timer pending (the message is delivered at its due time all the same).
+DELAY_STATE_CANARIES = frozenset({"timer_redeliver", "recall_ignored"})
 NOT_RECALLABLE = "NOT_RECALLABLE"  # a recall of a timer no longer pending
 
 
@@ -94,6 +95,8 @@ def _topic_of(state: CoreState, topic: str, auto_create: bool,
 def apply_recall(state: CoreState, index: int, position: int, e: TimerRecall) -> ApplyResult:
     """A recall: the timer taken out of the index (its message is never delivered), or, when it
     is no longer pending, NOT_RECALLABLE (delivered at its due time, or recalled before)."""
+    if "recall_ignored" in state.config.canaries:  # the seeded bug: answered, not taken
+        return ApplyResult(index, "OK", e.topic, detail=e.message_id)
     if state.part(PART, DelayIndex).take(e.offset, e.due_ms):
         return ApplyResult(index, "OK", e.topic, detail=e.message_id)
     return ApplyResult(index, NOT_RECALLABLE, e.topic,

@@ -43,8 +43,9 @@ DEFAULT_MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 BUCKET_MS = 10_000
 # Seeded bugs (tests only): "delay_early" delivers timers EARLY_MS before they are due (the
 # service); "timer_redeliver" stores a delivered timer's message again when a delivery names it
-# twice (the apply) and makes a new leader deliver every due message again (the service).
-DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver"})
+# twice (the apply) and makes a new leader deliver every due message again (the service);
+# "recall_ignored" answers a recall OK and leaves the timer pending (the apply).
+DELAY_CANARIES = frozenset({"delay_early", "timer_redeliver", "recall_ignored"})
 RECORD = struct.Struct("<QQ")  # due time (ms), offset in the schedule queue
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

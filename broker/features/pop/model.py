@@ -54,7 +54,11 @@ stores its copy in the same apply, and leaves the held-back set only into flight
 Seeded bugs (tests only): ``pop_ack_lost`` answers an ack but keeps the offset in flight;
 ``fifo_group_overlap`` forgets, when deciding whether a group is free, the messages of the
 group in flight, so a group's next message is handed out while the previous one is in flight
-(the FIFO checker, ``chaos.live.checkers.pop``, must catch both).
+(the FIFO checker, ``chaos.live.checkers.pop``, must catch both). ``ttl_ignored`` (the leader's
+receive, ``broker.features.pop.service``) skips the TTL check: expired messages are handed out
+(the TTL checker, ``chaos.live.checkers.timed``, must catch it); ``priority_park_lost`` makes
+a new leader forget the parked set (it hands out only what it parked itself): the messages
+parked before a leader change are never handed out (the pop checker's loss).
 
 Pure and deterministic: no clock, no I/O.
 """
@@ -69,6 +73,7 @@ INFLIGHT_MAX = 2048  # offsets of one queue a group may hold invisible at once
 INVISIBLE_MS_MIN = 1_000
 INVISIBLE_MS_MAX = 12 * 3_600_000  # RocketMQ proxy's 12 h
 POP_CANARIES = frozenset({"pop_ack_lost", "fifo_group_overlap"})
+POP_LEADER_CANARIES = frozenset({"ttl_ignored", "priority_park_lost"})  # the leader's receive's
 # The group of an ordered offset whose entry named none (written before per-group FIFO): it
 # holds back every ordered message of its queue, and is held back by any.
 WHOLE_QUEUE = "\x00whole queue"
@@ -398,6 +403,7 @@ __all__ = [
     "INVISIBLE_MS_MAX",
     "INVISIBLE_MS_MIN",
     "POP_CANARIES",
+    "POP_LEADER_CANARIES",
     "WHOLE_QUEUE",
     "GroupGate",
     "InFlight",

@@ -47,13 +47,15 @@ class ScanHost(Protocol):
 class Filter:
     """A receive's filter (tags, SQL92) and this leader's clock for TTLs; counts what expired."""
 
-    __slots__ = ("tags", "wanted", "sql", "now_ms", "expired")
+    __slots__ = ("tags", "wanted", "sql", "now_ms", "expired", "ttl")
 
-    def __init__(self, tags: list[str], sql: SqlFilter | None, now_ms: int) -> None:
+    def __init__(self, tags: list[str], sql: SqlFilter | None, now_ms: int,
+                 ttl: bool = True) -> None:
         self.tags = tags
         self.wanted = {tag_hash(t) for t in tags if t != "*"} \
             if tags and "*" not in tags else None
         self.sql, self.now_ms, self.expired = sql, now_ms, 0
+        self.ttl = ttl  # False only under the seeded bug ttl_ignored
 
     def examine(self, host: ScanHost, unit: CQUnit, entries: dict[int, list[Any]]
                 ) -> Message | None:
@@ -64,7 +66,7 @@ class Filter:
         if (self.wanted is not None and m.tags not in self.tags) or \
                 (self.sql is not None and not self.sql.matches(dict(m.properties), m.tags)):
             return None
-        if m.properties and expired(m.properties, unit.store_ts_ms, self.now_ms):
+        if self.ttl and m.properties and expired(m.properties, unit.store_ts_ms, self.now_ms):
             self.expired += 1
             return None
         return m

@@ -76,6 +76,11 @@ class PopService:
         self._turn = 0  # rotates the queue a receive of "any queue" looks at first
         self.popped = 0  # messages this node handed out as leader (for status)
         self.dead = 0
+        self._ttl_ignored = "ttl_ignored" in host.config.canaries  # a seeded bug (tests only)
+        # the seeded bug priority_park_lost: a leader sees only the offsets it parked itself in
+        # its term (a new leader forgets the parked set: those are never handed out)
+        self._park_lost = "priority_park_lost" in host.config.canaries
+        self._parked_term, self._mine_parked = -1, dict[PopKey, set[int]]()
 
     # -- receive --------------------------------------------------------------------------------
 
@@ -161,7 +166,7 @@ class PopService:
         expired since the scan): those are acknowledged at once, never delivered."""
         now_ms = int(time.time() * 1000)
         gone = [(r[1], r[10]) for r in rows if r[6] and expired(r[6], r[8], now_ms)]
-        if not gone:
+        if not gone or self._ttl_ignored:
             return rows
         group, topic, qid = key
         await self._commit(PopAck(now_ms, group, topic, qid, tuple(gone)))
@@ -191,8 +196,8 @@ class PopService:
         lo = max(cursor, first)
         capacity = INFLIGHT_MAX - (q.holding() if q else 0)
         room = min(max_messages - len(redeliver) - len(release), capacity)
-        flt = Filter(tags, sql, now_ms)
-        parked, ahead = state.pops.parked(key), self._memo.ahead(self.host, key, lo, length)
+        flt = Filter(tags, sql, now_ms, ttl=not self._ttl_ignored)
+        parked, ahead = self._parked(key), self._memo.ahead(self.host, key, lo, length)
         plan = scan_by_priority(self.host, topic, qid, lo, length, room, capacity, flt, parked,
                                 ahead) if room > 0 and (parked or ahead) else None
         held: list[tuple[int, str]] = []
@@ -209,8 +214,23 @@ class PopService:
                          lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
                          tuple(held), tuple(release), tuple(park), tuple(unpark))
         result = await self.host.commit(self.host.state.registry.encode(entry))
+        if self._park_lost and result.status == "OK":
+            self._mine_parked.setdefault(key, set()).update(off for off, _ in park)
         # (a conflict: a receive waiting plans again from the applied state)
         return result if result.status == "OK" else None
+
+    def _parked(self, key: PopKey) -> dict[int, int]:
+        """The queue's parked offsets (under the seeded bug, those this leader parked in its
+        term only)."""
+        parked = self.host.state.pops.parked(key)
+        if not self._park_lost:
+            return parked
+        core = self.host.node.core
+        term = core.term if core is not None else -1
+        if term != self._parked_term:  # a new term: the canary forgets what was parked
+            self._parked_term, self._mine_parked = term, {}
+        mine = self._mine_parked.get(key, set())
+        return {off: p for off, p in parked.items() if off in mine}
 
     def _range(self, topic: str, qid: int) -> tuple[int, int]:
         lo, hi = self.host.state.queue_range(topic, qid)
