@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from dledger.localcluster import free_ports
 from protocol.cluster_key import CLUSTER_KEY_ENV
 
@@ -65,6 +67,16 @@ def missing_engine() -> str | None:
     if done.returncode != 0:
         return f"podman does not run here: {done.stderr.strip()[-300:]}"
     return None
+
+
+def require_engine(reason: str | None) -> None:
+    """Go on when ``reason`` is None; else fail under CI=true (CI installs the engine: its
+    absence there is a broken run), skip elsewhere, naming the reason."""
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
 
 
 def podman(*args: str, timeout_s: float = ENGINE_TIMEOUT_S, check: bool = True) -> str:

@@ -40,6 +40,7 @@ from tests.deploy.containers import (
     compose_cluster,
     missing_engine,
     podman,
+    require_engine,
 )
 from tests.deploy.kube import render_group
 from tests.nodes.test_processes import wait_until
@@ -55,11 +56,7 @@ CATCH_UP_DEADLINE_S = 120.0
 
 @pytest.fixture(scope="module")
 def built() -> Iterator[Built]:
-    reason = missing_engine()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and {reason}")
-        pytest.skip(reason)
+    require_engine(missing_engine())
     tag = f"localhost/dledger:test-{secrets.token_hex(4)}"
     try:
         yield build_image(tag)
@@ -71,6 +68,19 @@ def built() -> Iterator[Built]:
 def cluster(built: Built) -> Iterator[ComposeCluster]:
     with compose_cluster(built.tag) as c:
         yield c
+
+
+def test_a_missing_engine_fails_under_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda tool: None if tool == "runc" else f"/usr/bin/{tool}")
+    reason = missing_engine()
+    assert reason == "no container engine: runc is not installed (apt-get install runc; .ci/run does)"
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true and no container engine: runc"):
+        require_engine(reason)
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="runc is not installed"):
+        require_engine(reason)
+    require_engine(None)
 
 
 def status(c: ComposeCluster) -> tuple[int, list[dict[str, Any]]]:
