@@ -78,7 +78,7 @@ else
     debootstrap --variant="$variant" --include="$include" "$suite" "$rootfs" "$mirror" \
         > "$cache/debootstrap.log" 2>&1 || { tail -n 20 "$cache/debootstrap.log" >&2; fail "debootstrap failed"; }
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    tar -C "$rootfs" --numeric-owner -c . | "$engine" import \
+    tar -C "$rootfs" --numeric-owner -c . | "$engine" import -q \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["/bin/bash"]' - "$base" >/dev/null
     rm -rf "$rootfs"
