@@ -7,8 +7,8 @@
 #    Debian's Python 3.11, venv, pip and passwd), imported into the engine as
 #    localhost/dledger-base:bookworm-<hash>, <hash> being of everything that makes it (this
 #    recipe). An engine that already holds that tag skips the step.
-# 2. The wheelhouse: wheels of the project's dependencies, and of setuptools and wheel, built on
-#    the host by pip (from the package index the host reaches), kept in the cache directory
+# 2. The wheelhouse: wheels of the project's dependencies, and of what builds it (setuptools,
+#    wheel), built on the host by pip (from the package index the host reaches), kept in the cache directory
 #    under a hash of the dependencies and the Python version; an existing one is reused. The
 #    host's Python must be the base's minor version (3.11): the wheels are for it.
 # 3. The image: deploy/Dockerfile, built from the repository with BASE_IMAGE=the base and the
@@ -87,15 +87,15 @@ else
 fi
 
 # --- 2. the wheelhouse ---------------------------------------------------------------------------
-deps_hash=$("$python" - "$root/pyproject.toml" <<'EOF'
-import hashlib, platform, sys, tomllib
+# What the image installs: the project's dependencies and what builds it (pyproject.toml), one a line
+requirements=$("$python" - "$root/pyproject.toml" <<'EOF'
+import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     data = tomllib.load(f)
-what = [*data["project"]["dependencies"], *data["build-system"]["requires"],
-        "%d.%d" % sys.version_info[:2], platform.machine()]
-print(hashlib.sha256("\n".join(what).encode()).hexdigest()[:16])
+print("\n".join([*data["project"]["dependencies"], *data["build-system"]["requires"]]))
 EOF
 )
+deps_hash=$(printf '%s\n' "$requirements" "$py_version" "$(uname -m)" | sha256sum | cut -c1-16)
 wheels=$cache/wheelhouse-$deps_hash
 if [ -d "$wheels" ]; then
     step "wheelhouse $wheels: cached"
@@ -103,9 +103,9 @@ else
     staging=$(mktemp -d "$cache/wheelhouse.XXXXXX")
     trap 'rm -rf "$staging"' EXIT
     step "wheelhouse: pip wheel into $staging"
-    # setuptools and wheel: what `pip install .` inside builds the project with, offline
-    "$python" -m pip wheel -q -w "$staging" "$root" 'setuptools>=77' wheel
-    rm -f "$staging"/dledger-*.whl  # the project itself is built from the copied source
+    # (the project itself is built inside, from the copied source, by these setuptools and wheel)
+    mapfile -t reqs <<< "$requirements"
+    "$python" -m pip wheel -q -w "$staging" "${reqs[@]}"
     mv -T "$staging" "$wheels" 2>/dev/null || rm -rf "$staging"  # (another build made it first)
     trap - EXIT
     step "wheelhouse $wheels: built ($(ls "$wheels" | wc -l) wheels)"

@@ -295,11 +295,15 @@ def setup_logging(opts: dict[str, Any], program: str) -> None:
     logfmt.log_start(program, ctx.params if ctx is not None else opts)
 
 
+def node_where(node: Node) -> dict[str, Any]:
+    """The node's group, id and current term: what every log line and the ready line carry."""
+    return {"group": node.config.group, "node": node.config.node_id,
+            "term": node.core.term if node.core is not None else 0}
+
+
 def bind_log_context(node: Node) -> None:
     """Stamp every log record with the node's group, id and current term."""
-    cfg = node.config
-    logfmt.bind_context(lambda: {"group": cfg.group, "node": cfg.node_id,
-                                 "term": node.core.term if node.core is not None else 0})
+    logfmt.bind_context(lambda: node_where(node))
 
 
 async def _power_loss(server: NodeServer) -> None:
@@ -324,15 +328,17 @@ class NodeServer(Protocol):
 async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]],
                              program: str = "dledger-server") -> None:
     """Start ``server``, print the JSON ready line (``ready()`` gives its fields, read after
-    start so ports are real), run until SIGTERM/SIGINT or until the node's loop ends on its
-    own, stop cleanly; exit 1 if the node failed. With TLS, SIGHUP reloads the certificate, key
-    and CA files for new connections (without TLS it keeps its default: the process ends).
+    start so ports are real; ``node_where`` too), run until SIGTERM/SIGINT or until the node's
+    loop ends on its own, stop cleanly; exit 1 if the node failed. With TLS, SIGHUP reloads the
+    certificate, key and CA files for new connections (without TLS it keeps its default: the
+    process ends).
     Logs when it serves (its addresses) and when it stopped (why, and after how long)."""
     started_at_s = time.monotonic()
     bind_log_context(server.node)
     await server.start()
     fields = ready()
-    print(json.dumps({"event": "ready", **fields}), flush=True)
+    # (with the group, node and term of every log line: a container's stdout is all JSON lines)
+    print(json.dumps({"event": "ready", **fields, **node_where(server.node)}), flush=True)
     logging.getLogger("dledger.process").info(
         "%s serving: %s", program, " ".join(f"{k}={_address_text(v)}" for k, v in fields.items()
                                             if v))

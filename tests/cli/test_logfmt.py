@@ -104,6 +104,10 @@ def test_a_node_logs_its_leader_changes_as_json_lines(tmp_path: Path) -> None:
         assert event["group"] == "g" and event["node"] == "n0"
         assert isinstance(event["term"], int) and event["term"] >= 1
         assert event["leader"] in {"n0", "n1", "n2"} and event["level"] == "INFO"
+        # the ready line on stdout carries them too (a container's stdout is all JSON lines)
+        ready = cluster.servers["n0"].ready
+        assert ready is not None and (ready["group"], ready["node"]) == ("g", "n0")
+        assert isinstance(ready["term"], int)
 
 
 def test_logs_go_to_stdout_when_asked_and_an_unknown_stream_is_a_named_error(
