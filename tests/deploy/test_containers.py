@@ -220,6 +220,15 @@ def test_killing_the_leaders_container_loses_no_acknowledged_message_and_it_catc
         return bool(node["role"] == "follower" and leader["role"] == "leader"
                     and node["applied_index"] >= leader["commit_index"])
     asyncio.run(wait_until(caught_up, CATCH_UP_DEADLINE_S, f"{old} of group a caught up"))
+    # it came back on its volume: the same named volume on /data, and it started from the term
+    # it had (a node on an empty disk starts at term 0)
+    mounts = json.loads(podman("inspect", "--format", "{{json .Mounts}}", cluster.containers()[service]))
+    assert [(m["Name"], m["Destination"]) for m in mounts] == [(f"{cluster.project}_{service}-data", "/data")]
+    lines = [json.loads(line) for line in podman("logs", cluster.containers()[service]).splitlines()]
+    starts = [i for i, e in enumerate(lines) if " starting (pid " in e.get("msg", "")]
+    assert len(starts) == 2, f"{service} started {len(starts)} times"
+    first = next(e for e in lines[starts[1]:] if e.get("msg", "").startswith("at term "))
+    assert first["term"] >= 1, first
     missing = set(acked) - asyncio.run(_consume_all(cluster))
     ran(f"killed {old} ({service}); new leader {new_leader}; {len(acked)} acknowledged, "
         f"{len(missing)} lost; restarted by the restart policy: {restarted_by_policy}")
