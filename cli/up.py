@@ -81,7 +81,7 @@ def up(groups: int, replicas: int, data_dir: str, flush_mode: str, namesrv_port:
         generate_key_file(key_file)
     except ClusterKeyError as err:
         raise click.ClickException(str(err)) from err
-    logs = ("--log-level", log_level, "--log-format", log_format)
+    logs = ("--log-level", log_level, "--log-format", log_format, "--log-stream", "stderr")
     namesrv = NameSrvProcess.start(namesrv_port, data_dir,
                                    ("--cluster-key-file", key_file, *logs,
                                     *(up_tls.args("namesrv") if up_tls else ())))

@@ -1,5 +1,7 @@
-"""How a server process logs: ``--log-format text|json`` and ``--log-level`` (INFO by default), one
-event per line on stderr, each carrying where it happened (group, node, term).
+"""How a server process logs: ``--log-format text|json``, ``--log-level`` (INFO by default) and
+``--log-stream stderr|stdout`` (stderr by default; a container's image sets stdout, and JSON, through
+``$DLEDGER_LOG_STREAM`` and ``$DLEDGER_LOG_FORMAT``), one event per line, each carrying where it
+happened (group, node, term; the term is null until the node has read its state).
 
 Owns the formatters, the context every record is stamped with, and the lines that open and close
 a process's log (``log_start``: program, version and options, secrets never shown; ``log_stop``).
@@ -22,12 +24,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "LOG_LEVEL_DEFAULT", "JsonFormatter", "bind_context",
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "LOG_LEVEL_DEFAULT", "LOG_STREAMS", "JsonFormatter", "bind_context",
            "configure", "log_start", "log_stop", "options_text", "program_version"]
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_LEVEL_DEFAULT = "INFO"
+LOG_STREAMS = ("stderr", "stdout")
+# Options a server reads from the environment when not given (the image sets them).
+LOG_FORMAT_ENV = "DLEDGER_LOG_FORMAT"
+LOG_STREAM_ENV = "DLEDGER_LOG_STREAM"
 # Libraries whose INFO lines are per request or per connection: kept at WARNING unless DEBUG.
 _CHATTY_LOGGERS = ("aiohttp.access", "aiohttp.server", "aiohttp.web", "asyncio", "grpc")
 # An option whose name holds one of these carries a secret, unless it names a file or a path.
@@ -84,7 +90,7 @@ class JsonFormatter(logging.Formatter):
 class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ctx = getattr(record, "ctx", None) or {}
-        record.where = " ".join(f"{k}={v}" for k, v in ctx.items())
+        record.where = " ".join(f"{k}={v}" for k, v in ctx.items() if v is not None)
         return super().format(record)
 
 
@@ -92,11 +98,14 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def configure(log_format: str = "text", level: str = LOG_LEVEL_DEFAULT) -> None:
-    """Log records of ``level`` and above to stderr in ``log_format``, replacing any handler."""
+def configure(log_format: str = "text", level: str = LOG_LEVEL_DEFAULT, stream: str = "stderr") -> None:
+    """Log records of ``level`` and above to ``stream`` (stderr or stdout) in ``log_format``,
+    replacing any handler."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"--log-format is one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
-    handler = logging.StreamHandler(sys.stderr)
+    if stream not in LOG_STREAMS:
+        raise ValueError(f"--log-stream is one of {', '.join(LOG_STREAMS)}, not {stream!r}")
+    handler = logging.StreamHandler(sys.stdout if stream == "stdout" else sys.stderr)
     handler.addFilter(_ContextFilter())
     if log_format == "json":
         handler.setFormatter(JsonFormatter())

@@ -18,7 +18,14 @@ from typing import Any, Protocol, TypeVar
 import click
 
 from dledger import logfmt
-from dledger.logfmt import LOG_FORMATS, LOG_LEVEL_DEFAULT, LOG_LEVELS
+from dledger.logfmt import (
+    LOG_FORMAT_ENV,
+    LOG_FORMATS,
+    LOG_LEVEL_DEFAULT,
+    LOG_LEVELS,
+    LOG_STREAM_ENV,
+    LOG_STREAMS,
+)
 from dledger.node.runtime import MAX_BUSY_POLL_US, Address, Node, NodeConfig
 from dledger.raft.config import SIM_ONLY_CANARIES, Canaries
 from protocol.framed import (
@@ -193,8 +200,12 @@ _OPTIONS = [
                  help="An fsync slower than this is logged (at most one line per 10 s, with the "
                       "count and the slowest)."),
     click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text", show_default=True,
-                 help="Log lines on stderr as text or as JSON objects (one event per line, with "
-                      "group, node and term)."),
+                 envvar=LOG_FORMAT_ENV, show_envvar=True,
+                 help="Log lines as text or as JSON objects (one event per line, with group, "
+                      "node and term; the term is null until the node has read its state)."),
+    click.option("--log-stream", type=click.Choice(LOG_STREAMS), default="stderr",
+                 show_default=True, envvar=LOG_STREAM_ENV, show_envvar=True,
+                 help="Where the log lines go (the image sets stdout: a container's log)."),
     click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
                  default=LOG_LEVEL_DEFAULT, show_default=True,
                  help="INFO: start and stop, elections and leader changes, membership, "
@@ -275,18 +286,24 @@ def client_limits(opts: dict[str, Any]) -> ConnectionLimits:
 def setup_logging(opts: dict[str, Any], program: str) -> None:
     """Logging as ``--log-format`` and ``--log-level`` say (``dledger.logfmt``), then the log's
     first line: ``program``, its version and the command's options (secrets never shown)."""
-    logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", LOG_LEVEL_DEFAULT))
-    where = {"group": opts.get("group"), "node": opts.get("node_id")}
+    logfmt.configure(opts.get("log_format", "text"), opts.get("log_level", LOG_LEVEL_DEFAULT),
+                     opts.get("log_stream", "stderr"))
+    # (the term is not known before the node has read its state: null until bind_log_context)
+    where = {"group": opts.get("group"), "node": opts.get("node_id"), "term": None}
     logfmt.bind_context(lambda: where)  # (with the term once the node exists: bind_log_context)
     ctx = click.get_current_context(silent=True)
     logfmt.log_start(program, ctx.params if ctx is not None else opts)
 
 
+def node_where(node: Node) -> dict[str, Any]:
+    """The node's group, id and current term: what every log line and the ready line carry."""
+    return {"group": node.config.group, "node": node.config.node_id,
+            "term": node.core.term if node.core is not None else 0}
+
+
 def bind_log_context(node: Node) -> None:
     """Stamp every log record with the node's group, id and current term."""
-    cfg = node.config
-    logfmt.bind_context(lambda: {"group": cfg.group, "node": cfg.node_id,
-                                 "term": node.core.term if node.core is not None else 0})
+    logfmt.bind_context(lambda: node_where(node))
 
 
 async def _power_loss(server: NodeServer) -> None:
@@ -311,15 +328,17 @@ class NodeServer(Protocol):
 async def serve_until_signal(server: NodeServer, ready: Callable[[], dict[str, Any]],
                              program: str = "dledger-server") -> None:
     """Start ``server``, print the JSON ready line (``ready()`` gives its fields, read after
-    start so ports are real), run until SIGTERM/SIGINT or until the node's loop ends on its
-    own, stop cleanly; exit 1 if the node failed. With TLS, SIGHUP reloads the certificate, key
-    and CA files for new connections (without TLS it keeps its default: the process ends).
+    start so ports are real; ``node_where`` too), run until SIGTERM/SIGINT or until the node's
+    loop ends on its own, stop cleanly; exit 1 if the node failed. With TLS, SIGHUP reloads the
+    certificate, key and CA files for new connections (without TLS it keeps its default: the
+    process ends).
     Logs when it serves (its addresses) and when it stopped (why, and after how long)."""
     started_at_s = time.monotonic()
     bind_log_context(server.node)
     await server.start()
     fields = ready()
-    print(json.dumps({"event": "ready", **fields}), flush=True)
+    # (with the group, node and term of every log line: a container's stdout is all JSON lines)
+    print(json.dumps({"event": "ready", **fields, **node_where(server.node)}), flush=True)
     logging.getLogger("dledger.process").info(
         "%s serving: %s", program, " ".join(f"{k}={_address_text(v)}" for k, v in fields.items()
                                             if v))

@@ -109,16 +109,20 @@ _OPTIONS = [
                  help="INFO: start and stop, registrations, expiries and refusals, leader "
                       "changes, a rate-limited summary of client connection errors."),
     click.option("--log-format", default="text", show_default=True, type=click.Choice(LOG_FORMATS),
-                 help="Log lines on stderr as text or as JSON objects (one event per line)."),
+                 envvar=logfmt.LOG_FORMAT_ENV, show_envvar=True,
+                 help="Log lines as text or as JSON objects (one event per line)."),
+    click.option("--log-stream", default="stderr", show_default=True,
+                 type=click.Choice(logfmt.LOG_STREAMS), envvar=logfmt.LOG_STREAM_ENV, show_envvar=True,
+                 help="Where the log lines go (the image sets stdout: a container's log)."),
 ]
 
 
 def _run(listen: tuple[str, int], lease_s: float, scan_interval_s: float,
          console_read_only: bool, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
          cluster_key_file: str | None, insecure: bool, canaries: tuple[str, ...],
-         log_level: str, log_format: str) -> None:
+         log_level: str, log_format: str, log_stream: str) -> None:
     """Run a stateless NameServer (brokers register with every one; clients query any)."""
-    logfmt.configure(log_format, log_level)
+    logfmt.configure(log_format, log_level, log_stream)
     host, port = listen
     logfmt.bind_context(lambda: {"namesrv": f"{host}:{port}"})
     logfmt.log_start("dledger-namesrv", click.get_current_context().params)

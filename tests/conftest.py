@@ -7,8 +7,8 @@ imported plugin module while another thread compiles code at the same time.
 Run in parallel (``make test``: pytest-xdist, ``--dist loadgroup``), a module's tests stay on one
 worker, since many share a module's cluster; but each live chaos run is a group of its own, so
 that they spread over the workers. The longest work is collected first, so that no worker is
-left with a long run at the end: the live chaos runs (their canaries first), then the modules
-with tests marked ``slow`` (real processes), then the rest.
+left with a long run at the end: the container test (tests/deploy), the live chaos runs (their
+canaries first), then the modules with tests marked ``slow`` (real processes), then the rest.
 
 Every process a test starts shares one cluster credential (``$DLEDGER_CLUSTER_KEY``, set here).
 
@@ -36,6 +36,9 @@ os.environ.setdefault(CLUSTER_KEY_ENV, secrets.token_hex(32))
 LIVE_CHAOS_PREFIX = "tests.chaos.test_chaos_"  # scenarios, tls, canaries, membership
 # The longest live runs, started first (a minute of faults, or a canary run to the end).
 LONGEST_FIRST = ("test_membership_changes_under_kills_and_isolation", "test_seeded_bug_is_caught")
+# About a minute in one module, on one worker (an image built, a compose cluster of seven
+# containers): started first, so that it never holds the suite's end.
+FIRST_MODULES = ("tests.deploy.test_containers",)
 
 
 def _module(item: pytest.Item) -> str:
@@ -48,6 +51,8 @@ def _is_live_chaos(item: pytest.Item) -> bool:
 
 
 def _order(item: pytest.Item) -> int:
+    if _module(item) in FIRST_MODULES:
+        return -1
     if _is_live_chaos(item):
         return 0 if item.name.startswith(LONGEST_FIRST) else 1
     return 2 if item.get_closest_marker("slow") is not None else 3

@@ -10,10 +10,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 
+from broker.__main__ import start as broker_start
 from dledger import logfmt
 from dledger.localcluster import LocalCluster
+from dledger.node_cli import setup_logging
+from namesrv.__main__ import cli as namesrv_cli
 
 
 @pytest.fixture
@@ -100,3 +104,48 @@ def test_a_node_logs_its_leader_changes_as_json_lines(tmp_path: Path) -> None:
         assert event["group"] == "g" and event["node"] == "n0"
         assert isinstance(event["term"], int) and event["term"] >= 1
         assert event["leader"] in {"n0", "n1", "n2"} and event["level"] == "INFO"
+        # the ready line on stdout carries them too (a container's stdout is all JSON lines)
+        ready = cluster.servers["n0"].ready
+        assert ready is not None and (ready["group"], ready["node"]) == ("g", "n0")
+        assert isinstance(ready["term"], int)
+
+
+def test_logs_go_to_stdout_when_asked_and_an_unknown_stream_is_a_named_error(
+        captured: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    logfmt.configure("json", "INFO", "stdout")
+    logging.getLogger("dledger.test").warning("to stdout")
+    out, err = capsys.readouterr()
+    assert json.loads(out)["msg"] == "to stdout" and err == ""
+    with pytest.raises(ValueError, match="--log-stream is one of stderr, stdout, not 'syslog'"):
+        logfmt.configure("json", "INFO", "syslog")
+
+
+def test_a_nodes_first_lines_carry_group_node_and_a_null_term(
+        captured: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before the node has read its state (its start line, option errors), a line has the
+    group and node and a term of null; text leaves the unknown term out."""
+    setup_logging({"log_format": "json", "log_stream": "stdout", "group": "a", "node_id": "n2"},
+                  "dledger-broker")
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (first["group"], first["node"], first["term"]) == ("a", "n2", None)
+    assert first["program"] == "dledger-broker"
+    setup_logging({"log_format": "text", "log_stream": "stdout", "group": "a", "node_id": "n2"},
+                  "dledger-broker")
+    assert "[group=a node=n2] dledger-broker" in capsys.readouterr().out
+
+
+def test_the_images_environment_chooses_json_on_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy/Dockerfile sets DLEDGER_LOG_FORMAT and DLEDGER_LOG_STREAM: both servers read them
+    when the options are not given (an option given wins)."""
+    monkeypatch.setenv(logfmt.LOG_FORMAT_ENV, "json")
+    monkeypatch.setenv(logfmt.LOG_STREAM_ENV, "stdout")
+    params = namesrv_cli.commands["start"].make_context("start", []).params
+    assert (params["log_format"], params["log_stream"]) == ("json", "stdout")
+    broker = broker_start.make_context("start", ["--group", "a", "--id", "n0", "--peers",
+                                                 "n0=127.0.0.1:1", "--data-dir", "/nonexistent",
+                                                 "--log-format", "text"]).params
+    assert (broker["log_format"], broker["log_stream"]) == ("text", "stdout")
+    monkeypatch.setenv(logfmt.LOG_STREAM_ENV, "syslog")
+    with pytest.raises(click.BadParameter, match="'syslog' is not one of 'stderr', 'stdout'") as bad:
+        namesrv_cli.commands["start"].make_context("start", [])
+    assert bad.value.param is not None and bad.value.param.name == "log_stream"

@@ -76,7 +76,9 @@ def test_every_yaml_file_in_deploy_parses() -> None:
 
 def test_the_dockerfile_copies_what_exists_and_installs_every_package() -> None:
     steps = dockerfile_instructions()
-    assert steps[0] == ("FROM", "python:3.11-slim")
+    # the base is a build argument (deploy/build-image.sh gives its own), by default Python's
+    assert steps[0] == ("ARG", "BASE_IMAGE=python:3.11-slim")
+    assert steps[1] == ("FROM", "${BASE_IMAGE}")
     ignore = dockerignore_patterns()
     copied = []
     for word, args in steps:
@@ -220,18 +222,42 @@ def _check_compose_ports(name: str, s: dict[str, Any], b: BrokerArgs) -> None:
     assert all(h == c for h, c in published.items()), f"{name}: published to another port"
     assert b.advertise == ("127.0.0.1", b.listen[1]) and b.listen[1] in published
     assert b.grpc is not None and b.grpc[1] in published
-    # admin HTTP is bound to the node's name, so its registered address is reachable by the
-    # NameServer; the health check asks there
-    assert b.admin == (name, PORTS["admin"])
+    # admin HTTP is published too (dledger status from the host) and registered at the
+    # advertised host; the health check asks it inside the container
+    assert b.admin[0] == "0.0.0.0" and b.admin[1] in published
+    assert b.params["admin_advertise"] is None
     test = s["healthcheck"]["test"]
     assert test[:3] == ["CMD", "python", "-c"]
-    assert f"'http://{name}:{PORTS['admin']}/readyz'" in test[3]
+    assert f"'http://127.0.0.1:{b.admin[1]}/readyz'" in test[3]
 
 
 def test_compose_advertises_the_host_it_is_told() -> None:
     brokers = _broker_services(load_compose({"DLEDGER_ADVERTISE_HOST": "203.0.113.7"}))
     assert {b.advertise[0] for b in brokers.values() if b.advertise} == {"203.0.113.7"}
     assert len(brokers) == 6 and all(b.advertise for b in brokers.values())
+
+
+def test_compose_takes_its_ports_and_image_from_the_environment() -> None:
+    """A second cluster on the same host (tests/deploy/test_containers.py runs one): every
+    published port and the image come from variables, each broker listening on, publishing and
+    advertising the port it is given."""
+    names = ("a0", "a1", "a2", "b0", "b1", "b2")
+    env = {"DLEDGER_NAMESRV_PORT": "40000", "DLEDGER_IMAGE": "localhost/dledger:t1"}
+    for i, name in enumerate(names):
+        for j, kind in enumerate(("", "_GRPC", "_ADMIN")):
+            env[f"DLEDGER_{name.upper()}{kind}_PORT"] = str(40001 + 3 * i + j)
+    compose = load_compose(env)
+    services = compose["services"]
+    assert {s["image"] for s in services.values()} == {"localhost/dledger:t1"}
+    assert published_ports(services["namesrv"]) == [(40000, 9876)]
+    brokers = _broker_services(compose)
+    for i, name in enumerate(names):
+        b, port = brokers[name], 40001 + 3 * i
+        assert b.listen[1] == port and b.advertise == ("127.0.0.1", port)
+        assert b.grpc is not None and b.grpc[1] == port + 1 and b.admin[1] == port + 2
+        assert sorted(published_ports(services[name])) == [(p, p) for p in (port, port + 1, port + 2)]
+    host_ports = [h for s in services.values() for h, _ in published_ports(s)]
+    assert sorted(host_ports) == list(range(40000, 40019))
 
 
 def test_compose_interpolation_reads_as_compose_does() -> None:
