@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from protocol.int_property import int_property
+
 TTL_PROPERTY = "TTL_MS"
 TTL_MS_MAX = 366 * 86_400_000  # a year: anything longer is a mistake, not a TTL
 
@@ -26,12 +28,9 @@ class BadTtlError(ValueError):
 def parse_ttl_ms(value: object) -> int:
     """A TTL property's value checked: a decimal integer 1..TTL_MS_MAX (``BadTtlError``
     naming the property otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    ttl_ms = int_property(value)
+    if ttl_ms is None:
         raise BadTtlError(f"{TTL_PROPERTY} must be an integer of milliseconds, not {value!r}")
-    text = str(value).strip()
-    if not text.lstrip("-").isdigit() or not text.isascii():
-        raise BadTtlError(f"{TTL_PROPERTY} must be an integer of milliseconds, not {value!r}")
-    ttl_ms = int(text)
     if ttl_ms <= 0:
         raise BadTtlError(f"{TTL_PROPERTY} must be positive, not {ttl_ms}")
     if ttl_ms > TTL_MS_MAX:

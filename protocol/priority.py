@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from protocol.int_property import int_property
+
 PRIORITY_PROPERTY = "PRIORITY"
 PRIORITY_MAX = 9
 
@@ -19,15 +21,11 @@ class BadPriorityError(ValueError):
 
 def parse_priority(value: object) -> int:
     """A priority checked: an integer 0..PRIORITY_MAX, as an int or its decimal text."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    priority = int_property(value)
+    if priority is None or not 0 <= priority <= PRIORITY_MAX:
         raise BadPriorityError(f"{PRIORITY_PROPERTY} must be an integer 0..{PRIORITY_MAX}, "
                                f"not {value!r}")
-    text = str(value).strip()
-    if not text.isascii() or not text.lstrip("-").isdigit() or \
-            not 0 <= int(text) <= PRIORITY_MAX:
-        raise BadPriorityError(f"{PRIORITY_PROPERTY} must be an integer 0..{PRIORITY_MAX}, "
-                               f"not {value!r}")
-    return int(text)
+    return priority
 
 
 def priority_of(properties: Iterable[Sequence[str]]) -> int:

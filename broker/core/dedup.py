@@ -53,7 +53,7 @@ def fingerprint(key: str) -> bytes:
 
 class DedupTable:
     __slots__ = ("window_ms", "max_entries", "_rows", "_base", "_head", "_live", "_slots",
-                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue", "_pinned")
+                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue", "_pins")
 
     def __init__(self, window_ms: int, max_entries: int) -> None:
         if not 0 < window_ms < TS_SPAN // 2:
@@ -73,7 +73,7 @@ class DedupTable:
         self._queues: list[tuple[str, int]] = []
         self._queue_refs: dict[tuple[str, int], int] = {}
         self._last_queue: tuple[str, int, int] = ("", -1, -1)  # (topic, queue id, its ref)
-        self._pinned: bytearray | None = None  # the rows buffer a checkpoint is reading
+        self._pins = 0  # views of the rows buffer being read (a checkpoint, a digest)
 
     def __len__(self) -> int:
         return self._live
@@ -220,8 +220,8 @@ class DedupTable:
 
     def _compact(self) -> None:
         dead = self._head - self._base
-        if self._pinned is self._rows:
-            return  # a checkpoint is reading it: later
+        if self._pins:
+            return  # a checkpoint or a digest is reading it: later
         if dead >= COMPACT_MIN and dead * 2 >= len(self._rows) // ROW_BYTES:
             del self._rows[:dead * ROW_BYTES]
             self._base = self._head
@@ -262,7 +262,7 @@ class DedupTable:
             fresh._epoch = fresh._newest = epoch
         fresh._newest = max(fresh._newest, self._newest)
         for name in self.__slots__:
-            if name not in ("window_ms", "max_entries", "_pinned"):  # (settings stay; rest new)
+            if name not in ("window_ms", "max_entries", "_pins"):  # (settings stay; rest new)
                 setattr(self, name, getattr(fresh, name))
 
     def rows(self) -> list[tuple[bytes, str, int, int, int]]:
@@ -288,14 +288,18 @@ class DedupTable:
         return [self._epoch, self._newest, [list(q) for q in self._queues], self._head]
 
     def pin_rows(self) -> tuple[bytearray, int, int]:
-        """The rows ``snapshot()`` holds, in place: (buffer, start, end) in bytes. Until
-        ``unpin_rows`` the buffer is never compacted, so those bytes stay as they are while the
-        table goes on (rows are appended past ``end``; a rebuild takes a new buffer)."""
-        self._pinned = self._rows
+        """The rows ``snapshot()`` holds, in place: (buffer, start, end) in bytes. Until every
+        pin is matched by ``unpin_rows`` the buffer is never compacted, so those bytes stay as
+        they are while the table goes on (rows are appended past ``end``; a rebuild takes a new
+        buffer). Pins are counted: a digest's view taken while a checkpoint is being written
+        leaves the checkpoint's pin in place."""
+        self._pins += 1
         return self._rows, (self._head - self._base) * ROW_BYTES, len(self._rows)
 
     def unpin_rows(self) -> None:
-        self._pinned = None
+        if self._pins <= 0:
+            raise RuntimeError("unpin_rows without a pin_rows")
+        self._pins -= 1
 
     @classmethod
     def restore(cls, window_ms: int, max_entries: int, blob: Any) -> DedupTable:

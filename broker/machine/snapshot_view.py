@@ -54,5 +54,11 @@ class SnapshotView:
         return crc
 
     def release(self) -> None:
-        """The ranges' buffer may change again (call on the loop, once written)."""
-        self._release()
+        """The ranges' buffer may change again (call on the loop, once written); a second
+        call does nothing."""
+        release, self._release = self._release, _released
+        release()
+
+
+def _released() -> None:
+    """A view's release once it has been released."""

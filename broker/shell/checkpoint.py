@@ -123,10 +123,12 @@ class Checkpoints:
         except OSError as err:  # the queues' units could not be written: not this time
             log.warning("checkpoint at index %d not written: %s", saved, err)
             return time.perf_counter() - t0
-        view = state.snapshot_view()  # on the loop: a consistent view (the bulk read in place)
         dropped = queues.take_dropped() if isinstance(queues, FileQueues) else []
         store = server.node.store
         index_job = server.index.checkpoint(store.first_index() if store else 1)
+        # on the loop, with no await since sync_job: a consistent view (the bulk read in place),
+        # taken last, so that nothing can raise between it and the release below
+        view = state.snapshot_view()
         spent_s = time.perf_counter() - t0
 
         def job() -> None:

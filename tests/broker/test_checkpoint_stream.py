@@ -69,6 +69,21 @@ def test_rows_stay_as_captured_while_the_table_forgets_and_compacts() -> None:
     view.release()
 
 
+def test_a_second_view_released_early_leaves_the_first_ones_rows_in_place() -> None:
+    # a digest's view (STATE_DIGEST) taken and released while a checkpoint's view is being
+    # written: the checkpoint's rows must stay as captured (the pins are counted)
+    state = _with_keys(6000, StateConfig(dedup_entries_max=6000))
+    before = state.snapshot()
+    checkpoint = state.snapshot_view()
+    digest = state.snapshot_view()
+    digest.release()
+    digest.release()  # (a second release does nothing)
+    for k in range(6000, 20000):  # would compact the rows, were they not pinned
+        state.dedup.remember(f"U{k:016d}", "growth", 0, k, 1_700_000_000_000 + k)
+    assert b"".join(checkpoint) == before
+    checkpoint.release()
+
+
 def test_writing_a_large_checkpoint_allocates_a_chunk_not_the_table(tmp_path: Path) -> None:
     keys = 400_000
     state = _with_keys(keys)

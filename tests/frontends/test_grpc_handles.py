@@ -46,6 +46,8 @@ def test_a_receipt_handle_opens_only_unaltered_for_its_topic_and_group() -> None
     refused(signer.open_receipt, "a/3/17/42", "orders", "billing", code=bad,
             match="unsigned")  # the old, guessable form
     refused(signer.open_receipt, "", "orders", "billing", code=bad, match="empty")
+    for odd in (text + ".é" + mac[1:], text + "." + mac[:-1] + "\udcff"):  # not ASCII
+        refused(signer.open_receipt, odd, "orders", "billing", code=bad, match="forged")
     refused(signer.open_receipt, "x" * (HANDLE_CHARS_MAX + 1), "orders", "billing", code=bad,
             match="over")
 

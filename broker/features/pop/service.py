@@ -156,7 +156,11 @@ class PopService:
                 if result is None:
                     return []
                 if result.popped:
-                    rows = await self._unexpired(key, self._rows(topic, qid, result))
+                    rows, gone = self._rows(topic, qid, result)
+                    if gone:  # retention deleted them (a redelivery, a release, a parked one):
+                        await self._commit(PopAck(int(time.time() * 1000), group, topic, qid,
+                                                  tuple(gone)))  # nothing to hand out: acked
+                    rows = await self._unexpired(key, rows)
                     if rows:  # (the highest priority first; a stable sort keeps the rest)
                         return sorted(rows, key=lambda r: -priority_of(r[6]) if r[6] else 0)
             return []
@@ -191,9 +195,12 @@ class PopService:
         # (read after the dead letters: one of those may have freed its group)
         release = state.pops.releasable(key)[:max_messages - len(redeliver)]
         q = state.pops.get(key)
-        first, length = self._range(topic, qid)
+        base, length = state.queue_range(topic, qid)  # the queue as every replica's apply sees it
+        first = max(base, self.host.retained_offset(topic, qid))  # ... as this log still holds it
         cursor = q.cursor if q is not None else state.offsets.get(key, first)
-        lo = max(cursor, first)
+        start = max(cursor, base)  # where the entry's range begins (the apply checks it)
+        lo = max(start, first)  # where reading begins: past what retention deleted here, which
+        # the entry's range covers unread (retention is local; the apply cannot know it)
         capacity = INFLIGHT_MAX - (q.holding() if q else 0)
         room = min(max_messages - len(redeliver) - len(release), capacity)
         flt = Filter(tags, sql, now_ms, ttl=not self._ttl_ignored)
@@ -208,10 +215,10 @@ class PopService:
                 self.host, topic, qid, lo, length, room, capacity, flt, state.pops.gate(key)), [], []
         if flt.expired:
             self.host.count_expired("pop", flt.expired)
-        if not redeliver and not release and not unpark and hi == lo:
+        if not redeliver and not release and not unpark and hi == start:
             return None
         entry = PopEntry(now_ms, group, topic, qid, invisible_ms, cursor, tuple(redeliver),
-                         lo if hi > lo else cursor, hi if hi > lo else cursor, tuple(fresh),
+                         start if hi > start else cursor, hi if hi > start else cursor, tuple(fresh),
                          tuple(held), tuple(release), tuple(park), tuple(unpark))
         result = await self.host.commit(self.host.state.registry.encode(entry))
         if self._park_lost and result.status == "OK":
@@ -232,21 +239,27 @@ class PopService:
         mine = self._mine_parked.get(key, set())
         return {off: p for off, p in parked.items() if off in mine}
 
-    def _range(self, topic: str, qid: int) -> tuple[int, int]:
-        lo, hi = self.host.state.queue_range(topic, qid)
-        return max(lo, self.host.retained_offset(topic, qid)), hi
-
-    def _rows(self, topic: str, qid: int, result: ApplyResult) -> list[Any]:
+    def _rows(self, topic: str, qid: int, result: ApplyResult
+              ) -> tuple[list[Any], list[tuple[int, int]]]:
+        """The messages a pop handed out, as rows; and the receipts (offset, epoch) of those
+        the log no longer holds (retention deleted them since they were first handed out)."""
         entries: dict[int, list[Any]] = {}
-        out = []
+        out, gone = [], []
         for off, attempt in result.popped:
-            unit = self.host.state.units(topic, qid, off, 1)[0]
-            m = self.host.read_message(unit.position, unit.slot, entries)
+            units = self.host.state.units(topic, qid, off, 1)
+            try:
+                if not units:
+                    raise DLedgerError(f"no unit at {topic}@{off}")
+                unit = units[0]
+                m = self.host.read_message(unit.position, unit.slot, entries)
+            except DLedgerError:
+                gone.append((off, result.index))
+                continue
             out.append([qid, off, m.body, m.tags, list(m.keys), m.unique_key,
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
                         offset_msg_id(self.host.group, unit.position, unit.slot),
                         result.index, attempt])
-        return out
+        return out, gone
 
     # -- ack, change, dead letters ------------------------------------------------------------
 

@@ -76,7 +76,9 @@ class HandleSigner:
         if not dot or not text:
             raise GatewayError(code, f"not a {kind} handle this endpoint issued (unsigned): "
                                      f"{handle[:80]!r}")
-        if not hmac.compare_digest(mac, self._mac(kind, bound, text)):
+        # (bytes compared: compare_digest refuses text that is not ASCII with a TypeError)
+        if not hmac.compare_digest(mac.encode("utf-8", "surrogatepass"),
+                                   self._mac(kind, bound, text).encode()):
             raise GatewayError(code, f"a forged or altered {kind} handle (its signature does not "
                                      f"check for {'/'.join(bound)}): {handle[:80]!r}")
         return text
