@@ -1,10 +1,11 @@
 """The ``dledger`` command (click), one module per area: ``up`` (a NameServer and broker groups
 in the foreground) and ``node`` (its nodes, through its control file), ``status``, ``topic``,
 ``send`` and ``consume`` (``messages``), ``leader`` and ``consumer`` (``admin``; its
-``reset-offset`` and ``status`` in ``consumer_admin``, ``running-info`` and ``consume-directly``
-in ``consumer_ask``, ``retry-policy`` in ``retry_policy``), ``producer``, ``dlq`` (and ``consumer
-retry``), ``acl`` (access control's accounts), ``bench``, ``tls`` (a test CA), ``message``
-(``query``: show and query stored messages; ``message trace`` in ``trace``);
+``reset-offset`` and ``status`` in ``consumers.admin``, ``running-info`` and
+``consume-directly`` in ``consumers.ask``, ``retry-policy`` in ``consumers.retry_policy``),
+``producer``, ``dlq`` (and ``consumer retry``: ``consumers.dlq``), ``acl`` (access control's
+accounts), ``bench``, ``tls`` (a test CA), ``message`` (``query``: show and query stored
+messages; ``message trace`` in ``trace``);
 ``dledger log ...`` for a bare replicated-log group lives with the log (``dledger.log_cli``),
 ``dledger chaos ...`` with the chaos harness. The servers' own commands are ``dledger-broker``
 and ``dledger-namesrv``. ``main`` is the console script's entry point."""
@@ -16,15 +17,15 @@ import click
 from cli.acl import acl, credentials_options
 from cli.admin import consumer, leader
 from cli.bench import bench
-from cli.consumer_admin import consumer_status, reset_offset
-from cli.consumer_ask import consume_directly, running_info
-from cli.dlq import consumer_retry, dlq
+from cli.consumers.admin import consumer_status, reset_offset
+from cli.consumers.ask import consume_directly, running_info
+from cli.consumers.dlq import consumer_retry, dlq
+from cli.consumers.retry_policy import retry_policy
 from cli.group import group
 from cli.messages import consume, send
 from cli.node import node
 from cli.producer import producer
 from cli.query import message
-from cli.retry_policy import retry_policy
 from cli.secrets import secret_option_value
 from cli.status import status
 from cli.tls import tls

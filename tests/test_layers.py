@@ -198,3 +198,34 @@ def test_the_checks_fire_on_an_upward_import_and_on_a_circle(tmp_path: Path) -> 
     assert any(v.startswith("dledger.raft.core imports dledger.node") for v in found)
     assert not any(v.startswith("dledger.node ") for v in found)  # the log may use protocol
     assert circles(graph) == [("client.alpha", "client.beta")]
+
+
+SOURCE = tuple(p for p in PACKAGES if p != "tests")
+MODULE_LINES_MAX = 450  # a module a reader takes in at once (docs/design.md, "Small modules")
+FOLDER_MODULES_MAX = 20  # modules directly in one package folder
+
+
+def oversized(root: Path = ROOT, packages: Iterable[str] = SOURCE) -> list[str]:
+    """The source modules over ``MODULE_LINES_MAX`` lines and the folders holding more than
+    ``FOLDER_MODULES_MAX`` modules directly."""
+    found = []
+    folders: dict[Path, int] = {}
+    for path in modules(root, packages).values():
+        lines = len(path.read_text().splitlines())
+        if lines > MODULE_LINES_MAX:
+            found.append(f"{path.relative_to(root)}: {lines} lines")
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    found += [f"{folder.relative_to(root)}/: {n} modules" for folder, n in sorted(folders.items())
+              if n > FOLDER_MODULES_MAX]
+    return found
+
+
+def test_no_source_module_or_folder_is_oversized() -> None:
+    assert oversized() == []
+
+
+def test_the_size_check_fires(tmp_path: Path) -> None:
+    _tree(tmp_path, {"client/__init__.py": "", "client/long.py": "x = 1\n" * 451,
+                     **{f"client/m{k}.py": "" for k in range(20)}})
+    assert oversized(tmp_path, ("client",)) == ["client/long.py: 451 lines", "client/: 21 modules"]

@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
+from chaos.live.canaries import CANARIES
 from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
-from chaos.live.nemesis import CANARIES, CI_SUBSET, SCENARIOS
+from chaos.live.nemesis import CI_SUBSET, SCENARIOS
 from chaos.live.report.writer import write_report
 from chaos.live.runner import RunConfig, run_scenario
 

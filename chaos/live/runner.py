@@ -27,6 +27,7 @@ from typing import Any
 
 from broker.config import REMOTING_CANARIES
 from chaos import traces
+from chaos.live.canaries import CANARIES
 from chaos.live.checkers.registrations import check_registrations
 from chaos.live.checkers.safety import check_run
 from chaos.live.cluster import ChaosCluster
@@ -35,7 +36,7 @@ from chaos.live.features.driver import BROKER_CANARIES as FEATURE_CANARIES
 from chaos.live.features.driver import Features, broker_args, log_to
 from chaos.live.forger import Forger
 from chaos.live.grpc_load import GRPC_LOAD_CANARIES, GrpcLoad, start_grpc_load
-from chaos.live.nemesis import CANARIES, SCENARIOS, Ctl, Scenario, find_leader
+from chaos.live.nemesis import SCENARIOS, Ctl, Scenario, find_leader
 from chaos.live.remoting import ORDERLY_TOPIC, RemotingProducers
 from chaos.live.run_record import corrupt_led, fault_windows, series
 from chaos.live.workload import QUEUES, TOPIC, History, consumer, drain, producer

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.live.nemesis import CANARIES
+from chaos.live.canaries import CANARIES
 from tests.chaos.live_runs import (
     CANARY_DETECTORS,
     CORE_CANARIES,

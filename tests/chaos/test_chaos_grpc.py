@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.live.nemesis import CANARIES
+from chaos.live.canaries import CANARIES
 from tests.chaos.live_runs import CANARY_DETECTORS, FEATURE_CANARY_DURATION_S, GRPC_CANARIES, run_live
 
 pytestmark = pytest.mark.slow

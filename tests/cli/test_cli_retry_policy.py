@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import cli
-from cli.retry_policy import policy_lines
+from cli.consumers.retry_policy import policy_lines
 
 
 def run(*args: str) -> tuple[int, str]:

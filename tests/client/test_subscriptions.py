@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cli.consumer_admin import status_text
+from cli.consumers.admin import status_text
 from client.cluster.admin_views import summarize_consumers
 from client.consumer.membership import subscription_conflict
 

@@ -60,7 +60,7 @@ from dledger.client import LogClient
 from protocol import broker_kinds as bp
 
 # The seeded broker bugs the features' checkers must catch (given to the brokers as
-# --broker-canary; chaos.live.nemesis.CANARIES names each one's scenario).
+# --broker-canary; chaos.live.canaries.CANARIES names each one's scenario).
 BROKER_CANARIES = frozenset({"delay_early", "timer_redeliver", "lock_unfenced",
                              "retry_count_lost", "txn_half_visible", "txn_forget",
                              "cq_keep_tail"})
