@@ -24,8 +24,9 @@ the original's result.
 
 A checkpoint writes the rows as one byte string; a restore places them in fresh slots again (no
 key is hashed again; about 0.8 s for a million keys). The checkpoint writer reads them in place
-(``pin_rows``): while pinned, the rows buffer is appended to but never compacted, so the rows a
-checkpoint captured stay where they were without a copy of them all.
+(``pin_rows``): while any pin is held (they are counted: a checkpoint's, a digest's), the rows
+buffer is appended to but never compacted, so the rows a checkpoint captured stay where they
+were without a copy of them all.
 """
 
 from __future__ import annotations

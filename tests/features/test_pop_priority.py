@@ -12,13 +12,17 @@ from typing import Any
 import cbor2
 import pytest
 
+from broker.core.codec import Message, message_of
+from broker.core.entries import encode_send
 from broker.features.pop.entries import KIND_POP, PopAck, PopEntry
 from broker.features.pop.model import INFLIGHT_MAX, PopConflict, PopTable
+from broker.features.pop.scan import Filter, scan_by_priority
 from broker.machine.kinds import decode, encode
 from broker.machine.state import BrokerState
 from dledger.client import LogClient
 from protocol import broker_kinds as bp
 from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
+from protocol.message_ttl import TTL_PROPERTY
 from protocol.priority import PRIORITY_PROPERTY
 from tests.broker.test_broker_requests import run
 from tests.features.test_pop import INV, KEY, _state_with_messages
@@ -110,3 +114,37 @@ def test_an_ordered_message_at_the_cursor_still_goes_out_with_priorities_behind_
         assert await _receive(client, 32) == ["hi", "A0", "n"]
 
     run(tmp_path, scenario)
+
+
+class _Host:
+    """A ScanHost over one send entry's messages (what ``Broker.read_message`` reads)."""
+
+    def __init__(self, messages: list[list[Any]]) -> None:
+        self.data = encode_send("p", 0, 1_000, messages, True, 1)
+        self.state = BrokerState()
+        self.state.apply(1, 100, self.data)
+
+    def read_message(self, position: int, slot: int, entries: dict[int, list[Any]]) -> Message:
+        assert position == 100
+        return message_of(self.state.registry.stored_messages(self.data)[slot])
+
+
+def test_expired_messages_past_where_the_cursor_moves_are_not_counted_twice() -> None:
+    # a receive looking ahead for priorities examines messages past where the cursor then moves
+    # (the highest ones are parked ones): expired ones there are examined again by the next
+    # receive, and counted then, not now
+    ttl = [[TTL_PROPERTY, "1"]]
+    host = _Host([[b"low", "", [], "k0", [[PRIORITY_PROPERTY, "1"]], 1],
+                  [b"gone", "", [], "k1", ttl, 1],
+                  [b"mid", "", [], "k2", [[PRIORITY_PROPERTY, "2"]], 1]])
+    f = Filter(["*"], None, now_ms=10_000)
+    plan = scan_by_priority(host, "p", 0, 0, 3, room=1, capacity=64, f=f, parked={7: 9},
+                            ahead={2: 2})
+    assert plan is not None
+    fresh, park, unpark, hi = plan
+    assert (fresh, unpark, hi) == ([], [7], 0) and park == []  # the parked 9 goes; cursor stays
+    assert f.expired == 0  # "gone" (offset 1) is past the cursor: the next receive counts it
+    f = Filter(["*"], None, now_ms=10_000)
+    fresh, park, unpark, hi = scan_by_priority(host, "p", 0, 0, 3, room=2, capacity=64, f=f,
+                                               parked={}, ahead={2: 2}) or ([], [], [], -1)
+    assert (fresh, hi, f.expired) == ([(0, None), (2, None)], 3, 1)

@@ -41,7 +41,7 @@ Every change is a log entry (``broker.features.pop.entries``) applied on every r
 A receipt's epoch is the index of the entry that handed out (or last changed) its offset:
 unique, so a receipt can never name a later delivery. Time is the entries' store time made
 monotonic (``clock_ms``), as the queue locks' (``broker.features.orderly.model``). The offsets of
-one queue in flight and held back are bounded by ``INFLIGHT_MAX``: a pop hands out no more until
+one queue in flight, held back and parked are bounded by ``INFLIGHT_MAX``: a pop hands out no more until
 some are acknowledged.
 
 Why an acknowledged message is never delivered again, across any leader change: an ack is

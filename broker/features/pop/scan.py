@@ -137,9 +137,6 @@ class PriorityMemo:
         self._seen[key] = (lo, max(scanned, end), found)
         return {o: p for o, p in found.items() if o < end}
 
-    def forget(self, key: PopKey) -> None:
-        self._seen.pop(key, None)
-
 
 def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int, room: int,
                      capacity: int, f: Filter, parked: dict[int, int], ahead: dict[int, int]
@@ -154,11 +151,15 @@ def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int,
     entries: dict[int, list[Any]] = {}
     eligible: list[tuple[int, int]] = []  # (offset, priority)
     examined = lo
+    expired_before, expired_at = f.expired, []  # (counted only below where the cursor moves)
     for k, unit in enumerate(host.state.units(topic, qid, lo, min(LOOKAHEAD_UNITS, length - lo))):
         off = lo + k
         if off > last and len(eligible) >= room:
             break
+        counted = f.expired
         m = f.examine(host, unit, entries)
+        if f.expired > counted:
+            expired_at.append(off)
         if m is not None and group_of_message(m) is not None:
             break  # an ordered message: FIFO's rule, in queue order, takes it from here
         examined = off + 1
@@ -167,6 +168,7 @@ def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int,
     pool = sorted([(-p, o, True) for o, p in parked.items()]
                   + [(-p, o, False) for o, p in eligible])[:room]
     if not pool:
+        f.expired = expired_before  # (the scan in queue order examines them again)
         return None
     unpark = [o for _, o, was_parked in pool if was_parked]
     fresh = sorted(o for _, o, was_parked in pool if not was_parked)
@@ -174,7 +176,9 @@ def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int,
     taken = set(fresh)
     park = [(o, p) for o, p in eligible if o < hi and o not in taken]
     if len(fresh) + len(park) > capacity or len(park) > POP_ITEMS_MAX:
+        f.expired = expired_before
         return None
+    f.expired -= sum(1 for o in expired_at if o >= hi)  # examined again by a later receive
     return [(o, None) for o in fresh], park, unpark, hi
 
 

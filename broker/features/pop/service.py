@@ -1,9 +1,10 @@
 """The leader's side of pop consumption (``broker.features.pop.model``): receive, ack, change invisibility,
 dead letters. Plans each change from the applied state and the commitlog, proposes it as one
-entry, and answers from what its apply did. Owns nothing replicated; its only state is a lock
-per (group, topic, queue), so that this leader never plans two pops of one queue at once (a
-pop planned on a stale view would be refused at apply anyway: ``PopConflict``), and an event
-per queue a receive waits on, set when a message of it leaves flight.
+entry, and answers from what its apply did. Owns nothing replicated; its state is a lock per
+(group, topic, queue), so that this leader never plans two pops of one queue at once (a pop
+planned on a stale view would be refused at apply anyway: ``PopConflict``), an event per queue
+a receive waits on, set when a message of it leaves flight, the priorities it read ahead
+(``scan.PriorityMemo``) and, under the seeded bug ``priority_park_lost``, what it parked.
 
 A receive (POP_RECEIVE) looks at the queues of the topic in turn (or the one named): first the
 messages in flight whose invisible time is over (those past the group's maximum delivery

@@ -52,7 +52,7 @@ def parse_handle(text: str) -> tuple[str, int, int, int]:
     return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
 
 
-def _filter(expression: Any) -> tuple[list[str], str]:
+def filter_of(expression: Any) -> tuple[list[str], str]:
     """(tags, sql) of a FilterExpression: a TAG expression ``a || b`` or ``*``, or SQL92."""
     text = expression.expression.strip()
     if expression.type == pb.FilterType.SQL:
@@ -67,7 +67,7 @@ def _filter(expression: Any) -> tuple[list[str], str]:
     return tags, ""
 
 
-def _ms(duration: Any) -> int:
+def duration_ms(duration: Any) -> int:
     return int(duration.seconds) * 1000 + int(duration.nanos) // 1_000_000
 
 
@@ -168,14 +168,14 @@ class ConsumeCalls:
             if not 0 < request.batch_size <= bp.MAX_PULL_MESSAGES:
                 raise GatewayError(pb.Code.BAD_REQUEST,
                                    f"batch size must be 1..{bp.MAX_PULL_MESSAGES}")
-            invisible_ms = _ms(request.invisible_duration) if request.HasField(
+            invisible_ms = duration_ms(request.invisible_duration) if request.HasField(
                 "invisible_duration") else DEFAULT_INVISIBLE_MS
             if not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
                 raise GatewayError(pb.Code.ILLEGAL_INVISIBLE_TIME,
                                    f"invisible duration must be {INVISIBLE_MS_MIN}.."
                                    f"{INVISIBLE_MS_MAX} ms")
-            tags, sql = _filter(request.filter_expression)
-            poll_ms = min(_ms(request.long_polling_timeout), POLL_MS_MAX)
+            tags, sql = filter_of(request.filter_expression)
+            poll_ms = min(duration_ms(request.long_polling_timeout), POLL_MS_MAX)
             remaining = context.time_remaining()
             if remaining is not None:
                 poll_ms = max(0, min(poll_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
@@ -240,7 +240,7 @@ class ConsumeCalls:
         try:
             broker, qid, off, epoch = parse_handle(
                 self.handles.open_receipt(request.receipt_handle, topic, group))
-            invisible_ms = _ms(request.invisible_duration)
+            invisible_ms = duration_ms(request.invisible_duration)
             if not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
                 raise GatewayError(pb.Code.ILLEGAL_INVISIBLE_TIME,
                                    f"invisible duration must be {INVISIBLE_MS_MIN}.."
@@ -267,4 +267,4 @@ class ConsumeCalls:
         return sv.ForwardMessageToDeadLetterQueueResponse(status=status())
 
 
-__all__ = ["ConsumeCalls", "handle_text", "parse_handle"]
+__all__ = ["ConsumeCalls", "duration_ms", "filter_of", "handle_text", "parse_handle"]

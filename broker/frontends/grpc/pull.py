@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 
 from broker.frontends.grpc.codec import GatewayError, guarded, outbound, status
-from broker.frontends.grpc.consume import DEADLINE_MARGIN_S, POLL_MS_MAX, _filter, _ms
+from broker.frontends.grpc.consume import DEADLINE_MARGIN_S, POLL_MS_MAX, duration_ms, filter_of
 from broker.frontends.grpc.owngroup import OwnGroup
 from protocol import broker_kinds as bp
 from protocol.topics import MAX_QUEUES
@@ -100,8 +100,8 @@ class PullCalls:
             if not 0 < request.batch_size <= bp.MAX_PULL_MESSAGES:
                 raise GatewayError(pb.Code.BAD_REQUEST,
                                    f"batch size must be 1..{bp.MAX_PULL_MESSAGES}")
-            tags, sql = _filter(request.filter_expression)
-            suspend_ms = min(_ms(request.long_polling_timeout), POLL_MS_MAX, bp.MAX_SUSPEND_MS)
+            tags, sql = filter_of(request.filter_expression)
+            suspend_ms = min(duration_ms(request.long_polling_timeout), POLL_MS_MAX, bp.MAX_SUSPEND_MS)
             remaining = context.time_remaining()
             if remaining is not None:
                 suspend_ms = max(0, min(suspend_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
