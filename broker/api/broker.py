@@ -305,8 +305,7 @@ class Broker:
         ``connection``: the one it came on, kept if the broker can ask the consumer on it or
         tell it of a change of its group's members (the others are told at once)."""
         self.consumers.heartbeat(client_id, group, connection, ttl_s)
-        version = self.members.version(group)
         live = self.members.heartbeat(client_id, group, model, subs, ttl_s, time.monotonic())
-        if self.members.version(group) != version and self.config.notify_consumers:
+        if self.members.untold(group) and self.config.notify_consumers:
             self.consumers.members_changed(group, client_id)  # joined, left, expired, resubscribed
         return live

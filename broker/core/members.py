@@ -28,6 +28,7 @@ class GroupMembers:
     def __init__(self) -> None:
         self._groups: dict[str, dict[str, Member]] = {}
         self._versions: dict[str, int] = {}  # group -> the count at its last change
+        self._told: dict[str, int] = {}  # group -> the version its consumers were last told of
         self._changes = 0
 
     def heartbeat(self, client_id: str, group: str, model: str, subs: dict[str, str],
@@ -50,6 +51,15 @@ class GroupMembers:
         """Changes whenever the group's members or their subscriptions change (0: no member)."""
         return self._versions.get(group, 0)
 
+    def untold(self, group: str) -> bool:
+        """Whether the group changed since this last answered True for it (its consumers are
+        then told): an expiry first seen by a status read is told at the next heartbeat."""
+        version = self._versions.get(group, 0)
+        if version == 0 or self._told.get(group) == version:
+            return False
+        self._told[group] = version
+        return True
+
     def _changed(self, group: str) -> None:
         self._changes += 1
         self._versions[group] = self._changes
@@ -64,6 +74,7 @@ class GroupMembers:
         if not members:
             self._groups.pop(group, None)
             self._versions.pop(group, None)
+            self._told.pop(group, None)
         return sorted(members)
 
     def members(self, group: str, now: float) -> list[Member]:

@@ -99,3 +99,16 @@ def test_a_notice_wakes_the_watch_only_for_its_own_group() -> None:
         assert w._noticed.is_set()
 
     asyncio.run(run())
+
+
+def test_an_expiry_a_status_read_saw_first_is_told_at_the_next_heartbeat() -> None:
+    g = GroupMembers()
+    g.heartbeat("c1", "cg", "clustering", {"t": "*"}, 30, now=0)
+    g.heartbeat("c2", "cg", "clustering", {"t": "*"}, 5, now=0)
+    assert g.untold("cg") and not g.untold("cg")  # the joins: told once
+    assert g.live("cg", now=10) == ["c1"]  # (a status read: c2 expired here)
+    g.heartbeat("c1", "cg", "clustering", {"t": "*"}, 30, now=11)  # changes nothing itself
+    assert g.untold("cg"), "c2's expiry was never told"
+    assert not g.untold("cg")
+    g.heartbeat("c1", "cg", "clustering", {"t": "*"}, 0, now=12)  # the last member leaves
+    assert not g.untold("cg")  # nobody left to tell; the group is forgotten
