@@ -1,5 +1,6 @@
-"""Live chaos, the CI subset once more with TLS on every listener and mutual TLS on the peer
-links (the proxies forward the TLS bytes): each scenario without the features, 12 s of faults."""
+"""Live chaos with TLS on every listener and mutual TLS on the peer links (the proxies forward
+the TLS bytes): three scenarios of the CI subset, each without the features, 12 s of faults.
+The whole subset under TLS: ``dledger chaos run --ci --tls``."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from tests.chaos.live_runs import DURATION_S, SEED, run_live
 pytestmark = pytest.mark.slow
 
 
-# Issue 21: the CI subset once more with TLS on every listener and mutual TLS on the peer links
-# (the proxies forward TLS bytes): each scenario without the features, 12 s of faults (about
-# 25-35 s of wall time each).
-TLS_SUBSET = CI_SUBSET
+# Issue 21: scenarios of the CI subset once more with TLS on every listener and mutual TLS on
+# the peer links, each without the features, 12 s of faults (about 25-35 s of wall time each).
+# Three of the six, one per kind of fault the TLS links must ride through (to keep the suite
+# within its 15 minutes): the leader isolated (S1), killed (S6), and every node powered off (S12).
+TLS_SUBSET = ("S1", "S6", "S12")
 
 
 TLS_DURATION_S = min(DURATION_S, 12.0)
