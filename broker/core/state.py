@@ -50,6 +50,7 @@ from broker.core.entries import (
     runs_messages,
     send_messages,
 )
+from broker.core.offsets import OffsetKey, OffsetTable
 from broker.core.registry import EntryKind, EntryRegistry, StoredTopics
 from protocol.broker_errors import BadEntryError, BrokerError
 from protocol.topics import TopicConfig, validate_config
@@ -58,7 +59,6 @@ __all__ = ["CORE_KINDS", "CoreState", "Part", "StateConfig", "TopicRoute", "appl
            "apply_runs", "apply_send", "apply_topic_delete", "apply_topic_put"]
 
 P = TypeVar("P")
-OffsetKey = tuple[str, str, int]  # (consumer group, topic, queue id)
 # A send to a topic a feature owns: (state, index, position, run, first slot) -> its result
 TopicRoute = Callable[[Any, int, int, StoredSend, int], ApplyResult]
 
@@ -86,7 +86,7 @@ class CoreState:
     topics: dict[str, TopicConfig] = field(default_factory=dict)
     queues: dict[tuple[str, int], UnitQueue] = field(default_factory=dict)
     next_queue_no: int = 0  # numbers queues in the order they are created (names their files)
-    offsets: dict[OffsetKey, int] = field(default_factory=dict)
+    offsets: OffsetTable = field(default_factory=OffsetTable)  # (broker.core.offsets)
     # unique key -> (topic, queue id, queue offset, store time), oldest first
     dedup: DedupTable = field(init=False)
     # The entry ``apply`` last decoded (None: a no-op or a malformed one), for derived data

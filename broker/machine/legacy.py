@@ -11,6 +11,7 @@ from typing import Any
 
 from broker.core.consumequeue import UNIT
 from broker.core.dedup import DedupTable
+from broker.core.offsets import OffsetTable
 from broker.core.state import CoreState
 from broker.machine.parts import ACL, DELAY, ORDERLY, PARTS, POP, TXN
 from protocol.topics import TopicConfig
@@ -28,7 +29,7 @@ def restore_legacy(state: CoreState, fields: list[Any]) -> None:
         raise ValueError(f"a version {version} checkpoint has {len(fields)} fields")
     state.topics = {n: TopicConfig(n, r, w, p) for n, r, w, p in topics}
     _restore_queues(state, version, queues, rest[1] if version >= 5 else None)
-    state.offsets = {(g, t, q): o for g, t, q, o in offsets}
+    state.offsets = OffsetTable(((g, t, q), o) for g, t, q, o in offsets)
     cfg = state.config
     if rest:
         timers, locks, *more = rest[0]

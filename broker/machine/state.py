@@ -19,6 +19,7 @@ import cbor2
 
 from broker.core.consumequeue import QueueStore
 from broker.core.dedup import DedupTable
+from broker.core.offsets import OffsetTable
 from broker.core.state import CoreState, StateConfig
 from broker.features.acl.model import AclTable
 from broker.features.admin.model import SubscriptionGroups
@@ -162,7 +163,7 @@ def _restore(state: BrokerState, fields: list[Any]) -> None:
     if not isinstance(next_no, int):
         raise ValueError("malformed queue count")
     state.next_queue_no = next_no
-    state.offsets = {(g, t, q): o for g, t, q, o in core["offsets"]}
+    state.offsets = OffsetTable(((g, t, q), o) for g, t, q, o in core["offsets"])
     cfg = state.config
     state.dedup = DedupTable.restore(cfg.dedup_window_ms, cfg.dedup_entries_max, core["dedup"])
     unknown = sorted(set(features) - set(PARTS))

@@ -1,5 +1,6 @@
 """The gRPC endpoint's route answers (``broker.frontends.grpc.route``): one address per
-``Endpoints``, each queue once per node, and the address an assignment names. The official
+``Endpoints``, each queue once per node (or, for the Java and Python clients, once with every
+node's address), and the address an assignment names. The official
 clients' use of them is tested live in ``test_grpc_node.py``."""
 
 from __future__ import annotations
@@ -62,6 +63,28 @@ def test_the_route_lists_each_queue_once_per_node_as_a_master_entry() -> None:
     assert facades == {f"ipv4:{h}:{p}" for h, p in GRPC.values()}
     read_only = route_queues(topic, TopicRoute("orders", (group(perm=4),), 0.0, True), TYPES)
     assert {mq.permission for mq in read_only} == {pb.Permission.READ}
+
+
+def test_the_python_and_java_clients_get_each_queue_once_with_every_nodes_address() -> None:
+    topic = pb.Resource(name="orders")
+    route = TopicRoute("orders", (group(read=4, write=2),), 0.0, True)
+    for language in ("PYTHON", "JAVA"):
+        queues = route_queues(topic, route, TYPES, language)
+        assert [mq.id for mq in queues] == [0, 1, 2, 3]
+        assert [addresses(mq.broker.endpoints) for mq in queues] == \
+            [[GRPC["n2"], GRPC["n1"], GRPC["n0"]]] * 4  # (the leader's first)
+    # the Python client's channel: one target of every address, its pick-first policy moving
+    # to the next address when a node fails (all of one family; a DNS name: one per node)
+    selector = QueueSelector.producer_queue_selector(
+        TopicRouteData(route_queues(topic, route, TYPES, "PYTHON")))
+    assert {q.endpoints.facade for q in selector.all_queues()} == \
+        {"ipv4:" + ",".join(sorted(f"{h}:{p}" for h, p in GRPC.values()))}
+    named = {"n0": ("broker-0.example", 8081), "n1": ("10.0.0.1", 8082)}
+    mixed = route_queues(topic, TopicRoute("orders", (group("n0", named),), 0.0, True), TYPES,
+                         "PYTHON")
+    assert [len(mq.broker.endpoints.addresses) for mq in mixed] == [1] * 8
+    # the Node.js client (x-mq-language HTTP) and unknown ones: one entry per node
+    assert len(route_queues(topic, route, TYPES, "HTTP")) == 12
 
 
 def test_an_assignment_names_the_clients_access_point_when_it_is_another_node_of_the_group(

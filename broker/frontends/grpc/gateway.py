@@ -213,7 +213,8 @@ class GrpcGateway(ConsumeCalls, PullCalls, SendCalls,
             route = await self._fresh_route(topic)
         except errors.ClientError as err:
             return sv.QueryRouteResponse(status=status(code_of(err), str(err)))
-        queues = route_queues(request.topic, route, self.accepted_types)
+        queues = route_queues(request.topic, route, self.accepted_types,
+                              _metadata(context, "x-mq-language"))
         if not queues:
             return sv.QueryRouteResponse(status=status(
                 pb.Code.TOPIC_NOT_FOUND if not route.groups else pb.Code.HA_NOT_AVAILABLE,

@@ -6,8 +6,16 @@ Owns:
   RocketMQ's proxy answers this way (a broker's ``Endpoints`` built from one address per broker
   id), and the official clients need it: the Node.js client joins an ``Endpoints``' addresses
   with commas into one gRPC target (``dns:h1:p1,h2:p2``), which its resolver refuses.
-- ``route_queues``: QueryRoute's message queues, each queue of each group once per node that
-  serves gRPC, queue by queue (``q0@n1, q0@n2, q0@n3, q1@n1 ...``). Every entry says broker id 0
+- ``route_queues``: QueryRoute's message queues. For the Java and Python clients
+  (``MULTI_ADDRESS_LANGUAGES``, by the call's ``x-mq-language``) each queue of each group once,
+  its ``Endpoints`` every node's address: those clients make one gRPC channel of them (a target
+  ``ipv4:h1:p1,h2:p2,...``, its addresses sorted) whose pick-first policy sends every call to one
+  node and moves to the next address by itself when that node fails. A client's 64 sends in
+  flight then reach one node, which serves them in process if it leads or gathers them into
+  few forwarded requests if not: spread over the nodes, the same sends cost the servers twice
+  the CPU and ran at 0.6-0.7x the rate (``dledger bench --grpc``, 2026-12-06). For every other
+  client (the Node.js client sends ``HTTP``) each queue of each group once per node that serves
+  gRPC, queue by queue (``q0@n1, q0@n2, q0@n3, q1@n1 ...``). Every entry says broker id 0
   (RocketMQ's master id): the Java, Python, Go and C# clients send and receive only through
   master entries, and here every node serves a group's calls (a follower forwards them to the
   leader), so each node is one. A client spreads its calls over the entries and, when a send to
@@ -39,7 +47,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from client.cluster.routes import GroupRoute, TopicRoute
 
-__all__ = ["assignment_endpoints", "node_endpoints", "route_queues"]
+__all__ = ["MULTI_ADDRESS_LANGUAGES", "assignment_endpoints", "group_endpoints", "node_endpoints",
+           "route_queues"]
+
+# The clients (their x-mq-language) whose channel takes an Endpoints of several addresses (above)
+MULTI_ADDRESS_LANGUAGES = frozenset({"JAVA", "PYTHON"})
 
 PERM_READ, PERM_WRITE = 4, 2  # RocketMQ's PermName bits, as the NameServer's routes carry them
 _PERMISSIONS = {0: pb.Permission.NONE, 1: pb.Permission.READ, 2: pb.Permission.WRITE,
@@ -62,6 +74,19 @@ def node_endpoints(g: GroupRoute) -> list[Any]:
     return out
 
 
+def group_endpoints(g: GroupRoute) -> list[Any]:
+    """One ``Endpoints`` with the address of every node of ``g`` that serves gRPC, the leader's
+    first (a list of it; empty when no node serves gRPC). Only IP addresses of one family make
+    one: otherwise (a DNS name: the clients refuse several in one ``Endpoints``) one per node."""
+    nodes = node_endpoints(g)
+    if len({n.scheme for n in nodes}) != 1 or nodes[0].scheme == pb.AddressScheme.DOMAIN_NAME:
+        return nodes
+    e = pb.Endpoints(scheme=nodes[0].scheme)
+    for node in nodes:
+        e.addresses.add().CopyFrom(node.addresses[0])
+    return [e]
+
+
 def assignment_endpoints(g: GroupRoute, asked: Any, own_node: str) -> Any:
     """The ``Endpoints`` (one address) a consumer's assignment of ``g`` names (see above):
     ``asked`` (the request's ``Endpoints``) when it is one address of a node of ``g`` other than
@@ -76,12 +101,14 @@ def assignment_endpoints(g: GroupRoute, asked: Any, own_node: str) -> Any:
     return nodes[0] if nodes else None
 
 
-def route_queues(topic: Any, route: TopicRoute, accepted_types: tuple[int, ...]) -> list[Any]:
-    """QueryRoute's message queues of ``topic`` (a ``pb.Resource``): per group, each queue
-    (``max(read, write)`` of them, each with its permission) once per node serving gRPC."""
+def route_queues(topic: Any, route: TopicRoute, accepted_types: tuple[int, ...],
+                 language: str = "") -> list[Any]:
+    """QueryRoute's message queues of ``topic`` (a ``pb.Resource``) for a client of ``language``:
+    per group, each queue (``max(read, write)`` of them, each with its permission) once with
+    every node's address (``MULTI_ADDRESS_LANGUAGES``), or once per node serving gRPC."""
     queues = []
     for g in route.groups:
-        nodes = node_endpoints(g)
+        nodes = group_endpoints(g) if language in MULTI_ADDRESS_LANGUAGES else node_endpoints(g)
         for qid in range(max(g.read_queues, g.write_queues)):
             perm = (1 if qid < g.read_queues and g.perm & PERM_READ else 0) \
                 | (2 if qid < g.write_queues and g.perm & PERM_WRITE else 0)
