@@ -200,28 +200,27 @@ def test_the_checks_fire_on_an_upward_import_and_on_a_circle(tmp_path: Path) -> 
     assert circles(graph) == [("client.alpha", "client.beta")]
 
 
-SOURCE = tuple(p for p in PACKAGES if p != "tests")
 MODULE_LINES_MAX = 450  # a module a reader takes in at once (docs/design.md, "Small modules")
-FOLDER_MODULES_MAX = 20  # modules directly in one package folder
+FOLDER_MODULES_MAX = 20  # modules directly in one package folder (tests/ mirrors them: not counted)
 
 
-def oversized(root: Path = ROOT, packages: Iterable[str] = SOURCE) -> list[str]:
-    """The source modules over ``MODULE_LINES_MAX`` lines and the folders holding more than
-    ``FOLDER_MODULES_MAX`` modules directly."""
+def oversized(root: Path = ROOT, packages: Iterable[str] = PACKAGES) -> list[str]:
+    """The modules over ``MODULE_LINES_MAX`` lines, and the source folders (not ``tests``) holding
+    more than ``FOLDER_MODULES_MAX`` modules directly."""
     found = []
     folders: dict[Path, int] = {}
-    for path in modules(root, packages).values():
+    for name, path in modules(root, packages).items():
         lines = len(path.read_text().splitlines())
         if lines > MODULE_LINES_MAX:
             found.append(f"{path.relative_to(root)}: {lines} lines")
-        if path.name != "__init__.py":
+        if path.name != "__init__.py" and name.split(".")[0] != "tests":
             folders[path.parent] = folders.get(path.parent, 0) + 1
     found += [f"{folder.relative_to(root)}/: {n} modules" for folder, n in sorted(folders.items())
               if n > FOLDER_MODULES_MAX]
     return found
 
 
-def test_no_source_module_or_folder_is_oversized() -> None:
+def test_no_module_or_source_folder_is_oversized() -> None:
     assert oversized() == []
 
 

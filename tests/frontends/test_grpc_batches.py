@@ -27,9 +27,9 @@ from dledger.localcluster import LocalCluster
 from tests.broker.test_broker_processes import _wait_leader
 from tests.clusters import namesrv_group
 from tests.frontends.endpoints import grpc_endpoints
+from tests.frontends.grpc_helpers import read_all
 from tests.frontends.raw import message, send, stub
 from tests.frontends.test_grpc_failover import wait_for
-from tests.frontends.test_grpc_gateway import read_all
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from client import PullConsumer
-from tests.frontends.test_grpc_gateway import (
+from tests.frontends.grpc_helpers import (
     receive_until,
     rmq_producer,
     send_delayed,

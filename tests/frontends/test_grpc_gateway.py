@@ -8,12 +8,9 @@ from the test's thread and our asyncio client with ``asyncio.run``."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
-import urllib.request
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import pytest
@@ -24,46 +21,27 @@ from rocketmq import (
     FilterExpression,
     MessageListener,
     PushConsumer,
-    SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
 )
 from rocketmq import Message as RmqMessage
 from rocketmq import Producer as RmqProducer
 
-from client import Message, Producer, PullConsumer, ReceivedMessage
+from client import Message, Producer, ReceivedMessage
 from dledger.client import LogClient
 from protocol import broker_kinds as bp
+from tests.frontends.grpc_helpers import (
+    _leader_nodes,
+    read_all,
+    receive_by_group,
+    receive_until,
+    rmq_producer,
+    send_delayed,
+    send_ours,
+    simple_consumer,
+)
 
 pytestmark = pytest.mark.slow
-T = TypeVar("T")
-
-
-def rmq_producer(endpoints: str, topics: list[str]) -> RmqProducer:
-    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), topics)
-    producer.startup()
-    return producer
-
-
-async def read_all(ns: str, topic: str, count: int, timeout_s: float = 20) -> list[ReceivedMessage]:
-    """``count`` messages of ``topic`` read with our own client, from every queue's start."""
-    got: list[ReceivedMessage] = []
-    async with PullConsumer(ns, "interop-reader") as consumer:
-        deadline = time.monotonic() + timeout_s
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"read {len(got)} of {count}"
-            got = []
-            for mq in await consumer.fetch_queues(topic):
-                offset = 0
-                while True:
-                    res = await consumer.pull(mq, offset, 64)
-                    got.extend(res.messages)
-                    if res.next_offset >= res.max_offset or not res.messages:
-                        break
-                    offset = res.next_offset
-            if len(got) < count:
-                await asyncio.sleep(0.05)
-    return got
 
 
 def _props(m: ReceivedMessage) -> dict[str, str]:
@@ -128,14 +106,6 @@ def test_a_send_refused_by_the_gateway_comes_back_as_the_protocols_error(
         producer.shutdown()
 
 
-def send_ours(ns: str, messages: list[Message]) -> None:
-    async def run() -> None:
-        async with Producer(ns) as p:
-            for m in messages:
-                await p.send(m)
-    asyncio.run(run())
-
-
 def test_our_producer_and_the_rocketmq_producer_share_a_topic(cluster: tuple[str, str]) -> None:
     ns, endpoints = cluster
     send_ours(ns, [Message("shared", b"ours-%d" % i) for i in range(3)])
@@ -149,49 +119,6 @@ def test_our_producer_and_the_rocketmq_producer_share_a_topic(cluster: tuple[str
         producer.shutdown()
     bodies = sorted(m.body for m in asyncio.run(read_all(ns, "shared", 6)))
     assert bodies == sorted([b"ours-%d" % i for i in range(3)] + [b"theirs-%d" % i for i in range(3)])
-
-
-def simple_consumer(endpoints: str, group: str, topic: str, await_s: int = 2) -> SimpleConsumer:
-    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), group,
-                              {topic: FilterExpression()}, await_duration=await_s)
-    consumer.startup()
-    return consumer
-
-
-def receive_until(consumer: SimpleConsumer, count: int, invisible_s: int,
-                  timeout_s: float = 30) -> list[Any]:
-    """Messages received until ``count`` (each receive long-polls at most ``await_s``). A
-    receive the client sent to a node that is down (its route lists every node, a killed one
-    until the route is read again) fails UNAVAILABLE and is asked again, as an application
-    would."""
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"received {len(got)} of {count}"
-        got.extend(receive_or_none(consumer, 16, invisible_s))
-    return got
-
-
-def answered(call: Callable[[], T], timeout_s: float = 30) -> T:
-    """``call()``'s answer, asked again while it fails UNAVAILABLE (the client picked a node that
-    is down), within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return call()
-        except grpc.aio.AioRpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= deadline:
-                raise
-
-
-def receive_or_none(consumer: SimpleConsumer, count: int, invisible_s: int) -> list[Any]:
-    """One receive; nothing when the client's call went to a node that is down (UNAVAILABLE)."""
-    try:
-        return list(consumer.receive(count, invisible_s))
-    except grpc.aio.AioRpcError as err:
-        if err.code() != grpc.StatusCode.UNAVAILABLE:
-            raise
-        return []
 
 
 def test_our_producer_to_a_rocketmq_simple_consumer_with_acks_and_redelivery(
@@ -262,26 +189,6 @@ def test_fifo_messages_of_a_group_come_one_at_a_time_in_order(cluster: tuple[str
         producer.shutdown()
     assert receive_by_group(endpoints, "fifo-group", "fifo", 6) \
         == {"A": ["A0", "A1", "A2"], "B": ["B0", "B1", "B2"]}
-
-
-def receive_by_group(endpoints: str, group: str, topic: str, count: int) -> dict[str, list[str]]:
-    """``count`` messages received by a simple consumer and acked, their bodies by message
-    group in the order received; never two of one group in one receive."""
-    consumer = simple_consumer(endpoints, group, topic, await_s=1)
-    try:
-        seen: dict[str, list[str]] = {}
-        deadline = time.monotonic() + 30
-        while sum(map(len, seen.values())) < count:
-            assert time.monotonic() < deadline, seen
-            batch = consumer.receive(16, 10)
-            groups = [m.message_group for m in batch]
-            assert len(groups) == len(set(groups)), f"two of one group at once: {groups}"
-            for m in batch:
-                seen.setdefault(m.message_group, []).append(m.body.decode())
-                consumer.ack(m)
-        return seen
-    finally:
-        consumer.shutdown()
 
 
 def test_our_ordered_sends_are_fifo_per_sharding_key_to_a_rocketmq_consumer(
@@ -380,16 +287,6 @@ def test_transactions_commit_roll_back_and_resolve_by_check_back(
         producer.shutdown()
 
 
-def send_delayed(producer: RmqProducer, topic: str, body: bytes, delay_ms: int) -> int:
-    """``body`` sent to ``topic``, due ``delay_ms`` from now: its due time (ms)."""
-    m = RmqMessage()
-    m.topic, m.body = topic, body
-    due_ms = int(time.time() * 1000) + delay_ms
-    m.delivery_timestamp = due_ms  # (the client's unit: ms)
-    producer.send(m)
-    return due_ms
-
-
 def test_a_delay_message_is_not_received_before_its_time(cluster: tuple[str, str]) -> None:
     _, endpoints = cluster
     consumer = simple_consumer(endpoints, "delay-group", "later", await_s=1)
@@ -474,10 +371,3 @@ def test_calls_not_served_answer_not_implemented_and_errors_carry_the_protocols_
         channel.close()
 
 
-
-async def _leader_nodes(ns: str) -> dict[str, tuple[str, int]]:
-    """The group's nodes' client addresses, as the NameServer lists them."""
-    with urllib.request.urlopen(f"http://{ns}/v1/cluster", timeout=5) as resp:
-        groups = json.loads(resp.read())["groups"]
-    return {n["node_id"]: (n["client_address"].rpartition(":")[0],
-                           int(n["client_address"].rpartition(":")[2])) for n in groups[0]["nodes"]}

@@ -33,7 +33,7 @@ from rocketmq.v5.model import TopicRouteData
 
 from client import Message
 from dledger.localcluster import LocalCluster
-from tests.frontends.test_grpc_gateway import (
+from tests.frontends.grpc_helpers import (
     read_all,
     rmq_producer,
     send_ours,

@@ -21,15 +21,15 @@ from dledger.client import LogClient
 from tests.broker.test_broker_processes import _wait_leader
 from tests.clusters import namesrv_group
 from tests.frontends.endpoints import grpc_endpoints
-from tests.frontends.raw import statuses
-from tests.frontends.test_grpc_failover import wait_for
-from tests.frontends.test_grpc_gateway import (
+from tests.frontends.grpc_helpers import (
     answered,
     read_all,
     receive_until,
     rmq_producer,
     simple_consumer,
 )
+from tests.frontends.raw import statuses
+from tests.frontends.test_grpc_failover import wait_for
 
 pytestmark = pytest.mark.slow
 

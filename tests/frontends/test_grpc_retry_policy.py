@@ -23,8 +23,8 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 import cli
 from tests.clusters import namesrv_group
 from tests.frontends.endpoints import grpc_endpoints, node_grpc_endpoints
+from tests.frontends.grpc_helpers import read_all, simple_consumer
 from tests.frontends.test_grpc_failover import kill_the_leader, wait_for
-from tests.frontends.test_grpc_gateway import read_all, simple_consumer
 
 pytestmark = pytest.mark.slow
 

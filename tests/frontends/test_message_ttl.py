@@ -23,15 +23,15 @@ from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from protocol import broker_kinds as bp
 from protocol.message_ttl import TTL_PROPERTY
-from tests.frontends.raw import statuses
-from tests.frontends.test_grpc_failover import wait_for
-from tests.frontends.test_grpc_gateway import (
+from tests.frontends.grpc_helpers import (
     _leader_nodes,
     read_all,
     receive_until,
     rmq_producer,
     simple_consumer,
 )
+from tests.frontends.raw import statuses
+from tests.frontends.test_grpc_failover import wait_for
 from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow

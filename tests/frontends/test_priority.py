@@ -22,13 +22,13 @@ from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from protocol import broker_kinds as bp
 from protocol.priority import PRIORITY_PROPERTY
-from tests.frontends.raw import statuses
-from tests.frontends.test_grpc_failover import kill_the_leader, wait_for
-from tests.frontends.test_grpc_gateway import (
+from tests.frontends.grpc_helpers import (
     _leader_nodes,
     rmq_producer,
     simple_consumer,
 )
+from tests.frontends.raw import statuses
+from tests.frontends.test_grpc_failover import kill_the_leader, wait_for
 
 pytestmark = pytest.mark.slow
 
