@@ -35,7 +35,8 @@ os.environ.setdefault(CLUSTER_KEY_ENV, secrets.token_hex(32))
 
 LIVE_CHAOS_PREFIX = "tests.chaos.test_chaos_"  # scenarios, tls, canaries, membership
 # The longest live runs, started first (a minute of faults, or a canary run to the end).
-LONGEST_FIRST = ("test_membership_changes_under_kills_and_isolation", "test_seeded_bug_is_caught")
+LONGEST_FIRST = ("test_membership_changes_under_kills_and_isolation", "test_seeded_bug_is_caught",
+                 "test_the_grpc_canaries_are_caught")
 # About a minute in one module, on one worker (an image built, a compose cluster of seven
 # containers): started first, so that it never holds the suite's end.
 FIRST_MODULES = ("tests.deploy.test_containers",)

@@ -73,17 +73,24 @@ class RunConfig:
     features: bool | None = None  # the messaging features beside the workload (None: the
     # scenario's choice)
     tls: bool = False  # TLS on every listener, mutual TLS on peer links (ChaosCluster.tls)
+    # more seeded bugs of the gRPC load beside ``canary`` (each on its own topics, each caught
+    # by a checker of its own: one run proves several; the CI's gRPC canaries)
+    also_canaries: tuple[str, ...] = ()
 
 
-def _broker_args(sc: Scenario, canary: str | None) -> tuple[str, ...]:
-    """The brokers' extra options: the features' (with a broker canary), the remoting endpoint."""
+def _broker_args(sc: Scenario, canary: str | None,
+                 also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The brokers' extra options: the features' (with a broker canary), the remoting endpoint,
+    the gRPC load's canaries."""
     args = broker_args(canary) if sc.features else ()
     if sc.remoting:
         args += ("--remoting-listen", "127.0.0.1:0")
         if canary in REMOTING_CANARIES:
             args += ("--broker-canary", canary)
-    if sc.grpc and canary in GRPC_LOAD_CANARIES:  # (the gRPC listeners: ChaosCluster.grpc)
-        args += ("--broker-canary", canary)
+    if sc.grpc:  # (the gRPC listeners: ChaosCluster.grpc)
+        for c in (canary, *also):
+            if c in GRPC_LOAD_CANARIES:
+                args += ("--broker-canary", c)
     return args
 
 
@@ -96,6 +103,9 @@ def scenario_for(cfg: RunConfig) -> Scenario:
         sc = dataclasses.replace(sc, **overrides)
     if cfg.features is not None:
         sc = dataclasses.replace(sc, features=cfg.features)
+    for c in cfg.also_canaries:
+        if c not in GRPC_LOAD_CANARIES or CANARIES[c][0] != cfg.scenario or c == cfg.canary:
+            raise ValueError(f"canary {c} cannot ride along in a run of {cfg.scenario}")
     if sc.grpc and cfg.tls:
         raise ValueError(f"scenario {sc.name} (RocketMQ 5 clients over gRPC) runs without TLS")
     if cfg.canary in FEATURE_CANARIES and not sc.features:
@@ -158,7 +168,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     cluster = ChaosCluster(base, size=sc.nodes, flush_mode=sc.flush_mode, tick_ms=cfg.tick_ms,
                            election_ticks=cfg.election_ticks, canaries=core_canaries,
                            async_flush_ms=sc.async_flush_ms, seed=cfg.seed, spares=sc.spares,
-                           broker_args=_broker_args(sc, cfg.canary),
+                           broker_args=_broker_args(sc, cfg.canary, cfg.also_canaries),
                            namesrv_args=(("--canary", cfg.canary) if cfg.canary in NAMESRV_CANARIES
                                          else ()),
                            tls=cfg.tls, grpc=sc.grpc)

@@ -74,14 +74,16 @@ CORE_CANARIES = ("commit_without_quorum", "async_flush_ack", "no_pre_vote_check_
 def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
              duration_s: float = DURATION_S, quiet_s: float = 3.0, recovery_s: float = 5.0,
              ran: Callable[[str], None] | None = None, seed: int = SEED,
-             features: bool | None = None, tls: bool = False) -> dict[str, Any]:
+             features: bool | None = None, tls: bool = False,
+             also_canaries: tuple[str, ...] = ()) -> dict[str, Any]:
     """One run, its report returned; ``ran`` (the tests' fixture) is told how much it ran."""
     lines: list[str] = []
     cfg = RunConfig(scenario, seed, duration_s, str(tmp_path), canary, quiet_s=quiet_s,
-                    recovery_s=recovery_s, features=features, tls=tls)
+                    recovery_s=recovery_s, features=features, tls=tls, also_canaries=also_canaries)
     run = asyncio.run(run_scenario(cfg, say=lines.append))
     print("\n".join(lines))  # the fault timeline, shown when a run fails
-    lines_ran = [f"{scenario}{'/' + canary if canary else ''}: {duration_s:g} s of faults, "
+    named = "+".join(c for c in (canary, *also_canaries) if c)
+    lines_ran = [f"{scenario}{'/' + named if named else ''}: {duration_s:g} s of faults, "
            f"{run['wall_s']} s wall, {run['check'].get('ok', 0)} acknowledged, {run['verdict']}"]
     feats = run.get("features")
     if feats:  # how much of the features ran
