@@ -56,7 +56,7 @@ test: install-dev clients
 	$(BIN)/ruff check protocol bench dledger broker namesrv client chaos cli tests examples
 	$(BIN)/mypy --strict client protocol
 	$(BIN)/mypy dledger broker namesrv chaos cli bench examples
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=25
 
 sim: install-dev
 	$(BIN)/python -m chaos.sim --seeds 0-999 --nodes 3,5

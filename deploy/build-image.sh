@@ -113,6 +113,9 @@ fi
 
 # --- 3. the image --------------------------------------------------------------------------------
 house=$root/deploy/wheelhouse
+# one build at a time uses deploy/wheelhouse/ (two at once linked each other's wheels away)
+exec 9>"$cache/build.lock"
+flock 9
 cleanup_house() { rm -f "$house"/*.whl; }
 trap cleanup_house EXIT
 cleanup_house

@@ -4,9 +4,9 @@ Hypothesis is imported here, before any test starts a thread: CPython 3.11 can r
 constructor recursion depth mismatch" when pytest's assertion rewriting compiles a lazily
 imported plugin module while another thread compiles code at the same time.
 
-Run in parallel (``make test``: pytest-xdist, ``--dist loadgroup``), a module's tests stay on one
-worker, since many share a module's cluster; but each live chaos run is a group of its own, so
-that they spread over the workers. The longest work is collected first, so that no worker is
+Run in parallel (``make test``: pytest-xdist, with this file's scheduler), a module's tests stay
+on one worker, since many share a module's cluster; but each live chaos run is a unit of its own,
+so that they spread over the workers. The longest work is collected first, so that no worker is
 left with a long run at the end: the container test (tests/deploy), the live chaos runs (their
 canaries first), then the modules with tests marked ``slow`` (real processes), then the rest.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
+from typing import Any
 
 import hypothesis
 import hypothesis.internal.conjecture.providers
@@ -34,6 +35,7 @@ from protocol.cluster_key import CLUSTER_KEY_ENV
 os.environ.setdefault(CLUSTER_KEY_ENV, secrets.token_hex(32))
 
 LIVE_CHAOS_PREFIX = "tests.chaos.test_chaos_"  # scenarios, tls, canaries, membership
+LIVE_CHAOS_PATH = "tests/chaos/test_chaos_"
 # The longest live runs, started first (a minute of faults, or a canary run to the end).
 LONGEST_FIRST = ("test_membership_changes_under_kills_and_isolation", "test_seeded_bug_is_caught",
                  "test_the_grpc_canaries_are_caught")
@@ -63,12 +65,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rank: dict[str, int] = {}  # a module's items stay together: its rank is its longest item's
     for item in items:
         rank[_module(item)] = min(rank.get(_module(item), 3), _order(item))
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = item.nodeid if _is_live_chaos(item) else _module(item)
-            item.add_marker(pytest.mark.xdist_group(group))
     # (stable: within a rank, the files' own order)
     items.sort(key=lambda it: _order(it) if _is_live_chaos(it) else rank[_module(it)])
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The work units the workers take: a module's tests together (many share a module's
+    cluster), but each test of a live chaos module on its own, in collection order. (xdist's
+    ``loadgroup`` did not group: with pytest 9 the group it appends to a node id is lost, and
+    every test went out alone, starting a module's cluster on each worker that ran one.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleOrRun(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path.startswith(LIVE_CHAOS_PATH) else path
+
+    return ModuleOrRun(config, log)
 
 
 @pytest.fixture
