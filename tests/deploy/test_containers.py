@@ -176,9 +176,23 @@ def test_sends_and_consumes_through_the_published_ports(cluster: ComposeCluster)
                           env={**os.environ, CLUSTER_KEY_ENV: cluster.cluster_key},
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+    # each group registers the new topic at its next registration: sent once both are routed
+    # (a producer reading the route before group a's arrives sends to b alone, as CI saw)
+    asyncio.run(wait_until(lambda: _routed_groups(cluster) == {"a", "b"}, READY_DEADLINE_S,
+                           f"{TOPIC} routed on groups a and b"))
     acked = asyncio.run(_send(cluster, 200, "first"))
     assert len(acked) == 200 and set(acked.values()) == {"a", "b"}
     assert set(acked) <= asyncio.run(_consume_all(cluster))
+
+
+def _routed_groups(c: ComposeCluster) -> set[str]:
+    """The groups the NameServer routes TOPIC to (none while it routes it nowhere)."""
+    try:
+        with urllib.request.urlopen(f"http://{c.namesrv}/v1/topics/{TOPIC}/route",
+                                    timeout=5) as resp:
+            return {g["group"] for g in json.loads(resp.read())["groups"]}
+    except OSError:  # (urllib's HTTPError, 404 before any group registered it, is one)
+        return set()
 
 
 def _node_row(rows: list[dict[str, Any]], group: str, node: str) -> dict[str, Any]:
