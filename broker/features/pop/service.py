@@ -249,11 +249,11 @@ class PopService:
         for off, attempt in result.popped:
             units = self.host.state.units(topic, qid, off, 1)
             try:
-                if not units:
-                    raise DLedgerError(f"no unit at {topic}@{off}")
-                unit = units[0]
-                m = self.host.read_message(unit.position, unit.slot, entries)
-            except DLedgerError:
+                unit = units[0] if units else None
+                m = self.host.read_message(unit.position, unit.slot, entries) if unit else None
+            except DLedgerError:  # retention deleted its segment
+                m = None
+            if unit is None or m is None:
                 gone.append((off, result.index))
                 continue
             out.append([qid, off, m.body, m.tags, list(m.keys), m.unique_key,
