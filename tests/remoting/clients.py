@@ -136,3 +136,15 @@ def read_until(proc: subprocess.Popen[str], done: Any, timeout_s: float) -> list
 
 
 _PENDING: dict[int, bytes] = {}  # by client PID: bytes read past the last whole line
+
+
+def cpp_log_lines(home: Path, *words: str, limit: int = 40) -> list[str]:
+    """The lines of the C++ client's own logs under ``home`` (every process started with that
+    home) that hold one of ``words``: what a failing test shows of the client's side (its
+    heartbeats, check-backs, transport errors)."""
+    found: list[str] = []
+    for path in sorted((home / "logs" / "rocketmq-cpp").glob("*.log*")):
+        with open(path, errors="replace") as f:
+            found += [f"{path.name}: {line.rstrip()}" for line in f
+                      if any(w in line.lower() for w in words)]
+    return found[-limit:]

@@ -46,6 +46,7 @@ except ImportError:  # PyPI rocketmq 0.4.4's wrapper: used here for batch sends 
 NO_TRANSPORT = "No route info of this topic"
 TRANSPORT_RETRIES = 3
 INSTANT_S = 0.1
+ONEWAY_LINGER_S = 1.0  # what an application gives its last oneway sends before it shuts down
 PROPS = ("UNIQ_KEY", "color", "RETRY_TOPIC", "REAL_TOPIC", "DELAY")
 
 
@@ -117,6 +118,8 @@ def produce(a: argparse.Namespace) -> None:
                         continue
                     out({"i": i, "error": f"{type(err).__name__}: {err}"[:500]})
                     break
+        if a.mode == "oneway":  # (a oneway send returns before its bytes leave; the shutdown
+            time.sleep(ONEWAY_LINGER_S)  # closes the connections under writes still queued)
     finally:
         producer.shutdown()
 

@@ -23,7 +23,15 @@ from client.cluster.routes import Routes
 from protocol.remoting import codes
 from tests.clusters import namesrv_groups
 from tests.nodes.test_processes import wait_until
-from tests.remoting.clients import ali, batch_python, cpp, cpp_python, finish, read_until
+from tests.remoting.clients import (
+    ali,
+    batch_python,
+    cpp,
+    cpp_log_lines,
+    cpp_python,
+    finish,
+    read_until,
+)
 from tests.remoting.raw import RawRemoting
 
 pytestmark = pytest.mark.xdist_group("remoting-4x")
@@ -160,7 +168,8 @@ def test_oneway_sends_arrive(ns: str, tmp_path: Path) -> None:
     _produce(tmp_path, ns, "cpp-oneway", "--count", "20", "--mode", "oneway")
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-oneway", "--group",
                      "cpp-oneway-g", "--expect", "20", "--timeout-s", "60"), 90)
-    assert sorted(int(e["body"].split()[-1]) for e in got if "body" in e) == list(range(20))
+    arrived = sorted(int(e["body"].split()[-1]) for e in got if "body" in e)
+    assert arrived == list(range(20)), cpp_log_lines(tmp_path, "error", "warn", "fail", "timeout")
 
 
 def test_an_orderly_producer_and_consumer_keep_each_queues_order(ns: str,
@@ -307,7 +316,8 @@ def test_a_transaction_producer_commits_rolls_back_and_answers_the_check_back(
     sent = [e for e in events if "i" in e]
     assert [e.get("error") for e in sent] == [None] * 6 and len(sent) == 6
     checked = {e["checked"] for e in events if "checked" in e}
-    assert {"key-2", "key-5"} <= checked, events  # (a loaded box may ask about the others too)
+    assert {"key-2", "key-5"} <= checked, (events, cpp_log_lines(  # (others may be asked too)
+        tmp_path, "heartbeat", "checktransaction", "error", "route"))
     asyncio.run(_routed(ns, "cpp-txn"))
     got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-txn", "--group",
                      "cpp-txn-g", "--expect", "4", "--timeout-s", "60"), 90)
