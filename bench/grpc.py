@@ -86,7 +86,7 @@ async def our_rows(ns: str, servers: Servers, topic: str, body: bytes, n: int) -
     return rows
 
 
-def _rocketmq(endpoints: str, servers: Servers, topic: str, body: bytes, n: int,
+def rocketmq_rows(endpoints: str, servers: Servers, topic: str, body: bytes, n: int,
               system: str) -> list[Row]:
     from rocketmq import ClientConfiguration, Credentials
     from rocketmq import Message as RmqMessage
@@ -179,12 +179,12 @@ def run_grpc(size: int, n: int, flags: NodeFlags = DEFAULT_FLAGS) -> list[Row]:
         for system, lead in ((RMQ_LEADER, True), (RMQ_FOLLOWER, False)):
             asyncio.run(_leadership(cluster, _pinned(cluster), lead))
             counts = asyncio.run(_gateways(cluster))
-            rows = _rocketmq(_endpoints(cluster), servers, f"bench-grpc-{size}-{lead}", body, n,
+            rows = rocketmq_rows(_endpoints(cluster), servers, f"bench-grpc-{size}-{lead}", body, n,
                              system)
             rows[-1].note = f" [served by {_where(counts, asyncio.run(_gateways(cluster)))}]"
             theirs += rows
     with NoopServer() as noop:
-        ceiling = _rocketmq(noop.address, Servers([noop.pid]), f"bench-noop-{size}", body, n,
+        ceiling = rocketmq_rows(noop.address, Servers([noop.pid]), f"bench-noop-{size}", body, n,
                             NOOP)
     by = {r.workload: r for r in ours}
     top = {r.workload: r for r in ceiling}
@@ -202,4 +202,4 @@ def run_grpc(size: int, n: int, flags: NodeFlags = DEFAULT_FLAGS) -> list[Row]:
     return [*ours, *theirs, *ceiling]
 
 
-__all__ = ["run_grpc"]
+__all__ = ["our_rows", "rocketmq_rows", "run_grpc"]

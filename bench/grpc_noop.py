@@ -18,7 +18,7 @@ from typing import Any
 
 from broker.frontends.grpc.gateway import server_options
 
-__all__ = ["NoopServer"]
+__all__ = ["NoopServer", "settings_answer"]
 
 
 def _serve(conn: Any) -> None:
@@ -58,16 +58,7 @@ def _serve(conn: Any) -> None:
                             context: Any) -> AsyncIterator[Any]:
             async for cmd in request_iterator:
                 if cmd.WhichOneof("command") == "settings":
-                    s = pb.Settings()
-                    s.CopyFrom(cmd.settings)
-                    s.backoff_policy.Clear()
-                    s.backoff_policy.max_attempts = 3
-                    s.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
-                    s.backoff_policy.exponential_backoff.max.FromMilliseconds(1000)
-                    s.backoff_policy.exponential_backoff.multiplier = 2.0
-                    s.publishing.max_body_size = 4 << 20
-                    s.metric.on = False
-                    yield sv.TelemetryCommand(status=ok(), settings=s)
+                    yield settings_answer(cmd)
 
     async def main() -> None:
         server = aio.server(options=server_options())
@@ -81,6 +72,24 @@ def _serve(conn: Any) -> None:
         await server.stop(grace=0.2)
 
     asyncio.run(main())
+
+
+def settings_answer(cmd: Any) -> Any:
+    """The no-op's answer to a client's Telemetry settings: its own, with a backoff policy, a
+    4 MiB body limit and metrics off."""
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as sv
+
+    s = pb.Settings()
+    s.CopyFrom(cmd.settings)
+    s.backoff_policy.Clear()
+    s.backoff_policy.max_attempts = 3
+    s.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
+    s.backoff_policy.exponential_backoff.max.FromMilliseconds(1000)
+    s.backoff_policy.exponential_backoff.multiplier = 2.0
+    s.publishing.max_body_size = 4 << 20
+    s.metric.on = False
+    return sv.TelemetryCommand(status=pb.Status(code=pb.Code.OK, message="OK"), settings=s)
 
 
 class NoopServer:

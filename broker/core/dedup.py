@@ -2,31 +2,28 @@
 
 unique key -> (topic, queue id, queue offset, store time), kept in insertion order and forgotten
 from the oldest end: past the window (by the entries' store times, never a local clock) or past
-the entry count bound. Part of the broker's state machine, so it is deterministic and identical on
-every replica.
+the entry count bound. Part of the broker's state machine: deterministic, identical on every
+replica. No Python object per key; its memory, per key remembered:
 
-Its memory is stated per key: a 24-byte row per key remembered, and a hash table of 4-byte slots
-sized for the bound at the first key (at most half full: 8 MiB for the default million keys, 8.4
-bytes a key at the bound), with no Python object per key. A key is held as a 96-bit BLAKE2b
-fingerprint, not as its text: two different keys are taken for one only if their fingerprints
-collide, which for a table at its bound of a million keys happens to a new key with probability
-below 2**-76 (1.3e-23); the original's queue and offset are kept, so a duplicate still answers with
-the original's result.
-
-- rows: a ``bytearray`` of 24-byte rows in insertion order (fingerprint; store time in ms since
-  the table's epoch, 32 bits; queue reference << 40 | queue offset), dropped from the front in
-  chunks once forgotten;
-- slots: an open-addressing table (linear probing, an ``array`` of 32-bit row numbers, 0 empty)
-  from a fingerprint to the newest row of its key; forgetting a row empties its slot by shifting
-  the probe sequence back, so no tombstones pile up and the table is never rebuilt or resized
-  on the send path;
+- rows: a ``bytearray`` of 10-byte fingerprints in insertion order, dropped from the front in
+  chunks once forgotten (a row's number counts every row ever added). A key is held as an 80-bit
+  fingerprint (the first 10 bytes of its 96-bit BLAKE2b digest): two keys are taken for one only
+  if their fingerprints collide, which at the bound of a million keys happens to a new key with
+  probability below 2**-60 (8.7e-19);
+- runs: where the keys' messages are, per run of keys that one send stored into one queue at one
+  time (a batch's, a group commit's for one queue): three arrays (first row number mod 2**32;
+  queue reference << 40 | first queue offset; store time in ms since the table's epoch), 16 bytes
+  a run, so that a duplicate answers with the original's result;
+- slots: an open-addressing table (linear probing, 32-bit row numbers, 0 empty) sized for the
+  bound at the first key, at most two thirds full (5.7 MiB for the default million keys: 6 bytes
+  a key at the bound); forgetting a row empties its slot by shifting the probe sequence back, so
+  no tombstones pile up and the table is never rebuilt or resized on the send path;
 - queues: the (topic, queue id) a reference names, in order of first use.
 
-A checkpoint writes the rows as one byte string; a restore places them in fresh slots again (no
-key is hashed again; about 0.8 s for a million keys). The checkpoint writer reads them in place
-(``pin_rows``): while any pin is held (they are counted: a checkpoint's, a digest's), the rows
-buffer is appended to but never compacted, so the rows a checkpoint captured stay where they
-were without a copy of them all.
+A checkpoint holds the runs and rows as byte strings, read in place by its writer (``pin_rows``:
+while a pin is held, and they are counted, no buffer is compacted); a restore places the rows in
+fresh slots again (no key is hashed again; about 0.8 s for a million keys). Checkpoints from
+before the runs (24-byte rows: 96-bit fingerprint, store time, queue and offset) are still read.
 """
 
 from __future__ import annotations
@@ -34,27 +31,43 @@ from __future__ import annotations
 import hashlib
 import struct
 from array import array
-from typing import Any
+from itertools import pairwise
+from typing import Any, TypeAlias
 
-FP_BYTES = 12
-ROW = struct.Struct("<12sIQ")  # fingerprint, store time - epoch (ms), queue ref << 40 | offset
-ROW_BYTES = ROW.size
+assert array("I", [1]).tobytes()[0] == 1, "the runs are checkpointed as little-endian words"
+
+FP_BYTES = 10
+ROW_BYTES = FP_BYTES
+RUN_BYTES = 16  # a run's first row (4 bytes), queue and offset (8), store time (4)
+OLD_ROW = struct.Struct("<12sIQ")  # before the runs: fingerprint, store time - epoch, queue word
 OFFSET_BITS = 40
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 QUEUE_REFS_MAX = 1 << (64 - OFFSET_BITS)
 TS_SPAN = 1 << 32  # store times within a table's epoch + this
 SEQ_MASK = (1 << 31) - 1  # row numbers are kept modulo 2**31 (+1: 0 is an empty slot)
+RUN_MASK = (1 << 32) - 1  # a run's first row number is kept modulo 2**32
 SLOTS_MIN = 1024
 COMPACT_MIN = 4096  # forgotten rows are dropped from the front in chunks at least this large
 
 
+Range: TypeAlias = "tuple[bytearray | array[Any], int, int]"  # a buffer's bytes start .. end
+
+
+def copy_range(r: Range) -> bytes:
+    """The bytes of a range, copied (its buffer may grow again once this returns)."""
+    buffer, start, end = r
+    with memoryview(buffer) as view, view.cast("B") as raw:
+        return bytes(raw[start:end])
+
+
 def fingerprint(key: str) -> bytes:
-    return hashlib.blake2b(key.encode(), digest_size=FP_BYTES).digest()
+    return hashlib.blake2b(key.encode(), digest_size=12).digest()[:FP_BYTES]
 
 
 class DedupTable:
     __slots__ = ("window_ms", "max_entries", "_rows", "_base", "_head", "_live", "_slots",
-                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue", "_pins")
+                 "_size", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue", "_pins",
+                 "_run_first", "_run_word", "_run_ts", "_head_run", "_run_next")
 
     def __init__(self, window_ms: int, max_entries: int) -> None:
         if not 0 < window_ms < TS_SPAN // 2:
@@ -68,13 +81,18 @@ class DedupTable:
         self._head = 0  # row number of the oldest row not yet forgotten
         self._live = 0  # keys remembered (slots in use)
         self._slots = array("I")  # sized for the bound at the first key (then never resized)
-        self._mask = 0
+        self._size = 0  # len(_slots)
         self._epoch = 0  # store times are kept as ms since this
         self._newest = 0  # the newest store time seen (kept times never go back)
         self._queues: list[tuple[str, int]] = []
         self._queue_refs: dict[tuple[str, int], int] = {}
         self._last_queue: tuple[str, int, int] = ("", -1, -1)  # (topic, queue id, its ref)
         self._pins = 0  # views of the rows buffer being read (a checkpoint, a digest)
+        self._run_first = array("I")  # per run: its first row number (mod 2**32, increasing)
+        self._run_word = array("Q")  # per run: queue ref << 40 | its first row's queue offset
+        self._run_ts = array("I")  # per run: store time - epoch
+        self._head_run = 0  # the run holding row _head (runs before it are dropped with rows)
+        self._run_next = (-1, -1, -1)  # (row, word, time) of a row that would go on the last run
 
     def __len__(self) -> int:
         return self._live
@@ -86,21 +104,39 @@ class DedupTable:
 
     def _find(self, fp: bytes) -> tuple[int, int]:
         """(slot, row offset in _rows) of ``fp``'s key, or (the empty slot ending its probe, -1)."""
-        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
-        i = int.from_bytes(fp[:4], "little") & mask
+        slots, rows, size, base = self._slots, self._rows, self._size, self._base
+        i = (int.from_bytes(fp[:4], "little") * size) >> 32
         while True:
             v = slots[i]
             if v == 0:
                 return i, -1
-            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
+            o = ((v - 1 - base) & SEQ_MASK) * FP_BYTES
             if rows[o:o + FP_BYTES] == fp:
                 return i, o
-            i = (i + 1) & mask
+            i += 1
+            if i == size:
+                i = 0
+
+    def _run_of(self, r: int) -> int:
+        """The run holding row ``r`` (at or past the head). Run numbers are compared by their
+        distance past the first run kept, which no row in the table precedes."""
+        firsts = self._run_first
+        origin, lo, hi = firsts[0], self._head_run, len(firsts)
+        target = (r - origin) & RUN_MASK
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            if (firsts[mid] - origin) & RUN_MASK <= target:
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
     def _row(self, o: int) -> tuple[str, int, int, int]:
-        _, dts, word = ROW.unpack_from(self._rows, o)
+        r = self._base + o // FP_BYTES
+        k = self._run_of(r)
+        word = self._run_word[k] + ((r - self._run_first[k]) & RUN_MASK)
         topic, qid = self._queues[word >> OFFSET_BITS]
-        return topic, qid, word & OFFSET_MASK, self._epoch + dts
+        return topic, qid, word & OFFSET_MASK, self._epoch + self._run_ts[k]
 
     def get(self, key: str) -> tuple[str, int, int, int] | None:
         if not self._slots:
@@ -141,8 +177,8 @@ class DedupTable:
                 if not self._slots:
                     self._allocate()
                 i, o = self._find(fp)
-        n = len(self._rows) // ROW_BYTES
-        if self._head == self._base + n:  # empty: a fresh epoch
+        n = self._base + len(self._rows) // FP_BYTES  # the new row's number
+        if self._head == n:  # empty: a fresh epoch
             self._epoch = self._newest = store_ts_ms
         ts = store_ts_ms if store_ts_ms > self._newest else self._newest
         if ts - self._epoch >= TS_SPAN:
@@ -150,8 +186,19 @@ class DedupTable:
             self._remember_fp(fp, topic, queue_id, offset, ts)
             return
         self._newest = ts
-        self._rows += ROW.pack(fp, ts - self._epoch, ref << OFFSET_BITS | offset)
-        self._slots[i] = ((self._base + n) & SEQ_MASK) + 1  # a key stored again: older row dead
+        self._append(fp, i, o, n, ref << OFFSET_BITS | offset, ts - self._epoch)
+
+    def _append(self, fp: bytes, i: int, o: int, n: int, word: int, dts: int) -> None:
+        """Row ``n``, of ``fp`` (its slot ``i``; ``o``: its older row or -1), in the last run if
+        it goes on there (the next row, offset and the same time, not past an empty table);
+        then the bound kept."""
+        self._rows += fp
+        if self._run_next != (n, word, dts) or self._head == n:
+            self._run_first.append(n & RUN_MASK)
+            self._run_word.append(word)
+            self._run_ts.append(dts)
+        self._run_next = (n + 1, word + 1, dts)
+        self._slots[i] = (n & SEQ_MASK) + 1  # a key stored again: its older row dead
         if o < 0:
             self._live += 1
             if self._live > self.max_entries:
@@ -166,21 +213,35 @@ class DedupTable:
         self._add(fp, i, o, topic, queue_id, offset, ts)
 
     def _allocate(self) -> None:
-        """The slots, for the bound: at most half of them ever in use."""
-        size = SLOTS_MIN
-        while size < 2 * self.max_entries:
-            size *= 2
-        self._slots = array("I", bytes(4 * size))
-        self._mask = size - 1
+        """The slots, for the bound: at most two thirds of them ever in use."""
+        self._size = max(SLOTS_MIN, (3 * self.max_entries + 1) // 2)
+        self._slots = array("I", bytes(4 * self._size))
 
     def expire(self, now_ms: int) -> None:
         """Forget keys stored before ``now_ms`` minus the window."""
         horizon = now_ms - self.window_ms - self._epoch
-        end = self._base + len(self._rows) // ROW_BYTES
-        rows, base, unpack = self._rows, self._base, ROW.unpack_from
-        while self._head < end and unpack(rows, (self._head - base) * ROW_BYTES)[1] < horizon:
-            self._forget_oldest()
+        end = self._base + len(self._rows) // FP_BYTES
+        firsts, times = self._run_first, self._run_ts
+        k = self._head_run
+        while self._head < end:
+            k = self._next_runs(k)
+            if times[k] >= horizon:
+                break
+            last = (self._head + ((firsts[k + 1] - self._head) & RUN_MASK) if k + 1 < len(firsts)
+                    else end)
+            while self._head < last:
+                self._forget_oldest()
+        self._head_run = k
         self._compact()
+
+    def _next_runs(self, k: int) -> int:
+        """The run holding the head row, from run ``k`` (at or before it) on."""
+        firsts, head = self._run_first, self._head
+        origin = firsts[0]
+        at = (head - origin) & RUN_MASK
+        while k + 1 < len(firsts) and (firsts[k + 1] - origin) & RUN_MASK <= at:
+            k += 1
+        return k
 
     def forget_topic(self, topic: str) -> None:
         """Forget every key stored for ``topic`` (the topic was deleted)."""
@@ -190,31 +251,31 @@ class DedupTable:
         """Forget the oldest row, emptying its key's slot unless the key was stored again since
         (its slot then names the newer row); the entries after the slot that probed past it
         move back, so a probe still ends at the first empty slot."""
-        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
-        head_o = (self._head - base) * ROW_BYTES
+        slots, rows, size, base = self._slots, self._rows, self._size, self._base
+        head_o = (self._head - base) * FP_BYTES
         self._head += 1
         fp = rows[head_o:head_o + FP_BYTES]
-        i = int.from_bytes(fp[:4], "little") & mask
+        i = (int.from_bytes(fp[:4], "little") * size) >> 32
         while True:  # (``_find``, inlined: this runs for every key forgotten)
             v = slots[i]
             if v == 0:
                 return  # (not in the table: forgotten with its topic)
-            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
+            o = ((v - 1 - base) & SEQ_MASK) * FP_BYTES
             if rows[o:o + FP_BYTES] == fp:
                 break
-            i = (i + 1) & mask
+            i = i + 1 if i + 1 < size else 0
         if o != head_o:
             return  # stored again since: the slot stays with the newer row
         self._live -= 1
         j = i
         while True:
-            j = (j + 1) & mask
+            j = j + 1 if j + 1 < size else 0
             v = slots[j]
             if v == 0:
                 break
-            o = ((v - 1 - base) & SEQ_MASK) * ROW_BYTES
-            home = int.from_bytes(rows[o:o + 4], "little") & mask
-            if (j - home) & mask >= (j - i) & mask:
+            o = ((v - 1 - base) & SEQ_MASK) * FP_BYTES
+            home = (int.from_bytes(rows[o:o + 4], "little") * size) >> 32
+            if (j - home) % size >= (j - i) % size:
                 slots[i] = v
                 i = j
         slots[i] = 0
@@ -223,9 +284,12 @@ class DedupTable:
         dead = self._head - self._base
         if self._pins:
             return  # a checkpoint or a digest is reading it: later
-        if dead >= COMPACT_MIN and dead * 2 >= len(self._rows) // ROW_BYTES:
-            del self._rows[:dead * ROW_BYTES]
+        if dead >= COMPACT_MIN and dead * 2 >= len(self._rows) // FP_BYTES:
+            del self._rows[:dead * FP_BYTES]
             self._base = self._head
+            k = self._next_runs(self._head_run) if self._run_first else 0
+            del self._run_first[:k], self._run_word[:k], self._run_ts[:k]
+            self._head_run = 0
 
     def _queue_ref(self, topic: str, queue_id: int) -> int:
         ref = self._queue_refs.get((topic, queue_id))
@@ -241,7 +305,7 @@ class DedupTable:
     def _rebase(self, ts: int) -> None:
         """Move the epoch up to the oldest row's time (store times span at most 2**32 ms):
         rows older than that span are past any window and forgotten first."""
-        while (self._head < self._base + len(self._rows) // ROW_BYTES
+        while (self._head < self._base + len(self._rows) // FP_BYTES
                and ts - self._oldest_ts() >= TS_SPAN):
             self._forget_oldest()
         self._rebuild(lambda t: True)  # (its first row sets the epoch)
@@ -249,8 +313,7 @@ class DedupTable:
             self._epoch = self._newest = ts
 
     def _oldest_ts(self) -> int:
-        dts: int = ROW.unpack_from(self._rows, (self._head - self._base) * ROW_BYTES)[1]
-        return self._epoch + dts
+        return self._epoch + self._run_ts[self._run_of(self._head)]
 
     def _rebuild(self, keep: Any) -> None:
         """The table again from its live rows whose topic ``keep`` keeps, at the current epoch."""
@@ -269,33 +332,38 @@ class DedupTable:
     def rows(self) -> list[tuple[bytes, str, int, int, int]]:
         """Remembered rows, oldest first: (fingerprint, topic, queue id, offset, store time)."""
         out = []
-        for v in sorted((v - 1 - self._base) & SEQ_MASK for v in self._slots if v):
-            fp, dts, word = ROW.unpack_from(self._rows, v * ROW_BYTES)
-            topic, qid = self._queues[word >> OFFSET_BITS]
-            out.append((fp, topic, qid, word & OFFSET_MASK, self._epoch + dts))
+        for r in sorted((v - 1 - self._base) & SEQ_MASK for v in self._slots if v):
+            o = r * FP_BYTES
+            out.append((bytes(self._rows[o:o + FP_BYTES]), *self._row(o)))
         return out
 
     # -- checkpoint ------------------------------------------------------------------------------
 
     def snapshot(self) -> list[Any]:
-        """[epoch, newest time, queues, head row number, rows from the head]: one byte copy. The
-        slots are not in it: a restore places the rows again (about a second per million keys),
-        which keeps checkpoints and snapshots to the rows' 24 bytes a key."""
-        with memoryview(self._rows) as rows:
-            return [*self.snapshot_head(), bytes(rows[(self._head - self._base) * ROW_BYTES:])]
+        """[epoch, newest time, queues, head row number, runs, rows from the head]: copies; the
+        runs from the one holding the head row, as [first rows, words, times]. No slots."""
+        firsts, words, times, rows = (copy_range(r) for r in self._ranges())
+        return [*self.snapshot_head(), [firsts, words, times], rows]
 
     def snapshot_head(self) -> list[Any]:
-        """``snapshot()`` but its last field, the rows (``pin_rows`` gives them in place)."""
+        """``snapshot()`` but its last two fields (``pin_rows`` gives them in place)."""
         return [self._epoch, self._newest, [list(q) for q in self._queues], self._head]
 
-    def pin_rows(self) -> tuple[bytearray, int, int]:
-        """The rows ``snapshot()`` holds, in place: (buffer, start, end) in bytes. Until every
-        pin is matched by ``unpin_rows`` the buffer is never compacted, so those bytes stay as
-        they are while the table goes on (rows are appended past ``end``; a rebuild takes a new
-        buffer). Pins are counted: a digest's view taken while a checkpoint is being written
-        leaves the checkpoint's pin in place."""
+    def _ranges(self) -> list[Range]:
+        if self._head < self._base + len(self._rows) // FP_BYTES:
+            k = self._run_of(self._head)
+        else:
+            k = len(self._run_first)  # (no row: no run)
+        return [(b, k * b.itemsize, len(b) * b.itemsize)
+                for b in (self._run_first, self._run_word, self._run_ts)] + [
+            (self._rows, (self._head - self._base) * FP_BYTES, len(self._rows))]
+
+    def pin_rows(self) -> list[Range]:
+        """``snapshot()``'s runs and rows in place: four (buffer, start, end) byte ranges. Until
+        every pin is matched by ``unpin_rows`` no buffer is compacted, so those bytes stay as
+        they are (runs and rows are appended past ``end``; a rebuild takes new buffers)."""
         self._pins += 1
-        return self._rows, (self._head - self._base) * ROW_BYTES, len(self._rows)
+        return self._ranges()
 
     def unpin_rows(self) -> None:
         if self._pins <= 0:
@@ -304,24 +372,27 @@ class DedupTable:
 
     @classmethod
     def restore(cls, window_ms: int, max_entries: int, blob: Any) -> DedupTable:
-        if not (isinstance(blob, list) and len(blob) == 5):
+        if not (isinstance(blob, list) and len(blob) in (5, 6)):
             raise ValueError("malformed dedup table")
-        epoch, newest, queues, head, rows = blob
+        epoch, newest, queues, head = blob[:4]
+        rows = blob[-1]
         if not (isinstance(epoch, int) and isinstance(newest, int) and isinstance(head, int)
-                and head >= 0 and isinstance(queues, list) and isinstance(rows, bytes)
-                and len(rows) % ROW_BYTES == 0):
+                and head >= 0 and isinstance(queues, list) and isinstance(rows, bytes)):
             raise ValueError("malformed dedup table")
         table = cls(window_ms, max_entries)
-        table._epoch, table._newest, table._head, table._base = epoch, newest, head, head
         table._queues = [(str(t), int(q)) for t, q in queues]
         table._queue_refs = {q: i for i, q in enumerate(table._queues)}
+        if len(blob) == 5:
+            return table._restore_old_rows(epoch, newest, head, rows)
+        table._epoch, table._newest, table._head, table._base = epoch, newest, head, head
+        table._restore_runs(blob[4], head, len(rows))
         table._rows = bytearray(rows)
-        n = len(rows) // ROW_BYTES
+        n = len(rows) // FP_BYTES
         if n:
             table._allocate()
             slots, find = table._slots, table._find
             for k in range(n):  # in order: a key's later row takes its slot
-                o = k * ROW_BYTES
+                o = k * FP_BYTES
                 i, older = find(rows[o:o + FP_BYTES])
                 slots[i] = ((head + k) & SEQ_MASK) + 1
                 if older < 0:
@@ -329,6 +400,42 @@ class DedupTable:
             while table._live > max_entries:  # (the bound was lowered)
                 table._forget_oldest()
         return table
+
+    def _restore_runs(self, runs: Any, head: int, rows_bytes: int) -> None:
+        if not (isinstance(runs, list) and len(runs) == 3
+                and all(isinstance(b, bytes) for b in runs) and rows_bytes % FP_BYTES == 0):
+            raise ValueError("malformed dedup table")
+        firsts, words, times = array("I", runs[0]), array("Q", runs[1]), array("I", runs[2])
+        n = rows_bytes // FP_BYTES
+        if not len(firsts) == len(words) == len(times) or bool(firsts) != bool(n):
+            raise ValueError("malformed dedup table runs")
+        if n:  # the first run holds the head row; each later one starts past it, before the end
+            past = [(f - firsts[0]) & RUN_MASK for f in firsts]
+            at = (head - firsts[0]) & RUN_MASK
+            if not (at < 1 << 31 and all(at < p < at + n for p in past[1:])
+                    and all(a < b for a, b in pairwise(past))):
+                raise ValueError("malformed dedup table runs")
+        self._run_first, self._run_word, self._run_ts = firsts, words, times
+        if n:
+            end = head + n
+            self._run_next = (end, words[-1] + ((end - firsts[-1]) & RUN_MASK), times[-1])
+
+    def _restore_old_rows(self, epoch: int, newest: int, head: int, rows: bytes) -> DedupTable:
+        """A table from a checkpoint written before the runs: its 24-byte rows added again in
+        order, at the same epoch and queue references (their fingerprints' first 10 bytes: what
+        ``fingerprint`` gives), so that replicas restoring different old checkpoints agree."""
+        if len(rows) % OLD_ROW.size:
+            raise ValueError("malformed dedup table")
+        self._epoch, self._newest, self._head, self._base = epoch, newest, head, head
+        if rows:
+            self._allocate()
+        refs = len(self._queues)
+        for fp, dts, word in OLD_ROW.iter_unpack(rows):  # (the epoch and references kept)
+            if word >> OFFSET_BITS >= refs:
+                raise ValueError("malformed dedup table: a row names no queue")
+            i, o = self._find(fp[:FP_BYTES])
+            self._append(fp[:FP_BYTES], i, o, self._base + len(self._rows) // FP_BYTES, word, dts)
+        return self
 
     @classmethod
     def from_rows(cls, window_ms: int, max_entries: int,

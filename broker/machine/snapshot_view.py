@@ -1,9 +1,10 @@
 """A checkpoint's bytes without building them whole (``BrokerState.snapshot_view``).
 
 ``BrokerState.snapshot()`` is one CBOR byte string; most of a large state is the dedup table's rows
-(24 bytes a key: 24 MiB at the default million keys), which ``snapshot()`` copies into it. A
-``SnapshotView`` is the same bytes as a list of pieces: the small parts encoded at once (on the
-loop, a consistent view), and the rows read in place, a chunk at a time, as the view is iterated
+and runs (10 bytes a key and 16 a run: 10-26 MiB at the default million keys), which
+``snapshot()`` copies into it. A ``SnapshotView`` is the same bytes as a list of pieces: the small
+parts encoded at once (on the loop, a consistent view), and the runs and rows read in place, a
+chunk at a time, as the view is iterated
 (in a writer thread; the table keeps them in place while pinned). Iterating gives exactly
 ``snapshot()``'s bytes, so a checkpoint written either way reads the same.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator
+
+from broker.core.dedup import Range, copy_range
 
 __all__ = ["CHUNK_BYTES", "SnapshotView", "cbor_head"]
 
@@ -32,7 +35,7 @@ def cbor_head(major: int, length: int) -> bytes:
 class SnapshotView:
     """Pieces of encoded bytes, and byte ranges of a buffer nobody changes until ``release``."""
 
-    def __init__(self, pieces: list[bytes | tuple[bytearray, int, int]],
+    def __init__(self, pieces: list[bytes | Range],
                  release: Callable[[], None]) -> None:
         self._pieces = pieces
         self._release = release
@@ -44,8 +47,8 @@ class SnapshotView:
                 yield piece
                 continue
             buffer, start, end = piece
-            for at in range(start, end, CHUNK_BYTES):
-                yield buffer[at:min(at + CHUNK_BYTES, end)]  # (one copy of a chunk)
+            for at in range(start, end, CHUNK_BYTES):  # (one copy of a chunk; no view kept
+                yield copy_range((buffer, at, min(at + CHUNK_BYTES, end)))  # across a yield)
 
     def crc32(self) -> int:
         crc = 0

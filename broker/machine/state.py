@@ -18,7 +18,7 @@ from typing import Any
 import cbor2
 
 from broker.core.consumequeue import QueueStore
-from broker.core.dedup import DedupTable
+from broker.core.dedup import DedupTable, Range
 from broker.core.offsets import OffsetTable
 from broker.core.state import CoreState, StateConfig
 from broker.features.acl.model import AclTable
@@ -95,18 +95,19 @@ class BrokerState(CoreState):
         """``snapshot()``'s bytes as pieces, the dedup table's rows read in place
         (``broker.machine.snapshot_view``): call on the loop, iterate anywhere, then ``release``."""
         core = self._core(None)
-        buffer, start, end = self.dedup.pin_rows()
-        pieces: list[bytes | tuple[bytearray, int, int]] = [
+        *runs, rows = self.dedup.pin_rows()
+        pieces: list[bytes | Range] = [
             cbor_head(4, 4) + cbor2.dumps(CHECKPOINT_VERSION) + cbor2.dumps(self.applied_index),
             cbor_head(5, len(core))]
         for key, value in core.items():
             if key != "dedup":
                 pieces.append(cbor2.dumps(key) + cbor2.dumps(value))
                 continue
-            head = self.dedup.snapshot_head()
-            pieces.append(cbor2.dumps(key) + cbor_head(4, len(head) + 1)
-                          + b"".join(cbor2.dumps(v) for v in head) + cbor_head(2, end - start))
-            pieces.append((buffer, start, end))
+            head = self.dedup.snapshot_head()  # [*head, [first rows, words, times], rows]
+            pieces.append(cbor2.dumps(key) + cbor_head(4, len(head) + 2)
+                          + b"".join(cbor2.dumps(v) for v in head) + cbor_head(4, len(runs)))
+            for r in (*runs, rows):
+                pieces += [cbor_head(2, r[2] - r[1]), r]
         pieces.append(cbor2.dumps(self._features()))
         return SnapshotView(pieces, self.dedup.unpin_rows)
 

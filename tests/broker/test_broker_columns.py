@@ -98,7 +98,8 @@ def test_the_dedup_columns_drop_forgotten_rows_in_chunks() -> None:
         table.expire(i)
         table.remember(f"K{i}", "t", 0, i, i)
     assert len(table) == 11  # the window holds store times i-10 .. i
-    assert len(table.snapshot()[4]) <= 2 * COMPACT_MIN * ROW_BYTES  # forgotten rows did not pile up
+    assert len(table.snapshot()[5]) <= 2 * COMPACT_MIN * ROW_BYTES  # forgotten rows did not pile up
+    assert len(table._run_first) <= 2 * COMPACT_MIN  # nor their runs
     assert table.get(f"K{3 * COMPACT_MIN - 1}") == ("t", 0, 3 * COMPACT_MIN - 1, 3 * COMPACT_MIN - 1)
     assert table.get("K0") is None
 
@@ -114,16 +115,18 @@ def test_a_version_1_checkpoint_is_still_read() -> None:
     assert BrokerState.restore(state.snapshot()).snapshot() == state.snapshot()
 
 
-def test_the_dedup_table_holds_a_key_in_a_24_byte_row_and_slots_sized_for_its_bound() -> None:
+def test_the_dedup_table_holds_a_key_in_a_10_byte_row_runs_and_slots_sized_for_its_bound() -> None:
     table = DedupTable(window_ms=60_000, max_entries=300_000)
     assert table._slots.tobytes() == b""  # no slots until the first key
-    for i in range(200_000):
-        assert table.lookup_or_add(f"U{i:016d}", "t", i % 4, i // 4, 1000 + i // 100) is None
-    rows, slots = table.snapshot()[4], table._slots.tobytes()
-    assert len(table) == 200_000 and len(rows) == 24 * len(table)
-    assert len(slots) == 4 * (1 << 20)  # the power of two at or above twice the bound
-    assert table.get("U0000000000123456") == ("t", 0, 30864, 1000 + 1234)
-    assert table.lookup_or_add("U0000000000123456", "t", 3, 7, 5000) == ("t", 0, 30864, 2234)
+    for i in range(200_000):  # (runs of 25 keys: one queue, one time)
+        assert table.lookup_or_add(f"U{i:016d}", "t", i // 25 % 4, i // 100 * 25 + i % 25,
+                                   1000 + i // 100) is None
+    rows, slots = table.snapshot()[5], table._slots.tobytes()
+    assert len(table) == 200_000 and len(rows) == 10 * len(table)
+    assert len(table._run_first) == 200_000 // 25
+    assert len(slots) == 4 * 450_000  # one and a half slots a key of the bound
+    assert table.get("U0000000000123456") == ("t", 2, 30856, 1000 + 1234)
+    assert table.lookup_or_add("U0000000000123456", "t", 3, 7, 5000) == ("t", 2, 30856, 2234)
     assert table.get("U0000000000200000") is None
     assert table.lookup_or_add("U0000000000123456", "u", 1, 9, 5000) is None  # another topic
     assert table.get("U0000000000123456") == ("u", 1, 9, 5000) and len(table) == 200_000

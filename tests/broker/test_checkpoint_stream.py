@@ -12,7 +12,7 @@ from pathlib import Path
 
 import cbor2
 
-from broker.core.dedup import ROW_BYTES
+from broker.core.dedup import ROW_BYTES, RUN_BYTES
 from broker.machine.snapshot_view import CHUNK_BYTES, cbor_head
 from broker.machine.state import BrokerState, StateConfig
 from broker.shell.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
@@ -86,8 +86,8 @@ def test_a_second_view_released_early_leaves_the_first_ones_rows_in_place() -> N
 
 def test_writing_a_large_checkpoint_allocates_a_chunk_not_the_table(tmp_path: Path) -> None:
     keys = 400_000
-    state = _with_keys(keys)
-    rows_bytes = keys * ROW_BYTES  # 9.6 MB
+    state = _with_keys(keys)  # (each key a run of its own: 10 bytes of row and 16 of run)
+    rows_bytes = keys * (ROW_BYTES + RUN_BYTES)  # 10.4 MB
     gc.collect()
     tracemalloc.start()
     try:
@@ -100,7 +100,7 @@ def test_writing_a_large_checkpoint_allocates_a_chunk_not_the_table(tmp_path: Pa
     finally:
         tracemalloc.stop()
     extra = peak - base
-    # Built whole, the snapshot held the rows two or three times over (copy, CBOR, CRC prefix).
+    # Built whole, the snapshot held the table two or three times over (copy, CBOR, CRC prefix).
     assert extra < rows_bytes // 4, f"writing allocated {extra} bytes for {rows_bytes} of rows"
     assert os.path.getsize(tmp_path / CHECKPOINT_FILE) > rows_bytes
     loaded = load_checkpoint(str(tmp_path))
