@@ -105,7 +105,7 @@ class HttpServer:
         for writer in self._connections.values():
             writer.close()
         if self._connections:
-            _, late = await asyncio.wait(self._connections, timeout=self.write_timeout_s)
+            _, late = await asyncio.wait(list(self._connections), timeout=self.write_timeout_s)
             for task in late:
                 task.cancel()
         await self._server.wait_closed()
@@ -116,13 +116,13 @@ class HttpServer:
         assert task is not None
         peer = writer.get_extra_info("peername")
         remote = str(peer[0]) if isinstance(peer, tuple) else ""
+        self._connections[task] = writer  # (close() closes it, the refused ones too)
         try:
-            if len(self._connections) >= self.connections_max:
+            if len(self._connections) > self.connections_max:
                 await self._send(writer, _error(503, f"{self.connections_max} admin connections "
                                                      "are open: try again"), False, False)
                 await _linger(reader, writer)
                 return
-            self._connections[task] = writer
             keep_alive = True
             while keep_alive:  # one request a pass, until the client or a bound ends it
                 keep_alive = await self._one(reader, writer, remote)

@@ -1,13 +1,14 @@
 """A broker node's admin HTTP endpoints (``broker.shell.http``) on their own server
 (``broker.shell.http_server``): /livez says whether the log runs; a kept-alive connection
 answers one request after another, HEAD too; bad input gets its named status (400, 404, 405,
-408, 413, 414, 431, 501, 503, 505) and a JSON error; a handler's failure is a 500; TLS with the
-node's certificate."""
+408, 413, 414, 431, 501, 503, 505) and a JSON error; a handler's failure is a 500; closing the
+server closes its connections; TLS with the node's certificate."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -145,6 +146,22 @@ def test_idle_connections_close_and_connections_past_the_limit_get_503() -> None
             writer.close()
             assert status_of(await exchange(address, b"GET /echo HTTP/1.0\r\n\r\n")) == 200
     asyncio.run(run())
+
+
+def test_closing_the_server_closes_its_kept_connections(caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> bytes:
+        async with serving(ROUTES) as address:
+            reader, writer = await asyncio.open_connection(*address)
+            writer.write(b"GET /echo HTTP/1.1\r\n\r\n")
+            async with asyncio.timeout(10):
+                await reader.readuntil(b"}")  # the whole answer: its JSON body ends there
+        async with asyncio.timeout(10):
+            rest = await reader.read()  # the server closed it (no idle wait)
+        writer.close()
+        return rest
+
+    assert asyncio.run(run()) == b""
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_the_admin_listener_speaks_tls_with_the_node_certificate(tmp_path: Path) -> None:
