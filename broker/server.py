@@ -14,15 +14,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aiohttp import web
-
 from broker.api.broker import Broker
 from broker.api.table import SERVED_KINDS
 from broker.config import BrokerConfig
 from broker.frontends.native.server import NativeFrontend
 from broker.machine.state import BrokerState
 from broker.shell.checkpoint import Checkpoints
-from broker.shell.http import make_app
+from broker.shell.http import make_routes
+from broker.shell.http_server import HttpServer
 from broker.shell.metrics import BrokerMetrics
 from broker.shell.registrar import Registrar
 from dledger.node.config import Address
@@ -57,7 +56,7 @@ class BrokerServer:
         self._gateway: Any = None  # a GrpcGateway (imported only when asked for: grpcio)
         self.remoting_address: Address | None = None  # where RocketMQ 4.x clients are served
         self._remoting: Any = None  # a RemotingServer (broker.frontends.remoting)
-        self._admin: web.AppRunner | None = None
+        self._admin: HttpServer | None = None
 
     # The broker's parts the shell's modules read (registrar, metrics, admin endpoints).
     @property
@@ -81,14 +80,10 @@ class BrokerServer:
         self.client_address = await self.native.start()
         tls = self.config.node.tls  # (protocol.tls) on the client, admin and gRPC listeners too
         if self.config.admin_listen is not None:
-            self._admin = web.AppRunner(make_app(self, self.config.cluster_key
-                                                 if self.config.protect_status else None),
-                                        access_log=None)
-            await self._admin.setup()
-            await web.TCPSite(self._admin, *self.config.admin_listen,
-                              ssl_context=tls.server_context() if tls else None).start()
-            host, port = self._admin.addresses[0][:2]
-            self.admin_address = (host, port)
+            self._admin = HttpServer(make_routes(self, self.config.cluster_key
+                                                 if self.config.protect_status else None))
+            self.admin_address = await self._admin.start(
+                *self.config.admin_listen, ssl_context=tls.server_context() if tls else None)
         if self.config.grpc_listen is not None:
             from broker.frontends.grpc.gateway import GrpcGateway
             self._gateway = GrpcGateway(self.broker, self.config.grpc_listen)
@@ -112,7 +107,7 @@ class BrokerServer:
         if self._remoting is not None:
             await self._remoting.stop()
         if self._admin is not None:
-            await self._admin.cleanup()
+            await self._admin.close()
         self.native.close()
         await self.broker.close()
 

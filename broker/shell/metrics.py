@@ -1,4 +1,6 @@
-"""A broker node's Prometheus metrics, through ``prometheus-client``: what ``/metrics`` serves.
+"""A broker node's Prometheus metrics: what ``/metrics`` serves, written with our own exposition
+(``broker.shell.exposition``, the text ``prometheus-client`` printed; the broker process loads
+no metrics library).
 
 Owns the node's registry (one per ``BrokerServer``, so nodes sharing a process in the tests keep
 theirs apart) and two kinds of series, all labelled with the node's ``group`` and ``node``:
@@ -25,12 +27,19 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from broker.config import BrokerConfig
 from broker.machine.state import BrokerState
+from broker.shell.exposition import (
+    CONTENT_TYPE_LATEST,
+    Collector,
+    CollectorRegistry,
+    Counter,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Histogram,
+    Metric,
+    generate_latest,
+)
 from dledger.node.config import Committed
 from dledger.node.runtime import Node
 from protocol.framed import ConnectionLimits
@@ -78,7 +87,7 @@ class BrokerMetrics:
     def __init__(self, server: MetricsHost) -> None:
         self.server = server
         self.base = (server.group, server.config.node.node_id)
-        r = self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry = CollectorRegistry()
         by_topic = (*_BASE, "topic")
         self.messages_in = Counter("dledger_messages_in", "Messages stored by sends this node "
                                    "answered as leader, by topic", by_topic, registry=r)

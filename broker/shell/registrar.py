@@ -23,10 +23,9 @@ import time
 import uuid
 from typing import Any, Protocol
 
-import aiohttp
-
 from broker.config import BrokerConfig
 from broker.machine.state import BrokerState
+from broker.shell.http_client import HttpClient, HttpClientError, HttpResponse
 from dledger.node.config import Address
 from dledger.node.runtime import Node
 from protocol.cluster_key import sign_headers
@@ -77,11 +76,11 @@ class Registrar:
         self.interval_s = interval_s
         self.check_s = check_s
         self.probe_s = probe_s
-        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
-        self.probe_timeout = aiohttp.ClientTimeout(total=min(request_timeout_s, probe_s))
+        self.request_timeout_s = request_timeout_s
+        self.probe_timeout_s = min(request_timeout_s, probe_s)
         self.instance = uuid.uuid4().hex
         self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
+        self._http: HttpClient | None = None
         self._boot_ids: dict[str, str] = {}  # url -> the boot id it last answered with
         self._unsure: set[str] = set(self.urls)  # urls that may not hold our registration
         self._term: int | None = None  # the term of the last registration sent
@@ -90,8 +89,7 @@ class Registrar:
         self.reregistrations = 0  # registrations made because a probe found a NameServer back
 
     def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            timeout=self.timeout, connector=aiohttp.TCPConnector(ssl=self.ssl_context or True))
+        self._http = HttpClient(self.ssl_context)
         self._tasks = [asyncio.create_task(self._run(), name="broker-registrar")]
         self._tasks += [asyncio.create_task(self._probe(u), name=f"broker-registrar-probe-{u}")
                         for u in self.urls]
@@ -100,14 +98,14 @@ class Registrar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._session is not None:
+        if self._http is not None:
             if self._term is not None:
                 node = self.server.config.node
                 body = {"group": node.group, "node_id": node.node_id, "term": self._term,
                         "instance": self.instance}
                 await asyncio.gather(*(self._post(u, "/v1/brokers/unregister", body)
                                        for u in self.urls))
-            await self._session.close()
+            await self._http.close()
 
     async def _run(self) -> None:
         last: tuple[str, int, str | None, int] | None = None
@@ -126,22 +124,23 @@ class Registrar:
 
     async def _probe(self, url: str) -> None:
         """Re-register with ``url`` at once when it comes back or restarted."""
-        assert self._session is not None
+        assert self._http is not None
         while True:
             await asyncio.sleep(self.probe_s)  # the probe period
             try:
-                async with self._session.get(url + "/livez", timeout=self.probe_timeout) as resp:
-                    self._saw_boot_id(url, resp)
-                    if resp.status != 200:
-                        self._unsure.add(url)
-            except (TimeoutError, aiohttp.ClientError):
+                resp = await self._http.request("GET", url + "/livez",
+                                                timeout_s=self.probe_timeout_s)
+            except HttpClientError:
                 self._unsure.add(url)  # down or cut off: register again once it answers
                 continue
+            self._saw_boot_id(url, resp)
+            if resp.status != 200:
+                self._unsure.add(url)
             if url in self._unsure and self._term is not None and self.server.caught_up():
                 self.reregistrations += 1
                 await self._register([url])
 
-    def _saw_boot_id(self, url: str, resp: aiohttp.ClientResponse) -> None:
+    def _saw_boot_id(self, url: str, resp: HttpResponse) -> None:
         boot_id = resp.headers.get(BOOT_ID_HEADER)
         if boot_id is not None and self._boot_ids.setdefault(url, boot_id) != boot_id:
             self._boot_ids[url] = boot_id
@@ -181,24 +180,26 @@ class Registrar:
         return headers
 
     async def _post(self, url: str, path: str, body: dict[str, Any]) -> None:
-        assert self._session is not None
+        assert self._http is not None
         raw = json.dumps(body, separators=(",", ":")).encode()
         try:
-            async with self._session.post(url + path, data=raw,
-                                          headers=self._signed(path, raw)) as resp:
-                self._saw_boot_id(url, resp)
-                if resp.status != 200:
-                    self.failures += 1
-                    if resp.status >= 500:  # (a refusal, 4xx, waits for the next round)
-                        self._unsure.add(url)
-                    log.warning("%s%s answered %d: %s", url, path, resp.status, await resp.text())
-                    return
-                self.registrations += 1
-                self._unsure.discard(url)
-        except (TimeoutError, aiohttp.ClientError) as err:
+            resp = await self._http.request("POST", url + path, body=raw,
+                                            headers=self._signed(path, raw),
+                                            timeout_s=self.request_timeout_s)
+        except HttpClientError as err:
             self.failures += 1
             self._unsure.add(url)
             log.warning("cannot reach NameServer %s: %s", url, err)
+            return
+        self._saw_boot_id(url, resp)
+        if resp.status != 200:
+            self.failures += 1
+            if resp.status >= 500:  # (a refusal, 4xx, waits for the next round)
+                self._unsure.add(url)
+            log.warning("%s%s answered %d: %s", url, path, resp.status, resp.text())
+            return
+        self.registrations += 1
+        self._unsure.discard(url)
 
 
 def _fmt(addr: tuple[str, int] | None) -> str:
