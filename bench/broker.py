@@ -145,7 +145,7 @@ def nats_available() -> str | None:
     return None
 
 
-def _start_nats(d: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+def start_nats(d: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     ports = free_ports(6)
     client_ports, route_ports = ports[:3], ports[3:]
     procs, urls = [], []
@@ -162,24 +162,33 @@ def _start_nats(d: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     return procs, urls
 
 
-async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: int) -> list[Row]:
+async def nats_stream(urls: list[str], name: str, subject: str,
+                      **jetstream: Any) -> tuple[Any, Any]:
+    """A connection to the cluster and its JetStream context, once the R3 stream ``name`` (of
+    ``subject``.>) exists: (nc, js)."""
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig
+
     async def quiet(err: Exception) -> None:
         return None  # the servers are still starting: nats-py retries by itself
 
     nc = await nats.connect(servers=urls, connect_timeout=5, error_cb=quiet,
                             max_reconnect_attempts=120, reconnect_time_wait=0.25)
-    js = nc.jetstream(timeout=10)
+    js = nc.jetstream(**jetstream)
     deadline = time.monotonic() + 60
     while True:  # the JetStream meta leader takes a few seconds to appear
         try:
-            await js.add_stream(name="BENCH", subjects=["bench.>"], num_replicas=3)
-            break
+            await js.add_stream(name=name, subjects=[f"{subject}.>"], num_replicas=3)
+            return nc, js
         except Exception:  # any error before the cluster is ready: retry
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)
+
+
+async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: int) -> list[Row]:
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    nc, js = await nats_stream(urls, "BENCH", "bench", timeout=10)
     body = os.urandom(size)
     rows = []
     for name, k, count in (("sync", 1, max(200, n // 10)), ("concurrent", 64, n)):
@@ -217,7 +226,7 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: in
 
 def run_nats(size: int, n: int, topics: int = TOPICS) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="nats-bench-") as d:
-        procs, urls = _start_nats(d)
+        procs, urls = start_nats(d)
         try:
             return asyncio.run(_nats(urls, Servers([p.pid for p in procs]), size, n, topics))
         finally:

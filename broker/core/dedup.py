@@ -15,9 +15,9 @@ replica. No Python object per key; its memory, per key remembered:
   queue reference << 40 | first queue offset; store time in ms since the table's epoch), 16 bytes
   a run, so that a duplicate answers with the original's result;
 - slots: an open-addressing table (linear probing, 32-bit row numbers, 0 empty) sized for the
-  bound at the first key, at most two thirds full (5.7 MiB for the default million keys: 6 bytes
-  a key at the bound); forgetting a row empties its slot by shifting the probe sequence back, so
-  no tombstones pile up and the table is never rebuilt or resized on the send path;
+  bound at the first key, at most half full (8 MiB for the default million keys: 8.4 bytes a
+  key; two thirds full, adding at the bound cost 1.6 times as much); forgetting a row empties
+  its slot by shifting the probe sequence back: no tombstones, never rebuilt on the send path;
 - queues: the (topic, queue id) a reference names, in order of first use.
 
 A checkpoint holds the runs and rows as byte strings, read in place by its writer (``pin_rows``:
@@ -66,7 +66,7 @@ def fingerprint(key: str) -> bytes:
 
 class DedupTable:
     __slots__ = ("window_ms", "max_entries", "_rows", "_base", "_head", "_live", "_slots",
-                 "_size", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue", "_pins",
+                 "_mask", "_epoch", "_newest", "_queues", "_queue_refs", "_last_queue", "_pins",
                  "_run_first", "_run_word", "_run_ts", "_head_run", "_run_next")
 
     def __init__(self, window_ms: int, max_entries: int) -> None:
@@ -81,7 +81,7 @@ class DedupTable:
         self._head = 0  # row number of the oldest row not yet forgotten
         self._live = 0  # keys remembered (slots in use)
         self._slots = array("I")  # sized for the bound at the first key (then never resized)
-        self._size = 0  # len(_slots)
+        self._mask = 0  # len(_slots) - 1 (a power of two less one)
         self._epoch = 0  # store times are kept as ms since this
         self._newest = 0  # the newest store time seen (kept times never go back)
         self._queues: list[tuple[str, int]] = []
@@ -104,8 +104,8 @@ class DedupTable:
 
     def _find(self, fp: bytes) -> tuple[int, int]:
         """(slot, row offset in _rows) of ``fp``'s key, or (the empty slot ending its probe, -1)."""
-        slots, rows, size, base = self._slots, self._rows, self._size, self._base
-        i = (int.from_bytes(fp[:4], "little") * size) >> 32
+        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
+        i = int.from_bytes(fp[:4], "little") & mask
         while True:
             v = slots[i]
             if v == 0:
@@ -113,9 +113,7 @@ class DedupTable:
             o = ((v - 1 - base) & SEQ_MASK) * FP_BYTES
             if rows[o:o + FP_BYTES] == fp:
                 return i, o
-            i += 1
-            if i == size:
-                i = 0
+            i = (i + 1) & mask
 
     def _run_of(self, r: int) -> int:
         """The run holding row ``r`` (at or past the head). Run numbers are compared by their
@@ -213,9 +211,12 @@ class DedupTable:
         self._add(fp, i, o, topic, queue_id, offset, ts)
 
     def _allocate(self) -> None:
-        """The slots, for the bound: at most two thirds of them ever in use."""
-        self._size = max(SLOTS_MIN, (3 * self.max_entries + 1) // 2)
-        self._slots = array("I", bytes(4 * self._size))
+        """The slots, for the bound: at most half of them ever in use."""
+        size = SLOTS_MIN
+        while size < 2 * self.max_entries:
+            size *= 2
+        self._slots = array("I", bytes(4 * size))
+        self._mask = size - 1
 
     def expire(self, now_ms: int) -> None:
         """Forget keys stored before ``now_ms`` minus the window."""
@@ -251,11 +252,11 @@ class DedupTable:
         """Forget the oldest row, emptying its key's slot unless the key was stored again since
         (its slot then names the newer row); the entries after the slot that probed past it
         move back, so a probe still ends at the first empty slot."""
-        slots, rows, size, base = self._slots, self._rows, self._size, self._base
+        slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
         head_o = (self._head - base) * FP_BYTES
         self._head += 1
         fp = rows[head_o:head_o + FP_BYTES]
-        i = (int.from_bytes(fp[:4], "little") * size) >> 32
+        i = int.from_bytes(fp[:4], "little") & mask
         while True:  # (``_find``, inlined: this runs for every key forgotten)
             v = slots[i]
             if v == 0:
@@ -263,19 +264,19 @@ class DedupTable:
             o = ((v - 1 - base) & SEQ_MASK) * FP_BYTES
             if rows[o:o + FP_BYTES] == fp:
                 break
-            i = i + 1 if i + 1 < size else 0
+            i = (i + 1) & mask
         if o != head_o:
             return  # stored again since: the slot stays with the newer row
         self._live -= 1
         j = i
         while True:
-            j = j + 1 if j + 1 < size else 0
+            j = (j + 1) & mask
             v = slots[j]
             if v == 0:
                 break
             o = ((v - 1 - base) & SEQ_MASK) * FP_BYTES
-            home = (int.from_bytes(rows[o:o + 4], "little") * size) >> 32
-            if (j - home) % size >= (j - i) % size:
+            home = int.from_bytes(rows[o:o + 4], "little") & mask
+            if (j - home) & mask >= (j - i) & mask:
                 slots[i] = v
                 i = j
         slots[i] = 0
