@@ -66,7 +66,10 @@ def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     base = tmp_path_factory.mktemp("cpp")
     with namesrv_groups(base, "--remoting-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
                         "--transaction-timeout-s", "1",
-                        "--transaction-check-interval-s", "1") as (address, _):
+                        "--transaction-check-interval-s", "1",
+                        # (a check finds no producer until the C++ client's heartbeat reaches the
+                        # leader, every 30 s; each counts, and the 15th would roll back: 15 s)
+                        "--transaction-check-max", "200") as (address, _):
         yield address
 
 
