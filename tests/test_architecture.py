@@ -12,6 +12,7 @@ PURE_PACKAGES = [ROOT / "dledger" / "raft"]
 # The broker's state machine and what it is made of (its server, the shell, is not pure).
 PURE_BROKER_MODULES = (
     "broker.core.applied", "broker.core.codec", "broker.core.consumequeue", "broker.core.dedup",
+    "broker.core.dedup_restore", "broker.core.dedup_format",
     "broker.core.offsets",
     "broker.core.entries", "broker.core.registry", "broker.core.state",
     *(f"broker.features.{f}.{part}" for f, parts in {

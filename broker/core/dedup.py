@@ -29,35 +29,28 @@ before the runs (24-byte rows: 96-bit fingerprint, store time, queue and offset)
 from __future__ import annotations
 
 import hashlib
-import struct
 from array import array
-from itertools import pairwise
-from typing import Any, TypeAlias
+from typing import Any
 
-assert array("I", [1]).tobytes()[0] == 1, "the runs are checkpointed as little-endian words"
+from broker.core.dedup_format import (
+    COMPACT_MIN,
+    FP_BYTES,
+    OFFSET_BITS,
+    OFFSET_MASK,
+    QUEUE_REFS_MAX,
+    ROW_BYTES,
+    RUN_BYTES,
+    RUN_MASK,
+    SEQ_MASK,
+    SLOTS_MIN,
+    TS_SPAN,
+    Range,
+    copy_range,
+)
+from broker.core.dedup_restore import restore_into
 
-FP_BYTES = 10
-ROW_BYTES = FP_BYTES
-RUN_BYTES = 16  # a run's first row (4 bytes), queue and offset (8), store time (4)
-OLD_ROW = struct.Struct("<12sIQ")  # before the runs: fingerprint, store time - epoch, queue word
-OFFSET_BITS = 40
-OFFSET_MASK = (1 << OFFSET_BITS) - 1
-QUEUE_REFS_MAX = 1 << (64 - OFFSET_BITS)
-TS_SPAN = 1 << 32  # store times within a table's epoch + this
-SEQ_MASK = (1 << 31) - 1  # row numbers are kept modulo 2**31 (+1: 0 is an empty slot)
-RUN_MASK = (1 << 32) - 1  # a run's first row number is kept modulo 2**32
-SLOTS_MIN = 1024
-COMPACT_MIN = 4096  # forgotten rows are dropped from the front in chunks at least this large
-
-
-Range: TypeAlias = "tuple[bytearray | array[Any], int, int]"  # a buffer's bytes start .. end
-
-
-def copy_range(r: Range) -> bytes:
-    """The bytes of a range, copied (its buffer may grow again once this returns)."""
-    buffer, start, end = r
-    with memoryview(buffer) as view, view.cast("B") as raw:
-        return bytes(raw[start:end])
+__all__ = ["COMPACT_MIN", "FP_BYTES", "OFFSET_MASK", "ROW_BYTES", "RUN_BYTES", "TS_SPAN",
+           "DedupTable", "Range", "copy_range", "fingerprint"]
 
 
 def fingerprint(key: str) -> bytes:
@@ -342,29 +335,37 @@ class DedupTable:
 
     def snapshot(self) -> list[Any]:
         """[epoch, newest time, queues, head row number, runs, rows from the head]: copies; the
-        runs from the one holding the head row, as [first rows, words, times]. No slots."""
-        firsts, words, times, rows = (copy_range(r) for r in self._ranges())
+        runs as [first rows, words, times], the first cut to begin at the head row (so that a
+        replica restored from any checkpoint holds the same bytes). No slots."""
+        firsts, words, times, rows = (b"".join(p if isinstance(p, bytes) else copy_range(p)
+                                               for p in part) for part in self._parts())
         return [*self.snapshot_head(), [firsts, words, times], rows]
 
     def snapshot_head(self) -> list[Any]:
         """``snapshot()`` but its last two fields (``pin_rows`` gives them in place)."""
         return [self._epoch, self._newest, [list(q) for q in self._queues], self._head]
 
-    def _ranges(self) -> list[Range]:
-        if self._head < self._base + len(self._rows) // FP_BYTES:
-            k = self._run_of(self._head)
-        else:
-            k = len(self._run_first)  # (no row: no run)
-        return [(b, k * b.itemsize, len(b) * b.itemsize)
-                for b in (self._run_first, self._run_word, self._run_ts)] + [
-            (self._rows, (self._head - self._base) * FP_BYTES, len(self._rows))]
+    def _parts(self) -> list[list[bytes | Range]]:
+        if self._head == self._base + len(self._rows) // FP_BYTES:
+            return [[], [], [], [(self._rows, len(self._rows), len(self._rows))]]
+        k = self._run_of(self._head)
+        firsts, words, times = self._run_first, self._run_word, self._run_ts
+        cut = (self._head - firsts[k]) & RUN_MASK
+        heads = ((self._head & RUN_MASK).to_bytes(4, "little"),
+                 (words[k] + cut).to_bytes(8, "little"), times[k].to_bytes(4, "little"))
+        parts: list[list[bytes | Range]] = [
+            [head, (b, (k + 1) * b.itemsize, len(b) * b.itemsize)]
+            for head, b in zip(heads, (firsts, words, times), strict=True)]
+        parts.append([(self._rows, (self._head - self._base) * FP_BYTES, len(self._rows))])
+        return parts
 
-    def pin_rows(self) -> list[Range]:
-        """``snapshot()``'s runs and rows in place: four (buffer, start, end) byte ranges. Until
-        every pin is matched by ``unpin_rows`` no buffer is compacted, so those bytes stay as
-        they are (runs and rows are appended past ``end``; a rebuild takes new buffers)."""
+    def pin_rows(self) -> list[list[bytes | Range]]:
+        """``snapshot()``'s runs and rows, the bytes or (buffer, start, end) ranges in place, per
+        field. Until every pin is matched by ``unpin_rows`` no buffer is compacted, so the
+        ranges stay as they are (runs and rows are appended past them; a rebuild takes new
+        buffers)."""
         self._pins += 1
-        return self._ranges()
+        return self._parts()
 
     def unpin_rows(self) -> None:
         if self._pins <= 0:
@@ -373,70 +374,10 @@ class DedupTable:
 
     @classmethod
     def restore(cls, window_ms: int, max_entries: int, blob: Any) -> DedupTable:
-        if not (isinstance(blob, list) and len(blob) in (5, 6)):
-            raise ValueError("malformed dedup table")
-        epoch, newest, queues, head = blob[:4]
-        rows = blob[-1]
-        if not (isinstance(epoch, int) and isinstance(newest, int) and isinstance(head, int)
-                and head >= 0 and isinstance(queues, list) and isinstance(rows, bytes)):
-            raise ValueError("malformed dedup table")
-        table = cls(window_ms, max_entries)
-        table._queues = [(str(t), int(q)) for t, q in queues]
-        table._queue_refs = {q: i for i, q in enumerate(table._queues)}
-        if len(blob) == 5:
-            return table._restore_old_rows(epoch, newest, head, rows)
-        table._epoch, table._newest, table._head, table._base = epoch, newest, head, head
-        table._restore_runs(blob[4], head, len(rows))
-        table._rows = bytearray(rows)
-        n = len(rows) // FP_BYTES
-        if n:
-            table._allocate()
-            slots, find = table._slots, table._find
-            for k in range(n):  # in order: a key's later row takes its slot
-                o = k * FP_BYTES
-                i, older = find(rows[o:o + FP_BYTES])
-                slots[i] = ((head + k) & SEQ_MASK) + 1
-                if older < 0:
-                    table._live += 1
-            while table._live > max_entries:  # (the bound was lowered)
-                table._forget_oldest()
+        """From a checkpoint's ``snapshot()`` (``broker.core.dedup_restore``: every field
+        checked; ValueError for what is not a table)."""
+        table: DedupTable = restore_into(cls(window_ms, max_entries), blob)
         return table
-
-    def _restore_runs(self, runs: Any, head: int, rows_bytes: int) -> None:
-        if not (isinstance(runs, list) and len(runs) == 3
-                and all(isinstance(b, bytes) for b in runs) and rows_bytes % FP_BYTES == 0):
-            raise ValueError("malformed dedup table")
-        firsts, words, times = array("I", runs[0]), array("Q", runs[1]), array("I", runs[2])
-        n = rows_bytes // FP_BYTES
-        if not len(firsts) == len(words) == len(times) or bool(firsts) != bool(n):
-            raise ValueError("malformed dedup table runs")
-        if n:  # the first run holds the head row; each later one starts past it, before the end
-            past = [(f - firsts[0]) & RUN_MASK for f in firsts]
-            at = (head - firsts[0]) & RUN_MASK
-            if not (at < 1 << 31 and all(at < p < at + n for p in past[1:])
-                    and all(a < b for a, b in pairwise(past))):
-                raise ValueError("malformed dedup table runs")
-        self._run_first, self._run_word, self._run_ts = firsts, words, times
-        if n:
-            end = head + n
-            self._run_next = (end, words[-1] + ((end - firsts[-1]) & RUN_MASK), times[-1])
-
-    def _restore_old_rows(self, epoch: int, newest: int, head: int, rows: bytes) -> DedupTable:
-        """A table from a checkpoint written before the runs: its 24-byte rows added again in
-        order, at the same epoch and queue references (their fingerprints' first 10 bytes: what
-        ``fingerprint`` gives), so that replicas restoring different old checkpoints agree."""
-        if len(rows) % OLD_ROW.size:
-            raise ValueError("malformed dedup table")
-        self._epoch, self._newest, self._head, self._base = epoch, newest, head, head
-        if rows:
-            self._allocate()
-        refs = len(self._queues)
-        for fp, dts, word in OLD_ROW.iter_unpack(rows):  # (the epoch and references kept)
-            if word >> OFFSET_BITS >= refs:
-                raise ValueError("malformed dedup table: a row names no queue")
-            i, o = self._find(fp[:FP_BYTES])
-            self._append(fp[:FP_BYTES], i, o, self._base + len(self._rows) // FP_BYTES, word, dts)
-        return self
 
     @classmethod
     def from_rows(cls, window_ms: int, max_entries: int,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 
-from broker.core.dedup import Range, copy_range
+from broker.core.dedup_format import Chunk, Range, copy_range
 
 __all__ = ["CHUNK_BYTES", "SnapshotView", "cbor_head"]
 
@@ -40,7 +40,7 @@ class SnapshotView:
         self._pieces = pieces
         self._release = release
 
-    def __iter__(self) -> Iterator[bytes | bytearray]:
+    def __iter__(self) -> Iterator[Chunk]:
         """The bytes, in chunks of at most CHUNK_BYTES for the ranges (iterable again)."""
         for piece in self._pieces:
             if isinstance(piece, bytes):

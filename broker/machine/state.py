@@ -95,7 +95,7 @@ class BrokerState(CoreState):
         """``snapshot()``'s bytes as pieces, the dedup table's rows read in place
         (``broker.machine.snapshot_view``): call on the loop, iterate anywhere, then ``release``."""
         core = self._core(None)
-        *runs, rows = self.dedup.pin_rows()
+        parts = self.dedup.pin_rows()  # [first rows, words, times, rows]: pieces each
         pieces: list[bytes | Range] = [
             cbor_head(4, 4) + cbor2.dumps(CHECKPOINT_VERSION) + cbor2.dumps(self.applied_index),
             cbor_head(5, len(core))]
@@ -105,9 +105,10 @@ class BrokerState(CoreState):
                 continue
             head = self.dedup.snapshot_head()  # [*head, [first rows, words, times], rows]
             pieces.append(cbor2.dumps(key) + cbor_head(4, len(head) + 2)
-                          + b"".join(cbor2.dumps(v) for v in head) + cbor_head(4, len(runs)))
-            for r in (*runs, rows):
-                pieces += [cbor_head(2, r[2] - r[1]), r]
+                          + b"".join(cbor2.dumps(v) for v in head) + cbor_head(4, 3))
+            for part in parts:
+                size = sum(len(p) if isinstance(p, bytes) else p[2] - p[1] for p in part)
+                pieces += [cbor_head(2, size), *part]
         pieces.append(cbor2.dumps(self._features()))
         return SnapshotView(pieces, self.dedup.unpin_rows)
 

@@ -18,7 +18,9 @@ import json
 import os
 import struct
 import zlib
+from array import array
 from collections.abc import Iterable
+from typing import Any
 
 from dledger.raft.types import HardState
 from protocol.errors import CorruptLogError, DiskFullError, StorageError
@@ -37,7 +39,8 @@ def fsync_directory(dir_path: str) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: str, data: bytes | Iterable[bytes | bytearray]) -> None:
+def write_file_atomically(path: str,
+                          data: bytes | Iterable[bytes | bytearray | array[Any]]) -> None:
     """Replace ``path`` by ``data`` (bytes, or chunks of them written one after another) so that a
     crash leaves either the old or the new content.
 
@@ -48,7 +51,7 @@ def write_file_atomically(path: str, data: bytes | Iterable[bytes | bytearray]) 
         fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             for chunk in (data,) if isinstance(data, bytes) else data:
-                view = memoryview(chunk)
+                view = memoryview(chunk).cast("B")  # (an array chunk: its bytes)
                 while view:
                     view = view[os.write(fd, view) :]
             os.fsync(fd)
