@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from broker.frontends.grpc.gateway import server_options
@@ -93,16 +93,23 @@ def settings_answer(cmd: Any) -> Any:
 
 
 class NoopServer:
-    """The no-op server in a child process: ``with NoopServer() as s``: ``s.address``, ``s.pid``."""
+    """The no-op server in a child process: ``with NoopServer() as s``: ``s.address``, ``s.pid``.
+    ``child``: what the process runs, given the pipe and ``child_args`` (another server stack's
+    no-op, ``bench.grpc_noop_stacks``)."""
+
+    def __init__(self, child: Callable[..., None] = _serve, child_args: tuple[Any, ...] = (),
+                 name: str = "the no-op gRPC server") -> None:
+        self._child, self._child_args, self._name = child, child_args, name
 
     def __enter__(self) -> NoopServer:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self._proc = ctx.Process(target=self._child, args=(child, *self._child_args),
+                                 daemon=True)
         self._proc.start()
         if not self._conn.poll(30):
             self._proc.kill()
-            raise RuntimeError("the no-op gRPC server did not start within 30 s")
+            raise RuntimeError(f"{self._name} did not start within 30 s")
         self.address = f"127.0.0.1:{self._conn.recv()}"
         assert self._proc.pid is not None  # (started)
         self.pid: int = self._proc.pid

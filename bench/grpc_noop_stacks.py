@@ -13,7 +13,6 @@ environment). A tool, not a test: ``python -m bench.grpc_noop_stacks --payloads 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable
@@ -108,23 +107,10 @@ def _serve(conn: Any, path: str) -> None:
     asyncio.run(main())
 
 
-class GrpclibNoopServer(NoopServer):
+def grpclib_noop() -> NoopServer:
     """``NoopServer`` with the grpclib child instead of the grpcio one."""
-
-    def __enter__(self) -> GrpclibNoopServer:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        path = os.environ.get("DLEDGER_GRPCLIB_PATH", "")
-        self._proc = ctx.Process(target=_serve, args=(child, path), daemon=True)
-        self._proc.start()
-        if not self._conn.poll(30):
-            self._proc.kill()
-            raise RuntimeError("the grpclib no-op server did not start within 30 s "
-                               "(is grpclib installed? see this module's docstring)")
-        self.address = f"127.0.0.1:{self._conn.recv()}"
-        assert self._proc.pid is not None
-        self.pid = self._proc.pid
-        return self
+    return NoopServer(_serve, (os.environ.get("DLEDGER_GRPCLIB_PATH", ""),),
+                      "the grpclib no-op server (is grpclib installed? see this module's docstring)")
 
 
 def run(size: int, n: int) -> list[Row]:
@@ -133,7 +119,7 @@ def run(size: int, n: int) -> list[Row]:
         servers = Servers([s.proc.pid for s in cluster.servers.values() if s.proc is not None])
         ours = asyncio.run(our_rows(ns, servers, f"bench-ours-{size}", body, n))
     rows = list(ours)
-    for server, system in ((NoopServer(), NOOP), (GrpclibNoopServer(), GRPCLIB)):
+    for server, system in ((NoopServer(), NOOP), (grpclib_noop(), GRPCLIB)):
         with server as s:
             rows += rocketmq_rows(s.address, Servers([s.pid]), f"bench-noop-{size}", body, n, system)
     by = {r.workload: r for r in ours}
@@ -162,4 +148,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["GRPCLIB", "GrpclibNoopServer", "run"]
+__all__ = ["GRPCLIB", "grpclib_noop", "run"]

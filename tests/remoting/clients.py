@@ -72,13 +72,16 @@ def _node(script: Path, folder: Path, package: str, folder_env: str, home: Path,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=str(home))
 
 
-def cpp(home: Path, *args: str, python: str | None = None) -> subprocess.Popen[str]:
+def cpp(home: Path, *args: str, python: str | None = None,
+        stdin: bool = False) -> subprocess.Popen[str]:
     """``cpp_client.py ARGS`` started (its logs under ``home``/logs, as the C++ client keeps
     them under $HOME; ``python``: another wrapper's interpreter, ``batch_python()``); read its
-    JSON lines with ``read_until`` or ``finish``, stop it by its PID."""
+    JSON lines with ``read_until`` or ``finish``, stop it by its PID; ``stdin``: a pipe to it
+    (closing it ends a producer's ``--hold-s``)."""
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": ""}
     return subprocess.Popen([python or cpp_python(), str(CPP_CLIENT), *args],
+                            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=str(home))
 

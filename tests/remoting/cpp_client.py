@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import sys
 import threading
 import time
@@ -46,7 +47,6 @@ except ImportError:  # PyPI rocketmq 0.4.4's wrapper: used here for batch sends 
 NO_TRANSPORT = "No route info of this topic"
 TRANSPORT_RETRIES = 3
 INSTANT_S = 0.1
-ONEWAY_LINGER_S = 1.0  # what an application gives its last oneway sends before it shuts down
 PROPS = ("UNIQ_KEY", "color", "RETRY_TOPIC", "REAL_TOPIC", "DELAY")
 
 
@@ -118,8 +118,9 @@ def produce(a: argparse.Namespace) -> None:
                         continue
                     out({"i": i, "error": f"{type(err).__name__}: {err}"[:500]})
                     break
-        if a.mode == "oneway":  # (a oneway send returns before its bytes leave; the shutdown
-            time.sleep(ONEWAY_LINGER_S)  # closes the connections under writes still queued)
+        if a.hold_s:  # (a oneway send returns before its bytes leave, and the shutdown closes
+            out({"holding": True})  # the connections under writes still queued): until told
+            select.select([sys.stdin], [], [], a.hold_s)  # (its stdin closed) or hold_s past
     finally:
         producer.shutdown()
 
@@ -230,6 +231,8 @@ def main() -> None:
     p.add_argument("--linger-s", type=float, default=0.0)
     p.add_argument("--until-checked", default="")
     p.add_argument("--interval-ms", type=int, default=0)
+    p.add_argument("--hold-s", type=float, default=0.0,
+                   help="a producer stays up after its sends until its stdin closes, this long at most")
     p.add_argument("--access-key", default="")
     a = p.parse_args()
     {"produce": produce, "consume": consume, "transact": transact}[a.role](a)

@@ -168,9 +168,18 @@ def test_a_batch_send_arrives_whole(ns: str, tmp_path: Path) -> None:
 
 
 def test_oneway_sends_arrive(ns: str, tmp_path: Path) -> None:
-    _produce(tmp_path, ns, "cpp-oneway", "--count", "20", "--mode", "oneway")
-    got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-oneway", "--group",
-                     "cpp-oneway-g", "--expect", "20", "--timeout-s", "60"), 90)
+    """The producer stays up until the consumer has its messages (a oneway send returns before
+    its bytes leave, and a shutdown closes the connections under writes still queued)."""
+    producer = cpp(tmp_path, "produce", "--namesrv", ns, "--topic", "cpp-oneway", "--count", "20",
+                   "--mode", "oneway", "--hold-s", "150", stdin=True)
+    try:
+        sent = read_until(producer, lambda e: "holding" in e, 60)
+        assert [e for e in sent if "error" in e] == [] and "holding" in sent[-1], sent[-3:]
+        asyncio.run(_routed(ns, "cpp-oneway"))
+        got = finish(cpp(tmp_path, "consume", "--namesrv", ns, "--topic", "cpp-oneway",
+                         "--group", "cpp-oneway-g", "--expect", "20", "--timeout-s", "60"), 90)
+    finally:
+        finish(producer, 30)  # (closes its stdin: its hold ends, it shuts down)
     arrived = sorted(int(e["body"].split()[-1]) for e in got if "body" in e)
     assert arrived == list(range(20)), cpp_log_lines(tmp_path, "error", "warn", "fail", "timeout")
 
