@@ -240,6 +240,16 @@ class RaftCore(ElectionRole, SnapshotRole, MembershipRole, LeaderRole):
                 self._maybe_commit()
         if rd.committed:
             self.log.applied_to(rd.committed[-1].index)
+        self.log.release_cache_to(self._cache_floor())
+
+    def _cache_floor(self) -> int:
+        """The last entry no reader of the cache needs: applied here and, on a leader, matched
+        by every peer (a lagging peer holds the cache up to its byte bound)."""
+        floor = self.log.applied_index
+        if self.role is Role.LEADER:
+            for pr in self.progress.values():
+                floor = min(floor, pr.match_index)
+        return floor
 
     def can_defer_sync(self, rd: Ready) -> bool:
         """True if nothing in rd waits for the fsync of its entries: a leader's own appends

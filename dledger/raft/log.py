@@ -1,7 +1,7 @@
 """The core's view of its log: durable entries (read through a LogReader) plus unstable entries
 not yet handed to the shell for persistence, and the commit and applied indexes. Recently
 persisted entries stay in a bounded cache so that replicating and applying them does not read
-them back from disk.
+them back from disk, until they are applied and (on a leader) every peer holds them.
 
 Owns log-matching logic (term lookups, conflict search, truncate-and-append) and the rule that
 the commit index never moves backwards. Pure: the only reads go through the LogReader seam.
@@ -189,14 +189,30 @@ class RaftLog:
         cache.extend(persisted)
         self.cache_bytes += entries_bytes(persisted)
         while self._cache_head < len(cache) and self.cache_bytes > self.cache_bytes_max:
-            self.cache_bytes -= cache[self._cache_head].size_bytes
-            cache[self._cache_head] = _RELEASED  # (its data is not held until the compaction)
-            self._cache_head += 1
-        if self._cache_head > 1024 and self._cache_head * 2 > len(cache):
-            del cache[: self._cache_head]
-            self._cache_head = 0
+            self._release_head()
+        self._compact_cache()
         del self.unstable[:drop]
         self.unstable_offset = last_persisted + 1
+
+    def release_cache_to(self, index: int) -> None:
+        """Nobody reads entries up to ``index`` soon (they are applied here and, on a leader, every
+        peer holds them): they leave the cache, and a later read of one goes to the stable log.
+        At rest the cache is then empty; its bound counts only for a peer that lags."""
+        cache = self._cache
+        if self._cache_head < len(cache) and cache[self._cache_head].index <= index:
+            while self._cache_head < len(cache) and cache[self._cache_head].index <= index:
+                self._release_head()
+            self._compact_cache()
+
+    def _release_head(self) -> None:
+        self.cache_bytes -= self._cache[self._cache_head].size_bytes
+        self._cache[self._cache_head] = _RELEASED  # (its data is not held until the compaction)
+        self._cache_head += 1
+
+    def _compact_cache(self) -> None:
+        if self._cache_head > 1024 and self._cache_head * 2 > len(self._cache):
+            del self._cache[: self._cache_head]
+            self._cache_head = 0
 
     def applied_to(self, index: int) -> None:
         if index > self.applied_index:

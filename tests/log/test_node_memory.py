@@ -163,6 +163,10 @@ def test_three_real_nodes_commit_apply_and_fail_over_on_memory_stores(tmp_path: 
             for nid in g.peers:  # the same entries in the same order everywhere
                 assert [(e.index, e.term, e.data) for e in g.applied[nid]][:len(first)] == first
                 assert data_of(g.applied[nid])[:len(sent)] == sent
+            # At rest no node caches an entry: each is applied, and every peer of the leader
+            # holds it (the cache is for replicating and applying, not a copy of the log).
+            await wait_until(lambda: all(n.core is not None and n.core.log.cache_bytes == 0
+                                         for n in g.running()), 5, "every node's cache to empty")
 
             # The leader stops: the others elect a new one, and proposals commit again.
             old, old_term = leader, leader.status().raft.term
@@ -179,6 +183,7 @@ def test_three_real_nodes_commit_apply_and_fail_over_on_memory_stores(tmp_path: 
                              "the running nodes to apply the later proposals")
             for nid in live:
                 assert data_of(g.applied[nid]) == sent + more
+            assert new.core is not None and new.core.log.cache_bytes > 0  # the stopped peer lags
             old_id = old.config.node_id
             await wait_until(lambda: new.status().transport[old_id]["dropped"] > 0, 5,
                              "messages to the stopped node to be dropped")

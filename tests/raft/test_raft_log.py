@@ -1,5 +1,5 @@
 """RaftLog (the core's view of its log: durable entries, a cache of recent ones, unstable ones)
-against a plain list, under random appends, truncations, persistence and reads."""
+against a plain list, under random appends, truncations, persistence, cache releases and reads."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("append"), st.integers(0, 6), st.integers(1, 4)),  # (cut back k, n new)
     st.tuples(st.just("persist"), st.integers(0, 10), st.integers(0, 0)),
     st.tuples(st.just("read"), st.integers(0, 40), st.integers(1, 2000)),
+    st.tuples(st.just("release"), st.integers(0, 40), st.integers(0, 0)),  # (up to index a)
 ), max_size=60)
 
 
@@ -43,6 +44,10 @@ def test_raft_log_reads_match_a_plain_list(ops, cache_bytes_max: int) -> None:
             want = model[lo - 1:]
             assert got == want[: len(got)]
             assert got or not want
+        elif op == "release":
+            log.release_cache_to(a)  # what the core does once entries are applied and matched
+            assert all(e.index > a for e in log._cache[log._cache_head:])
+        assert log.cache_bytes == sum(e.size_bytes for e in log._cache[log._cache_head:])
         assert log.last_index() == len(model)
         for e in model[-3:]:
             assert log.term_at(e.index) == e.term
