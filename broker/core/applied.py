@@ -7,11 +7,13 @@ import zlib
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ApplyResult:
     """What applying one entry did. ``status`` is SEND_OK, or the error every replica reached.
     A multi-run send entry's result has one result per run in ``runs`` (each SEND_OK or the
-    run's own refusal); a send entry's result is its only run's."""
+    run's own refusal); a send entry's result is its only run's. A value, never changed once
+    made (not a frozen dataclass: one is made per run applied, and a frozen one's constructor
+    cost four times as much, 1.1 us)."""
 
     index: int
     status: str

@@ -217,6 +217,10 @@ class DedupTable:
         end = self._base + len(self._rows) // FP_BYTES
         firsts, times = self._run_first, self._run_ts
         k = self._head_run
+        if self._head < end:
+            k = self._head_run = self._next_runs(k)
+            if times[k] >= horizon:
+                return  # (the common case: nothing to forget, nothing to compact)
         while self._head < end:
             k = self._next_runs(k)
             if times[k] >= horizon:

@@ -77,11 +77,12 @@ class SendRunsEntry:
     runs: tuple[SendRun, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StoredSend:
     """A send entry as the state machine applies it: every message checked exactly as
     ``decode_send`` checks it, but left in entry form (``[body, tags, [keys], unique_key,
-    [[name, value]], born_ts_ms]``), since applying needs only sizes, tags and unique keys."""
+    [[name, value]], born_ts_ms]``), since applying needs only sizes, tags and unique keys.
+    A value, never changed once made (not frozen: one is made per run, on every replica)."""
 
     topic: str
     queue_id: int
