@@ -115,6 +115,8 @@ class Delivery:
         self._asked = [] if new_topic_queues is None else [new_topic_queues]  # after a run's fields
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._isolated: dict[str, float] = {}  # group -> until (monotonic)
+        # topic -> (the groups of its route last seen, their writable (group, queue id) pairs)
+        self._writable: dict[str, tuple[Sequence[GroupRoute], list[tuple[GroupRoute, int]]]] = {}
 
     async def deliver(self, sends: Sends, idx: list[int], att: Attempt, retry: bool) -> None:
         """Deliver messages ``idx`` of ``sends``; every one of them is settled on return."""
@@ -143,13 +145,20 @@ class Delivery:
     def _choose(self, topic: str, groups: Sequence[GroupRoute], tried: frozenset[str],
                 idx: list[int], plan: dict[str, tuple[GroupRoute, Runs]], batch: bool) -> None:
         """A (group, queue) per message of ``topic`` (one for a whole batch), into ``plan``."""
-        now = time.monotonic()
-        queues = [(g, q) for g in groups if g.perm & 2 for q in range(g.write_queues)]
+        held = self._writable.get(topic)
+        if held is None or held[0] is not groups:  # (a route is replaced, never changed)
+            held = self._writable[topic] = (groups, [(g, q) for g in groups if g.perm & 2
+                                                     for q in range(g.write_queues)])
+        queues = held[1]
         if not queues:
             raise errors.NoPermissionError(f"no group accepts writes to {topic!r}")
-        fresh_queues = [x for x in queues if x[0].group not in tried
-                        and self._isolated.get(x[0].group, 0) <= now]
-        pool = fresh_queues or [x for x in queues if x[0].group not in tried] or queues
+        if tried or self._isolated:
+            now = time.monotonic()
+            fresh_queues = [x for x in queues if x[0].group not in tried
+                            and self._isolated.get(x[0].group, 0) <= now]
+            pool = fresh_queues or [x for x in queues if x[0].group not in tried] or queues
+        else:  # the common case: every group fresh
+            pool = queues
         counter = self._round_robin.get(topic)
         if counter is None:  # from a random queue, as RocketMQ's producer: many short-lived
             # producers (one `dledger send` each) spread over the queues, not all on queue 0
