@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 ZERO_FILL_STEP_BYTES = 1024 * 1024  # how far the last data file runs ahead of its entries
-ZEROS = memoryview(bytes(64 * 1024))  # written in pieces: a step costs 16 writes, not 1 MiB held
+ZEROS = memoryview(bytes(ZERO_FILL_STEP_BYTES))
 SECTOR_BYTES = 512  # a disk keeps each sector written since the last fsync whole or not at all
 META_NAME = "meta"
 
