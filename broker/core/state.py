@@ -63,6 +63,12 @@ P = TypeVar("P")
 TopicRoute = Callable[[Any, int, int, StoredSend, int], ApplyResult]
 
 
+# Seeded bug (tests only): "dedup_ignored" stores a retried send again, as if its unique key had
+# never been seen (the dedup table is still kept): a send whose first try was stored, its answer
+# lost with a killed leader, is stored twice by the library's retry.
+DEDUP_CANARIES = frozenset({"dedup_ignored"})
+
+
 @dataclass(frozen=True)
 class StateConfig:
     dedup_window_ms: int = 10 * 60 * 1000  # a retried send within this window is not stored again
@@ -154,6 +160,8 @@ class CoreState:
         qids: list[int] = []
         originals: list[tuple[int, int, int]] = []
         lookup_or_add = self.dedup.lookup_or_add
+        if "dedup_ignored" in self.config.canaries:
+            lookup_or_add = _ignoring(lookup_or_add)
         for k, m in enumerate(messages):
             qid = queue_id if real_qids is None else real_qids[k]
             unique_key = m[3]
@@ -218,6 +226,13 @@ class CoreState:
     def units(self, topic: str, queue_id: int, offset: int, count: int) -> list[CQUnit]:
         units = self.queues.get((topic, queue_id))
         return units[offset : offset + count] if units is not None else []
+
+
+def _ignoring(lookup_or_add: Callable[..., Any]) -> Callable[..., None]:
+    """The ``dedup_ignored`` canary's lookup: the key is remembered, a duplicate never found."""
+    def lookup(*args: Any) -> None:
+        lookup_or_add(*args)
+    return lookup
 
 
 # -- the core kinds' apply ------------------------------------------------------------------------

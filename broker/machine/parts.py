@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from broker.core.state import Part, StateConfig
+from broker.core.state import DEDUP_CANARIES, Part, StateConfig
 from broker.features.acl.apply import PART as ACL
 from broker.features.acl.model import AclTable
 from broker.features.admin.apply import PART as SUBSCRIPTION_GROUPS
@@ -30,7 +30,7 @@ __all__ = ["ACL", "DELAY", "ORDERLY", "PARTS", "POP", "STATE_CANARIES", "SUBSCRI
 CHECKPOINT_VERSION = 8  # 8: each feature's state under its name; 1-7: broker.machine.legacy
 # Seeded bugs of the state machine (tests only, on every replica alike), by feature.
 STATE_CANARIES = (DELAY_STATE_CANARIES | ORDERLY_STATE_CANARIES | TXN_STATE_CANARIES
-                  | POP_CANARIES)
+                  | POP_CANARIES | DEDUP_CANARIES)
 
 # feature name -> (a new part, the part restored from its checkpoint state), in checkpoint order
 PARTS: dict[str, tuple[Callable[[StateConfig], Part], Callable[[Any, StateConfig], Part]]] = {

@@ -9,6 +9,10 @@ from typing import Any
 
 from chaos.live.nemesis import s13_corruption
 
+# The broker's own seeded bugs beside the features' (``--broker-canary``, whatever the run's
+# features): the state machine's core.
+STATE_BROKER_CANARIES = frozenset({"dedup_ignored"})
+
 # Seeded bugs (docs/testing.md) and the scenario that must catch each.
 CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "commit_without_quorum": ("S1", {}),  # ack on the leader's own copy: lost after isolation
@@ -39,6 +43,9 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     # the replay of the log appends them again: its queues hold messages twice, at offsets the
     # other replicas give to other messages (broker.core.cq_files)
     "cq_keep_tail": ("S6", {}),
+    # the replicas store a retried send again (the dedup table never finds its unique key): a
+    # send whose answer was lost is stored twice by the library's retry (broker.core.state)
+    "dedup_ignored": ("S21", {}),
     # the remoting endpoint acknowledges a 4.x send before it is stored: lost with the leader
     "remoting_ack_early": ("S18", {}),
     # a restarted node forgets the membership changes its log holds (chaos.live.membership)

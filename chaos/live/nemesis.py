@@ -1,4 +1,4 @@
-"""The fault schedules of docs/testing.md (S0-S20; S16: issue 16's silent leader), each a
+"""The fault schedules of docs/testing.md (S0-S21; S16: issue 16's silent leader), each a
 coroutine driven by one seeded RNG.
 
 A schedule runs until its deadline, records every fault it starts and stops in the history
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.live.cluster import ChaosCluster
+from chaos.live.lost_answers import s21_lost_answers
 from chaos.live.membership import s17_membership
 from chaos.live.silence import FAULT as SILENCE_FAULT
 from chaos.live.silence import SilenceBound
@@ -429,6 +430,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              producers=2, grpc=True),
     Scenario("S20", "RocketMQ 5 clients (gRPC) under leader isolation", s1_leader_isolation,
              producers=2, grpc=True),
+    # every send is retried by the library with its unique key: the dedup table at work
+    Scenario("S21", "Lost answers (the leader's answers swallowed)", s21_lost_answers),
 ]}
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")

@@ -105,6 +105,14 @@ def test_a_retried_send_returns_the_original_result_and_stores_nothing() -> None
     assert log.state.queue_range("t", 1) == (0, 1) and log.state.queue_range("t", 2) == (0, 1)
 
 
+def test_the_dedup_ignored_canary_stores_a_retried_send_again() -> None:
+    """The seeded bug S21's live run must catch (chaos.live.lost_answers): every replica alike."""
+    log = Log(BrokerState(StateConfig(canaries=frozenset({"dedup_ignored"}))))
+    log.apply(send("t", 1, b"m", keys=("K1",)))
+    assert log.apply(send("t", 1, b"m", keys=("K1",))).duplicates == (False,)
+    assert log.state.queue_range("t", 1) == (0, 2)
+
+
 def test_dedup_forgets_keys_after_its_window() -> None:
     log = Log(BrokerState(StateConfig(dedup_window_ms=1000)))
     log.apply(send("t", 0, b"m", keys=("K",), ts=1000))

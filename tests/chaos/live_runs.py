@@ -40,6 +40,7 @@ CANARY_DETECTORS = {
     "txn_half_visible": ("txn: early", "txn: rolled back", "txn: twice"),
     "txn_forget": ("txn: unresolved", "txn: lost"),
     "cq_keep_tail": ("replica_divergences", "duplicates_protocol", "inconsistent_offsets"),
+    "dedup_ignored": ("duplicates_protocol",),
     "remoting_ack_early": ("lost",),
     "membership_forget_on_restart": ("replica_divergences", "lost", "lost_on_replica",
                                      "order_producer", "order_realtime", "split brain"),
@@ -68,7 +69,7 @@ SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signatu
 # seeded bug broke, the longest part of such a run)
 # (cq_keep_tail is a broker flag the features' broker options carry: it keeps them)
 CORE_CANARIES = ("commit_without_quorum", "async_flush_ack", "no_pre_vote_check_quorum",
-                 "skip_checksum")
+                 "skip_checksum", "dedup_ignored")
 
 
 def run_live(tmp_path: Path, scenario: str, canary: str | None = None,

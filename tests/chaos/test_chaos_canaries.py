@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("canary", sorted(set(CANARIES) - {"stale_leader",  # its own tests below
+                                                           "dedup_ignored",  # test_chaos_scenarios
                                                            "membership_forget_on_restart",
                                                            *GRPC_CANARIES}))  # test_chaos_grpc
 def test_seeded_bug_is_caught_by_its_scenario(canary: str, tmp_path: Path,

@@ -1,10 +1,12 @@
 """Live chaos, the CI subset of scenarios (S1, S2, S3, S6, S8, S12) with zero safety violations;
 S1, S6 and S8 also run the messaging features (delayed, ordered, retried and transactional
 messages) and their checkers. And S16: a producer leaves a silent leader at once, which the
-``stale_leader`` client canary must fail."""
+``stale_leader`` client canary must fail; S21: a send whose answer was lost is stored once,
+which the ``dedup_ignored`` canary must fail."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,3 +58,24 @@ def test_a_producer_leaves_a_silent_leader_at_once(canary: str | None, tmp_path:
         assert run["verdict"] == "FAIL"
         assert any(v.startswith("silence_availability") for v in run["violations"]), \
             run["violations"][:5]
+
+
+@pytest.mark.parametrize("canary", [None, "dedup_ignored"])
+def test_a_send_whose_answer_was_lost_is_stored_once(canary: str | None, tmp_path: Path,
+                                                    ran: Callable[[str], None]) -> None:
+    """S21: the leader's answers are swallowed for 1.5 s every few seconds; the producers' library
+    sends each unanswered message again with its unique key. Every message is stored once (the
+    retries are answered as duplicates of the stored original); with ``dedup_ignored`` (the
+    replicas never find a key) the retries are stored again: protocol duplicates."""
+    run = run_live(tmp_path, "S21", canary, duration_s=12.0, ran=ran)
+    if canary is not None:
+        assert run["verdict"] == "FAIL"
+        assert any(v.startswith("duplicates_protocol") for v in run["violations"]), \
+            run["violations"][:5]
+        return
+    assert run["violations"] == [], "\n".join(run["violations"][:10])
+    assert run["faults"], "the schedule injected no fault"
+    answers = [json.loads(line) for path in tmp_path.rglob("history.jsonl")
+               for line in path.read_text().splitlines()]
+    retried = [e for e in answers if e.get("f") == "send" and e.get("type") == "ok" and e.get("dup")]
+    assert retried, "no retry of a stored send: the run did not exercise the dedup table"
