@@ -71,7 +71,9 @@ class IndexFile:
         self.sealed = False
         self.generation = 0
         self._entries_crc = 0
-        self._table: bytearray | None = bytearray(4 * slots)  # the active file's slot heads
+        # the active file's slot heads, in an anonymous mapping: a page becomes resident when a
+        # head on it is first written (a zeroed bytearray is resident at once: 4 MiB at start)
+        self._table: mmap.mmap | None = mmap.mmap(-1, 4 * slots)
         self._heads = memoryview(self._table).cast("I")
         self._pending = bytearray()
         self._pending_from = 0  # the entry number (0-based) of the first pending entry
