@@ -20,12 +20,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-__all__ = ["MMAP_BLOCK_BYTES", "TRIM_THRESHOLD_BYTES", "map_large_blocks", "release_free_heap"]
+__all__ = ["MMAP_BLOCK_BYTES", "map_large_blocks", "release_free_heap"]
 
 MMAP_BLOCK_BYTES = 4 << 20
-TRIM_THRESHOLD_BYTES = 64 << 20
-_M_TRIM_THRESHOLD = -1  # mallopt's parameter numbers (glibc's malloc.h)
-_M_MMAP_THRESHOLD = -3
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
 
 
 def _libc(function: str) -> object:
@@ -47,11 +45,7 @@ def map_large_blocks(block_bytes: int = MMAP_BLOCK_BYTES) -> bool:
     module docstring); whether the allocator took it (False if unsupported)."""
     if _MALLOPT is None:
         return False
-    # Fixing one threshold fixes the other too, at its default (128 KiB): the heap's top would
-    # be given back and taken again on every burst (1 KiB sends' servers spent 10-20% more CPU
-    # a message). The trimmer returns free pages every second instead.
-    trim = bool(_MALLOPT(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))  # type: ignore[operator]
-    return trim and bool(_MALLOPT(_M_MMAP_THRESHOLD, block_bytes))  # type: ignore[operator]
+    return bool(_MALLOPT(_M_MMAP_THRESHOLD, block_bytes))  # type: ignore[operator]
 
 
 def release_free_heap() -> bool:
