@@ -31,7 +31,7 @@ from broker.core.state import StateConfig
 from broker.features.query.index import KeyIndex, open_index
 from broker.machine.snapshot_view import SnapshotView
 from broker.machine.state import BrokerState
-from dledger.node.heap import map_large_blocks, release_free_heap
+from dledger.node.heap import release_free_heap
 from dledger.node.runtime import Node
 from dledger.raft.types import SnapshotMeta
 from dledger.storage.commitlog import FileLogStore
@@ -79,7 +79,6 @@ class Checkpoints:
     def start(self) -> None:
         if self.interval_s > 0:
             self._task = asyncio.create_task(self._loop())
-        map_large_blocks()  # (the process's allocator policy, with the trimmer: dledger.node.heap)
         self._trimmer = asyncio.create_task(self._trim_heap())
 
     async def stop(self) -> None:
