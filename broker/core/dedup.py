@@ -16,8 +16,7 @@ replica. No Python object per key; its memory, per key remembered:
   a run, so that a duplicate answers with the original's result;
 - slots: an open-addressing table (linear probing, 32-bit row numbers, 0 empty) sized for the
   bound at the first key, at most half full (8 MiB for the default million keys: 8.4 bytes a
-  key; two thirds full, adding at the bound cost 1.6 times as much), in an anonymous mapping
-  whose pages become resident as keys land on them; forgetting a row empties
+  key; two thirds full, adding at the bound cost 1.6 times as much); forgetting a row empties
   its slot by shifting the probe sequence back: no tombstones, never rebuilt on the send path;
 - queues: the (topic, queue id) a reference names, in order of first use.
 
@@ -47,15 +46,11 @@ from broker.core.dedup_format import (
     TS_SPAN,
     Range,
     copy_range,
-    zeroed_words,
 )
 from broker.core.dedup_restore import restore_into
 
 __all__ = ["COMPACT_MIN", "FP_BYTES", "OFFSET_MASK", "ROW_BYTES", "RUN_BYTES", "TS_SPAN",
            "DedupTable", "Range", "copy_range", "fingerprint"]
-
-
-NO_SLOTS = memoryview(b"").cast("I")
 
 
 def fingerprint(key: str) -> bytes:
@@ -78,7 +73,7 @@ class DedupTable:
         self._base = 0  # row number of _rows' first row
         self._head = 0  # row number of the oldest row not yet forgotten
         self._live = 0  # keys remembered (slots in use)
-        self._slots = NO_SLOTS  # sized for the bound at the first key (then never resized)
+        self._slots = array("I")  # sized for the bound at the first key (then never resized)
         self._mask = 0  # len(_slots) - 1 (a power of two less one)
         self._epoch = 0  # store times are kept as ms since this
         self._newest = 0  # the newest store time seen (kept times never go back)
@@ -213,7 +208,7 @@ class DedupTable:
         size = SLOTS_MIN
         while size < 2 * self.max_entries:
             size *= 2
-        self._slots = zeroed_words(size)
+        self._slots = array("I", bytes(4 * size))
         self._mask = size - 1
 
     def expire(self, now_ms: int) -> None:

@@ -4,7 +4,6 @@ ranges its checkpoint is read from in place. Shared by the table and its restore
 
 from __future__ import annotations
 
-import mmap
 from array import array
 from typing import Any, TypeAlias
 
@@ -21,13 +20,6 @@ SEQ_MASK = (1 << 31) - 1  # row numbers are kept modulo 2**31 (+1: 0 is an empty
 RUN_MASK = (1 << 32) - 1  # a run's first row number is kept modulo 2**32
 SLOTS_MIN = 1024
 COMPACT_MIN = 4096  # forgotten rows are dropped from the front in chunks at least this large
-
-
-def zeroed_words(count: int) -> memoryview:
-    """``count`` 32-bit words, all zero, in an anonymous mapping: a page becomes resident when a
-    word on it is first written, so a table sized for its bound costs memory as keys arrive
-    (an ``array`` of zeros is resident at once). Indexed as fast as an ``array``."""
-    return memoryview(mmap.mmap(-1, 4 * count)).cast("I")
 
 
 Range: TypeAlias = "tuple[bytearray | array[Any], int, int]"  # a buffer's bytes start .. end

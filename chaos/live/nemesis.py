@@ -396,6 +396,7 @@ class Scenario:
     remoting: int = 0  # RocketMQ 4.x producers (the C++ client) beside ours (chaos.live.remoting)
     remoting_orderly: bool = False  # and a 4.x orderly producer and two orderly consumers
     grpc: bool = False  # the official RocketMQ 5 client's load beside (chaos.live.grpc_load)
+    send_timeout_s: float = 3.0  # our producers' send deadline
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -431,7 +432,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("S20", "RocketMQ 5 clients (gRPC) under leader isolation", s1_leader_isolation,
              producers=2, grpc=True),
     # every send is retried by the library with its unique key: the dedup table at work
-    Scenario("S21", "Lost answers (the leader's answers swallowed)", s21_lost_answers),
+    Scenario("S21", "Lost answers (the leader's answers swallowed)", s21_lost_answers,
+             send_timeout_s=8.0),
 ]}
 
 CI_SUBSET = ("S1", "S2", "S3", "S6", "S8", "S12")
