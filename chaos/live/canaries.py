@@ -9,10 +9,6 @@ from typing import Any
 
 from chaos.live.nemesis import s13_corruption
 
-# The broker's own seeded bugs beside the features' (``--broker-canary``, whatever the run's
-# features): the state machine's core.
-STATE_BROKER_CANARIES = frozenset({"dedup_ignored"})
-
 # Seeded bugs (docs/testing.md) and the scenario that must catch each.
 CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     "commit_without_quorum": ("S1", {}),  # ack on the leader's own copy: lost after isolation

@@ -3,10 +3,9 @@
 window stays unanswered; the producer's attempt times out (1 s) and the library sends it again
 with the same unique key until an answer comes: the scenario's send deadline (8 s) outlasts the
 3 s for which the client leaves a leader that let a request time out (``SILENT_GRACE_S``), so
-each such send is answered. Each message must be
-stored once: the broker's dedup table answers the retry with the original's result. A second
-copy of an acknowledged value is a protocol duplicate (``chaos.live.checkers.safety``); the
-canary ``dedup_ignored`` makes one."""
+each such send is answered. Each message must be stored once: the broker's dedup table answers
+the retry with the original's result. A second copy of an acknowledged value is a protocol
+duplicate (``chaos.live.checkers.safety``); the canary ``dedup_ignored`` makes one."""
 
 from __future__ import annotations
 

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.config import REMOTING_CANARIES
+from broker.core.state import DEDUP_CANARIES
 from chaos import traces
-from chaos.live.canaries import CANARIES, STATE_BROKER_CANARIES
+from chaos.live.canaries import CANARIES
 from chaos.live.checkers.registrations import check_registrations
 from chaos.live.checkers.safety import check_run
 from chaos.live.cluster import ChaosCluster
@@ -83,7 +84,7 @@ def _broker_args(sc: Scenario, canary: str | None,
     """The brokers' extra options: the features' (with a broker canary), the remoting endpoint,
     the gRPC load's canaries."""
     args = broker_args(canary) if sc.features else ()
-    if canary in STATE_BROKER_CANARIES:  # (the state machine's own: with or without features)
+    if canary in DEDUP_CANARIES:  # (the state machine's core: with or without the features)
         args += ("--broker-canary", canary)
     if sc.remoting:
         args += ("--remoting-listen", "127.0.0.1:0")

@@ -152,6 +152,9 @@ class Delivery:
         queues = held[1]
         if not queues:
             raise errors.NoPermissionError(f"no group accepts writes to {topic!r}")
+        if self._isolated:  # (an isolation that ended is dropped: the common case comes back)
+            now = time.monotonic()
+            self._isolated = {g: until for g, until in self._isolated.items() if until > now}
         if tried or self._isolated:
             now = time.monotonic()
             fresh_queues = [x for x in queues if x[0].group not in tried

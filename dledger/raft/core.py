@@ -245,11 +245,9 @@ class RaftCore(ElectionRole, SnapshotRole, MembershipRole, LeaderRole):
     def _cache_floor(self) -> int:
         """The last entry no reader of the cache needs: applied here and, on a leader, matched
         by every peer (a lagging peer holds the cache up to its byte bound)."""
-        floor = self.log.applied_index
-        if self.role is Role.LEADER:
-            for pr in self.progress.values():
-                floor = min(floor, pr.match_index)
-        return floor
+        if self.role is Role.LEADER:  # (every peer holds what is below the group's retain index)
+            return min(self.log.applied_index, self._group_retain_index() - 1)
+        return self.log.applied_index
 
     def can_defer_sync(self, rd: Ready) -> bool:
         """True if nothing in rd waits for the fsync of its entries: a leader's own appends

@@ -69,7 +69,7 @@ SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signatu
 # seeded bug broke, the longest part of such a run)
 # (cq_keep_tail is a broker flag the features' broker options carry: it keeps them)
 CORE_CANARIES = ("commit_without_quorum", "async_flush_ack", "no_pre_vote_check_quorum",
-                 "skip_checksum", "dedup_ignored")
+                 "skip_checksum")
 
 
 def run_live(tmp_path: Path, scenario: str, canary: str | None = None,

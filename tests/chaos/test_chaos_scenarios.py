@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chaos.live.nemesis import CI_SUBSET, SCENARIOS
-from tests.chaos.live_runs import run_live
+from tests.chaos.live_runs import CANARY_DETECTORS, run_live
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def test_a_send_whose_answer_was_lost_is_stored_once(canary: str | None, tmp_pat
     run = run_live(tmp_path, "S21", canary, duration_s=12.0, ran=ran)
     if canary is not None:
         assert run["verdict"] == "FAIL"
-        assert any(v.startswith("duplicates_protocol") for v in run["violations"]), \
+        assert any(v.startswith(CANARY_DETECTORS[canary]) for v in run["violations"]), \
             run["violations"][:5]
         return
     assert run["violations"] == [], "\n".join(run["violations"][:10])
