@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from broker.api.sendgroup import RunTally
 from broker.api.sendpath import SendPath
 from broker.config import BrokerConfig
 from broker.core.applied import ApplyResult, tag_hash
@@ -62,8 +63,8 @@ RESULTS_KEPT = 100_000  # apply results kept for senders still waiting on them
 class BrokerMetrics(Protocol):
     """What the broker counts as work happens (``broker.shell.metrics``; nothing by default)."""
 
-    def sent(self, runs: Sequence[tuple[str, int, list[Any], int]], answers: Sequence[Any],
-             started_s: float) -> None: ...
+    def sent(self, runs: Sequence[RunTally], answers: Sequence[Any], started_s: float) -> None:
+        ...
 
     def proposed(self, fut: asyncio.Future[Committed]) -> None: ...
 
@@ -73,8 +74,7 @@ class BrokerMetrics(Protocol):
 
 
 class _Uncounted:
-    def sent(self, runs: Sequence[tuple[str, int, list[Any], int]], answers: Sequence[Any],
-             started_s: float) -> None:
+    def sent(self, runs: Sequence[RunTally], answers: Sequence[Any], started_s: float) -> None:
         return
 
     def proposed(self, fut: asyncio.Future[Committed]) -> None:

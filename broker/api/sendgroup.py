@@ -31,6 +31,9 @@ from protocol.errors import DLedgerError
 RunKey = tuple[str, int]  # (topic, queue id)
 # One run of a request: topic, queue id, its messages (entry form), their size in bytes
 Run = tuple[str, int, list[list[Any]], int]
+# What a reply keeps of a run for the metrics: topic, message count, size in bytes (not the
+# messages: those are dropped once their entry is proposed)
+RunTally = tuple[str, int, int]
 # reply(answers, None) or reply(None, error): answers one client request, one answer per run
 Reply = Callable[[list[list[Any]] | None, BaseException | None], None]
 # propose([((topic, queue_id), messages), ...], {topic: queue count asked if the entry creates
@@ -46,11 +49,17 @@ MAX_GROUP_BYTES = 256 * 1024
 SEND_OK = "SEND_OK"
 
 
+def tally(runs: list[Run]) -> list[RunTally]:
+    """What a reply keeps of its request's runs."""
+    return [(topic, len(messages), size) for topic, _, messages, size in runs]
+
+
 class _Group:
-    __slots__ = ("runs", "queues", "replies", "size_bytes", "count")
+    __slots__ = ("runs", "keys", "queues", "replies", "size_bytes", "count")
 
     def __init__(self) -> None:
         self.runs: dict[RunKey, list[list[Any]]] = {}  # in order of first arrival
+        self.keys: list[RunKey] = []  # the runs' keys, kept once the runs are proposed
         self.queues: dict[str, int] = {}  # topic -> queue count if created (the first asked)
         # per request: its reply and, per run of it, (run key, first message, count)
         self.replies: list[tuple[Reply, list[tuple[RunKey, int, int]]]] = []
@@ -114,8 +123,14 @@ class SendGroups:
             self._propose_group(group)
 
     def _propose_group(self, group: _Group) -> None:
+        # The messages go into the entry: until the answer the group keeps only the runs' keys,
+        # so a leader holds no decoded message while its entry is replicated and synced (held
+        # to the answer, the requests in flight had left a few MiB of small objects' memory
+        # resident after every burst).
+        runs, group.runs = group.runs, {}
+        group.keys = list(runs)
         try:
-            fut = self._propose(list(group.runs.items()), group.queues)
+            fut = self._propose(list(runs.items()), group.queues)
         except Exception as err:  # named or not, every request must be answered
             for reply, _ in group.replies:
                 reply(None, err)
@@ -133,15 +148,15 @@ class SendGroups:
             except (DLedgerError, BrokerError) as failure:
                 err = failure
             else:
-                if len(answers) != len(group.runs):
+                if len(answers) != len(group.keys):
                     if len(answers) != 1 or answers[0][0] == SEND_OK:
-                        err = BrokerError(f"{len(answers)} answers to {len(group.runs)} runs")
-                    answers = answers * len(group.runs)  # the entry as a whole was refused
+                        err = BrokerError(f"{len(answers)} answers to {len(group.keys)} runs")
+                    answers = answers * len(group.keys)  # the entry as a whole was refused
         if err is not None:
             for reply, _ in group.replies:
                 reply(None, err)
             return
-        by_run = dict(zip(group.runs, answers))
+        by_run = dict(zip(group.keys, answers))
         for reply, slices in group.replies:
             reply([_slice(by_run[key], first, count) for key, first, count in slices], None)
 

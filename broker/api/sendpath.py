@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from broker.api.sendgroup import Run, RunKey, SendGroups
+from broker.api.sendgroup import Run, RunKey, RunTally, SendGroups, tally
 from broker.core.applied import ApplyResult
 from broker.core.entries import encode_runs, encode_send
 from broker.core.sendwire import SEND_OK, check_entry_size, run_answers, wire_messages
@@ -40,8 +40,7 @@ class Connection(Protocol):
 
 
 class SendMetrics(Protocol):
-    def sent(self, runs: Sequence[tuple[str, int, list[Any], int]], answers: Sequence[Any],
-             started_s: float) -> None: ...
+    def sent(self, runs: Sequence[RunTally], answers: Sequence[Any], started_s: float) -> None: ...
 
     def proposed(self, fut: asyncio.Future[Committed]) -> None: ...
 
@@ -81,12 +80,13 @@ class SendPath:
         except (DLedgerError, BrokerError) as err:
             conn.send_payload(encode_error(rid, err))
             return True
+        tallies = tally(runs)
 
         def reply(got: list[list[Any]] | None, err: BaseException | None) -> None:
             try:
                 if got is None:
                     raise err or BrokerError("send failed")
-                self.host.metrics.sent(runs, got, started_s)
+                self.host.metrics.sent(tallies, got, started_s)
                 conn.send_payload(encode_result(rid, _merge(answers, got) if answers is not None
                                                 else _sole_answer(got[0])))
             except (DLedgerError, BrokerError) as failure:
@@ -108,12 +108,13 @@ class SendPath:
             return answers
         fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
         started_s = time.perf_counter()
+        tallies = tally(runs)
 
         def reply(got: list[list[Any]] | None, err: BaseException | None) -> None:
             if fut.done():
                 return
             if got is not None:
-                self.host.metrics.sent(runs, got, started_s)
+                self.host.metrics.sent(tallies, got, started_s)
                 fut.set_result(got)
             else:
                 fut.set_exception(err or BrokerError("send failed"))
@@ -143,12 +144,13 @@ class SendPath:
     async def _await_run(self, run: Run) -> list[Any]:
         fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
         started_s = time.perf_counter()
+        tallies = tally([run])
 
         def reply(answers: list[list[Any]] | None, err: BaseException | None) -> None:
             if fut.done():
                 return
             if answers is not None:
-                self.host.metrics.sent([run], answers, started_s)
+                self.host.metrics.sent(tallies, answers, started_s)
                 fut.set_result(answers)
             else:
                 fut.set_exception(err or BrokerError("send failed"))

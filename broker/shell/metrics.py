@@ -129,17 +129,17 @@ class BrokerMetrics:
 
     # -- the paths' calls ------------------------------------------------------------------------
 
-    def sent(self, runs: Sequence[tuple[str, int, list[Any], int]], answers: Sequence[Any],
+    def sent(self, runs: Sequence[tuple[str, int, int]], answers: Sequence[Any],
              started_s: float) -> None:
         """A send request answered: its stored runs counted, its latency observed."""
         self.send_latency.observe(time.perf_counter() - started_s)
-        for (topic, _, messages, size), answer in zip(runs, answers):
+        for (topic, count, size), answer in zip(runs, answers):
             if answer is not None and answer[0] == "SEND_OK":
                 pair = self._in.get(topic)
                 if pair is None:
                     pair = self._in[topic] = (self.messages_in.labels(*self.base, topic),
                                               self.bytes_in.labels(*self.base, topic))
-                pair[0].inc(len(messages))
+                pair[0].inc(count)
                 pair[1].inc(size)
 
     def proposed(self, fut: asyncio.Future[Committed]) -> None:
