@@ -6,6 +6,8 @@ run fails only the requests that sent to it; failures reach every request of the
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 from broker.api.sendgroup import SendGroups
@@ -154,3 +156,43 @@ def test_an_entry_refused_as_a_whole_refuses_each_of_its_runs() -> None:
 def test_message_ids_of_an_entry_name_its_group_position_and_slot() -> None:
     from protocol.broker_kinds import offset_msg_id
     assert offset_msg_id("g1", 0x2A, 3) == "g1-000000000000002A-3"
+
+
+class _Msg(list[Any]):
+    """A message in entry form that a weak reference can watch."""
+
+
+def test_a_group_holds_no_message_once_its_entry_is_proposed() -> None:
+    """Between proposing an entry and answering it (replication, fsync) the group keeps only its
+    runs' keys: the leader would otherwise hold every request in flight decoded."""
+    async def main() -> None:
+        proposed: list[tuple[list[tuple[str, int]], asyncio.Future[Any]]] = []
+
+        def propose(runs: list[tuple[tuple[str, int], list[list[Any]]]],
+                    queues: dict[str, int]) -> asyncio.Future[Any]:
+            fut = asyncio.get_running_loop().create_future()
+            proposed.append(([key for key, _ in runs], fut))  # encoded, as the server does
+            return fut
+
+        def answer(counts: list[int]) -> list[list[Any]]:
+            return [["SEND_OK", 0, list(range(n)), [f"m{k}" for k in range(n)], [False] * n,
+                     [0] * n] for n in counts]
+
+        groups = SendGroups(propose, answer)
+        watched = [_Msg([b"a", "", [], "", [], 0]), _Msg([b"b", "", [], "", [], 0])]
+        refs = [weakref.ref(m) for m in watched]
+        replies: list[Any] = []
+        groups.add([("t", 0, [watched[0]], 1), ("u", 0, [watched[1]], 1)],
+                   lambda answers, err: replies.append((answers, err)))
+        del watched
+        assert all(r() is not None for r in refs)  # held until the loop turn's flush
+        await asyncio.sleep(0)
+        gc.collect()
+        assert [r() for r in refs] == [None, None]
+        keys, fut = proposed[0]
+        assert keys == [("t", 0), ("u", 0)]
+        fut.set_result([1, 1])
+        await asyncio.sleep(0)
+        assert replies == [([["SEND_OK", 0, [0], ["m0"], [False], [0]]] * 2, None)]
+
+    asyncio.run(main())
