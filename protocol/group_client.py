@@ -45,6 +45,14 @@ from protocol.frames import decode_payload
 # nodes elect a new leader within an election timeout (1-2 s by default) of a real silence, so
 # past that a node that only seemed silent (it was slow) is found again.
 SILENT_GRACE_S = 3.0
+# ... but a follower that names the silent node as leader, at the term it went silent in, this
+# long after the request it left unanswered was sent, shows that it leads still: a follower
+# stops naming its leader once it has not heard from it for an election timeout (at most 2 s by
+# default; it then campaigns, with no leader), so the node spoke to its peers after it stopped
+# answering this client. Its answers were lost or late (a cut in one direction, a slow client
+# link): it is dialled again at once, and the send that timed out on it can still be answered
+# within its deadline (the unique key makes the retry safe).
+LEADS_PROOF_S = 2.5
 CANARY_SUSPECT_S = 5.0  # the stale_leader canary only: a silent node is forgotten this soon
 # A node that takes a request and closes the connection before answering (reset or EOF with the
 # request in flight: a crashing node, a proxy or a broken listener) is dialled again at once twice;
@@ -168,7 +176,8 @@ class GroupClient:
     stale and ignored. A node that let a request time out is *silent* (paused, cut off) until
     it answers anything again: it is not taken as leader, from a hint at the term it went silent
     in or from a route (``suggest``), and it is dialled only after the other nodes, once
-    ``silent_grace_s`` has passed.
+    ``silent_grace_s`` has passed; a hint naming it at that term ``leads_proof_s`` after its
+    unanswered request was sent brings it back (see ``LEADS_PROOF_S``).
     ``stale_leader_canary`` (tests only) brings back the old rules the chaos suite must catch:
     a success teaches nothing, the route re-seeds the leader, silence is forgotten after 5 s.
     (The old code re-seeded only a client that knew no leader, so it kept dialling the silent
@@ -180,6 +189,7 @@ class GroupClient:
 
     def __init__(self, nodes: dict[str, Address], timeout_s: float = 3.0,
                  connect_timeout_s: float = 1.0, *, silent_grace_s: float = SILENT_GRACE_S,
+                 leads_proof_s: float = LEADS_PROOF_S,
                  stale_leader_canary: bool = False, credentials: Credentials | None = None,
                  ssl_context: ssl.SSLContext | None = None, group: str = "") -> None:
         if not nodes:
@@ -193,7 +203,9 @@ class GroupClient:
         self._conns: dict[str, Connection] = {}
         self.redirects = 0
         self.silent_grace_s = silent_grace_s
-        self._silent: dict[str, tuple[int, float]] = {}  # node -> (term known, since) when silent
+        self.leads_proof_s = leads_proof_s
+        # node -> (term known, suspected at, its unanswered request sent at) while silent
+        self._silent: dict[str, tuple[int, float, float]] = {}
         self._canary = stale_leader_canary
         self._canary_until: dict[str, float] = {}  # canary: node -> when it is trusted again
         self._closes: dict[str, int] = {}  # node -> connections it closed in a row unanswered
@@ -317,10 +329,11 @@ class GroupClient:
         while now < deadline:
             node = self._next_node(len(tried), now)
             tried.append(node)
+            sent = time.monotonic()
             try:
                 result = await self.call(node, kind, *args, timeout_s=max(0.001, deadline - now))
             except ProposalTimeoutError:  # silent (paused, partitioned, overloaded): outcome unknown
-                self.suspect(node)
+                self.suspect(node, unanswered_since=sent)
                 raise
             except NotLeaderError as err:  # certainly not appended: follow the hint at once
                 last_err = err
@@ -354,8 +367,11 @@ class GroupClient:
         if term and term < self.term:
             return  # that node has not heard of the latest election: its hint is stale
         self.term = max(self.term, term)
-        if hint is not None and hint in self._silent and (not term or term <= self._silent[hint][0]):
-            return  # the silent node, at the term it went silent in: an election is under way
+        silent = self._silent.get(hint) if hint is not None else None
+        if hint is not None and silent is not None and (not term or term <= silent[0]):
+            if not term or time.monotonic() - silent[2] < self.leads_proof_s:
+                return  # the silent node, at the term it went silent in: an election may be under way
+            del self._silent[hint]  # its peers still follow it (LEADS_PROOF_S): it leads
         self.leader = hint
 
     def suggest(self, leader: str | None, term: int) -> None:
@@ -370,15 +386,17 @@ class GroupClient:
             return
         self.leader, self.term = leader, term
 
-    def suspect(self, node: str) -> None:
-        """``node`` did not answer in time: stop assuming it leads, and try the others first
-        until it answers again (a paused or cut-off leader would otherwise hold every request
+    def suspect(self, node: str, unanswered_since: float | None = None) -> None:
+        """``node`` did not answer in time (a request sent at ``unanswered_since``, monotonic;
+        None: now): stop assuming it leads, and try the others first until it answers again
+        or a hint shows it leads (a paused or cut-off leader would otherwise hold every request
         until its deadline)."""
         if self.leader == node:
             self.leader = None
+        now = time.monotonic()
         if self._canary:
-            self._canary_until[node] = time.monotonic() + CANARY_SUSPECT_S
-        self._silent[node] = (self.term, time.monotonic())
+            self._canary_until[node] = now + CANARY_SUSPECT_S
+        self._silent[node] = (self.term, now, now if unanswered_since is None else unanswered_since)
 
     def is_silent(self, node: str) -> bool:
         if self._canary:
@@ -402,6 +420,6 @@ class GroupClient:
         order = self.candidates()
         if not self._canary:
             grace_over = now - self.silent_grace_s
-            ready = [n for n in order if self._silent.get(n, (0, -math.inf))[1] <= grace_over]
+            ready = [n for n in order if self._silent.get(n, (0, -math.inf, 0.0))[1] <= grace_over]
             order = ready or order  # every node silent: the least bad choice is still a choice
         return order[k % len(order)]

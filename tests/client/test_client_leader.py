@@ -149,6 +149,28 @@ def test_a_silent_node_is_tried_after_the_others_until_it_answers_again() -> Non
               c={"mode": "follower", "hint": "a", "term": 5})
 
 
+def test_followers_that_still_name_a_silent_node_past_an_election_timeout_bring_it_back() -> None:
+    """Its answers to this client were lost (the cut of chaos S21), not its peers' heartbeats:
+    a hint at the term it went silent in, given ``leads_proof_s`` after the unanswered request,
+    brings it back long before its grace; an earlier one does not."""
+    async def body(nodes: dict[str, FakeNode], addrs: dict[str, tuple[str, int]],
+                   log: list[str]) -> None:
+        async with LogClient(addrs, timeout_s=2.0, silent_grace_s=60.0,
+                             leads_proof_s=SILENT_S + 1.5) as client:
+            client.term = 5
+            await _go_silent(client, "a")
+            nodes["a"].mode = "leader"  # its answers reach the client again
+            del log[:]
+            with pytest.raises(UnavailableError):  # too soon: an election may be under way
+                await client.call_leader(PROPOSE, b"x", timeout_s=SILENT_S)
+            assert "a" not in log and {"b", "c"} <= set(log)
+            node, _ = await client.call_leader(PROPOSE, b"x", timeout_s=3.0)
+            assert node == "a" and not client.is_silent("a") and client.leader == "a"
+
+    run_group(body, a={"mode": "silent"}, b={"mode": "follower", "hint": "a", "term": 5},
+              c={"mode": "follower", "hint": "a", "term": 5})
+
+
 def test_a_hint_at_a_newer_term_brings_a_silent_node_back_at_once() -> None:
     async def body(nodes: dict[str, FakeNode], addrs: dict[str, tuple[str, int]],
                    log: list[str]) -> None:
