@@ -1,10 +1,11 @@
 """Scenario S21's schedule, lost answers: the leader's answers to the clients are swallowed for
 ``LOST_S`` every few seconds while it hears and replicates everything. A send it stores in the
 window stays unanswered; the producer's attempt times out (1 s) and the library sends it again
-with the same unique key until an answer comes: the scenario's send deadline (8 s) outlasts the
-3 s for which the client leaves a leader that let a request time out (``SILENT_GRACE_S``), so
-each such send is answered. Each message must be stored once: the broker's dedup table answers
-the retry with the original's result. A second copy of an acknowledged value is a protocol
+with the same unique key: the client asks the followers, which still name that leader at its
+term, and 2.5 s after the unanswered request takes that as proof that it leads
+(``protocol.group_client.LEADS_PROOF_S``), so the send is answered within its default 3 s
+deadline. Each message must be stored once: the broker's dedup table answers the retry with the
+original's result. A second copy of an acknowledged value is a protocol
 duplicate (``chaos.live.checkers.safety``); the canary ``dedup_ignored`` makes one."""
 
 from __future__ import annotations
