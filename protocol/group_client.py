@@ -329,9 +329,11 @@ class GroupClient:
         while now < deadline:
             node = self._next_node(len(tried), now)
             tried.append(node)
-            sent = time.monotonic()
+            sent = now
             try:
-                result = await self.call(node, kind, *args, timeout_s=max(0.001, deadline - now))
+                await self._conn(node, deadline)  # dialled first: ``sent`` is when the request left
+                sent = time.monotonic()
+                result = await self.call(node, kind, *args, timeout_s=max(0.001, deadline - sent))
             except ProposalTimeoutError:  # silent (paused, partitioned, overloaded): outcome unknown
                 self.suspect(node, unanswered_since=sent)
                 raise
