@@ -8,7 +8,11 @@ off it first if it leads; the first members go first, as old machines being repl
 group keeps 3 to 5 voters. A removed node is left running, as by an operator who has not got to
 it yet: the leader no longer replicates to it, so it may never learn that it was removed, and it
 must not be able to take part in the group again. Between changes a random node (a removed one
-too) is killed (-9, restarted a few seconds later) or isolated. A change the group
+too) is killed (-9, restarted a few seconds later) or isolated; or, in ``AIMED_SHARE`` of them
+when the group is in that shape, the case a member's memory of the changes exists for: while a
+removed first member still runs, a first member (whose command line names the first three
+voters) is restarted and then the leader is killed, so that the restarted node may campaign and
+must count the voters its log holds. A change the group
 refuses (one at a time, a learner not caught up, no leader reachable) is recorded and the
 schedule carries on. The usual checkers judge the run (every acknowledged send present, one
 leader per term, committed entries never change); the runner drains the members of the final
@@ -29,6 +33,7 @@ from protocol.errors import DLedgerError
 __all__ = ["s17_membership"]
 
 STEP_TIMEOUT_S = 10.0
+AIMED_SHARE = 0.4  # of the faults: a first member restarted, then the leader killed (see above)
 
 
 async def _leader_status(c: Any) -> tuple[str, dict[str, Any]] | None:
@@ -83,18 +88,44 @@ async def _shrink(c: Any, leader: str, voters: list[str], followers: list[str]) 
     c.stop("remove-node", [nid])
 
 
+async def _kill(c: Any, nid: str, down_s: float) -> None:
+    """``nid`` killed (-9) and started again ``down_s`` later."""
+    await c.do(c.cluster.kill, nid)
+    c.start("kill", [nid])
+    await c.sleep(down_s)
+    await c.restart(nid)
+    c.stop("kill", [nid])
+
+
+async def _aimed(c: Any) -> bool:
+    """A first member restarted while a removed first member still runs, then the leader
+    killed; False (nothing done) when the group is not in that shape."""
+    cluster = c.cluster
+    first = set(cluster.brokers.members())
+    if not any(n in first and n not in cluster.members and cluster.running(n)
+               for n in cluster.node_ids):
+        return False
+    leader = await c.leader()
+    members = [n for n in cluster.node_ids
+               if n in first and n in cluster.members and n != leader and cluster.running(n)]
+    if leader is None or not members:
+        return False
+    await _kill(c, c.rng.choice(members), c.rng.uniform(1, 2))
+    if cluster.running(leader):
+        await _kill(c, leader, c.rng.uniform(1, 3))
+    return True
+
+
 async def _fault(c: Any) -> None:
     cluster = c.cluster
+    if c.rng.random() < AIMED_SHARE and await _aimed(c):
+        return
     running = [n for n in cluster.node_ids if cluster.running(n)]
     if not running:
         return
     nid = c.rng.choice(running)
     if c.rng.random() < 0.6:
-        await c.do(cluster.kill, nid)
-        c.start("kill", [nid])
-        await c.sleep(c.rng.uniform(1, 3))
-        await c.restart(nid)
-        c.stop("kill", [nid])
+        await _kill(c, nid, c.rng.uniform(1, 3))
     else:
         links = await c.do(cluster.isolate, [nid])
         c.start("isolate", [nid])
