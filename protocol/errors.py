@@ -46,6 +46,8 @@ class LeadershipLostError(OutcomeUnknownError):
 class ProposalTimeoutError(OutcomeUnknownError):
     """The deadline passed before the proposal was known to be committed."""
 
+    sent_at: float | None = None  # when the unanswered request left (monotonic), if known
+
 
 class NodeStoppedError(ProposalError):
     """The node is stopped or stopping."""

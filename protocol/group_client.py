@@ -269,13 +269,17 @@ class GroupClient:
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         conn = await self._conn(node, deadline)
         rid, fut = conn.request(kind, *args)
+        sent_at = time.monotonic()
         # A timer on the request itself: cheaper than wait_for on the hot path of every request.
         timer = asyncio.get_running_loop().call_later(
-            max(0.001, deadline - time.monotonic()), conn.expire, rid, node)
+            max(0.001, deadline - sent_at), conn.expire, rid, node)
         try:
             resp = await fut
         except ConnectionLostError:
             self._closed_unanswered(node, conn)
+            raise
+        except ProposalTimeoutError as err:
+            err.sent_at = sent_at  # (silence counts from here: see LEADS_PROOF_S)
             raise
         finally:
             timer.cancel()
@@ -329,13 +333,10 @@ class GroupClient:
         while now < deadline:
             node = self._next_node(len(tried), now)
             tried.append(node)
-            sent = now
             try:
-                await self._conn(node, deadline)  # dialled first: ``sent`` is when the request left
-                sent = time.monotonic()
-                result = await self.call(node, kind, *args, timeout_s=max(0.001, deadline - sent))
-            except ProposalTimeoutError:  # silent (paused, partitioned, overloaded): outcome unknown
-                self.suspect(node, unanswered_since=sent)
+                result = await self.call(node, kind, *args, timeout_s=max(0.001, deadline - now))
+            except ProposalTimeoutError as err:  # silent (paused, partitioned, overloaded): outcome unknown
+                self.suspect(node, unanswered_since=err.sent_at)
                 raise
             except NotLeaderError as err:  # certainly not appended: follow the hint at once
                 last_err = err

@@ -396,7 +396,6 @@ class Scenario:
     remoting: int = 0  # RocketMQ 4.x producers (the C++ client) beside ours (chaos.live.remoting)
     remoting_orderly: bool = False  # and a 4.x orderly producer and two orderly consumers
     grpc: bool = False  # the official RocketMQ 5 client's load beside (chaos.live.grpc_load)
-    send_timeout_s: float = 3.0  # our producers' send deadline
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [

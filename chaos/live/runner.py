@@ -206,7 +206,6 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             await control.call_leader(bp.TOPIC_PUT, TOPIC, QUEUES, QUEUES, 6, timeout_s=10.0)
             workers = [asyncio.create_task(producer(history, cluster.namesrv, k, stop_producers,
                                                     sc.pause_s, random.Random(rng.random()),
-                                                    timeout_s=sc.send_timeout_s,
                                                     canaries=client_canaries))
                        for k in range(sc.producers)]
             readers = [asyncio.create_task(consumer(

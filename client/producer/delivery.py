@@ -155,10 +155,9 @@ class Delivery:
         if self._isolated:  # (an isolation that ended is dropped: the common case comes back)
             now = time.monotonic()
             self._isolated = {g: until for g, until in self._isolated.items() if until > now}
-        if tried or self._isolated:
-            now = time.monotonic()
+        if tried or self._isolated:  # (every isolation left is still in force)
             fresh_queues = [x for x in queues if x[0].group not in tried
-                            and self._isolated.get(x[0].group, 0) <= now]
+                            and x[0].group not in self._isolated]
             pool = fresh_queues or [x for x in queues if x[0].group not in tried] or queues
         else:  # the common case: every group fresh
             pool = queues
