@@ -87,6 +87,17 @@ def podman(*args: str, timeout_s: float = ENGINE_TIMEOUT_S, check: bool = True) 
     return done.stdout
 
 
+# Lines the engine prints on every start in a sandbox without systemd (it cannot arm health
+# check timers; the tests run the checks themselves) and that would crowd out a real error.
+NOISE = ("unable to get systemd connection", "doesn't support healthy", "failed to connect to syslog")
+
+
+def telling(text: str, limit: int = 3000) -> str:
+    """The engine's output without its known noise, its last ``limit`` characters."""
+    kept = "\n".join(line for line in text.splitlines() if not any(n in line for n in NOISE))
+    return kept[-limit:]
+
+
 @dataclass
 class Built:
     tag: str
@@ -112,6 +123,7 @@ class ComposeCluster:
     image: str
     ports: dict[str, int]  # DLEDGER_*_PORT variable -> host port
     cluster_key: str = field(default_factory=lambda: secrets.token_hex(32))
+    refused_starts: list[str] = field(default_factory=list)  # errors of starts tried before this one
 
     @property
     def namesrv(self) -> str:
@@ -131,7 +143,7 @@ class ComposeCluster:
         done = subprocess.run([*argv, "-p", self.project, "-f", str(COMPOSE), *args], env=self.env(),
                               capture_output=True, text=True, timeout=timeout_s, check=False)
         assert done.returncode == 0, f"podman-compose {' '.join(args)}: exit {done.returncode}:\n" \
-                                     f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+                                     f"{telling(done.stdout)}\n{telling(done.stderr)}"
         return done.stdout
 
     def containers(self) -> dict[str, str]:
@@ -171,16 +183,37 @@ class ComposeCluster:
                 podman("volume", "rm", "-f", *gone, check=False)
 
 
+UP_ATTEMPTS = 2
+
+
+def fresh_cluster(image: str) -> ComposeCluster:
+    """A new project name and every published port chosen free now."""
+    names = ["DLEDGER_NAMESRV_PORT"] + [f"DLEDGER_{s.upper()}{kind}_PORT" for s in BROKERS
+                                        for kind in ("", "_GRPC", "_ADMIN")]
+    return ComposeCluster(f"dledger-test-{secrets.token_hex(4)}", image,
+                          dict(zip(names, free_ports(len(names)))))
+
+
 @contextmanager
 def compose_cluster(image: str) -> Iterator[ComposeCluster]:
     """deploy/compose.yaml up under a fresh project name, every published port chosen free now;
-    down (with its volumes) at the end."""
-    names = ["DLEDGER_NAMESRV_PORT"] + [f"DLEDGER_{s.upper()}{kind}_PORT" for s in BROKERS
-                                        for kind in ("", "_GRPC", "_ADMIN")]
-    cluster = ComposeCluster(f"dledger-test-{secrets.token_hex(4)}", image,
-                             dict(zip(names, free_ports(len(names)))))
-    try:
-        cluster.compose("up", "-d", "--no-build", timeout_s=300)
-        yield cluster
-    finally:
-        cluster.down()
+    down (with its volumes) at the end. A start the engine refuses (a port another test took
+    between the choice and the bind, for one) is taken down and tried once more under a new
+    name and new ports; the cluster keeps the refused starts' errors (``refused_starts``)."""
+    refused_starts: list[str] = []
+    for attempt in range(1, UP_ATTEMPTS + 1):
+        cluster = fresh_cluster(image)
+        cluster.refused_starts = refused_starts
+        try:
+            cluster.compose("up", "-d", "--no-build", timeout_s=300)
+        except AssertionError as refused:
+            cluster.down()
+            refused_starts.append(str(refused))
+            if attempt == UP_ATTEMPTS:
+                raise AssertionError("\n---\n".join(refused_starts)) from refused
+            continue
+        try:
+            yield cluster
+        finally:
+            cluster.down()
+        return

@@ -125,7 +125,9 @@ def test_the_cluster_comes_up_healthy_from_the_host(cluster: ComposeCluster,
     t0 = time.monotonic()
     rows = asyncio.run(healthy(cluster, READY_DEADLINE_S))
     ran(f"healthy in {time.monotonic() - t0:.0f} s; leaders "
-        + ", ".join(f"{g['group']}: {g['leader']} (term {g['term']})" for g in rows))
+        + ", ".join(f"{g['group']}: {g['leader']} (term {g['term']})" for g in rows)
+        + "".join(f"\nstarted on attempt {len(cluster.refused_starts) + 1}; refused before: {e}"
+                  for e in cluster.refused_starts[:1]))
     containers = cluster.containers()
     assert sorted(containers) == sorted(("namesrv", *BROKERS))
     for service, cid in containers.items():  # the images' health checks, as the engine runs them
