@@ -14,7 +14,6 @@ puts the context in brackets.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import os
@@ -123,11 +122,9 @@ def configure(log_format: str = "text", level: str = LOG_LEVEL_DEFAULT, stream: 
 
 
 def program_version() -> str:
-    """The installed dledger's version ("unknown" when it is not installed)."""
-    try:
-        return importlib.metadata.version("dledger")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    """dledger's version (``dledger.__version__``, which the installed metadata is built from)."""
+    from dledger import __version__
+    return __version__
 
 
 def options_text(params: Mapping[str, Any]) -> str:
