@@ -139,6 +139,11 @@ class Delivery:
                 self._choose(topic, routes[topic].groups, att.tried, ix, plan, sends.batch is not None)
             except errors.NoPermissionError as err:
                 sends.fail(ix, att.final(repr(topic), err))
+        if len(plan) == 1:  # (the common case: awaited here, not in a task of its own, which
+            # would cost the request a loop turn before it leaves)
+            (group, runs), = plan.values()
+            await self._to_group(sends, group, runs, routes, att, retry)
+            return
         await asyncio.gather(*(self._to_group(sends, group, runs, routes, att, retry)
                                for group, runs in plan.values()))
 
