@@ -80,6 +80,9 @@ def _runs(table: Any, runs: Any, rows_bytes: int) -> None:
     table._run_next = (end, words[-1] + ((end - firsts[-1]) & RUN_MASK), times[-1])
 
 
+HOME = struct.Struct(f"<I{FP_BYTES - 4}x")  # a row's home slot: its first 4 bytes (``_find``)
+
+
 def _place(table: Any, rows: bytes) -> None:
     """The rows in fresh slots, in order (a key's later row takes its slot), the bound kept."""
     table._rows = bytearray(rows)
@@ -87,6 +90,9 @@ def _place(table: Any, rows: bytes) -> None:
     if not n:
         return
     table._allocate()
+    if n <= table.max_entries:
+        _place_within_bound(table, rows, n)
+        return
     slots, find, head = table._slots, table._find, table._head
     for k in range(n):
         o = k * FP_BYTES
@@ -96,6 +102,31 @@ def _place(table: Any, rows: bytes) -> None:
             table._live += 1
             while table._live > table.max_entries:  # (the bound was lowered)
                 table._forget_oldest()
+
+
+def _place_within_bound(table: Any, rows: bytes, n: int) -> None:
+    """``_place`` when the rows fit the bound (nothing to forget: the common case, a restart
+    with the bound unchanged), about twice as fast: the home slots read in one pass, and a row
+    whose home slot is empty placed there without a probe (at most half the slots are ever in
+    use, so most are); a row that finds its home taken is probed for as ``_find`` does, inline."""
+    slots, head, base, mask = table._slots, table._head, table._base, table._mask
+    live = 0
+    for k, (home,) in enumerate(HOME.iter_unpack(rows)):
+        i = home & mask
+        v = slots[i]
+        if v:  # the probe of ``_find``, inline
+            o = k * FP_BYTES
+            fp = rows[o:o + FP_BYTES]
+            while v:
+                p = ((v - 1 - base) & SEQ_MASK) * FP_BYTES
+                if rows[p:p + FP_BYTES] == fp:
+                    live -= 1  # (the key's earlier row: this one takes its slot)
+                    break
+                i = (i + 1) & mask
+                v = slots[i]
+        slots[i] = ((head + k) & SEQ_MASK) + 1
+        live += 1
+    table._live = live
 
 
 def _old_rows(table: Any, rows: bytes) -> None:

@@ -201,3 +201,20 @@ def test_a_newest_time_before_the_epoch_is_refused() -> None:
     with pytest.raises(ValueError):
         DedupTable.restore(60_000, 100, blob)
 
+
+
+def test_a_restore_places_every_row_as_the_table_had_it() -> None:
+    """The placement within the bound (home slots read in one pass, the probe inline) leaves
+    the slots the send path built: keys stored twice (the later row takes the slot), keys
+    whose home slots collide (a bound of 40 keys: 128 slots), the count of keys remembered."""
+    table = DedupTable(60_000, 40)
+    for i in range(30):
+        table.remember(f"k{i}", "t", i % 3, i, 1000 + i)
+    for i in range(0, 30, 4):  # stored again, elsewhere
+        table.remember(f"k{i}", "u", 0, 100 + i, 2000)
+    restored = DedupTable.restore(60_000, 40, table.snapshot())
+    assert restored._live == table._live == 30
+    assert restored._slots == table._slots
+    for i in range(31):
+        assert restored.get(f"k{i}") == table.get(f"k{i}")
+    assert restored.get("k4") == ("u", 0, 104, 2000) and restored.get("k30") is None
