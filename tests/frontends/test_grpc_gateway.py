@@ -39,6 +39,7 @@ from tests.frontends.grpc_helpers import (
     send_delayed,
     send_ours,
     simple_consumer,
+    started,
 )
 
 pytestmark = pytest.mark.slow
@@ -224,10 +225,9 @@ def test_two_push_consumers_of_a_group_share_a_topic(cluster: tuple[str, str]) -
     consumers = []
     try:
         for name in ("c1", "c2"):
-            c = PushConsumer(ClientConfiguration(endpoints, Credentials()), "push-group",
-                             Collect(name, got, lock), {"pushed": FilterExpression()})
-            c.startup()
-            consumers.append(c)
+            consumers.append(started(lambda name=name: PushConsumer(
+                ClientConfiguration(endpoints, Credentials()), "push-group",
+                Collect(name, got, lock), {"pushed": FilterExpression()})))
         deadline = time.monotonic() + 30
         while len(got) < 40:
             assert time.monotonic() < deadline, f"consumed {len(got)} of 40"
