@@ -22,8 +22,9 @@ replica. No Python object per key; its memory, per key remembered:
 
 A checkpoint holds the runs and rows as byte strings, read in place by its writer (``pin_rows``:
 while a pin is held, and they are counted, no buffer is compacted); a restore places the rows in
-fresh slots again (no key is hashed again; about 0.8 s for a million keys). Checkpoints from
-before the runs (24-byte rows: 96-bit fingerprint, store time, queue and offset) are still read.
+fresh slots again (no key is hashed again; about 0.4 s for a million keys: ``dedup_restore``).
+Checkpoints from before the runs (24-byte rows: 96-bit fingerprint, store time, queue and
+offset) are still read.
 """
 
 from __future__ import annotations
