@@ -22,9 +22,10 @@ from typing import Any, Protocol
 from broker.api.sendgroup import RunTally
 from broker.api.sendpath import SendPath
 from broker.config import BrokerConfig
-from broker.core.applied import ApplyResult, tag_hash
+from broker.core.applied import ApplyResult
 from broker.core.codec import Message, message_of
 from broker.core.members import GroupMembers
+from broker.core.read_filter import ReadFilter
 from broker.features.acl.service import AclService
 from broker.features.clients.service import ConsumerConnections
 from broker.features.delay.model import SCHEDULE_TOPIC
@@ -53,7 +54,6 @@ from protocol.broker_kinds import (
 )
 from protocol.errors import DiskFullError, NotLeaderError
 from protocol.filter_sql import SqlFilter
-from protocol.message_ttl import expired
 
 __all__ = ["RESULTS_KEPT", "Broker", "BrokerMetrics"]
 
@@ -229,32 +229,26 @@ class Broker:
             lo, hi = self.state.queue_range(topic, queue_id)
         if offset >= hi:
             return [NO_NEW_MSG, offset, lo, hi, []]
-        wanted = {tag_hash(t) for t in tags if t != "*"} if tags and "*" not in tags else None
+        # by tag hash (the clients check tags exactly), SQL92, TTL by this node's clock
+        passes = ReadFilter(tags, sql, int(time.time() * 1000), exact_tags=False)
         entries: dict[int, list[Any]] = {}  # each entry decoded once per pull
         units = self.state.units(topic, queue_id, offset, min(max_messages, MAX_PULL_MESSAGES))
         out: list[Any] = []
         size = 0
         next_offset = offset
-        now_ms = int(time.time() * 1000)  # this node's clock: TTL expiry (protocol.message_ttl)
-        passed = 0
         for k, unit in enumerate(units):
             if out and size + unit.size > max_bytes:
                 break
             next_offset = offset + k + 1
-            if wanted is not None and unit.tag_hash not in wanted:
-                continue  # filtered by tag hash on the broker; clients check tags exactly
-            m = self.read_message(unit.position, unit.slot, entries)
-            if sql is not None and not sql.matches(dict(m.properties), m.tags):
-                continue  # SQL92 filtering is the broker's alone: the client trusts it
-            if m.properties and expired(m.properties, unit.store_ts_ms, now_ms):
-                passed += 1  # never delivered; passed as a filtered one
-                continue
+            m = passes.examine(self, unit, entries)
+            if m is None:
+                continue  # (an expired one is never delivered: passed as a filtered one)
             size += unit.size
             out.append([offset + k, m.body, m.tags, list(m.keys), m.unique_key,
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
                         offset_msg_id(self.group, unit.position, unit.slot)])
-        if passed:
-            self.count_expired("pull", passed)
+        if passes.expired:
+            self.count_expired("pull", passes.expired)
         return [FOUND if out else NO_NEW_MSG, next_offset, lo, hi, out]
 
     def retained_offset(self, topic: str, queue_id: int) -> int:

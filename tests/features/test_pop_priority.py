@@ -14,9 +14,10 @@ import pytest
 
 from broker.core.codec import Message, message_of
 from broker.core.entries import encode_send
+from broker.core.read_filter import ReadFilter
 from broker.features.pop.entries import KIND_POP, PopAck, PopEntry
 from broker.features.pop.model import INFLIGHT_MAX, PopConflict, PopTable
-from broker.features.pop.scan import Filter, scan_by_priority
+from broker.features.pop.scan import scan_by_priority
 from broker.machine.kinds import decode, encode
 from broker.machine.state import BrokerState
 from dledger.client import LogClient
@@ -137,14 +138,14 @@ def test_expired_messages_past_where_the_cursor_moves_are_not_counted_twice() ->
     host = _Host([[b"low", "", [], "k0", [[PRIORITY_PROPERTY, "1"]], 1],
                   [b"gone", "", [], "k1", ttl, 1],
                   [b"mid", "", [], "k2", [[PRIORITY_PROPERTY, "2"]], 1]])
-    f = Filter(["*"], None, now_ms=10_000)
+    f = ReadFilter(["*"], None, now_ms=10_000, exact_tags=True)
     plan = scan_by_priority(host, "p", 0, 0, 3, room=1, capacity=64, f=f, parked={7: 9},
                             ahead={2: 2})
     assert plan is not None
     fresh, park, unpark, hi = plan
     assert (fresh, unpark, hi) == ([], [7], 0) and park == []  # the parked 9 goes; cursor stays
     assert f.expired == 0  # "gone" (offset 1) is past the cursor: the next receive counts it
-    f = Filter(["*"], None, now_ms=10_000)
+    f = ReadFilter(["*"], None, now_ms=10_000, exact_tags=True)
     fresh, park, unpark, hi = scan_by_priority(host, "p", 0, 0, 3, room=2, capacity=64, f=f,
                                                parked={}, ahead={2: 2}) or ([], [], [], -1)
     assert (fresh, hi, f.expired) == ([(0, None), (2, None)], 3, 1)

@@ -3,7 +3,7 @@ messages from the cursor a receive hands out, holds back, parks or passes. Leade
 replicated: what it decides goes into the pop entry, which every replica applies alike.
 
 - A message is passed (its offset skipped) when the receiver's tag or SQL92 filter refuses it,
-  or when its TTL has passed by this leader's clock (``protocol.message_ttl``; counted).
+  or when its TTL has passed by this leader's clock (``broker.core.read_filter``, as a pull's).
 - In queue order (``scan_in_order``): an ordered message (its message group) whose group is
   busy is held back (FIFO, ``broker.features.pop.model``); the others are handed out.
 - By priority (``scan_by_priority``, RocketMQ 5.4's priority messages, ``protocol.priority``):
@@ -20,15 +20,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from broker.core.applied import tag_hash
 from broker.core.codec import Message
-from broker.core.consumequeue import CQUnit
+from broker.core.read_filter import ReadFilter
 from broker.features.pop.entries import POP_ITEMS_MAX
 from broker.features.pop.model import GroupGate, PopKey
 from broker.machine.state import BrokerState
 from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
-from protocol.filter_sql import SqlFilter
-from protocol.message_ttl import expired
 from protocol.priority import priority_of
 
 SCAN_UNITS_MAX = 1024  # units one pop examines from the cursor (filtered ones included)
@@ -44,41 +41,13 @@ class ScanHost(Protocol):
     def read_message(self, position: int, slot: int, entries: dict[int, list[Any]]) -> Message: ...
 
 
-class Filter:
-    """A receive's filter (tags, SQL92) and this leader's clock for TTLs; counts what expired."""
-
-    __slots__ = ("tags", "wanted", "sql", "now_ms", "expired", "ttl")
-
-    def __init__(self, tags: list[str], sql: SqlFilter | None, now_ms: int,
-                 ttl: bool = True) -> None:
-        self.tags = tags
-        self.wanted = {tag_hash(t) for t in tags if t != "*"} \
-            if tags and "*" not in tags else None
-        self.sql, self.now_ms, self.expired = sql, now_ms, 0
-        self.ttl = ttl  # False only under the seeded bug ttl_ignored
-
-    def examine(self, host: ScanHost, unit: CQUnit, entries: dict[int, list[Any]]
-                ) -> Message | None:
-        """The unit's message, or None if the receive passes it."""
-        if self.wanted is not None and unit.tag_hash not in self.wanted:
-            return None
-        m = host.read_message(unit.position, unit.slot, entries)
-        if (self.wanted is not None and m.tags not in self.tags) or \
-                (self.sql is not None and not self.sql.matches(dict(m.properties), m.tags)):
-            return None
-        if self.ttl and m.properties and expired(m.properties, unit.store_ts_ms, self.now_ms):
-            self.expired += 1
-            return None
-        return m
-
-
 def group_of_message(m: Message) -> str | None:
     return next((v for n, v in m.properties if n == MESSAGE_GROUP_PROPERTY), None) \
         if m.properties else None
 
 
 def scan_in_order(host: ScanHost, topic: str, qid: int, lo: int, length: int, room: int,
-                  capacity: int, f: Filter, gate: GroupGate
+                  capacity: int, f: ReadFilter, gate: GroupGate
                   ) -> tuple[Fresh, list[tuple[int, str]], int]:
     """Fresh offsets from ``lo``: (offset, message group) of each to hand out (at most
     ``room``), (offset, group) of each ordered one to hold back behind an earlier message of
@@ -139,7 +108,7 @@ class PriorityMemo:
 
 
 def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int, room: int,
-                     capacity: int, f: Filter, parked: dict[int, int], ahead: dict[int, int]
+                     capacity: int, f: ReadFilter, parked: dict[int, int], ahead: dict[int, int]
                      ) -> tuple[Fresh, list[tuple[int, int]], list[int], int] | None:
     """The fresh offsets to hand out, the fresh ones to park (with their priority), the parked
     ones to hand out, and where the cursor moves; None when the plan would hand out nothing (an
@@ -182,5 +151,5 @@ def scan_by_priority(host: ScanHost, topic: str, qid: int, lo: int, length: int,
     return [(o, None) for o in fresh], park, unpark, hi
 
 
-__all__ = ["LOOKAHEAD_UNITS", "SCAN_UNITS_MAX", "Filter", "PriorityMemo", "scan_by_priority",
+__all__ = ["LOOKAHEAD_UNITS", "SCAN_UNITS_MAX", "PriorityMemo", "scan_by_priority",
            "scan_in_order"]

@@ -32,10 +32,11 @@ from typing import Any, Protocol
 from broker.core.applied import ApplyResult
 from broker.core.codec import Message
 from broker.core.entries import TopicPut
+from broker.core.read_filter import ReadFilter
 from broker.features.host import BrokerHost
 from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
 from broker.features.pop.model import INFLIGHT_MAX, PopKey
-from broker.features.pop.scan import Filter, PriorityMemo, scan_by_priority, scan_in_order
+from broker.features.pop.scan import PriorityMemo, scan_by_priority, scan_in_order
 from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
 from protocol.broker_kinds import SendRefusedError, offset_msg_id
 from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
@@ -204,7 +205,7 @@ class PopService:
         # the entry's range covers unread (retention is local; the apply cannot know it)
         capacity = INFLIGHT_MAX - (q.holding() if q else 0)
         room = min(max_messages - len(redeliver) - len(release), capacity)
-        flt = Filter(tags, sql, now_ms, ttl=not self._ttl_ignored)
+        flt = ReadFilter(tags, sql, now_ms, exact_tags=True, ttl=not self._ttl_ignored)
         parked, ahead = self._parked(key), self._memo.ahead(self.host, key, lo, length)
         plan = scan_by_priority(self.host, topic, qid, lo, length, room, capacity, flt, parked,
                                 ahead) if room > 0 and (parked or ahead) else None
