@@ -15,8 +15,9 @@ import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
-__all__ = ["STEPS", "Stamp", "Timeline", "median_steps"]
+__all__ = ["ROUND_STEPS", "STEPS", "Stamp", "Timeline", "median_rounds", "median_steps"]
 
 APPEND = 0x03
 APPEND_ANSWER = 0x04
@@ -37,6 +38,11 @@ STEPS = (
     ("to the client: the reply decoded", "client in"),
     ("client: the reply decoded, to send() returning", "returned"),
 )
+
+
+# a closed-loop round of many producers: from the request leaving to the next one leaving
+ROUND_STEPS = (*STEPS[1:-1], ("client: the reply decoded, to its next request encoded (answers "
+                              "settled, the producers sending again)", "next out"))
 
 
 @dataclass(frozen=True)
@@ -67,13 +73,12 @@ class Timeline:
                 return s
         return None
 
-    def send(self, start_ns: int, end_ns: int) -> list[int] | None:
-        """The ns each of ``STEPS`` took for the send called at ``start_ns`` that returned at
-        ``end_ns`` (a step with no sync, in ``async`` mode, is 0), or None if a stamp of its path
-        is missing (a redirect, a retry, a send that went out with another)."""
-        out = self.first(start_ns, CLIENT, "out")
-        got = self.first(out.ns, None, "in", CLIENT_KIND, not_process=CLIENT) if out else None
-        if out is None or got is None:
+    def path(self, out: Stamp) -> list[int] | None:
+        """The ns of the stamps a client's request frame ``out`` passes until the client
+        decodes its reply: the ends of ``STEPS[:-1]``, or None if one is missing (a redirect,
+        a retry)."""
+        got = self.first(out.ns, None, "in", CLIENT_KIND, not_process=CLIENT)
+        if got is None:
             return None
         leader = got.process
         append = self.first(got.ns, leader, "out", APPEND)
@@ -91,11 +96,36 @@ class Timeline:
         heard = self.first(answer.ns, leader, "in", APPEND_ANSWER)
         reply = self.first(heard.ns, leader, "out", CLIENT_KIND) if heard else None
         back = self.first(reply.ns, CLIENT, "in") if reply else None
-        if heard is None or reply is None or back is None or back.ns > end_ns:
+        if heard is None or reply is None or back is None:
             return None
-        ends = [out.ns, got.ns, append.ns, taken.ns, sync0.ns, sync1.ns, answer.ns, heard.ns,
-                reply.ns, back.ns, end_ns]
-        return [b - a for a, b in zip([start_ns, *ends], ends)]
+        return [out.ns, got.ns, append.ns, taken.ns, sync0.ns, sync1.ns, answer.ns, heard.ns,
+                reply.ns, back.ns]
+
+    def send(self, start_ns: int, end_ns: int) -> list[int] | None:
+        """The ns each of ``STEPS`` took for the send called at ``start_ns`` that returned at
+        ``end_ns`` (a step with no sync, in ``async`` mode, is 0), or None if a stamp of its path
+        is missing (a redirect, a retry, a send that went out with another)."""
+        out = self.first(start_ns, CLIENT, "out")
+        ends = self.path(out) if out is not None else None
+        if ends is None or ends[-1] > end_ns:
+            return None
+        return _gaps([start_ns, *ends, end_ns])
+
+    def rounds(self) -> list[list[int]]:
+        """The ns each of ``ROUND_STEPS`` took, for every request of the client that was
+        followed and answered before its next request left: closed-loop producers send again
+        once their answers are in, so the client's requests go one at a time."""
+        outs = [s for s in self.stamps if s.process == CLIENT and s.event == "out"]
+        out = []
+        for this, after in pairwise(outs):
+            ends = self.path(this)
+            if ends is not None and ends[-1] <= after.ns:
+                out.append(_gaps([*ends, after.ns]))
+        return out
+
+
+def _gaps(ends: list[int]) -> list[int]:
+    return [b - a for a, b in pairwise(ends)]
 
 
 def median_steps(timeline: Timeline, sends: Sequence[tuple[int, int]]) -> tuple[list[float], int]:
@@ -104,3 +134,11 @@ def median_steps(timeline: Timeline, sends: Sequence[tuple[int, int]]) -> tuple[
     if not followed:
         return [], 0
     return [statistics.median(s[k] for s in followed) / 1e3 for k in range(len(STEPS))], len(followed)
+
+
+def median_rounds(timeline: Timeline) -> tuple[list[float], int]:
+    """The median us of each of ``ROUND_STEPS`` over the rounds followed, and how many were."""
+    rounds = timeline.rounds()
+    if not rounds:
+        return [], 0
+    return [statistics.median(r[k] for r in rounds) / 1e3 for k in range(len(ROUND_STEPS))], len(rounds)

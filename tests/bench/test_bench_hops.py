@@ -7,7 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.hops.timeline import CLIENT, STEPS, Stamp, Timeline, median_steps
+from bench.hops.timeline import (
+    CLIENT,
+    ROUND_STEPS,
+    STEPS,
+    Stamp,
+    Timeline,
+    median_rounds,
+    median_steps,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUEST = "8401186e"  # [1, 110, ...]: a client request (a kind of 24 or more)
@@ -58,3 +66,23 @@ def test_the_tool_follows_the_sends_of_a_real_group() -> None:
     followed = int(head.split("; ")[-1].split()[0])
     assert followed >= 30, head  # (a send may go out with a route refresh, or be redirected)
     assert len(lines) == len(STEPS) + 1 and lines[-1].endswith("in all (the sum of the medians)")
+
+
+def test_rounds_are_followed_from_one_request_to_the_next() -> None:
+    """Two requests of a closed loop: the first followed to its reply, then the client's turn
+    until the second leaves (the second is not followed: nothing comes after it)."""
+    first = _path(sync=True)
+    second = [Stamp(s.ns + 200, s.process, s.event, s.head) for s in _path(sync=True)]
+    rounds = Timeline(first + second).rounds()
+    assert rounds == [[10, 10, 10, 10, 10, 10, 10, 10, 10, 110]]
+    medians, followed = median_rounds(Timeline(first + second))
+    assert followed == 1 and medians[-1] == 0.11 and len(medians) == len(ROUND_STEPS)
+
+
+def test_the_tool_follows_the_rounds_of_callers_over_topics() -> None:
+    done = subprocess.run([sys.executable, "-m", "bench.hops", "--sends", "1280", "--topics", "64"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    head, *lines = done.stdout.strip().splitlines()
+    assert int(head.split("; ")[-1].split()[0]) >= 5, head
+    assert len(lines) == len(ROUND_STEPS) + 1
