@@ -44,14 +44,15 @@ def started(new: Callable[[], T]) -> T:
             client.startup()  # type: ignore[attr-defined]
             return client
         except Exception as err:  # (the library raises plain Exception: its docstring says so)
+            cleanup = ""
             try:
                 client.shutdown()  # type: ignore[attr-defined]
-            except Exception:  # (a half-started client's cleanup: nothing to keep)
-                pass
+            except Exception as failed:  # (a half-started client's cleanup: said, not kept)
+                cleanup = f"; its shutdown then raised {failed!r}"
             if attempt == STARTUP_ATTEMPTS:
                 raise
-            warnings.warn(f"{type(client).__name__}.startup failed, started again: {err!r}",
-                          stacklevel=2)
+            warnings.warn(f"{type(client).__name__}.startup failed, started again: {err!r}"
+                          f"{cleanup}", stacklevel=2)
     raise AssertionError("unreachable")
 
 
