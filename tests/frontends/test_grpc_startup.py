@@ -3,9 +3,13 @@ down and started afresh once, with a warning; a second failure is raised."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
 import pytest
+from rocketmq import ClientConfiguration, Credentials
+from rocketmq import Producer as RmqProducer
+from rocketmq.v5.client.connection.rpc_client import RpcClient
 
 from tests.frontends.grpc_helpers import started
 
@@ -51,3 +55,26 @@ def test_a_client_that_starts_is_returned_without_a_warning(recwarn: pytest.Warn
     FlakyClient.made = []
     assert started(lambda: FlakyClient(fails=0)).running
     assert len(recwarn) == 0 and len(FlakyClient.made) == 1
+
+
+def test_a_client_starts_with_the_library_loop_current_even_after_asyncio_run() -> None:
+    """The official client builds a route's telemetry stream in the caller's thread when the
+    route came back fast, through ``asyncio.get_event_loop()``; after ``asyncio.run`` the
+    thread has none, unless ``started`` gave it the library's loop."""
+    RmqProducer(ClientConfiguration("127.0.0.1:9", Credentials()), [])  # (starts the library's loop)
+    library_loop = RpcClient.get_channel_io_loop()
+    assert library_loop is not None
+
+    async def nothing() -> None:
+        return None
+    asyncio.run(nothing())
+    with pytest.raises(RuntimeError, match="no current event loop"):
+        asyncio.get_event_loop()
+
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    class LoopClient:
+        def startup(self) -> None:
+            seen.append(asyncio.get_event_loop())
+    started(LoopClient)
+    assert seen == [library_loop]
