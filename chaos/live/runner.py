@@ -53,6 +53,11 @@ from protocol.tls import client_context
 
 LEADER_WAIT_S = 30.0
 CATCH_UP_WAIT_S = 30.0
+# The catch-up wait also ends once the laggard has not moved for this long (the lowest applied
+# index among the nodes, and which nodes answer): a replica that stands still that long after
+# the heal and the recovery is stuck, while a leader may go on applying its periodic entries
+# alone (a seeded bug's runs had waited out the whole bound for nothing)
+CATCH_UP_STALL_S = 10.0
 
 
 class HarnessError(RuntimeError):
@@ -127,12 +132,22 @@ async def _node_statuses(control: LogClient, nodes: list[str]) -> dict[str, dict
     return out
 
 
-async def _wait(cond: Callable[[], Any], timeout_s: float, what: str) -> float:
-    """Poll ``cond`` (a coroutine function) until it returns truthy; returns the seconds taken."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
+async def _wait(cond: Callable[[], Any], timeout_s: float, what: str,
+                progress: Callable[[], object] | None = None, stall_s: float = 0.0) -> float:
+    """Poll ``cond`` (a coroutine function) until it returns truthy; returns the seconds taken.
+    With ``progress`` (what ``cond`` last saw), the wait also ends, as one that ran out, once
+    that has not changed for ``stall_s``."""
+    start = moved = time.monotonic()
+    mark: object = None
+    while (now := time.monotonic()) - start < timeout_s:
         if await cond():
             return time.monotonic() - start
+        if progress is not None:
+            if progress() != mark:
+                mark, moved = progress(), now
+            elif now - moved >= stall_s:
+                raise HarnessError(f"no progress for {stall_s:g} s (after {now - start:.1f} "
+                                   f"s) waiting for {what}")
         await asyncio.sleep(0.1)  # polling interval of a bounded wait
     raise HarnessError(f"timed out after {timeout_s} s waiting for {what}")
 
@@ -390,8 +405,11 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
                      if ended is not None else "the features' work had not ended when the wait "
                      "ran out")
 
+    seen: list[object] = [None]
+
     async def caught_up() -> bool:
         st = await _node_statuses(control, nodes)
+        seen[0] = (sorted(st), min((s["applied_index"] for s in st.values()), default=0))
         if len(st) < len(nodes):
             return False
         commits = {s["raft"]["commit_index"] for s in st.values()}
@@ -400,6 +418,7 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
                 and all(s["applied_index"] >= s["raft"]["commit_index"] for s in st.values()))
 
     try:
-        await _wait(caught_up, CATCH_UP_WAIT_S, "every replica to apply the whole log")
+        await _wait(caught_up, CATCH_UP_WAIT_S, "every replica to apply the whole log",
+                    progress=lambda: seen[0], stall_s=CATCH_UP_STALL_S)
     except HarnessError as err:
         problems.append(f"liveness: {err}")

@@ -3,9 +3,12 @@ its timeline, leader churn within the bound, ack availability, time to the next 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from chaos.live.checkers.availability import availability, leadership, percentile
+from chaos.live.runner import HarnessError, _wait
 from tests.chaos.checker_runs import T0, Run, clean, offset_op, two_leaders_in_term_1, with_offsets
 
 
@@ -66,3 +69,25 @@ def test_a_read_concurrent_with_a_commit_may_return_the_older_offset() -> None:
     r.history.append({"proc": "c1", "f": "offset-read", "group": "g0", "queue": 0, "op": 9,
                       "type": "ok", "value": 5, "t": r.t})
     assert r.check().verdict == "PASS"
+
+
+def test_a_wait_whose_progress_stands_still_ends_before_its_bound() -> None:
+    """The runner's catch-up wait (``chaos.live.runner._wait``): a condition never met whose
+    progress mark stays the same ends as a wait that ran out, after the stall bound; one whose
+    mark keeps moving runs to the full bound; one met returns."""
+    ticks = [0]
+
+    async def never() -> bool:
+        ticks[0] += 1
+        return False
+
+    async def soon() -> bool:
+        ticks[0] += 1
+        return ticks[0] >= 3
+
+    with pytest.raises(HarnessError, match=r"no progress for 0\.3 s .* waiting for x"):
+        asyncio.run(_wait(never, 60, "x", progress=lambda: "same", stall_s=0.3))
+    with pytest.raises(HarnessError, match=r"timed out after 0\.5 s waiting for y"):
+        asyncio.run(_wait(never, 0.5, "y", progress=lambda: ticks[0], stall_s=0.3))
+    ticks[0] = 0
+    assert asyncio.run(_wait(soon, 60, "z", progress=lambda: "same", stall_s=30)) >= 0
