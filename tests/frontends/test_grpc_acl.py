@@ -46,6 +46,7 @@ from dledger.client import LogClient
 from protocol import broker_kinds as bp
 from tests.clusters import namesrv_group
 from tests.frontends.endpoints import grpc_endpoints
+from tests.frontends.grpc_helpers import started
 from tests.frontends.test_grpc_forwarding import _nodes
 from tests.frontends.test_grpc_gateway import CommitOnCheck
 
@@ -127,9 +128,7 @@ def config(endpoints: str, who: OurCredentials | None, secret: str | None = None
 
 
 def producer(endpoints: str, who: OurCredentials | None, secret: str | None = None) -> RmqProducer:
-    p = RmqProducer(config(endpoints, who, secret), [TOPIC])
-    p.startup()
-    return p
+    return started(lambda: RmqProducer(config(endpoints, who, secret), [TOPIC]))
 
 
 def message(body: bytes) -> RmqMessage:
@@ -139,10 +138,8 @@ def message(body: bytes) -> RmqMessage:
 
 
 def consumer(endpoints: str, who: OurCredentials) -> SimpleConsumer:
-    c = SimpleConsumer(config(endpoints, who), GROUP, {TOPIC: FilterExpression("T")},
-                       await_duration=2)
-    c.startup()
-    return c
+    return started(lambda: SimpleConsumer(config(endpoints, who), GROUP,
+                                          {TOPIC: FilterExpression("T")}, await_duration=2))
 
 
 def receive_bodies(c: SimpleConsumer, want: set[bytes], timeout_s: float = 30) -> set[bytes]:
@@ -280,10 +277,8 @@ def test_transactions_and_their_check_back_as_the_producers_account(
     answer, an EndTransaction signed as the account, commits the transaction."""
     _, endpoints = acl_cluster
     checker = CommitOnCheck()
-    app = RmqProducer(config(endpoints, APP), [TOPIC], checker)
-    app.startup()
-    pub_only = RmqProducer(config(endpoints, PUB_ONLY), [TOPIC], CommitOnCheck())
-    pub_only.startup()
+    app = started(lambda: RmqProducer(config(endpoints, APP), [TOPIC], checker))
+    pub_only = started(lambda: RmqProducer(config(endpoints, PUB_ONLY), [TOPIC], CommitOnCheck()))
     try:
         with pytest.raises(ForbiddenException, match="PUB on group '%RMQ5_TXN%gacl-orders'"):
             pub_only.send(message(b"txn-denied"), pub_only.begin_transaction())

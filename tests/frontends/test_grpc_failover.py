@@ -28,6 +28,7 @@ from dledger.localcluster import LocalCluster
 from tests.broker.test_broker_processes import _wait_leader
 from tests.clusters import namesrv_group
 from tests.frontends.endpoints import grpc_endpoints
+from tests.frontends.grpc_helpers import started
 
 pytestmark = pytest.mark.slow
 
@@ -64,8 +65,7 @@ class History:
 
 
 def produce(endpoints: str, h: History) -> None:
-    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), [TOPIC])
-    producer.startup()
+    producer = started(lambda: RmqProducer(ClientConfiguration(endpoints, Credentials()), [TOPIC]))
     try:
         k = 0
         while not h.stop_sending.is_set():
@@ -90,9 +90,8 @@ def consume(endpoints: str, h: History, group: str = "failover-group", topic: st
     """A member of ``group``: receives up to ``batch`` messages, works ``process_s`` on each,
     acks it; every receive's start and end and every ack's sending, answer and outcome
     recorded. ``fifo`` gives a message's group and its place in the group's send order."""
-    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), group,
-                              {topic: FilterExpression()}, await_duration=1)
-    consumer.startup()
+    consumer = started(lambda: SimpleConsumer(ClientConfiguration(endpoints, Credentials()), group,
+                                              {topic: FilterExpression()}, await_duration=1))
     try:
         while not h.stop_receiving.is_set():
             began = time.monotonic()

@@ -28,6 +28,7 @@ from chaos.live.checkers.pop import PopVerdict, check_pop
 from dledger.localcluster import LocalCluster
 from tests.clusters import namesrv_group
 from tests.frontends.endpoints import grpc_endpoints
+from tests.frontends.grpc_helpers import started
 from tests.frontends.test_grpc_failover import History, consume, kill_the_leader, wait_for
 
 pytestmark = pytest.mark.slow
@@ -45,8 +46,7 @@ def produce(endpoints: str, h: History, count: int | None) -> None:
     """The groups' messages in runs, each body ``<group>-<seq>``, one sync send at a time (a
     group's order is its send order), at most ``BACKLOG`` ahead of the acks (the consumers are
     slow); until ``count`` are sent, or until told to stop."""
-    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), [TOPIC])
-    producer.startup()
+    producer = started(lambda: RmqProducer(ClientConfiguration(endpoints, Credentials()), [TOPIC]))
     try:
         k = 0
         while not h.stop_sending.is_set() and (count is None or k < count):

@@ -258,8 +258,8 @@ def test_transactions_commit_roll_back_and_resolve_by_check_back(
         cluster: tuple[str, str]) -> None:
     _, endpoints = cluster
     checker = CommitOnCheck()
-    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), ["txn"], checker)
-    producer.startup()
+    producer = started(lambda: RmqProducer(ClientConfiguration(endpoints, Credentials()), ["txn"],
+                                           checker))
     consumer = simple_consumer(endpoints, "txn-group", "txn", await_s=1)
     try:
         txns = []

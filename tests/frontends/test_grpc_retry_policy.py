@@ -23,7 +23,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as sg
 import cli
 from tests.clusters import namesrv_group
 from tests.frontends.endpoints import grpc_endpoints, node_grpc_endpoints
-from tests.frontends.grpc_helpers import read_all, simple_consumer
+from tests.frontends.grpc_helpers import read_all, simple_consumer, started
 from tests.frontends.test_grpc_failover import kill_the_leader, wait_for
 
 pytestmark = pytest.mark.slow
@@ -51,8 +51,7 @@ def told_attempts(endpoint: str, group: str) -> int:
 
 
 def send_one(endpoints: str, body: bytes) -> str:
-    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), [TOPIC])
-    producer.startup()
+    producer = started(lambda: RmqProducer(ClientConfiguration(endpoints, Credentials()), [TOPIC]))
     try:
         m = RmqMessage()
         m.topic, m.body = TOPIC, body

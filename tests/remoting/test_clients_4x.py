@@ -22,6 +22,7 @@ from client.cluster.admin_views import consumer_views, summarize_consumers
 from client.cluster.routes import Routes
 from protocol.remoting import codes
 from tests.clusters import namesrv_groups
+from tests.frontends.grpc_helpers import started
 from tests.nodes.test_processes import wait_until
 from tests.remoting.clients import (
     ali,
@@ -392,9 +393,9 @@ def test_messages_cross_between_a_4x_client_and_a_rocketmq_5_client(ns: str,
     from tests.frontends.endpoints import grpc_endpoints
     endpoints = grpc_endpoints(ns)
     _produce(tmp_path, ns, "cpp-to-rmq5", "--count", "5", "--tags", "TagX")
-    consumer = SimpleConsumer(ClientConfiguration(endpoints, Credentials()), "rmq5-from-cpp",
-                              {"cpp-to-rmq5": FilterExpression()}, await_duration=1)
-    consumer.startup()
+    consumer = started(lambda: SimpleConsumer(ClientConfiguration(endpoints, Credentials()),
+                                              "rmq5-from-cpp", {"cpp-to-rmq5": FilterExpression()},
+                                              await_duration=1))
     try:
         got: list[Any] = []
         for _ in range(60):  # (each receive long-polls 1 s: bounded by the count)
@@ -410,8 +411,8 @@ def test_messages_cross_between_a_4x_client_and_a_rocketmq_5_client(ns: str,
         i = int(m.body.split()[-1])
         assert m.tag == "TagX" and m.keys == {f"key-{i}"}
         assert m.properties["color"] == ("red" if i % 2 else "blue")
-    producer = RmqProducer(ClientConfiguration(endpoints, Credentials()), ["rmq5-to-cpp"])
-    producer.startup()
+    producer = started(lambda: RmqProducer(ClientConfiguration(endpoints, Credentials()),
+                                           ["rmq5-to-cpp"]))
     try:
         for i in range(5):
             m = RmqMessage()
