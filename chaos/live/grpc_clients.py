@@ -21,12 +21,13 @@ event to the run's ``grpc-history.jsonl`` as it happens.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import grpc
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
@@ -35,10 +36,14 @@ from rocketmq import Producer as RmqProducer
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
+from rocketmq.v5.client.connection.rpc_client import RpcClient
 
 from chaos.live.checkers.pop import Ack, Delivery
 
-__all__ = ["BATCH", "GrpcRecord", "ack_timed", "client_config", "consume", "produce", "send_batches"]
+__all__ = ["BATCH", "GrpcRecord", "ack_timed", "client_config", "consume", "on_the_client_loop",
+           "produce", "send_batches", "started"]
+
+T = TypeVar("T")
 
 FIFO_RUN = 3  # FIFO messages of one group sent in a row: A A A B B B ...
 BATCH = 10  # messages in one batch SendMessage
@@ -94,6 +99,27 @@ class GrpcRecord:
                 self._f = None
 
 
+def on_the_client_loop() -> None:
+    """Makes the official library's own I/O loop the calling thread's current event loop, as
+    the library does itself whenever it opens a channel in that thread. A route it fetches
+    for a caller is handled in the caller's thread when the answer came before the callback was
+    added (our endpoint answers fast), and then the telemetry stream to the route's nodes is
+    built there through ``asyncio.get_event_loop()``; a worker thread has no current loop, nor
+    has a thread after ``asyncio.run``, and the library then fails the route ("There is no
+    current event loop"), as a CI run once showed."""
+    loop = RpcClient.get_channel_io_loop()
+    if loop is not None:
+        asyncio.set_event_loop(loop)
+
+
+def started(client: T) -> T:
+    """``client`` (a Producer or SimpleConsumer of the official library, just made) started
+    in this thread with the library's loop current (``on_the_client_loop``)."""
+    on_the_client_loop()
+    client.startup()  # type: ignore[attr-defined]
+    return client
+
+
 def client_config(endpoints: str) -> ClientConfiguration:
     """The official client's configuration for these endpoints (no credentials)."""
     return ClientConfiguration(endpoints, Credentials())
@@ -103,8 +129,7 @@ def produce(endpoints: str, rec: GrpcRecord, proc: str, topic: str, groups: tupl
             backlog: int, priorities: bool = False) -> None:
     """Sends until ``rec.stop_sending`` (FIFO with ``groups``; PRIORITY with ``priorities``,
     each message's priority ``PRIORITY_STEP`` on from the last's, modulo 10; else NORMAL)."""
-    producer = RmqProducer(client_config(endpoints), [topic])
-    producer.startup()
+    producer = started(RmqProducer(client_config(endpoints), [topic]))
     try:
         k, mine = 0, set[str]()
         while not rec.stop_sending.is_set():
@@ -154,9 +179,8 @@ def consume(endpoints: str, rec: GrpcRecord, proc: str, group: str, topic: str, 
     """A member of ``group`` until ``rec.stop_receiving``; ``pause_s`` between its receives (a
     slow consumer); ``on_receive`` is told of each message received, with the wall-clock times
     its receive call began and returned (under the lock)."""
-    consumer = SimpleConsumer(client_config(endpoints), group, {topic: FilterExpression()},
-                              await_duration=1)
-    consumer.startup()
+    consumer = started(SimpleConsumer(client_config(endpoints), group, {topic: FilterExpression()},
+                                      await_duration=1))
     try:
         while not rec.stop_receiving.is_set():
             began, began_wall = time.monotonic(), time.time()

@@ -31,7 +31,7 @@ from rocketmq import Message as RmqMessage
 from rocketmq import Producer as RmqProducer
 
 from chaos.live.checkers.timed import RecallVerdict, Seen, TtlVerdict, check_recall, check_ttl
-from chaos.live.grpc_clients import GrpcRecord, client_config
+from chaos.live.grpc_clients import GrpcRecord, client_config, started
 from protocol.message_ttl import TTL_PROPERTY, ttl_of
 
 __all__ = ["DELAY_TOPIC", "TIMED_CANARIES", "TTL_PAUSE_S", "TTL_TOPIC", "TimedLoad"]
@@ -112,8 +112,7 @@ class TimedLoad:
     def send_timed(self, endpoints: str) -> None:
         """Sends and recalls until ``rec.stop_sending``."""
         rec, rng = self.rec, random.Random(f"timed-{self.seed}")
-        producer = RmqProducer(client_config(endpoints), [DELAY_TOPIC, TTL_TOPIC])
-        producer.startup()
+        producer = started(RmqProducer(client_config(endpoints), [DELAY_TOPIC, TTL_TOPIC]))
         planned: list[tuple[float, str, str]] = []  # (when, message id, recall handle)
         try:
             k = 0

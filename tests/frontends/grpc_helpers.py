@@ -22,8 +22,8 @@ from rocketmq import (
 )
 from rocketmq import Message as RmqMessage
 from rocketmq import Producer as RmqProducer
-from rocketmq.v5.client.connection.rpc_client import RpcClient
 
+from chaos.live.grpc_clients import on_the_client_loop
 from client import Message, Producer, PullConsumer, ReceivedMessage
 
 T = TypeVar("T")
@@ -56,19 +56,6 @@ def started(new: Callable[[], T]) -> T:
             warnings.warn(f"{type(client).__name__}.startup failed, started again: {err!r}"
                           f"{cleanup}", stacklevel=2)
     raise AssertionError("unreachable")
-
-
-def on_the_client_loop() -> None:
-    """Makes the official library's own I/O loop the calling thread's current event loop, as
-    the library does itself whenever it opens a channel in that thread. A route it fetches
-    for a caller is handled in the caller's thread when the answer came before the callback was
-    added (our endpoint answers fast), and then the telemetry stream to the route's nodes is
-    built there through ``asyncio.get_event_loop()``. A test thread that ran ``asyncio.run``
-    has no current loop after it, and the library then fails the route ("There is no current
-    event loop"), as a CI run once showed."""
-    loop = RpcClient.get_channel_io_loop()
-    if loop is not None:
-        asyncio.set_event_loop(loop)
 
 
 def rmq_producer(endpoints: str, topics: list[str]) -> RmqProducer:
