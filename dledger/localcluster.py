@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from dledger.port_claims import with_claims
+
 Address = tuple[str, int]
 
 
@@ -36,37 +38,46 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+def free_ports(count: int, host: str = "127.0.0.1", claims: str | None = None) -> list[int]:
     """``count`` distinct ports that were free a moment ago, chosen below the kernel's ephemeral
     range: a server that must come back on the same port after a restart is given a fixed one,
     and a port from the ephemeral range could be handed, between our check and the server's
     bind (or while it is down), to any socket that binds port 0 or connects out (a proxy's
-    listener, a client's connection). Outside that range only another such choice can take it.
-    Falls back to the kernel's choice when the range below is too small."""
+    listener, a client's connection). Outside that range only another such choice can take it,
+    and the choices of every process of this user are claimed for a while
+    (``dledger.port_claims``, the file ``claims``; by default one in the temp directory), so
+    that no other picker hands them out meanwhile. Falls back to the kernel's choice when the
+    range below is too small."""
     low, _ = _ephemeral_range()
     first = 10_000
-    rng = random.SystemRandom()
-    socks: list[socket.socket] = []
-    try:
-        if low - first >= 1_000:
-            for port in rng.sample(range(first, low), min(low - first, 50 * count + 100)):
-                if len(socks) == count:
-                    break
+
+    def choose(claimed: set[int]) -> list[int]:
+        rng = random.SystemRandom()
+        socks: list[socket.socket] = []
+        try:
+            if low - first >= 1_000:
+                for port in rng.sample(range(first, low), min(low - first, 50 * count + 100)):
+                    if len(socks) == count:
+                        break
+                    if port in claimed:
+                        continue
+                    s = socket.socket()
+                    try:
+                        s.bind((host, port))
+                    except OSError:
+                        s.close()
+                        continue
+                    socks.append(s)
+            while len(socks) < count:
                 s = socket.socket()
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    s.close()
-                    continue
+                s.bind((host, 0))
                 socks.append(s)
-        while len(socks) < count:
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+            return [s.getsockname()[1] for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+
+    return with_claims(choose, claims)
 
 
 @dataclass
