@@ -177,11 +177,17 @@ class LocalCluster:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> LocalCluster:
+        """Start the group's nodes; if one does not come up, the others are stopped too (they
+        were left running by a test whose node could not bind its port) and the error raised."""
         os.makedirs(self.base_dir, exist_ok=True)
-        for nid in self.members():
-            self._spawn(nid)
-        for nid in self.members():
-            self._await_ready(nid)
+        try:
+            for nid in self.members():
+                self._spawn(nid)
+            for nid in self.members():
+                self._await_ready(nid)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def start_node(self, nid: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from chaos import traces
 from dledger.client import LogClient
-from dledger.localcluster import LocalCluster
+from dledger.localcluster import ClusterError, LocalCluster
 from protocol.errors import DLedgerError, NotLeaderError
 
 pytestmark = pytest.mark.slow
@@ -172,3 +173,17 @@ def test_quorum_first_loses_no_acknowledged_entry_when_any_member_is_killed(tmp_
     with LocalCluster(str(tmp_path), size=3, tick_ms=50,
                       extra_args=("--quorum-first", "--busy-poll-us", "300")) as cluster:
         asyncio.run(_kill_leader_during_proposals(cluster, kills=2, followers_too=True))
+
+
+def test_a_node_that_cannot_start_takes_the_others_down_with_it(tmp_path: Path) -> None:
+    """A node whose peer port is taken (another process bound it between the pick and the
+    start) fails the cluster's start, and the nodes that did start are stopped: a CI run had
+    left two brokers of such a start running after its test failed."""
+    cluster = LocalCluster(str(tmp_path), size=3)
+    with socket.socket() as squatter:
+        squatter.bind(cluster.servers["n2"].peer_address)
+        squatter.listen()
+        with pytest.raises(ClusterError, match="n2 did not start"), cluster:
+            pass
+    started = [s for s in cluster.servers.values() if s.proc is not None]
+    assert started and all(s.proc is not None and s.proc.poll() is not None for s in started)
