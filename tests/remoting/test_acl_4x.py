@@ -18,10 +18,12 @@ from client import Credentials, Message, Producer
 from client.cluster.routes import Routes
 from protocol import broker_kinds as bp
 from protocol.frames import encode_frame
+from protocol.group_client import GroupClient
 from protocol.remoting import codes
 from protocol.remoting.command import Command, encode
 from protocol.remoting.record import join_properties
 from tests.clusters import namesrv_group
+from tests.nodes.test_processes import wait_until
 from tests.remoting.clients import cpp, cpp_python, finish
 from tests.remoting.raw import RawRemoting
 from tests.remoting.test_endpoint import _addrs, _send_ext
@@ -61,10 +63,21 @@ async def _accounts(ns: str) -> None:
         account = Account(CPP.access_key, CPP.secret_key,
                           topic_perms=(("acl-logs", SUB), ("acl-orders", PUB)),
                           group_perms=(("cpp-acl-p", PUB),))
-        _, status = await routes.group_client(g).call_leader(bp.ACL_PUT, account.row())
+        client = routes.group_client(g)
+        _, status = await client.call_leader(bp.ACL_PUT, account.row())
         assert status == "OK"
+        # the account is committed; every node (a follower judges what it forwards) must also
+        # have applied it, which a loaded machine's follower had not yet once
+        commit = (await client.call_leader(bp.BROKER_STATUS))[1]["raft"]["commit_index"]
+        for node in g.nodes:
+            await wait_until(lambda n=node: _applied(client, n, commit), 20,
+                             f"{node} to apply the account")
     finally:
         await routes.close()
+
+
+async def _applied(client: GroupClient, node: str, index: int) -> bool:
+    return bool((await client.call(node, bp.BROKER_STATUS))["applied_index"] >= index)
 
 
 def _signed(code: int, ext: dict[str, str], body: bytes, who: Credentials,
