@@ -143,8 +143,8 @@ async def _wait(cond: Callable[[], Any], timeout_s: float, what: str,
         if await cond():
             return time.monotonic() - start
         if progress is not None:
-            if progress() != mark:
-                mark, moved = progress(), now
+            if (seen := progress()) != mark:
+                mark, moved = seen, now
             elif now - moved >= stall_s:
                 raise HarnessError(f"no progress for {stall_s:g} s (after {now - start:.1f} "
                                    f"s) waiting for {what}")

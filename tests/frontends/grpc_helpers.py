@@ -23,7 +23,7 @@ from rocketmq import (
 from rocketmq import Message as RmqMessage
 from rocketmq import Producer as RmqProducer
 
-from chaos.live.grpc_clients import on_the_client_loop
+from chaos.live.grpc_clients import started as start_in_this_thread
 from client import Message, Producer, PullConsumer, ReceivedMessage
 
 T = TypeVar("T")
@@ -33,7 +33,8 @@ STARTUP_ATTEMPTS = 2
 
 
 def started(new: Callable[[], T]) -> T:
-    """A client of the official library made by ``new()`` and started. Its ``startup`` waits a
+    """A client of the official library made by ``new()`` and started in this thread with the
+    library's loop current (``chaos.live.grpc_clients.started``). Its ``startup`` waits a
     fixed 10 s for the settings our endpoint answers as the client's telemetry stream opens; on
     a loaded CI machine that wait ran out once, with nothing wrong on our side. A client whose
     startup raised is shut down (its own cleanup may raise too: it never finished starting) and
@@ -41,10 +42,8 @@ def started(new: Callable[[], T]) -> T:
     the run's summary instead of passing unseen."""
     for attempt in range(1, STARTUP_ATTEMPTS + 1):
         client = new()
-        on_the_client_loop()
         try:
-            client.startup()  # type: ignore[attr-defined]
-            return client
+            return start_in_this_thread(client)
         except Exception as err:  # (the library raises plain Exception: its docstring says so)
             cleanup = ""
             try:
