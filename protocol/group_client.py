@@ -16,10 +16,9 @@ import asyncio
 import itertools
 import math
 import random
-import ssl
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.auth import Credentials, Signer
 from protocol.envelope import (
@@ -40,6 +39,10 @@ from protocol.errors import (
 )
 from protocol.framed import FramedProtocol
 from protocol.frames import decode_payload
+from protocol.tls import SSLError
+
+if TYPE_CHECKING:
+    import ssl
 
 # A silent node is dialled again (after the others) once it has been silent this long: the other
 # nodes elect a new leader within an election timeout (1-2 s by default) of a real silence, so
@@ -257,7 +260,7 @@ class GroupClient:
                     lambda: Connection(self.push_handler, signer, f"{self.group}/{node}"), host,
                     port, ssl=self.ssl_context,
                     server_hostname=host if self.ssl_context is not None else None)
-        except ssl.SSLError as err:  # (an OSError) retrying elsewhere cannot help
+        except SSLError as err:  # (an OSError) retrying elsewhere cannot help
             raise TlsError(f"TLS to {node} at {host}:{port} failed: {err}") from err
         except (OSError, TimeoutError) as err:
             raise NodeStoppedError(f"cannot connect to {node} at {host}:{port}: {err}") from err

@@ -19,11 +19,15 @@ that failed change the contexts in use.
 from __future__ import annotations
 
 import os
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ENV_CA", "HTTPS_PREFIX", "TlsConfig", "TlsConfigError", "client_context",
+try:
+    import ssl
+except ImportError:  # a server started without TLS (dledger.openssl): no context is made here
+    ssl = None  # type: ignore[assignment]
+
+__all__ = ["ENV_CA", "HTTPS_PREFIX", "SSLError", "TlsConfig", "TlsConfigError", "client_context",
            "dial_context", "split_https", "tls_failure"]
 
 ENV_CA = "DLEDGER_TLS_CA"  # a client's CA file when its caller gives none
@@ -32,6 +36,14 @@ HTTPS_PREFIX = "https://"
 
 class TlsConfigError(ValueError):
     """TLS files that are missing, unreadable or do not fit together (the message says which)."""
+
+
+class _NoTlsError(OSError):
+    """Never raised: ``SSLError`` in a process without ``ssl``, where no TLS runs."""
+
+
+# What the callers catch as a TLS failure; importing it never needs ``ssl``.
+SSLError: type[OSError] = _NoTlsError if ssl is None else ssl.SSLError
 
 
 def _minimum(ctx: ssl.SSLContext) -> ssl.SSLContext:
@@ -227,6 +239,8 @@ def dial_context(ca_file: str | None, https: bool = False,
 def tls_failure(err: BaseException) -> str | None:
     """Why ``err`` is a TLS failure (a certificate not verified, a handshake refused), or None
     when it is something else (a refused or reset connection, a timeout)."""
+    if ssl is None:  # (no TLS in this process)
+        return None
     seen: set[int] = set()
     cur: BaseException | None = err
     while cur is not None and id(cur) not in seen:  # aiohttp wraps the ssl error

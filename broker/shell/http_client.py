@@ -16,10 +16,10 @@ passed), its cause chained: the caller need not know asyncio's or ssl's exceptio
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from protocol.errors import DLedgerError
@@ -33,6 +33,9 @@ from protocol.http1 import (
     format_request,
     parse_response_head,
 )
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["HttpClient", "HttpClientError", "HttpResponse", "HttpTimeoutError"]
 

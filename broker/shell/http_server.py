@@ -18,10 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.http1 import (
     LINE_BYTES_MAX,
@@ -33,6 +32,10 @@ from protocol.http1 import (
     format_response,
     parse_request_head,
 )
+from protocol.tls import SSLError
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["Handler", "HttpServer", "Request", "Response", "json_response"]
 
@@ -126,7 +129,7 @@ class HttpServer:
             keep_alive = True
             while keep_alive:  # one request a pass, until the client or a bound ends it
                 keep_alive = await self._one(reader, writer, remote)
-        except (ConnectionError, TimeoutError, ssl.SSLError):
+        except (ConnectionError, TimeoutError, SSLError):
             pass  # the client went away or stopped reading: nothing to answer
         finally:
             self._connections.pop(task, None)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -30,6 +29,9 @@ from protocol.group_client import GroupClient, UnknownLeaderError
 from protocol.group_client import UnavailableError as LogUnavailableError
 from protocol.namesrv_addrs import parse_namesrv_list
 from protocol.tls import dial_context, split_https, tls_failure
+
+if TYPE_CHECKING:
+    import ssl
 
 ROUTE_REFRESH_S = 30.0
 ROUTE_RETRY_S = 0.2  # before a group's route is read again for a leader it did not name

@@ -27,8 +27,8 @@ import asyncio
 import dataclasses
 import logging
 import random
-import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dledger.network.inbound import HELLO_BYTES_MAX, UNATTRIBUTED, InboundProtocol
 from dledger.network.outbound import Link, OutboundProtocol, PeerStats, address_text
@@ -37,6 +37,10 @@ from dledger.network.peer_stream import PeerStream
 from dledger.network.wire import Hello, encode_message
 from dledger.raft.types import Message
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, FRAME_HEADER_BYTES, encode_frame
+from protocol.tls import SSLError
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["HELLO_BYTES_MAX", "UNATTRIBUTED", "PeerTransport"]  # (the first two: inbound's)
 
@@ -292,7 +296,7 @@ class PeerTransport:
                     lambda: OutboundProtocol(link), host, port, ssl=dial_ssl,
                     server_hostname=host if dial_ssl is not None else None,
                 )
-        except ssl.SSLError as exc:  # (an OSError) not a peer that is down: say why, loudly
+        except SSLError as exc:  # (an OSError) not a peer that is down: say why, loudly
             link.stats.errors += 1
             logger.warning("%s: TLS to %s at %s:%s failed: %s", self.node_id, link.peer, host,
                            port, exc)

@@ -19,7 +19,6 @@ blocking I/O: the callers run the long parts (reading back, fsync) in a thread.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from typing import Any
 
 import cbor2
 
+from dledger.openssl import sha256
 from dledger.raft.types import Membership, SnapshotMeta
 from dledger.snapshots.wire import Offer, valid_file_name
 from dledger.storage.hardstate import fsync_directory, write_file_atomically
@@ -44,7 +44,7 @@ _READ_BYTES = 1 << 20
 
 def _hash_of(path: str, size: int) -> Any:
     """A SHA-256 object fed the first ``size`` bytes of the file (more may follow)."""
-    digest = hashlib.sha256()
+    digest = sha256()
     with open(path, "rb") as f:
         left = size
         while left > 0:
@@ -98,7 +98,7 @@ class Staging:
                 os.truncate(path, size)
                 held = size
             self.files.append(_File(name, size, held,
-                                    _hash_of(path, held) if held else hashlib.sha256()))
+                                    _hash_of(path, held) if held else sha256()))
         self.offer = offer
         return [(f.held, f.hash.digest()) for f in self.files]
 
@@ -108,7 +108,7 @@ class Staging:
         path = os.path.join(self.dir, f.name)
         if os.path.exists(path):
             os.truncate(path, 0)
-        f.held, f.hash = 0, hashlib.sha256()
+        f.held, f.hash = 0, sha256()
 
     def write(self, file_no: int, offset: int, data: bytes) -> None:
         """Append ``data`` to a file at ``offset``, which must be where it ends now."""

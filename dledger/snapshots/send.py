@@ -11,16 +11,15 @@ and the node tells its Raft core, which retries at the pace of heartbeats.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
-import ssl
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dledger.network.peer_identity import refusal
 from dledger.network.wire import SnapshotHello, encode_message
+from dledger.openssl import sha256
 from dledger.raft.types import SnapshotMeta
 from dledger.snapshots.wire import (
     Chunk,
@@ -34,6 +33,9 @@ from dledger.snapshots.wire import (
 )
 from protocol.errors import DLedgerError, WireError
 from protocol.frames import FrameDecoder, encode_frame
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["SnapshotSendError", "SnapshotSource", "SourceFile", "send_snapshot"]
 
@@ -73,7 +75,7 @@ class SnapshotSource:
 
     def hash_of(self, file_no: int, size: int) -> Any:
         """SHA-256 fed the first ``size`` bytes of a file (more may follow)."""
-        digest, offset = hashlib.sha256(), 0
+        digest, offset = sha256(), 0
         while offset < size:
             n = min(CHUNK_BYTES, size - offset)
             digest.update(self.read(file_no, offset, n))
@@ -114,7 +116,7 @@ async def send_snapshot(addr: tuple[str, int], group: str, node_id: str, term: i
             raise SnapshotSendError(f"expected Have for {len(source.files)} files, got {have}")
         sent, skipped, digests = 0, 0, []
         for file_no, (held, held_digest) in enumerate(have.held):
-            offset, digest = 0, hashlib.sha256()
+            offset, digest = 0, sha256()
             size = source.files[file_no].size
             if 0 < held <= size:
                 mine = await asyncio.to_thread(source.hash_of, file_no, held)

@@ -4,7 +4,10 @@ the broker's own (``broker.shell``); nor ``importlib.metadata`` (the version is
 ``dledger.__version__``) nor ``tomllib`` (read only with ``--config``). Checked on the entry
 modules in a fresh interpreter, and on real nodes of a group, through Python's own import log
 (``PYTHONPROFILEIMPORTTIME``), which names every import a process makes, lazy ones included,
-while they serve every endpoint, register, take sends and pulls and stop."""
+while they serve every endpoint, register, take sends and pulls and stop.
+
+Nor, without TLS, OpenSSL (``dledger.openssl``: 4.7 MiB of a start): its library is not mapped in a
+serving node, and a snapshot's SHA-256 loads it when first asked for."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import pytest
 
 from broker.shell.http_client import HttpClient
 from client import PullConsumer
+from dledger.openssl import asks_for_tls
 from protocol.cluster_key import CLUSTER_KEY_ENV, status_headers
 from tests.clusters import namesrv_group
 
@@ -44,6 +48,63 @@ def test_the_broker_entry_modules_import_neither() -> None:
     assert offenders(loaded) == []
 
 
+def libcrypto_mapped(pid: int | str = "self") -> bool:
+    """Whether OpenSSL's libcrypto is mapped into the process."""
+    return "libcrypto" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.parametrize(("argv", "env", "tls"), [
+    (["start", "--group", "a", "--listen", "127.0.0.1:0"], {}, False),
+    (["start", "--tls-cert", "c.pem"], {}, True),
+    (["start", "--TLS-CA=ca.pem"], {}, True),
+    (["start", "--peer-mtls"], {}, True),
+    (["start", "--config", "broker.toml"], {}, True),
+    (["start", "--namesrv", "HTTPS://ns:9876"], {}, True),
+    (["start"], {"DLEDGER_TLS_CA": "ca.pem"}, True),
+    (["start"], {"DLEDGER_TLS_CA": ""}, False),
+])
+def test_what_asks_for_tls(argv: list[str], env: dict[str, str], tls: bool) -> None:
+    assert asks_for_tls(argv, env) is tls
+
+
+# A fresh interpreter imports the broker as its entry point does, given argv; prints whether
+# ssl and libcrypto are there, then whether a snapshot's SHA-256 is OpenSSL's and right.
+_ENTRY = """
+import json, sys
+from dledger.openssl import sha256, unloaded_without_tls
+with unloaded_without_tls(sys.argv[1:], {}) as left_out:
+    import broker.cli, broker.server
+mapped = lambda: "libcrypto" in open("/proc/self/maps").read()
+out = {"left_out": left_out, "ssl": sys.modules.get("ssl") is not None, "libcrypto": mapped()}
+h = sha256(b"abc")
+out.update(sha=h.hexdigest(), sha_type=type(h).__module__ + "." + type(h).__name__,
+           libcrypto_after=mapped())
+print(json.dumps(out))
+"""
+ABC_SHA256 = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def _entry(*argv: str) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", _ENTRY, *argv], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def test_without_tls_the_broker_loads_no_openssl_until_a_snapshot_digest() -> None:
+    out = _entry("start", "--group", "a")
+    assert out["left_out"] is True and out["ssl"] is False and out["libcrypto"] is False
+    assert out["sha"] == ABC_SHA256 and out["sha_type"] == "_hashlib.HASH"
+    assert out["libcrypto_after"] is True
+
+
+def test_with_tls_asked_for_openssl_loads_as_usual() -> None:
+    out = _entry("start", "--tls-cert", "c.pem")
+    assert out["left_out"] is False and out["ssl"] is True and out["libcrypto"] is True
+    assert out["sha"] == ABC_SHA256
+
+
 def imported(log_text: str) -> list[str]:
     """The modules an import log (``PYTHONPROFILEIMPORTTIME``'s lines on stderr) names."""
     return [line.rsplit("|", 1)[1].strip() for line in log_text.splitlines()
@@ -56,6 +117,8 @@ def test_running_nodes_import_neither(tmp_path: Path, monkeypatch: pytest.Monkey
     with namesrv_group(tmp_path, "--protect-status") as (ns, cluster):  # registered, a send routed
         asyncio.run(_use_every_endpoint(ns, [s.ready["admin"] for s in cluster.servers.values()]))
         logs = [Path(s.log_path) for s in cluster.servers.values()]
+        for server in cluster.servers.values():  # (no TLS in this group)
+            assert server.pid is not None and not libcrypto_mapped(server.pid)
     for log in logs:  # read after the nodes stopped: their unregistration is in
         modules = imported(log.read_text(errors="replace"))
         assert "broker.shell.registrar" in modules and "asyncio" in modules, log

@@ -184,7 +184,7 @@ def test_sizes_are_counted_as_rocketmq_counts_them_and_limit_batches_and_message
 def test_the_broker_options_refuse_values_no_broker_can_honour(tmp_path) -> None:
     from click.testing import CliRunner
 
-    from broker.__main__ import main
+    from broker.cli import main
     from broker.config import BrokerConfig
     from dledger.node.runtime import NodeConfig
     from protocol.broker_kinds import MAX_MESSAGE_BYTES_CEILING

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import pytest
 
-from broker.__main__ import start as broker_start
+from broker.cli import start as broker_start
 from dledger import logfmt
 from dledger.localcluster import LocalCluster
 from dledger.node_cli import setup_logging

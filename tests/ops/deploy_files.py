@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from broker.__main__ import _advertised
-from broker.__main__ import start as broker_start
+from broker.cli import _advertised
+from broker.cli import start as broker_start
 from broker.config import BrokerConfig
 from dledger.node.config import NodeConfig
 from dledger.node_cli import node_config, parse_address

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from click.testing import CliRunner
 
-from broker.__main__ import main
+from broker.cli import main
 from broker.config import BrokerConfig
 from client import Message, Producer, PullConsumer
 from dledger.node.runtime import NodeConfig

@@ -23,7 +23,6 @@ an account's secret (``secret_reader``) and the signing of its transaction heart
 from __future__ import annotations
 
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -41,6 +40,8 @@ from client.cluster.routes import Routes
 from protocol.auth import Credentials, SignatureError
 
 if TYPE_CHECKING:
+    import ssl
+
     from broker.features.acl.service import AclService
 
 __all__ = ["RESPONSES", "AccessInterceptor", "refusal", "secret_reader", "txn_signing"]

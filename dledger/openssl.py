@@ -1,0 +1,67 @@
+"""Whether a server process loads OpenSSL: not when it serves without TLS.
+
+asyncio imports ``ssl`` in every process, and ``hashlib`` and ``hmac`` import ``_hashlib``.
+Either maps OpenSSL's libcrypto, and ``ssl`` adds its own objects: about 4.7 MiB of a broker's
+33 MiB at start (docs/performance.md). A server whose command line and environment ask for no
+TLS imports its modules inside ``unloaded_without_tls``:
+
+- ``ssl`` is marked absent for the rest of the process. asyncio then runs as it does on a Python
+  built without TLS, and any attempt at TLS fails with an ImportError naming ``ssl``, never by
+  falling back to plain TCP;
+- ``_hashlib`` is marked absent only while the modules load, so ``hashlib`` and ``hmac`` take
+  CPython's built-in digests (BLAKE2b is the built-in one in any case). The one user that needs
+  OpenSSL's speed, a snapshot's SHA-256 over the log's files, asks ``sha256()``, which loads
+  OpenSSL then: the built-in SHA-256 is about ten times slower and holds the GIL while it runs.
+
+What asks for TLS (``asks_for_tls``): any ``--tls...`` or ``--peer-mtls`` option, a ``--config``
+file (it may name TLS files), an ``https://`` address, or ``DLEDGER_TLS_CA`` in the environment.
+In doubt, OpenSSL loads as usual. Only a process's entry point calls this (``broker.__main__``),
+never a module that tests or clients import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = ["TLS_ENV", "asks_for_tls", "sha256", "unloaded_without_tls"]
+
+TLS_ENV = "DLEDGER_TLS_CA"  # (protocol.tls.ENV_CA: not imported here, it imports ssl)
+_TLS_WORDS = ("--tls", "--peer-mtls", "--config", "https:")
+
+
+def asks_for_tls(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether this command line or environment may want TLS (see the module)."""
+    if environ.get(TLS_ENV):
+        return True
+    return any(word in arg.lower() for arg in argv for word in _TLS_WORDS)
+
+
+@contextlib.contextmanager
+def unloaded_without_tls(argv: Sequence[str], environ: Mapping[str, str]) -> Iterator[bool]:
+    """Import the process's modules inside this: without TLS asked for (and OpenSSL not loaded
+    already), they load without it. Yields whether OpenSSL was left out."""
+    leave_out = not asks_for_tls(argv, environ) and not {"ssl", "_hashlib"} & set(sys.modules)
+    if leave_out:
+        # (None in sys.modules: importing the name raises ImportError)
+        sys.modules["ssl"] = None  # type: ignore[assignment]
+        sys.modules["_hashlib"] = None  # type: ignore[assignment]
+    try:
+        yield leave_out
+    finally:
+        if leave_out and sys.modules.get("_hashlib", 0) is None:
+            del sys.modules["_hashlib"]  # loadable again, by sha256() only
+
+
+def sha256(data: bytes = b"") -> Any:
+    """A SHA-256 hash object: OpenSSL's, loaded now if the process started without it, else (a
+    Python without OpenSSL) the built-in one."""
+    try:
+        import _hashlib
+    except ImportError:
+        import hashlib  # (here, not at the top: imported before the gate, it would load OpenSSL)
+
+        return hashlib.sha256(data)
+    return _hashlib.openssl_sha256(data)
