@@ -20,6 +20,10 @@ MEMBERSHIP_CANARY_DURATION_S = max(DURATION_S, 60.0)
 
 
 MEMBERSHIP_SEED = int(os.environ.get("DLEDGER_CHAOS_MEMBERSHIP_SEED", "3"))
+# Whether a forgetful restart meets a removed node still running depends on the live timing, not
+# on the seed alone: seed 3 caught it in 7 of 7 runs alone on 2026-12-07 but missed it once in a
+# loaded four-worker suite. A miss is run again once, on the next seed.
+CANARY_TRIES = 2
 
 
 @pytest.mark.parametrize("canary", [None, "membership_forget_on_restart"])
@@ -28,13 +32,17 @@ def test_membership_changes_under_kills_and_isolation(canary: str | None, tmp_pa
     """S17 (issue 19, item 6): nodes added and removed one at a time while members are killed
     and isolated, removed nodes left running; the usual checkers find nothing. With a restarted
     node forgetting the changes its log holds, they find the split brain it causes."""
-    run = run_live(tmp_path, "S17", canary, duration_s=MEMBERSHIP_CANARY_DURATION_S if canary
-               else DURATION_S, ran=ran, seed=MEMBERSHIP_SEED)
     if canary is None:
+        run = run_live(tmp_path, "S17", None, duration_s=DURATION_S, ran=ran, seed=MEMBERSHIP_SEED)
         assert run["violations"] == [], "\n".join(run["violations"][:10])
         assert run["faults"].get("add-node", 0) >= 1 and run["faults"].get("remove-node", 0) >= 1
         assert run["check"]["ok"] > 100 and run["check"]["lost"] == 0
         return
-    assert run["verdict"] == "FAIL", f"canary {canary} was not caught by S17"
+    for attempt in range(CANARY_TRIES):
+        run = run_live(tmp_path / f"try{attempt}", "S17", canary, ran=ran,
+                       duration_s=MEMBERSHIP_CANARY_DURATION_S, seed=MEMBERSHIP_SEED + attempt)
+        if run["verdict"] == "FAIL":
+            break
+    assert run["verdict"] == "FAIL", f"canary {canary} was not caught by S17 in {CANARY_TRIES} runs"
     fired = [v for v in run["violations"] if v.startswith(CANARY_DETECTORS[canary])]
     assert fired, f"{canary}: expected {CANARY_DETECTORS[canary]}, got {run['violations'][:5]}"
