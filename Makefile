@@ -51,7 +51,7 @@ up: install
 # The whole test suite, including the simulator sweep (time-boxed) and canaries, on
 # PYTEST_WORKERS processes (pytest-xdist: a module's tests on one worker, each live chaos run on
 # its own; tests/conftest.py), the 25 slowest printed at the end.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 test: install-dev clients
 	$(BIN)/ruff check protocol bench dledger broker namesrv client chaos cli tests examples
 	$(BIN)/mypy --strict client protocol
