@@ -28,10 +28,10 @@ viewers who have not signed in as an admin can only look (403 AccessDeniedError)
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -53,6 +53,9 @@ from namesrv.errors import (
     NameSrvError,
 )
 from protocol.auth import Credentials
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["ACTION_BODY_BYTES_MAX", "BodyTooLargeError", "Console", "add_console", "console_of"]
 

@@ -18,14 +18,16 @@ import asyncio
 import contextlib
 import json
 import logging
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from client.cluster.admin_views import group_status
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["ClusterPoller", "ConsoleBusyError", "Subscription"]
 

@@ -19,15 +19,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from namesrv.errors import TermNotCorroboratedError
 from namesrv.model import Registration
 from protocol.cluster_key import status_headers
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["Corroborator"]
 

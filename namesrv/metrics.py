@@ -1,4 +1,5 @@
-"""The NameServer's Prometheus metrics, through ``prometheus-client``: what its ``/metrics`` serves.
+"""The NameServer's Prometheus metrics, in the broker's own text exposition
+(``broker.shell.exposition``): what its ``/metrics`` serves.
 
 Owns the app's registry (one per app: NameServers sharing a test process keep theirs apart), the
 middleware that counts and times every HTTP request by route and status (the route's pattern,
@@ -14,10 +15,17 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
+from broker.shell.exposition import (
+    CONTENT_TYPE_LATEST,
+    Collector,
+    CollectorRegistry,
+    Counter,
+    GaugeMetricFamily,
+    Histogram,
+    Metric,
+    generate_latest,
+)
 from namesrv.registry import Registry
 
 __all__ = ["NameServerMetrics", "metrics_middleware"]
@@ -28,7 +36,7 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 
 class NameServerMetrics:
     def __init__(self, registry: Registry, clock: Callable[[], float]) -> None:
-        r = self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry = CollectorRegistry()
         self.requests = Counter("dledger_namesrv_http_requests", "HTTP requests answered, by "
                                 "route and status code", ("route", "code"), registry=r)
         self.latency = Histogram("dledger_namesrv_http_request_duration_seconds",

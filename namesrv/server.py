@@ -26,11 +26,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -57,6 +56,9 @@ from namesrv.remoting import RemotingNameServer
 from protocol.cluster_key import BadClusterSignatureError, UnsignedRequestError
 from protocol.framed import ConnectionLimits
 from protocol.tls import TlsConfig
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["BODY_BYTES_MAX", "BOOT_ID_HEADER", "NameServer", "make_app"]
 

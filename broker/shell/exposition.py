@@ -1,5 +1,6 @@
 """Prometheus' text exposition format, our own: what a broker node's ``/metrics`` is written with
-(``broker.shell.metrics``), so that the broker process loads no metrics library.
+(``broker.shell.metrics``), and a NameServer's (``namesrv.metrics``), so that neither process
+loads a metrics library.
 
 Owns the kinds of series a node exports and how they print: counters with labels (``Counter``),
 histograms with fixed buckets (``Histogram``), the gauge and counter families a collector builds
@@ -206,6 +207,12 @@ class Counter(_Labelled):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  registry: CollectorRegistry | None = None) -> None:
         super().__init__(name.removesuffix("_total"), documentation, labelnames, registry)
+        if not self.labelnames:  # (there at 0 from the start, as prometheus_client's is)
+            self._child(())
+
+    def inc(self, amount: float = 1.0) -> None:
+        """A counter without labels counts up (one with labels: ``labels(...).inc``)."""
+        self.labels().inc(amount)
 
     def labels(self, *values: object) -> _CounterChild:
         child = self._child(values)

@@ -69,6 +69,8 @@ def families_built_with(kit: Any) -> str:
     sends.labels("a", "n0", "plain").inc(2.5)
     sends.labels("a", "n0", "plain").inc()
     kit.Counter("x_unused", "A counter no path moved yet", ("group",), registry=r)
+    kit.Counter("x_accepted", "A counter without labels (the NameServer's)", registry=r).inc(2)
+    kit.Counter("x_refused", "One without labels never moved: 0 from the start", registry=r)
     latency = kit.Histogram("x_latency_seconds", "Latency", ("group", "node"),
                             buckets=LATENCY_BUCKETS_S, registry=r).labels("a", "n0")
     fsync = kit.Histogram("x_fsync_seconds", "Fsync", ("group", "node"),
@@ -98,7 +100,7 @@ def families_built_with(kit: Any) -> str:
 def test_our_text_is_prometheus_clients_line_for_line() -> None:
     mine, theirs = families_built_with(ours), families_built_with(prometheus_kit())
     assert masked(mine) == masked(theirs)
-    assert series(mine) == series(theirs) and len(series(mine)) == 40
+    assert series(mine) == series(theirs) and len(series(mine)) == 42
     created = [line for line in mine.splitlines() if line.startswith("x_messages_in_created")]
     assert len(created) == 2 and all(abs(float(c.split()[-1]) - time.time()) < 600 for c in created)
     assert ours.CONTENT_TYPE_LATEST.startswith("text/plain; version=0.0.4")
@@ -117,10 +119,10 @@ def test_bad_uses_are_refused() -> None:
         ours.Histogram("h", "doc", ("le",), buckets=(1.0,), registry=r)
 
 
-def old_metrics_module() -> ModuleType:
-    """``broker/shell/metrics.py`` over ``prometheus_client``: how the broker's metrics were
-    written before issue 37 (the module's only change then was where these names came from)."""
-    spec = importlib.util.spec_from_file_location("old_broker_metrics", metrics_module.__file__)
+def over_prometheus_client(path: str, name: str) -> ModuleType:
+    """The module at ``path`` loaded again as ``name``, with ``broker.shell.exposition``'s names
+    bound to ``prometheus_client``'s."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     saved = sys.modules["broker.shell.exposition"]
@@ -130,6 +132,12 @@ def old_metrics_module() -> ModuleType:
     finally:
         sys.modules["broker.shell.exposition"] = saved
     return module
+
+
+def old_metrics_module() -> ModuleType:
+    """``broker/shell/metrics.py`` over ``prometheus_client``: how the broker's metrics were
+    written before issue 37 (the module's only change then was where these names came from)."""
+    return over_prometheus_client(metrics_module.__file__, "old_broker_metrics")
 
 
 class PairedClock:

@@ -17,7 +17,7 @@ from broker.cli import start as broker_start
 from dledger import logfmt
 from dledger.localcluster import LocalCluster
 from dledger.node_cli import setup_logging
-from namesrv.__main__ import cli as namesrv_cli
+from namesrv.cli import cli as namesrv_cli
 
 
 @pytest.fixture

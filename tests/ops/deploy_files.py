@@ -25,7 +25,7 @@ from broker.cli import start as broker_start
 from broker.config import BrokerConfig
 from dledger.node.config import NodeConfig
 from dledger.node_cli import node_config, parse_address
-from namesrv.__main__ import cli as namesrv_cli
+from namesrv.cli import cli as namesrv_cli
 from protocol.namesrv_addrs import parse_namesrv_list
 
 ROOT = Path(__file__).resolve().parents[2]
