@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dledger.node.base import NodeBase
 from dledger.node.config import Address, Committed
 from dledger.raft.progress import ProgressState
-from dledger.raft.types import Membership
+from dledger.raft.types import Membership, Role
 from protocol.errors import MembershipChangeError, ProposalTimeoutError
 
 __all__ = ["RECOVERING_FILE", "MembershipShell", "parse_address"]
@@ -96,6 +96,8 @@ class MembershipShell(NodeBase):
                       timeout_s: float) -> Committed:
         if self._snapshot_provider is None:
             raise MembershipChangeError("membership changes need snapshots (a broker's node)")
+        deadline = time.monotonic() + timeout_s
+        await self._until_term_committed(deadline)
         fut: asyncio.Future[Committed] = asyncio.get_running_loop().create_future()
 
         def op() -> None:
@@ -104,7 +106,22 @@ class MembershipShell(NodeBase):
             self._pending[(term, index)] = fut
             self._leader_term = core.term
         await self._in_loop(op)
-        return await self._await(fut, timeout_s)
+        return await self._await(fut, max(0.001, deadline - time.monotonic()))
+
+    async def _until_term_committed(self, deadline: float) -> None:
+        """A leader takes a change only once an entry of its term is committed (Raft's rule for
+        one-at-a-time changes; the core refuses it before). A leader just elected, or handed
+        leadership by a transfer, commits its term's no-op within a round trip: a change asked
+        for meanwhile waits for that rather than being refused; a node that is not the leader
+        goes on at once (the core says NOT_LEADER)."""
+        while True:
+            core = self._core()
+            if core.role is not Role.LEADER or core.log.commit_index >= core.term_start_index:
+                return
+            if time.monotonic() > deadline:
+                raise ProposalTimeoutError("this leader did not commit an entry of its term in "
+                                           "time for the change")
+            await asyncio.sleep(CATCH_UP_POLL_S)  # polling the core, with a deadline
 
     def _addresses(self, m: Membership, extra: dict[str, str] | None = None
                    ) -> tuple[tuple[str, str], ...]:
