@@ -40,6 +40,15 @@ def parse_address(text: str) -> Address:
     return host, int(port)
 
 
+async def _until(met: Callable[[], bool], deadline: float, why: str) -> None:
+    """Poll the core's view (on the loop, between its turns) until ``met``; past ``deadline``,
+    ProposalTimeoutError(``why``)."""
+    while not met():
+        if time.monotonic() > deadline:
+            raise ProposalTimeoutError(why)
+        await asyncio.sleep(CATCH_UP_POLL_S)
+
+
 class MembershipShell(NodeBase):
     """Membership changes and the peer links (a part of ``dledger.node.runtime.Node``)."""
 
@@ -61,11 +70,8 @@ class MembershipShell(NodeBase):
         """Make learner ``node_id`` a voter, once it has caught up (waiting for that, within
         ``timeout_s``)."""
         deadline = time.monotonic() + timeout_s
-        while not self._caught_up(node_id):
-            if time.monotonic() > deadline:
-                raise ProposalTimeoutError(f"learner {node_id} did not catch up within "
-                                           f"{timeout_s} s")
-            await asyncio.sleep(CATCH_UP_POLL_S)  # polling the leader's view, with a deadline
+        await _until(lambda: self._caught_up(node_id), deadline,
+                     f"learner {node_id} did not catch up within {timeout_s} s")
 
         def change(m: Membership) -> Membership:
             if node_id not in m.learners:
@@ -114,14 +120,11 @@ class MembershipShell(NodeBase):
         leadership by a transfer, commits its term's no-op within a round trip: a change asked
         for meanwhile waits for that rather than being refused; a node that is not the leader
         goes on at once (the core says NOT_LEADER)."""
-        while True:
+        def term_committed() -> bool:
             core = self._core()
-            if core.role is not Role.LEADER or core.log.commit_index >= core.term_start_index:
-                return
-            if time.monotonic() > deadline:
-                raise ProposalTimeoutError("this leader did not commit an entry of its term in "
-                                           "time for the change")
-            await asyncio.sleep(CATCH_UP_POLL_S)  # polling the core, with a deadline
+            return core.role is not Role.LEADER or core.log.commit_index >= core.term_start_index
+        await _until(term_committed, deadline,
+                     "this leader did not commit an entry of its term in time for the change")
 
     def _addresses(self, m: Membership, extra: dict[str, str] | None = None
                    ) -> tuple[tuple[str, str], ...]:

@@ -23,8 +23,9 @@ import pytest
 
 from broker.shell.http_client import HttpClient
 from client import PullConsumer
-from dledger.openssl import asks_for_tls
+from dledger.openssl import TLS_ENV, asks_for_tls
 from protocol.cluster_key import CLUSTER_KEY_ENV, status_headers
+from protocol.tls import ENV_CA
 from tests.clusters import namesrv_group
 
 # (importlib.metadata: 3.5 MiB with the email, zipfile and csv modules it brings; tomllib: only
@@ -64,6 +65,7 @@ def libcrypto_mapped(pid: int | str = "self") -> bool:
     (["start"], {"DLEDGER_TLS_CA": ""}, False),
 ])
 def test_what_asks_for_tls(argv: list[str], env: dict[str, str], tls: bool) -> None:
+    assert TLS_ENV == ENV_CA  # (written twice: dledger.openssl must not import protocol.tls)
     assert asks_for_tls(argv, env) is tls
 
 

@@ -34,7 +34,7 @@ def test_a_new_leader_takes_the_change_once_its_term_entry_commits() -> None:
 
     async def run() -> None:
         waiting = asyncio.create_task(shell._until_term_committed(time.monotonic() + 30))
-        for _ in range(3):  # it polls, and stays waiting while the no-op is not committed
+        for _ in range(3):  # (loop turns, not time: the task runs its first poll and sleeps)
             await asyncio.sleep(0)
         assert not waiting.done()
         core.log.commit_index = 10
