@@ -19,6 +19,8 @@ import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from dledger.openssl import import_without_ssl
+
 T = TypeVar("T")
 
 
@@ -26,10 +28,11 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     if os.environ.get("DLEDGER_LOOP") == "asyncio":
         return None
     try:
-        import uvloop
+        uvloop = import_without_ssl("uvloop")  # (a server without TLS has no ssl: see there)
     except ImportError:
         return None
-    return uvloop.new_event_loop
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 SERVER_GC_THRESHOLDS = (50_000, 20, 100)  # generation 0, 1, 2 (CPython's defaults: 700, 10, 10)

@@ -17,16 +17,31 @@ What asks for TLS (``asks_for_tls``): any ``--tls...`` or ``--peer-mtls`` option
 file (it may name TLS files), an ``https://`` address, or ``DLEDGER_TLS_CA`` in the environment.
 In doubt, OpenSSL loads as usual. Only a process's entry point calls this (``broker.__main__``),
 never a module that tests or clients import.
+
+uvloop imports ``ssl`` when it loads and keeps a few of its names for its TLS paths, so with
+``ssl`` absent it would not load at all and the process would fall back to the standard loop
+(it did, unnoticed, for a while). ``import_without_ssl`` loads such a module against a
+placeholder ``ssl`` (``_AbsentSsl``) whose names can never make a TLS object, then marks ``ssl``
+absent again: uvloop runs, plain sockets only, and OpenSSL stays unloaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
+import types
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["TLS_ENV", "asks_for_tls", "sha256", "unloaded_without_tls"]
+__all__ = [
+    "TLS_ENV",
+    "SslAbsentError",
+    "asks_for_tls",
+    "import_without_ssl",
+    "sha256",
+    "unloaded_without_tls",
+]
 
 TLS_ENV = "DLEDGER_TLS_CA"  # (protocol.tls.ENV_CA: not imported here, it imports ssl)
 _TLS_WORDS = ("--tls", "--peer-mtls", "--config", "https:")
@@ -65,3 +80,41 @@ def sha256(data: bytes = b"") -> Any:
 
         return hashlib.sha256(data)
     return _hashlib.openssl_sha256(data)
+
+
+class SslAbsentError(ImportError):
+    """TLS asked of a process that started without it (``unloaded_without_tls``)."""
+
+
+def _refuse(*_: Any, **__: Any) -> NoReturn:
+    raise SslAbsentError("this process started without TLS: ssl is not loaded")
+
+
+class _AbsentSsl(types.ModuleType):
+    """What a module that reads ``ssl``'s names as it loads finds instead: a class per class
+    name that cannot be made (nor matched by an object of the real ``ssl``), a distinct negative
+    number per constant (no real error code equals one), a function that refuses per function."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name.isupper():
+            value: Any = -(1 << 20) - sum(map(ord, name)) * 97 - len(name)
+        elif name[:1].isupper():
+            value = type(name, (Exception,), {"__init__": _refuse, "__module__": "ssl"})
+        else:
+            value = _refuse
+        setattr(self, name, value)
+        return value
+
+
+def import_without_ssl(name: str) -> types.ModuleType:
+    """Import module ``name``; if ``ssl`` is marked absent, against ``_AbsentSsl`` (then absent
+    again). Whatever the module raises as it loads propagates (ImportError if it is missing)."""
+    if sys.modules.get("ssl", 0) is not None:
+        return importlib.import_module(name)
+    sys.modules["ssl"] = _AbsentSsl("ssl")
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.modules["ssl"] = None  # type: ignore[assignment]

@@ -23,7 +23,7 @@ import pytest
 
 from broker.shell.http_client import HttpClient
 from client import PullConsumer
-from dledger.openssl import TLS_ENV, asks_for_tls
+from dledger.openssl import TLS_ENV, SslAbsentError, _AbsentSsl, asks_for_tls
 from protocol.cluster_key import CLUSTER_KEY_ENV, status_headers
 from protocol.tls import ENV_CA
 from tests.clusters import namesrv_group
@@ -70,14 +70,18 @@ def test_what_asks_for_tls(argv: list[str], env: dict[str, str], tls: bool) -> N
 
 
 # A fresh interpreter imports the broker as its entry point does, given argv; prints whether
-# ssl and libcrypto are there, then whether a snapshot's SHA-256 is OpenSSL's and right.
+# ssl and libcrypto are there (with the event loop made), then whether a snapshot's SHA-256 is
+# OpenSSL's and right.
 _ENTRY = """
 import json, sys
 from dledger.openssl import sha256, unloaded_without_tls
 with unloaded_without_tls(sys.argv[1:], {}) as left_out:
     import broker.cli, broker.server
+from dledger import evloop
+loop = (evloop.loop_factory() or __import__("asyncio").new_event_loop)()
 mapped = lambda: "libcrypto" in open("/proc/self/maps").read()
-out = {"left_out": left_out, "ssl": sys.modules.get("ssl") is not None, "libcrypto": mapped()}
+out = {"left_out": left_out, "ssl": sys.modules.get("ssl") is not None, "libcrypto": mapped(),
+       "loop": type(loop).__module__}
 h = sha256(b"abc")
 out.update(sha=h.hexdigest(), sha_type=type(h).__module__ + "." + type(h).__name__,
            libcrypto_after=mapped())
@@ -97,6 +101,7 @@ def _entry(*argv: str) -> dict[str, object]:
 def test_without_tls_the_broker_loads_no_openssl_until_a_snapshot_digest() -> None:
     out = _entry("start", "--group", "a")
     assert out["left_out"] is True and out["ssl"] is False and out["libcrypto"] is False
+    assert out["loop"] == "uvloop"  # (it imports ssl as it loads: dledger.openssl)
     assert out["sha"] == ABC_SHA256 and out["sha_type"] == "_hashlib.HASH"
     assert out["libcrypto_after"] is True
 
@@ -104,7 +109,29 @@ def test_without_tls_the_broker_loads_no_openssl_until_a_snapshot_digest() -> No
 def test_with_tls_asked_for_openssl_loads_as_usual() -> None:
     out = _entry("start", "--tls-cert", "c.pem")
     assert out["left_out"] is False and out["ssl"] is True and out["libcrypto"] is True
-    assert out["sha"] == ABC_SHA256
+    assert out["loop"] == "uvloop" and out["sha"] == ABC_SHA256
+
+
+def test_the_placeholder_ssl_makes_nothing() -> None:
+    absent = _AbsentSsl("ssl")
+    with pytest.raises(SslAbsentError, match="without TLS"):
+        absent.SSLContext()
+    with pytest.raises(SslAbsentError):
+        absent.create_default_context()
+    codes = [absent.SSL_ERROR_WANT_READ, absent.SSL_ERROR_WANT_WRITE, absent.SSL_ERROR_SYSCALL]
+    assert len(set(codes)) == 3 and all(type(c) is int and c < 0 for c in codes)
+    assert absent.SSLError is absent.SSLError and not issubclass(absent.SSLError, OSError)
+
+
+def test_import_without_ssl_leaves_ssl_absent_after() -> None:
+    code = ("import sys\nsys.modules['ssl'] = None\n"
+            "from dledger.openssl import import_without_ssl\n"
+            "m = import_without_ssl('uvloop')\n"
+            "print(m.__name__, sys.modules['ssl'], 'libcrypto' in open('/proc/self/maps').read())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["uvloop", "None", "False"]
 
 
 def imported(log_text: str) -> list[str]:
@@ -124,6 +151,7 @@ def test_running_nodes_import_neither(tmp_path: Path, monkeypatch: pytest.Monkey
     for log in logs:  # read after the nodes stopped: their unregistration is in
         modules = imported(log.read_text(errors="replace"))
         assert "broker.shell.registrar" in modules and "asyncio" in modules, log
+        assert "uvloop.loop" in modules, log  # (TLS off, ssl absent: still on uvloop)
         assert offenders(modules) == [], log
 
 
