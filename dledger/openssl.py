@@ -13,9 +13,10 @@ TLS imports its modules inside ``unloaded_without_tls``:
   OpenSSL's speed, a snapshot's SHA-256 over the log's files, asks ``sha256()``, which loads
   OpenSSL then: the built-in SHA-256 is about ten times slower and holds the GIL while it runs.
 
-What asks for TLS (``asks_for_tls``): any ``--tls...`` or ``--peer-mtls`` option, a ``--config``
-file (it may name TLS files), an ``https://`` address, or ``DLEDGER_TLS_CA`` in the environment.
-In doubt, OpenSSL loads as usual. Only a process's entry point calls this (``broker.__main__``),
+What asks for TLS (``asks_for_tls``): any ``--tls...`` or ``--peer-mtls`` option, an ``https://``
+address, ``DLEDGER_TLS_CA`` in the environment, or a ``--config`` file that says ``tls`` or
+``https:`` anywhere (a key, a value or a comment: the file is read as text, not parsed) or cannot
+be read. In doubt, OpenSSL loads as usual. Only a process's entry point calls this (``broker.__main__``),
 never a module that tests or clients import.
 
 uvloop imports ``ssl`` when it loads and keeps a few of its names for its TLS paths, so with
@@ -44,14 +45,42 @@ __all__ = [
 ]
 
 TLS_ENV = "DLEDGER_TLS_CA"  # (protocol.tls.ENV_CA: not imported here, it imports ssl)
-_TLS_WORDS = ("--tls", "--peer-mtls", "--config", "https:")
+_TLS_WORDS = ("--tls", "--peer-mtls", "https:")
+_CONFIG_WORDS = ("tls", "https:")  # (``tls_cert``, ``tls-ca``, ``peer_mtls``, ...)
+CONFIG_BYTES_MAX = 1 << 20  # a longer --config file counts as asking for TLS
 
 
 def asks_for_tls(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     """Whether this command line or environment may want TLS (see the module)."""
     if environ.get(TLS_ENV):
         return True
-    return any(word in arg.lower() for arg in argv for word in _TLS_WORDS)
+    if any(word in arg.lower() for arg in argv for word in _TLS_WORDS):
+        return True
+    return any(_config_asks(path) for path in config_paths(argv))
+
+
+def config_paths(argv: Sequence[str]) -> list[str]:
+    """The files named by ``--config FILE`` or ``--config=FILE`` (a trailing ``--config``
+    without a file: the empty path, which cannot be read)."""
+    out = []
+    for k, arg in enumerate(argv):
+        if arg == "--config":
+            out.append(argv[k + 1] if k + 1 < len(argv) else "")
+        elif arg.startswith("--config="):
+            out.append(arg.partition("=")[2])
+    return out
+
+
+def _config_asks(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(CONFIG_BYTES_MAX + 1)
+    except OSError:
+        return True  # (the command line reports the file's error by name)
+    if len(text) > CONFIG_BYTES_MAX:
+        return True
+    lowered = text.decode("utf-8", errors="replace").lower()
+    return any(word in lowered for word in _CONFIG_WORDS)
 
 
 @contextlib.contextmanager

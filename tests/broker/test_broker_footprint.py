@@ -23,7 +23,14 @@ import pytest
 
 from broker.shell.http_client import HttpClient
 from client import PullConsumer
-from dledger.openssl import TLS_ENV, SslAbsentError, _AbsentSsl, asks_for_tls
+from dledger.openssl import (
+    CONFIG_BYTES_MAX,
+    TLS_ENV,
+    SslAbsentError,
+    _AbsentSsl,
+    asks_for_tls,
+    config_paths,
+)
 from protocol.cluster_key import CLUSTER_KEY_ENV, status_headers
 from protocol.tls import ENV_CA
 from tests.clusters import namesrv_group
@@ -59,7 +66,7 @@ def libcrypto_mapped(pid: int | str = "self") -> bool:
     (["start", "--tls-cert", "c.pem"], {}, True),
     (["start", "--TLS-CA=ca.pem"], {}, True),
     (["start", "--peer-mtls"], {}, True),
-    (["start", "--config", "broker.toml"], {}, True),
+    (["start", "--config", "missing.toml"], {}, True),
     (["start", "--namesrv", "HTTPS://ns:9876"], {}, True),
     (["start"], {"DLEDGER_TLS_CA": "ca.pem"}, True),
     (["start"], {"DLEDGER_TLS_CA": ""}, False),
@@ -67,6 +74,28 @@ def libcrypto_mapped(pid: int | str = "self") -> bool:
 def test_what_asks_for_tls(argv: list[str], env: dict[str, str], tls: bool) -> None:
     assert TLS_ENV == ENV_CA  # (written twice: dledger.openssl must not import protocol.tls)
     assert asks_for_tls(argv, env) is tls
+
+
+@pytest.mark.parametrize(("text", "tls"), [
+    ('group = "a"\nid = "n0"\ndata-dir = "/var/lib/dledger"\n', False),
+    ('group = "a"\ntls-cert = "/etc/dledger/n0.pem"\n', True),
+    ('group = "a"\nTLS_CA = "ca.pem"\n', True),
+    ('peer_mtls = true\n', True),
+    ('namesrv = "HTTPS://ns:9876"\n', True),
+    ('# TLS is terminated elsewhere\ngroup = "a"\n', True),  # (in doubt: loaded)
+])
+def test_a_config_file_asks_for_tls_if_it_says_so(tmp_path: Path, text: str, tls: bool) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    for argv in (["start", "--config", str(path)], ["start", f"--config={path}"]):
+        assert asks_for_tls(argv, {}) is tls, argv
+    assert config_paths(["start", "--config"]) == [""] and asks_for_tls(["--config"], {}) is True
+
+
+def test_an_oversized_config_file_counts_as_asking(tmp_path: Path) -> None:
+    path = tmp_path / "big.toml"
+    path.write_bytes(b"# x\n" * (CONFIG_BYTES_MAX // 4 + 1))
+    assert asks_for_tls(["start", "--config", str(path)], {}) is True
 
 
 # A fresh interpreter imports the broker as its entry point does, given argv; prints whether
@@ -104,6 +133,13 @@ def test_without_tls_the_broker_loads_no_openssl_until_a_snapshot_digest() -> No
     assert out["loop"] == "uvloop"  # (it imports ssl as it loads: dledger.openssl)
     assert out["sha"] == ABC_SHA256 and out["sha_type"] == "_hashlib.HASH"
     assert out["libcrypto_after"] is True
+
+
+def test_a_config_file_without_tls_leaves_openssl_out(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text('group = "a"\nid = "n0"\n')
+    out = _entry("start", "--config", str(path))
+    assert out["left_out"] is True and out["libcrypto"] is False and out["loop"] == "uvloop"
 
 
 def test_with_tls_asked_for_openssl_loads_as_usual() -> None:
