@@ -63,6 +63,7 @@ class NodeBase:
         self._poll_until = 0.0  # busy polling runs until then (perf_counter s); 0.0: it does not
         self._acked_entries = False  # as follower, answered an append of entries since polling
         self._acked_at = 0.0  # as follower, when it last answered an append of entries (perf s)
+        self._proposed_bytes = 0  # as leader, the size of the last batch of proposals taken
         self._turn_started_at = 0.0  # when the current turn took its inputs (perf_counter s)
         self._control: deque[tuple[Callable[[], None], asyncio.Future[None]]] = deque()
         self._apply_waiters: list[tuple[int, asyncio.Future[None]]] = []

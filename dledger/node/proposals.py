@@ -101,8 +101,11 @@ class Proposals(NodeBase):
             for _, fut in batch:
                 fut.set_exception(_clone_error(err))
             return
-        for (term, index), (_, fut) in zip(placed, batch):
+        size = 0
+        for (term, index), (data, fut) in zip(placed, batch):
             self._pending[(term, index)] = fut
+            size += len(data)
+        self._proposed_bytes = size
         self._leader_term = core.term
 
     def _check_leadership(self) -> None:

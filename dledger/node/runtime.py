@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from dledger.membership.shell import MembershipShell
-from dledger.node.busy_poll import BUSY_POLL_PENDING_MAX
+from dledger.node.busy_poll import BUSY_POLL_PENDING_MAX, BUSY_POLL_PROPOSED_BYTES_MAX
 from dledger.node.config import (
     MAX_BUSY_POLL_US,
     Address,
@@ -405,6 +405,7 @@ class Node(SnapshotShell, MembershipShell, ReadyPipeline, DiskFullRecovery, Node
 
 __all__ = [
     "BUSY_POLL_PENDING_MAX",
+    "BUSY_POLL_PROPOSED_BYTES_MAX",
     "MAX_BUSY_POLL_US",
     "Address",
     "AppliedEntry",

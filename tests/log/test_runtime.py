@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from dledger.localcluster import free_ports
-from dledger.node.runtime import BUSY_POLL_PENDING_MAX, MAX_BUSY_POLL_US, Node, NodeConfig
+from dledger.node.runtime import (
+    BUSY_POLL_PENDING_MAX,
+    BUSY_POLL_PROPOSED_BYTES_MAX,
+    MAX_BUSY_POLL_US,
+    Node,
+    NodeConfig,
+)
 from protocol.errors import NodeStoppedError, NotLeaderError, ProposalTimeoutError, StorageError
 
 
@@ -276,6 +282,27 @@ def test_a_leader_polls_only_for_a_few_pending_proposals_whatever_it_acknowledge
                     assert leader._expects_message() is expected, n
             finally:
                 leader._pending = real
+
+    asyncio.run(run())
+
+
+def test_a_leader_polls_only_after_proposing_a_small_batch(tmp_path: Path) -> None:
+    async def run() -> None:
+        async with running(configs(tmp_path, busy_poll_us=300)) as nodes:
+            leader = leader_of(nodes)
+            await leader.propose(b"x" * 100, 10)
+            assert leader._proposed_bytes == 100
+            real, leader._pending = leader._pending, {(0, -1): asyncio.get_running_loop().create_future()}
+            try:
+                for size, expected in ((100, True), (BUSY_POLL_PROPOSED_BYTES_MAX, True),
+                                       (BUSY_POLL_PROPOSED_BYTES_MAX + 1, False)):
+                    leader._proposed_bytes = size
+                    assert leader._expects_message() is expected, size
+            finally:
+                leader._pending = real
+            # a batch of proposals taken in one turn counts as a whole
+            await asyncio.gather(*(leader.propose(b"y" * 3000, 10) for _ in range(2)))
+            assert leader._proposed_bytes == 6000
 
     asyncio.run(run())
 
