@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.hops.timeline import (
     CLIENT,
     ROUND_STEPS,
@@ -86,3 +88,31 @@ def test_the_tool_follows_the_rounds_of_callers_over_topics() -> None:
     head, *lines = done.stdout.strip().splitlines()
     assert int(head.split("; ")[-1].split()[0]) >= 5, head
     assert len(lines) == len(ROUND_STEPS) + 1
+
+
+def test_rounds_reads_the_send_counters_of_a_metrics_page() -> None:
+    from bench.hops.rounds import counts
+    page = "\n".join([
+        "# HELP dledger_messages_in_total Messages stored",
+        'dledger_messages_in_total{group="g",node="n0",topic="a"} 120.0',
+        'dledger_messages_in_total{group="g",node="n0",topic="b"} 8.0',
+        'dledger_commit_latency_seconds_count{group="g",node="n0"} 2.0',
+        'dledger_commit_latency_seconds_sum{group="g",node="n0"} 0.5',
+        'dledger_send_latency_seconds_count{group="g",node="n0"} 3.0',
+        'dledger_messages_out_total{group="g",node="n0",topic="a"} 99.0',
+    ])
+    got = counts(page)
+    assert (got.entries, got.requests, got.messages) == (2.0, 3.0, 128.0)
+
+
+@pytest.mark.slow
+def test_rounds_runs_on_a_small_group() -> None:
+    out = subprocess.run([sys.executable, "-m", "bench.hops.rounds", "--seconds", "0.5",
+                          "--topics", "2", "--callers", "4"], capture_output=True, text=True,
+                         timeout=240, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "from 4 callers over 2 topics" in lines[0] and "msg/s" in lines[0], out.stdout
+    per_entry = float(lines[1].split(": ")[1].split(" messages an entry")[0])
+    assert 1.0 <= per_entry <= 4.0, out.stdout  # (4 callers: at most 4 messages in a round)
+    assert "CPU us a message: leader n" in lines[2] and "client" in lines[2], out.stdout
