@@ -128,7 +128,7 @@ class _AbsentSsl(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         if name.isupper():
-            value: Any = -(1 << 20) - sum(map(ord, name)) * 97 - len(name)
+            value: Any = -(1 << 20) - len(self.__dict__)  # (each name set below: a new one)
         elif name[:1].isupper():
             value = type(name, (Exception,), {"__init__": _refuse, "__module__": "ssl"})
         else:
