@@ -1,0 +1,328 @@
+"""``python -m bench.floor [--payloads 128,1024] [--messages N] [--flush sync|async] [--no-nats]``:
+the floor under issue 37's rows. A replicated send reduced to what no Python broker with our
+guarantees can leave out, run as three server processes on uvloop beside NATS JetStream R3 in the
+same run, with the same client-side harness (``bench.harness.closed``) and the same three
+workloads as ``dledger bench``: one producer one send at a time, 64 producers over 64 topics, and
+the fastest path (16 pipelined batches of 64). What it says: how far below NATS a Python broker
+could get if it did nothing else, so a row the floor itself misses is out of reach for any
+broker written this way.
+
+What the floor does for a send, and nothing more:
+- the client encodes its messages as a CBOR list of ``[topic, body]`` in one length-prefixed
+  frame, gathering the sends made in one loop turn into one frame (as our producer does), and
+  sends it on one connection to the leader;
+- the leader sends the frame, prefixed with its log index, to both followers, writes it to one
+  log file and fdatasyncs it (``--flush sync``), then answers once one follower has written and
+  fdatasynced it too: a majority of three. Answers leave in log order;
+- every replica applies each entry: decodes the list and gives each message the next offset of
+  its topic's queue; the answer is the CBOR list of the offsets.
+
+Left out, and in the broker: terms, elections and their state, checksums, the log's index file
+and its recovery, queues, keys and their indexes, dedup, properties, validation of every field,
+access control, metrics, retention, checkpoints, routes. A tool, not a test."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, cast
+
+import cbor2
+import click
+
+from bench.harness import Row, Servers, closed
+
+FLOOR = "floor (Python)"
+FRAME = struct.Struct(">I")  # a frame's body length, before the body
+INDEX = struct.Struct(">Q")  # an entry's log index, before the client's frame
+FRAME_BYTES_MAX = 16 << 20
+BATCH, BATCHES_IN_FLIGHT, TOPICS = 64, 16, 64  # as bench.broker's rows
+RUN_S_MAX = 600.0  # one payload's rows, or the run gives up
+
+
+class Framed(asyncio.Protocol):
+    """Length-prefixed frames over one connection; ``on_frame(self, body)`` for each."""
+
+    def __init__(self, on_frame: Callable[[Framed, bytes], None]) -> None:
+        self.on_frame = on_frame
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)  # (uvloop's are not)
+        transport.get_extra_info("socket").setsockopt(6, 1, 1)  # TCP_NODELAY, as the broker's
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        while len(buf) >= FRAME.size:
+            (n,) = FRAME.unpack_from(buf)
+            if n > FRAME_BYTES_MAX:
+                raise ValueError(f"frame of {n} bytes (at most {FRAME_BYTES_MAX})")
+            if len(buf) < FRAME.size + n:
+                return
+            body = bytes(buf[FRAME.size:FRAME.size + n])
+            del buf[:FRAME.size + n]
+            self.on_frame(self, body)
+
+    def send(self, body: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(FRAME.pack(len(body)) + body)
+
+
+class Replica:
+    """One server's log file and its queues' next offsets."""
+
+    def __init__(self, path: str, sync: bool) -> None:
+        self.fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        self.sync = sync
+        self.end_bytes = 0
+        self.next_offsets: dict[str, int] = {}
+
+    def append(self, entry: bytes) -> None:
+        os.pwrite(self.fd, entry, self.end_bytes)
+        self.end_bytes += len(entry)
+        if self.sync:
+            os.fdatasync(self.fd)
+
+    def apply(self, frame: bytes) -> list[int]:
+        offsets, answers = self.next_offsets, []
+        for topic, _body in cbor2.loads(frame):
+            offset = offsets.get(topic, 0)
+            offsets[topic] = offset + 1
+            answers.append(offset)
+        return answers
+
+
+class Leader:
+    """The leader's side: replicate, sync, count the first follower's ack, apply, answer."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.followers: list[Framed] = []
+        self.last_index = self.applied = self.acked = 0
+        self.pending: dict[int, tuple[Framed, bytes]] = {}
+
+    def on_request(self, client: Framed, frame: bytes) -> None:
+        self.last_index += 1
+        entry = INDEX.pack(self.last_index) + frame
+        for f in self.followers:  # before the leader's own fsync, as the broker does
+            f.send(entry)
+        self.replica.append(entry)
+        self.pending[self.last_index] = (client, frame)
+        self._commit()
+
+    def on_ack(self, _follower: Framed, body: bytes) -> None:
+        self.acked = max(self.acked, INDEX.unpack(body)[0])
+        self._commit()
+
+    def _commit(self) -> None:
+        while self.applied < min(self.acked, self.last_index):
+            self.applied += 1
+            client, frame = self.pending.pop(self.applied)
+            client.send(cbor2.dumps(self.replica.apply(frame)))
+
+
+def _on_entry(replica: Replica) -> Callable[[Framed, bytes], None]:
+    def on_entry(leader: Framed, entry: bytes) -> None:
+        replica.append(entry)
+        leader.send(entry[:INDEX.size])  # the ack: written and synced
+        replica.apply(entry[INDEX.size:])
+    return on_entry
+
+
+async def _serve(role: str, data_dir: str, sync: bool, followers: list[int]) -> None:
+    loop = asyncio.get_running_loop()
+    replica = Replica(os.path.join(data_dir, "log"), sync)
+    if role == "follower":
+        server = await loop.create_server(lambda: Framed(_on_entry(replica)), "127.0.0.1", 0)
+    else:
+        leader = Leader(replica)
+        for port in followers:
+            _, proto = await loop.create_connection(lambda: Framed(leader.on_ack), "127.0.0.1", port)
+            leader.followers.append(proto)
+        server = await loop.create_server(lambda: Framed(leader.on_request), "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await loop.run_in_executor(None, sys.stdin.read)  # until the bench closes our stdin
+
+
+class FloorClient:
+    """One connection to the leader; the sends made in one loop turn leave in one frame."""
+
+    def __init__(self, proto: Framed) -> None:
+        self.proto = proto
+        self._waiting: list[list[asyncio.Future[int]]] = []  # per frame in flight, in order
+        self._gathered: list[tuple[str, bytes]] = []
+        self._futures: list[asyncio.Future[int]] = []
+
+    @classmethod
+    async def connect(cls, port: int) -> FloorClient:
+        holder: list[FloorClient] = []
+        _, proto = await asyncio.get_running_loop().create_connection(
+            lambda: Framed(lambda _p, body: holder[0]._answered(body)), "127.0.0.1", port)
+        holder.append(cls(proto))
+        return holder[0]
+
+    def _answered(self, body: bytes) -> None:
+        for fut, offset in zip(self._waiting.pop(0), cbor2.loads(body)):
+            if not fut.done():
+                fut.set_result(offset)
+
+    def send(self, topic: str, body: bytes) -> asyncio.Future[int]:
+        if not self._gathered:
+            asyncio.get_running_loop().call_soon(self._flush)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._gathered.append((topic, body))
+        self._futures.append(fut)
+        return fut
+
+    def _flush(self) -> None:
+        self._waiting.append(self._futures)
+        self.proto.send(cbor2.dumps(self._gathered))
+        self._gathered, self._futures = [], []
+
+    async def send_batch(self, messages: list[tuple[str, bytes]]) -> list[int]:
+        futures = [self.send(topic, body) for topic, body in messages]
+        return list(await asyncio.gather(*futures))
+
+
+async def _floor_rows(port: int, servers: Servers, size: int, n: int, mode: str) -> list[Row]:
+    client = await FloorClient.connect(port)
+    body, rows = os.urandom(size), []
+    cpu0 = servers.cpu_s()
+    count = max(200, n // 10)
+    tput, p50, p99 = await closed(lambda: client.send("x", body), count, 1)
+    rows.append(servers.measured(Row(FLOOR, mode, "sync", size, tput, p50, p99), cpu0,
+                                 count + min(200, count // 5)))
+    batch = [("x", body)] * BATCH
+    cpu0, t0, sent = servers.cpu_s(), time.perf_counter(), 0
+
+    async def pipeline() -> None:
+        nonlocal sent
+        while sent < n:
+            sent += BATCH
+            await client.send_batch(batch)
+
+    await asyncio.gather(*(pipeline() for _ in range(BATCHES_IN_FLIGHT)))
+    rows.append(servers.measured(Row(FLOOR, mode, "batch", size, sent / (time.perf_counter() - t0)),
+                                 cpu0, sent))
+    calls = [lambda i=i: client.send(f"t{i}", body) for i in range(TOPICS)]
+    cpu0 = servers.cpu_s()
+    tput, p50, p99 = await closed(calls[0], n, TOPICS, per_caller=calls)
+    rows.append(servers.measured(Row(FLOOR, mode, f"{TOPICS} topics", size, tput, p50, p99),
+                                 cpu0, n + min(200, n // 5)))
+    assert client.proto.transport is not None
+    client.proto.transport.close()
+    return rows
+
+
+def run_floor(size: int, n: int, mode: str) -> list[Row]:
+    """The floor's rows: a fresh group of three server processes, stopped by their PIDs."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> int:
+        p = subprocess.Popen([sys.executable, "-m", "bench.floor", "serve", "--flush", mode,
+                              *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        assert p.stdout is not None
+        line = p.stdout.readline()  # the port; empty if the server died first
+        if not line.strip().isdigit():
+            raise RuntimeError(f"a floor server did not start (exit code {p.wait(timeout=10)})")
+        return int(line)
+
+    with tempfile.TemporaryDirectory(prefix="dledger-floor-") as d:
+        try:
+            followers = [start("--dir", os.path.join(d, f"f{i}")) for i in (1, 2)]
+            port = start("--dir", os.path.join(d, "leader"),
+                         "--followers", ",".join(map(str, followers)))
+            rows = _floor_rows(port, Servers([p.pid for p in procs]), size, n, mode)
+            return asyncio.run(asyncio.wait_for(rows, RUN_S_MAX))
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait(timeout=10)
+
+
+def ratios(rows: list[Row]) -> list[str]:
+    """The floor's rows against NATS's of the same payload, as issue 37's bar reads them."""
+    nats = {(r.workload, r.payload_bytes): r for r in rows if r.system.startswith("NATS")}
+    lines = []
+    for r in rows:
+        peer = nats.get((r.workload, r.payload_bytes))
+        if r.system != FLOOR or peer is None:
+            continue
+        cpu = (f", servers' CPU {r.cpu_s_per_10k / peer.cpu_s_per_10k:.2f}x"
+               if r.cpu_s_per_10k and peer.cpu_s_per_10k else "")
+        if r.workload == "sync" and r.p50_ms and peer.p50_ms:
+            lines.append(f"{r.payload_bytes} B one producer {r.mode}: p50 {r.p50_ms / peer.p50_ms:.2f}x"
+                         f" NATS (bar <= 1.2x){cpu} (bar <= 1x)")
+        else:
+            topics = r.workload.endswith("topics")
+            lines.append(f"{r.payload_bytes} B {r.workload} {r.mode}: msg/s "
+                         f"{r.msgs_per_s / peer.msgs_per_s:.2f}x NATS (bar >= "
+                         f"{'1.5x' if topics else '3x'}){cpu}{' (bar <= 1x)' if topics and cpu else ''}")
+    return lines
+
+
+def _table(rows: list[Row]) -> str:
+    out = ["| system | flush | workload | payload | msg/s | p50 ms | CPU s / 10k |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        p50 = f"{r.p50_ms:.3f}" if r.p50_ms is not None else "-"
+        out.append(f"| {r.system} | {r.mode} | {r.workload} | {r.payload_bytes} | "
+                   f"{r.msgs_per_s:,.0f} | {p50} | {r.cpu_s_per_10k} |")
+    return "\n".join(out)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--payloads", default="128,1024", show_default=True)
+@click.option("--messages", "n", type=click.IntRange(640, 10_000_000), default=20_000,
+              show_default=True, help="messages in each throughput row (a tenth one at a time)")
+@click.option("--flush", "mode", type=click.Choice(["sync", "async"]), default="sync",
+              show_default=True)
+@click.option("--nats/--no-nats", default=True, show_default=True,
+              help="NATS JetStream R3 in the same run (needs nats-server and nats-py)")
+@click.pass_context
+def main(ctx: click.Context, payloads: str, n: int, mode: str, nats: bool) -> None:
+    """The floor under issue 37's rows, beside NATS in the same run."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from bench.broker import nats_available, run_nats
+    sizes = [int(s) for s in payloads.split(",")]
+    if nats and (why := nats_available()) is not None:
+        raise click.UsageError(why)
+    rows: list[Row] = []
+    for size in sizes:
+        rows += run_floor(size, n, mode)
+        if nats:  # (its consume row is not one of the floor's)
+            rows += [replace(r, note="") for r in run_nats(size, n, topics=TOPICS)
+                     if r.workload != "consume"]
+    click.echo(_table(rows))
+    for line in ratios(rows):
+        click.echo(line)
+
+
+@main.command("serve", hidden=True)
+@click.option("--flush", "mode", type=click.Choice(["sync", "async"]), default="sync")
+@click.option("--dir", "data_dir", required=True)
+@click.option("--followers", default="", help="the followers' ports: this one leads")
+def serve(mode: str, data_dir: str, followers: str) -> None:
+    from dledger.evloop import run
+    os.makedirs(data_dir, exist_ok=True)
+    ports = [int(p) for p in followers.split(",") if p]
+    run(_serve("leader" if ports else "follower", data_dir, mode == "sync", ports), server=True)
+
+
+def _main(argv: list[str] | None = None) -> Any:
+    return main.main(args=argv, prog_name="python -m bench.floor")
+
+
+if __name__ == "__main__":
+    _main()
