@@ -1,5 +1,5 @@
-"""``python -m bench.floor [--payloads 128,1024] [--messages N] [--flush sync|async] [--no-nats]``:
-the floor under issue 37's rows. A replicated send reduced to what no Python broker with our
+"""``python -m bench.floor [--payloads 128,1024] [--messages N] [--flush sync|async] [--no-nats]
+[--ours]``: the floor under issue 37's rows. A replicated send reduced to what no Python broker with our
 guarantees can leave out, run as three server processes on uvloop beside NATS JetStream R3 in the
 same run, with the same client-side harness (``bench.harness.closed``) and the same three
 workloads as ``dledger bench``: one producer one send at a time, 64 producers over 64 topics, and
@@ -40,10 +40,13 @@ import click
 from bench.harness import Row, Servers, closed
 
 FLOOR = "floor (Python)"
+NATS = "NATS JetStream R3"  # (bench.broker's rows' names)
+OURS = "dledger"
 FRAME = struct.Struct(">I")  # a frame's body length, before the body
 INDEX = struct.Struct(">Q")  # an entry's log index, before the client's frame
 FRAME_BYTES_MAX = 16 << 20
 BATCH, BATCHES_IN_FLIGHT, TOPICS = 64, 16, 64  # as bench.broker's rows
+WORKLOADS = ("sync", "batch", f"{TOPICS} topics")  # the floor's rows, by bench.broker's names
 RUN_S_MAX = 600.0  # one payload's rows, or the run gives up
 
 
@@ -251,24 +254,35 @@ def run_floor(size: int, n: int, mode: str) -> list[Row]:
 
 
 def ratios(rows: list[Row]) -> list[str]:
-    """The floor's rows against NATS's of the same payload, as issue 37's bar reads them."""
-    nats = {(r.workload, r.payload_bytes): r for r in rows if r.system.startswith("NATS")}
+    """The floor's rows and ours (when measured) against NATS's of the same workload and payload,
+    with issue 37's bar beside each; and ours against the floor's: how far the broker's own work
+    puts it above the floor."""
+    by = {(r.system, r.workload, r.payload_bytes): r for r in rows}
     lines = []
     for r in rows:
-        peer = nats.get((r.workload, r.payload_bytes))
-        if r.system != FLOOR or peer is None:
+        if r.system not in (FLOOR, OURS):
             continue
-        cpu = (f", servers' CPU {r.cpu_s_per_10k / peer.cpu_s_per_10k:.2f}x"
-               if r.cpu_s_per_10k and peer.cpu_s_per_10k else "")
-        if r.workload == "sync" and r.p50_ms and peer.p50_ms:
-            lines.append(f"{r.payload_bytes} B one producer {r.mode}: p50 {r.p50_ms / peer.p50_ms:.2f}x"
-                         f" NATS (bar <= 1.2x){cpu} (bar <= 1x)")
-        else:
-            topics = r.workload.endswith("topics")
-            lines.append(f"{r.payload_bytes} B {r.workload} {r.mode}: msg/s "
-                         f"{r.msgs_per_s / peer.msgs_per_s:.2f}x NATS (bar >= "
-                         f"{'1.5x' if topics else '3x'}){cpu}{' (bar <= 1x)' if topics and cpu else ''}")
+        for peer_system in (NATS, FLOOR):
+            peer = by.get((peer_system, r.workload, r.payload_bytes))
+            if peer is not None and peer is not r:
+                lines.append(_ratio(r, peer))
     return lines
+
+
+def _ratio(r: Row, peer: Row) -> str:
+    bar = peer.system == NATS  # (the bar is against NATS)
+    topics = r.workload.endswith("topics")
+    head = (f"{r.payload_bytes} B {'one producer' if r.workload == 'sync' else r.workload} "
+            f"{r.mode}, {r.system} against {peer.system}:")
+    if r.workload == "sync" and r.p50_ms and peer.p50_ms:
+        head += f" p50 {r.p50_ms / peer.p50_ms:.2f}x" + (" (bar <= 1.2x)" if bar else "")
+    else:
+        head += (f" msg/s {r.msgs_per_s / peer.msgs_per_s:.2f}x"
+                 + (f" (bar >= {'1.5x' if topics else '3x'})" if bar else ""))
+    if r.cpu_s_per_10k and peer.cpu_s_per_10k:
+        head += (f", servers' CPU {r.cpu_s_per_10k / peer.cpu_s_per_10k:.2f}x"
+                 + (" (bar <= 1x)" if bar and (topics or r.workload == "sync") else ""))
+    return head
 
 
 def _table(rows: list[Row]) -> str:
@@ -289,21 +303,25 @@ def _table(rows: list[Row]) -> str:
               show_default=True)
 @click.option("--nats/--no-nats", default=True, show_default=True,
               help="NATS JetStream R3 in the same run (needs nats-server and nats-py)")
+@click.option("--ours/--no-ours", default=False, show_default=True,
+              help="our broker's same rows in the same run (a 3-node group, `dledger bench`'s)")
 @click.pass_context
-def main(ctx: click.Context, payloads: str, n: int, mode: str, nats: bool) -> None:
+def main(ctx: click.Context, payloads: str, n: int, mode: str, nats: bool, ours: bool) -> None:
     """The floor under issue 37's rows, beside NATS in the same run."""
     if ctx.invoked_subcommand is not None:
         return
-    from bench.broker import nats_available, run_nats
+    from bench.broker import nats_available, run_nats, run_ours
     sizes = [int(s) for s in payloads.split(",")]
     if nats and (why := nats_available()) is not None:
         raise click.UsageError(why)
     rows: list[Row] = []
     for size in sizes:
         rows += run_floor(size, n, mode)
+        if ours:
+            rows += [r for r in run_ours(mode, size, n, topics=TOPICS) if r.workload in WORKLOADS]
         if nats:  # (its consume row is not one of the floor's)
             rows += [replace(r, note="") for r in run_nats(size, n, topics=TOPICS)
-                     if r.workload != "consume"]
+                     if r.workload in WORKLOADS]
     click.echo(_table(rows))
     for line in ratios(rows):
         click.echo(line)

@@ -12,7 +12,7 @@ from pathlib import Path
 import cbor2
 import pytest
 
-from bench.floor import FLOOR, FRAME, Framed, Replica, ratios
+from bench.floor import FLOOR, FRAME, NATS, OURS, Framed, Replica, ratios
 from bench.harness import Row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,16 +42,22 @@ def test_frames_split_anywhere_arrive_whole_and_an_oversized_one_is_refused() ->
     asyncio.run(feed())
 
 
-def test_the_floor_is_read_against_the_nats_row_of_its_workload_and_payload() -> None:
+def test_the_floor_and_ours_are_read_against_nats_and_ours_against_the_floor() -> None:
     rows = [Row(FLOOR, "sync", "sync", 128, 2000.0, 0.5, 1.0, cpu_s_per_10k=3.0),
             Row(FLOOR, "sync", "batch", 128, 90000.0, cpu_s_per_10k=0.2),
             Row(FLOOR, "sync", "64 topics", 1024, 30000.0, 1.0, 2.0),
-            Row("NATS JetStream R3", "-", "sync", 128, 2500.0, 0.4, 0.9, cpu_s_per_10k=6.0),
-            Row("NATS JetStream R3", "-", "batch", 128, 30000.0, cpu_s_per_10k=0.1),
-            Row("NATS JetStream R3", "-", "64 topics", 128, 10000.0, 1.0, 2.0)]
+            Row(NATS, "-", "sync", 128, 2500.0, 0.4, 0.9, cpu_s_per_10k=6.0),
+            Row(NATS, "-", "batch", 128, 30000.0, cpu_s_per_10k=0.1),
+            Row(NATS, "-", "64 topics", 128, 10000.0, 1.0, 2.0),
+            Row(OURS, "sync", "sync", 128, 1000.0, 1.0, 2.0, cpu_s_per_10k=9.0)]
     assert ratios(rows) == [
-        "128 B one producer sync: p50 1.25x NATS (bar <= 1.2x), servers' CPU 0.50x (bar <= 1x)",
-        "128 B batch sync: msg/s 3.00x NATS (bar >= 3x), servers' CPU 2.00x",
+        "128 B one producer sync, floor (Python) against NATS JetStream R3: p50 1.25x "
+        "(bar <= 1.2x), servers' CPU 0.50x (bar <= 1x)",
+        "128 B batch sync, floor (Python) against NATS JetStream R3: msg/s 3.00x (bar >= 3x), "
+        "servers' CPU 2.00x",
+        "128 B one producer sync, dledger against NATS JetStream R3: p50 2.50x (bar <= 1.2x), "
+        "servers' CPU 1.50x (bar <= 1x)",
+        "128 B one producer sync, dledger against floor (Python): p50 2.00x, servers' CPU 3.00x",
     ]  # (the 1 KiB row has no NATS row of its payload)
 
 
