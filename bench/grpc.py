@@ -23,6 +23,7 @@ from typing import Any
 from bench.grpc_noop import NoopServer
 from bench.harness import Row, Servers, broker_group, closed, pct
 from bench.nodeflags import NodeFlags
+from chaos.live.grpc_clients import started as started_in_this_thread
 from client import Message, Producer
 from dledger.client import LogClient
 from protocol.broker_kinds import BROKER_STATUS, TRANSFER_LEADERSHIP
@@ -92,8 +93,9 @@ def rocketmq_rows(endpoints: str, servers: Servers, topic: str, body: bytes, n: 
     from rocketmq import Message as RmqMessage
     from rocketmq import Producer as Rmq
 
-    producer = Rmq(ClientConfiguration(endpoints, Credentials()), [topic])
-    producer.startup()
+    # (started with the library's own loop current in this thread: after an asyncio.run here,
+    # a route answered before its callback was added fails otherwise: ``started``)
+    producer = started_in_this_thread(Rmq(ClientConfiguration(endpoints, Credentials()), [topic]))
 
     def message() -> Any:
         m = RmqMessage()
