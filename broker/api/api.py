@@ -85,9 +85,10 @@ class BrokerApi:
         if kind == SEND_RUNS:
             return await self.broker.sends.send_runs(args)
         if kind == SEND:
-            if len(args) != 3:
-                raise BadEntryError("SEND takes a topic, a queue id and messages")
-            return await self.broker.sends.send(args[0], args[1], args[2])
+            if len(args) not in (3, 4):
+                raise BadEntryError("SEND takes a topic, a queue id, messages and optionally "
+                                    "the queue count of a topic it creates")
+            return await self.broker.sends.send(args[0], args[1], args[2], args[3:])
         return await dispatch(TABLE, self.broker, Request(kind, 0, args), connection)
 
     async def send_runs(self, runs: list[list[Any]],

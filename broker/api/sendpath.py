@@ -122,10 +122,14 @@ class SendPath:
         self.groups.add(runs, reply, created)
         return _merge(answers, await fut)
 
-    async def send(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
-        """SEND through the group commit, awaited."""
+    async def send(self, topic: str, queue_id: int, raw: list[Any],
+                   asked: Sequence[Any] = ()) -> list[Any]:
+        """SEND through the group commit, awaited (``asked``: empty, or the queue count of a
+        topic it creates)."""
         self.host.require_leader()
-        return await self._await_run(self._run(topic, queue_id, raw, True, [], {}))
+        created: dict[str, int] = {}
+        run = self._run(topic, queue_id, raw, True, list(asked), created)
+        return await self._await_run(run, created)
 
     async def submit(self, topic: str, queue_id: int, raw: list[Any]) -> list[Any]:
         """Messages the broker stores on its own account (retries, dead letters) to a system
@@ -141,7 +145,7 @@ class SendPath:
             raise BadDelayError(str(err)) from err
         return await self._await_run((topic, queue_id, messages, size))
 
-    async def _await_run(self, run: Run) -> list[Any]:
+    async def _await_run(self, run: Run, created: dict[str, int] | None = None) -> list[Any]:
         fut: asyncio.Future[list[list[Any]]] = asyncio.get_running_loop().create_future()
         started_s = time.perf_counter()
         tallies = tally([run])
@@ -155,7 +159,7 @@ class SendPath:
             else:
                 fut.set_exception(err or BrokerError("send failed"))
 
-        self.groups.add([run], reply)
+        self.groups.add([run], reply, created)
         return _sole_answer((await fut)[0])
 
     def _runs(self, args: list[Any]) -> tuple[list[Run], list[Any], dict[str, int]]:

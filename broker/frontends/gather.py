@@ -57,12 +57,17 @@ class SendGather:
         self._tasks: set[asyncio.Task[None]] = set()
         self.requests = 0  # SEND_RUNS requests made (messages / requests: how well they gather)
 
-    def send(self, topic: str, queue_id: int, row: list[Any]) -> asyncio.Future[list[Any]]:
+    def send(self, topic: str, queue_id: int, row: list[Any],
+             queues_asked: int | None = None) -> asyncio.Future[list[Any]]:
         """The message's run answer, once its request is answered (``[SEND_OK, ...]`` or the
-        run's ``[code, detail]``); the request's error if it failed as a whole."""
+        run's ``[code, detail]``); the request's error if it failed as a whole.
+        ``queues_asked``: the queue count the topic gets if this send creates it (the run's
+        fourth field: ``broker.api.sendpath``)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Any]] = loop.create_future()
-        self._pending.append(([topic, queue_id, [row]], len(row[0]), fut))
+        run = [topic, queue_id, [row]] if queues_asked is None else \
+            [topic, queue_id, [row], queues_asked]
+        self._pending.append((run, len(row[0]), fut))
         self._peak = max(self._peak, len(self._pending) + self._in_flight)
         if self._linger is not None and len(self._pending) >= self._target:
             self._linger.cancel()  # as many as were under way at once are back: no more wait

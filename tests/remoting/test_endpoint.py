@@ -27,6 +27,7 @@ from protocol.remoting.record import (
     join_properties,
     parse_offset_msg_id_4x,
 )
+from tests.client.test_producer_options import created_queues
 from tests.clusters import namesrv_group
 from tests.nodes.test_processes import wait_until
 from tests.remoting.raw import RawRemoting
@@ -147,6 +148,40 @@ def test_sends_pulls_offsets_and_lookups_on_a_broker_node(ns: str) -> None:
             assert bad.code == codes.INVALID_PARAMETER and "topic" in bad.remark
             bad_queue = await c.call(codes.SEND_MESSAGE_V2, {**_send_ext("t"), "e": "x"}, b"x")
             assert bad_queue.code == codes.INVALID_PARAMETER and "queueId" in bad_queue.remark
+    asyncio.run(run())
+
+
+def test_a_send_that_creates_its_topic_gives_it_the_producers_queue_count(ns: str) -> None:
+    """A 4.x producer's defaultTopicQueueNums (the V2 header's ``d``): the queue count of the
+    topic its send creates, capped at the broker's default (4); without it, the default; out of
+    1..1024, refused by name and nothing created."""
+    async def run() -> None:
+        leader = (await _addrs(ns))["0"]
+        async with RawRemoting(leader) as c:
+            for topic, asked in (("raw-two-queues", "2"), ("raw-capped-queues", "1024")):
+                sent = await c.call(codes.SEND_MESSAGE_V2, {**_send_ext(topic), "d": asked}, b"x")
+                assert sent.code == codes.SUCCESS, sent.remark
+            batch = encode_batch([BatchMessage(0, b"b", join_properties("", [], "u-3q", []))])
+            sent = await c.call(codes.SEND_BATCH_MESSAGE, {**_send_ext("raw-three-queues"),
+                                                           "d": "3"}, batch)
+            assert sent.code == codes.SUCCESS, sent.remark
+            plain = {k: v for k, v in _send_ext("raw-default-queues").items() if k != "d"}
+            sent = await c.call(codes.SEND_MESSAGE_V2, plain, b"x")
+            assert sent.code == codes.SUCCESS, sent.remark
+            for bad in ("0", "-1", "1025", "four"):
+                refused = await c.call(codes.SEND_MESSAGE_V2,
+                                       {**_send_ext("raw-no-queues"), "d": bad}, b"x")
+                assert refused.code == codes.INVALID_PARAMETER, refused.remark
+                assert "defaultTopicQueueNums" in refused.remark
+        routes = Routes(ns)
+        await routes.start()
+        try:
+            for topic, count in (("raw-two-queues", 2), ("raw-capped-queues", 4),
+                                 ("raw-three-queues", 3), ("raw-default-queues", 4)):
+                assert await created_queues(routes, topic) == count, topic
+            assert not (await routes.route("raw-no-queues", refresh=True)).exists
+        finally:
+            await routes.close()
     asyncio.run(run())
 
 

@@ -27,8 +27,8 @@ class RemotingHost(Protocol):
 
     def consumers_changed(self, group: str) -> None: ...
 
-    def gathered_send(self, topic: str, queue_id: int,
-                      row: list[Any]) -> asyncio.Future[list[Any]]: ...
+    def gathered_send(self, topic: str, queue_id: int, row: list[Any],
+                      queues_asked: int | None = None) -> asyncio.Future[list[Any]]: ...
 
 
 class ClientConnection(Protocol):

@@ -13,7 +13,9 @@ answer carries the first message's ``offsetMsgId`` (``record.offset_msg_id_4x``:
 address and the message's place), its queue and queue offset; a batch's ids comma-separated.
 A retried send carries the same ``UNIQ_KEY`` and content and is stored once (the state machine's
 dedup, under ``dedup_key``: a 4.x client's id and a digest of the content). A send flagged
-PREPARED is a transaction's half message (``broker.frontends.remoting.txn``).
+PREPARED is a transaction's half message (``broker.frontends.remoting.txn``). A send that creates
+its topic gives it the producer's ``defaultTopicQueueNums`` queues (1..1024, else refused by
+name), at most the broker's ``--default-queues``; without the field, the broker's default.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from protocol.remoting.record import (
     offset_msg_id_4x,
     split_properties,
 )
+from protocol.topics import MAX_QUEUES
 
 __all__ = ["HANDLERS", "V2_NAMES"]
 
@@ -117,6 +120,9 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
     head = _header(cmd)
     topic = text(head, "topic", max_len=255)
     queue_id = integer(head, "queueId", lo=0, hi=QUEUE_ID_MAX)
+    # the queue count a topic this send creates gets (the 4.x producer's, 4 unless set; capped
+    # at the broker's default by the send path, as RocketMQ caps it at its default topic's)
+    asked = integer(head, "defaultTopicQueueNums", 0, lo=1, hi=MAX_QUEUES) or None
     sys_flag = integer(head, "sysFlag", 0, lo=0, hi=2**31 - 1)
     born_ms = integer(head, "bornTimestamp", int(time.time() * 1000))
     props = text(head, "properties", "", max_len=32767)
@@ -130,7 +136,7 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
         if not batch:
             raise RemotingRefusal(codes.MESSAGE_ILLEGAL, "a batch of no messages")
         rows = [_row(m.body, m.properties, born_ms, 0, max_bytes) for m in batch]
-        answer = await server.call(SEND, topic, queue_id, rows)
+        answer = await server.call(SEND, topic, queue_id, rows, *([asked] if asked else []))
         return _answer(server, cmd, answer)
     row = _row(cmd.body, props, born_ms, sys_flag, max_bytes)
     if sys_flag & txn.PREPARED:
@@ -140,18 +146,19 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
             response.ext["transactionId"] = row[3]
         return response
     if ACK_EARLY in server.broker.config.canaries:  # a seeded bug (tests only): acknowledged
-        late = asyncio.ensure_future(_store_late(server, topic, queue_id, row))  # at once,
+        late = asyncio.ensure_future(_store_late(server, topic, queue_id, row, asked))  # at once,
         _EARLY.add(late)  # stored a second later, whatever becomes of it meanwhile
         late.add_done_callback(_EARLY.discard)
         return cmd.response(codes.SUCCESS, ext={"msgId": "0" * 32, "queueId": str(queue_id),
                                                 "queueOffset": "0"})
-    return _answer(server, cmd, await server.gathered_send(topic, queue_id, row))
+    return _answer(server, cmd, await server.gathered_send(topic, queue_id, row, asked))
 
 
-async def _store_late(server: RemotingHost, topic: str, queue_id: int, row: list[Any]) -> None:
+async def _store_late(server: RemotingHost, topic: str, queue_id: int, row: list[Any],
+                      asked: int | None) -> None:
     await asyncio.sleep(ACK_EARLY_S)
     try:
-        await server.gathered_send(topic, queue_id, row)
+        await server.gathered_send(topic, queue_id, row, asked)
     except Exception as err:  # the canary's send: whatever happens is what it is there for
         log.info("remoting_ack_early: a send acknowledged before it was stored failed: %s", err)
 

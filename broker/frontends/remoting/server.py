@@ -321,12 +321,13 @@ class RemotingServer:
                 conn.send_payload(encode(notice))
         self.notices += 1
 
-    def gathered_send(self, topic: str, queue_id: int,
-                      row: list[Any]) -> asyncio.Future[list[Any]]:
+    def gathered_send(self, topic: str, queue_id: int, row: list[Any],
+                      queues_asked: int | None = None) -> asyncio.Future[list[Any]]:
         """One message to the API with the concurrent sends of other requests (with --acl,
-        of the same account's: judged, and forwarded, as that account)."""
+        of the same account's: judged, and forwarded, as that account). ``queues_asked``: the
+        client's defaultTopicQueueNums, for a topic the send creates."""
         if not self.broker.config.acl:
-            return self.gather.send(topic, queue_id, row)
+            return self.gather.send(topic, queue_id, row, queues_asked)
         key = ACTING.get()
         if key is None:
             raise RemotingRefusal(codes.NO_PERMISSION, "access control is on: sign requests")
@@ -336,7 +337,7 @@ class RemotingServer:
         if gather is None:
             gather = self.gathers[key] = SendGather(
                 functools.partial(self._send_runs_as, key), FORWARD_TIMEOUT_S)
-        return gather.send(topic, queue_id, row)
+        return gather.send(topic, queue_id, row, queues_asked)
 
     async def _send_runs_as(self, access_key: str, runs: list[list[Any]],
                             timeout_s: float) -> list[Any]:
