@@ -43,7 +43,8 @@ from broker.machine.snapshot_view import SnapshotView, cbor_head
 from protocol.broker_errors import BadEntryError
 from protocol.topics import TopicConfig
 
-__all__ = ["CHECKPOINT_VERSION", "PARTS", "STATE_CANARIES", "BrokerState", "StateConfig"]
+__all__ = ["CHECKPOINT_VERSION", "PARTS", "STATE_CANARIES", "BrokerState", "CheckpointAheadError",
+           "StateConfig"]
 
 CHECKPOINT_VERSION = 8  # 8: each feature's state under its name; 1-7: broker.machine.legacy
 
@@ -126,22 +127,21 @@ class BrokerState(CoreState):
     def _features(self) -> dict[str, Any]:
         return {name: part.snapshot() for name, part in self.parts.items()}
 
-    @staticmethod
-    def applied_of(blob: bytes | memoryview) -> int:
-        """The applied index a checkpoint holds (nothing else restored)."""
-        fields = _load(blob)
-        if not (isinstance(fields, list) and len(fields) > 1 and isinstance(fields[1], int)):
-            raise BadEntryError("malformed checkpoint")
-        return fields[1]
-
     @classmethod
     def restore(cls, blob: bytes | memoryview, config: StateConfig | None = None,
-                queue_store: QueueStore | None = None) -> BrokerState:
+                queue_store: QueueStore | None = None,
+                applied_at_most: int | None = None) -> BrokerState:
+        """The state a checkpoint holds, decoded once. ``applied_at_most``: a checkpoint applied
+        past it raises ``CheckpointAheadError`` before anything (a queue file) is touched."""
         try:
             fields = _load(blob)
             version = fields[0] if isinstance(fields, list) and fields else None
             if version != CHECKPOINT_VERSION and version not in READ_VERSIONS:
                 raise BadEntryError(f"unknown checkpoint version {version!r}")
+            if type(fields[1]) is not int:
+                raise BadEntryError("malformed checkpoint: no applied index")
+            if applied_at_most is not None and fields[1] > applied_at_most:
+                raise CheckpointAheadError(fields[1])
             state = cls(config, fields[1])
             if queue_store is not None:
                 state.queue_store = queue_store
@@ -174,6 +174,14 @@ def _restore(state: BrokerState, fields: list[Any]) -> None:
     for name, (_, restore) in PARTS.items():
         if name in features:
             state.parts[name] = restore(features[name], cfg)
+
+
+class CheckpointAheadError(BadEntryError):
+    """A checkpoint applied past the bound its reader gave (the log's end)."""
+
+    def __init__(self, applied_index: int) -> None:
+        super().__init__(f"the checkpoint is applied to {applied_index}")
+        self.applied_index = applied_index
 
 
 def _load(blob: bytes | memoryview) -> Any:

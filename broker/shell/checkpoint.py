@@ -30,7 +30,7 @@ from broker.core.cq_files import FileConsumeQueue, FileQueues
 from broker.core.state import StateConfig
 from broker.features.query.index import KeyIndex, open_index
 from broker.machine.snapshot_view import SnapshotView
-from broker.machine.state import BrokerState
+from broker.machine.state import BrokerState, CheckpointAheadError
 from dledger.node.heap import release_free_heap
 from dledger.node.runtime import Node
 from dledger.raft.types import SnapshotMeta
@@ -271,11 +271,10 @@ def _trusted(data_dir: str, verify_checksums: bool, config: StateConfig,
         return None
     last = _log_end(data_dir, verify_checksums, store)
     try:
-        applied = BrokerState.applied_of(blob)
-        if applied > last:
-            log.warning("ignoring checkpoint at %d: the log ends at %d", applied, last)
-            return None
-        return BrokerState.restore(blob, config, queues)
+        return BrokerState.restore(blob, config, queues, applied_at_most=last)
+    except CheckpointAheadError as err:
+        log.warning("ignoring checkpoint at %d: the log ends at %d", err.applied_index, last)
+        return None
     except BadEntryError as err:  # (short or damaged queue files among them)
         log.warning("ignoring checkpoint %s: %s", path, err)
         return None

@@ -3,6 +3,8 @@ on every replica; topics; permissions; dedup of retried sends; checkpoints."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -326,3 +328,29 @@ def decoders_agree(payload: bytes) -> None:
             decode_for_apply(payload)
     result = BrokerState().apply(1, 0, payload)
     assert (result.status == "SEND_OK") == accepted
+
+
+def test_a_checkpoint_past_the_bound_is_refused_before_any_queue_is_restored() -> None:
+    """``BrokerState.restore(..., applied_at_most=...)``: the one decode of a checkpoint reads
+    its applied index first; past the bound (the log's end), no queue store is asked anything."""
+    from broker.core.consumequeue import MemoryQueues
+    from broker.machine.state import CheckpointAheadError
+
+    class Watched(MemoryQueues):
+        def __init__(self) -> None:
+            super().__init__()
+            self.restored: list[int] = []
+
+        def restore(self, no: int, record: Any) -> Any:
+            self.restored.append(no)
+            return super().restore(no, record)
+
+    log = Log()
+    log.apply(send("t", 0, b"a", b"b"))
+    blob = log.state.snapshot()
+    queues = Watched()
+    with pytest.raises(CheckpointAheadError) as err:
+        BrokerState.restore(blob, queue_store=queues, applied_at_most=0)
+    assert err.value.applied_index == 1 and queues.restored == []
+    again = BrokerState.restore(blob, queue_store=queues, applied_at_most=1)
+    assert again.snapshot() == blob and queues.restored != []
