@@ -127,6 +127,15 @@ class BrokerState(CoreState):
     def _features(self) -> dict[str, Any]:
         return {name: part.snapshot() for name, part in self.parts.items()}
 
+    @staticmethod
+    def applied_of(blob: bytes | memoryview) -> int:
+        """The applied index a checkpoint holds (nothing restored; a restart reads it in
+        ``restore``'s one decode, ``applied_at_most``)."""
+        fields = _load(blob)
+        if not (isinstance(fields, list) and len(fields) > 1 and type(fields[1]) is int):
+            raise BadEntryError("malformed checkpoint")
+        return fields[1]
+
     @classmethod
     def restore(cls, blob: bytes | memoryview, config: StateConfig | None = None,
                 queue_store: QueueStore | None = None,
