@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import click
 
 from bench.failover import measure_failover
-from bench.harness import Row, Servers, broker_group, closed
+from bench.harness import Row, Servers, broker_group, closed, pipelined, warm_up
 from bench.nodeflags import NODE_BUSY_POLL_US, NODE_QUORUM_FIRST, NodeFlags, node_flag_options
 from client import Message, MessageQueue, Producer, PullConsumer
 from dledger.localcluster import LocalCluster, free_ports
@@ -66,21 +66,12 @@ async def _ours(ns: str, cluster: LocalCluster, mode: str, size: int, n: int, to
             cpu0 = servers.cpu_s()
             tput, p50, p99 = await closed(lambda: p.send(Message(topic, body)), count, k)
             rows.append(servers.measured(Row("dledger", mode, name, size, tput, p50, p99), cpu0,
-                                         count + min(200, count // 5)))  # with the warm-up
+                                         count + warm_up(count)))
         batch = [Message(topic, body) for _ in range(BATCH)]
         cpu0 = servers.cpu_s()
-        t0 = time.perf_counter()
-        sent = 0
-
-        async def pipeline() -> None:  # one of BATCHES_IN_FLIGHT: the next batch on each ack
-            nonlocal sent
-            while sent < n:
-                sent += BATCH
-                await p.send_batch(batch)
-
-        await asyncio.gather(*(pipeline() for _ in range(BATCHES_IN_FLIGHT)))
+        sent, rate = await pipelined(lambda: p.send_batch(batch), BATCH, n, BATCHES_IN_FLIGHT)
         rows.append(servers.measured(Row(
-            "dledger", mode, "batch", size, sent / (time.perf_counter() - t0),
+            "dledger", mode, "batch", size, rate,
             note=f"{BATCHES_IN_FLIGHT} batches of {BATCH} in flight"), cpu0, sent))
     async with PullConsumer(ns, "bench") as c:
         queues = await c.fetch_queues(topic)
@@ -118,7 +109,7 @@ async def _ours_over_topics(ns: str, servers: Servers, mode: str, topic: str, bo
         tput, p50, p99 = await closed(calls[0], n, 64, per_caller=calls)
         return servers.measured(Row("dledger", mode, topics_workload(topics), len(body), tput, p50,
                                     p99, note=_topics_note(topics, nats=False)), cpu0,
-                                n + min(200, n // 5))
+                                n + warm_up(n))
 
 
 def run_ours(mode: str, size: int, n: int, flags: NodeFlags = DEFAULT_FLAGS, topics: int = TOPICS,
@@ -195,7 +186,7 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: in
         cpu0 = servers.cpu_s()
         tput, p50, p99 = await closed(lambda: js.publish("bench.x", body), count, k)
         rows.append(servers.measured(Row("NATS JetStream R3", "-", name, size, tput, p50, p99),
-                                     cpu0, count + min(200, count // 5)))
+                                     cpu0, count + warm_up(count)))
     cpu0 = servers.cpu_s()
     t0 = time.perf_counter()
     for _ in range(n):
@@ -219,7 +210,7 @@ async def _nats(urls: list[str], servers: Servers, size: int, n: int, topics: in
         tput, p50, p99 = await closed(calls[0], n, 64, per_caller=calls)
         rows.append(servers.measured(Row("NATS JetStream R3", "-", topics_workload(topics), size,
                                          tput, p50, p99, note=_topics_note(topics, nats=True)),
-                                     cpu0, n + min(200, n // 5)))
+                                     cpu0, n + warm_up(n)))
     await nc.close()
     return rows
 

@@ -36,7 +36,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
@@ -44,7 +43,8 @@ from typing import Any, cast
 import cbor2
 import click
 
-from bench.harness import Row, Servers, closed
+from bench.broker import BATCH, BATCHES_IN_FLIGHT, TOPICS, nats_available, run_nats, run_ours
+from bench.harness import Row, Servers, closed, pipelined, warm_up
 
 FLOOR = "floor (Python)"
 NATS = "NATS JetStream R3"  # (bench.broker's rows' names)
@@ -52,7 +52,6 @@ OURS = "dledger"
 FRAME = struct.Struct(">I")  # a frame's body length, before the body
 INDEX = struct.Struct(">Q")  # an entry's log index, before the client's frame
 FRAME_BYTES_MAX = 16 << 20
-BATCH, BATCHES_IN_FLIGHT, TOPICS = 64, 16, 64  # as bench.broker's rows
 WORKLOADS = ("sync", "batch", f"{TOPICS} topics")  # the floor's rows, by bench.broker's names
 RUN_S_MAX = 600.0  # one payload's rows, or the run gives up
 START_S_MAX = 30.0  # a server's start, to the port it prints
@@ -266,24 +265,16 @@ async def _floor_rows(port: int, servers: Servers, size: int, n: int, mode: str)
     count = max(200, n // 10)
     tput, p50, p99 = await closed(lambda: client.send("x", body), count, 1)
     rows.append(servers.measured(Row(FLOOR, mode, "sync", size, tput, p50, p99), cpu0,
-                                 count + min(200, count // 5)))
+                                 count + warm_up(count)))
     batch = [("x", body)] * BATCH
-    cpu0, t0, sent = servers.cpu_s(), time.perf_counter(), 0
-
-    async def pipeline() -> None:
-        nonlocal sent
-        while sent < n:
-            sent += BATCH
-            await client.send_batch(batch)
-
-    await asyncio.gather(*(pipeline() for _ in range(BATCHES_IN_FLIGHT)))
-    rows.append(servers.measured(Row(FLOOR, mode, "batch", size, sent / (time.perf_counter() - t0)),
-                                 cpu0, sent))
+    cpu0 = servers.cpu_s()
+    sent, rate = await pipelined(lambda: client.send_batch(batch), BATCH, n, BATCHES_IN_FLIGHT)
+    rows.append(servers.measured(Row(FLOOR, mode, "batch", size, rate), cpu0, sent))
     calls = [lambda i=i: client.send(f"t{i}", body) for i in range(TOPICS)]
     cpu0 = servers.cpu_s()
     tput, p50, p99 = await closed(calls[0], n, TOPICS, per_caller=calls)
     rows.append(servers.measured(Row(FLOOR, mode, f"{TOPICS} topics", size, tput, p50, p99),
-                                 cpu0, n + min(200, n // 5)))
+                                 cpu0, n + warm_up(n)))
     client.close()
     return rows
 
@@ -384,7 +375,6 @@ def main(ctx: click.Context, payloads: str, n: int, mode: str, nats: bool, ours:
     """The floor under issue 37's rows, beside NATS in the same run."""
     if ctx.invoked_subcommand is not None:
         return
-    from bench.broker import nats_available, run_nats, run_ours
     sizes = [int(s) for s in payloads.split(",")]
     if nats and (why := nats_available()) is not None:
         raise click.UsageError(why)

@@ -4,12 +4,14 @@ rate and percentiles (``closed``, ``pct``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -70,11 +72,34 @@ def pct(lat: list[float], p: float) -> float | None:
     return lat[min(len(lat) - 1, round(p / 100 * (len(lat) - 1)))]
 
 
+def warm_up(n: int) -> int:
+    """The unmeasured calls ``closed`` makes before its ``n`` measured ones."""
+    return min(200, n // 5)
+
+
 async def closed(call: Callable[[], Awaitable[object]], n: int, k: int,
                   per_caller: Sequence[Callable[[], Awaitable[object]]] = (),
                   ) -> tuple[float, float | None, float | None]:
-    lat, elapsed, _ = await closed_loop(call, n, k, warmup=min(200, n // 5), per_caller=per_caller)
+    lat, elapsed, _ = await closed_loop(call, n, k, warmup=warm_up(n), per_caller=per_caller)
     return len(lat) / elapsed if elapsed else 0.0, pct(lat, 50), pct(lat, 99)
+
+
+async def pipelined(send_batch: Callable[[], Awaitable[object]], batch: int, n: int,
+                    in_flight: int) -> tuple[int, float]:
+    """The fastest-path workload: ``in_flight`` pipelines, each sending its next batch of
+    ``batch`` messages as its last one is answered, until ``n`` messages (rounded up to whole
+    batches) are sent. Returns (messages sent, messages per second)."""
+    sent = 0
+    t0 = time.perf_counter()
+
+    async def pipeline() -> None:
+        nonlocal sent
+        while sent < n:
+            sent += batch
+            await send_batch()
+
+    await asyncio.gather(*(pipeline() for _ in range(in_flight)))
+    return sent, sent / (time.perf_counter() - t0)
 
 
 @contextlib.contextmanager
