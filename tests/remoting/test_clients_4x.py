@@ -115,7 +115,13 @@ def test_two_producers_started_together_lose_nothing_to_shared_message_ids(
                      "cpp-twins-g", "--expect", "300", "--timeout-s", "90"), 120)
     bodies = sorted(e["body"] for e in got if "body" in e)
     expected = sorted(f"{name} {i}" for name in ("p1", "p2") for i in range(150))
-    assert bodies == expected, f"{len(bodies)} of 300 received; {len(shared)} ids shared"
+    by_queue: dict[int, int] = {}  # (queue ids of both groups together)
+    for e in got:
+        if "body" in e:
+            by_queue[e["queue"]] = by_queue.get(e["queue"], 0) + 1
+    assert bodies == expected, (
+        f"{len(bodies)} of 300 received; {len(shared)} ids shared; by queue id {by_queue}; "
+        f"the consumer's log: {cpp_log_lines(tmp_path, 'lastoffset', 'timed_mutex', 'null')}")
 
 
 def test_a_running_cpp_consumer_answers_for_itself(ns: str, tmp_path: Path) -> None:

@@ -20,6 +20,8 @@
   does), 35 UNREGISTER_CLIENT, 38 GET_CONSUMER_LIST_BY_GROUP. A consumer that joins or leaves
   a group here has the group's other consumers on this node told at once (40
   NOTIFY_CONSUMER_IDS_CHANGED, oneway): they rebalance without waiting for their 20 s timer.
+  The joining one is not told (RocketMQ's broker tells it too): it rebalances when it has
+  heartbeated every node.
 - 36 CONSUMER_SEND_MSG_BACK: the message named by its commitlog offset (VIEW_MESSAGE) is
   SEND_BACK to ``%RETRY%group`` or ``%DLQ%group`` (``broker.features.retry``).
 - 41/42 LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (orderly consumers' queue locks, on the leader).
@@ -269,7 +271,7 @@ async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command)
                 str(s.get("subString", "*"))[:4096], str(s.get("expressionType", "TAG")))
         if (client_id, group) not in conn.consumers:
             conn.consumers.add((client_id, group))
-            server.consumers_changed(group)
+            server.consumers_changed(group, joined=conn)
         if clustering and server.broker.node.is_leader:
             try:  # (the consumer heartbeats the leader too; a follower leaves it to it)
                 await server.broker.retries.ensure_retry_topic(group)

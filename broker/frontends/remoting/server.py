@@ -308,13 +308,17 @@ class RemotingServer:
         ``connection``: the client's, for the kinds that keep it (a producer's heartbeat)."""
         return await self.api.call(kind, *args, connection=connection)
 
-    def consumers_changed(self, group: str) -> None:
+    def consumers_changed(self, group: str, joined: object = None) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED to the group's consumers connected here (oneway), unless
-        the broker runs --no-notify-consumers."""
+        the broker runs --no-notify-consumers; not to ``joined``, the connection whose consumer
+        just joined: it rebalances once its heartbeats are out (a notice from each node it
+        reaches would start rebalances while it still connects to the others, and the C++
+        client then fails requests on its own connection table's lock: an offset query failed
+        so starts that queue at its end, past the backlog)."""
         if not self.broker.config.notify_consumers:
             return
         for conn in list(self.limits.open):
-            if isinstance(conn, RemotingConnection) and conn.alive \
+            if isinstance(conn, RemotingConnection) and conn.alive and conn is not joined \
                     and any(g == group for _, g in conn.consumers):
                 notice = Command(codes.NOTIFY_CONSUMER_IDS_CHANGED, next(self.opaques),
                                  codes.FLAG_ONEWAY, ext={"consumerGroup": group})
