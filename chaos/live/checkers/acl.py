@@ -52,11 +52,11 @@ def check_acl(changes: list[PermChange], sends: list[SendAttempt]) -> AclVerdict
     ordered = sorted(changes, key=lambda c: c.began_s)
     verdict = AclVerdict(0, 0)
     for s in sorted(sends, key=lambda s: s.began_s):
-        in_force = None
+        in_force, which = None, 0
         for k, c in enumerate(ordered):
             nxt = ordered[k + 1] if k + 1 < len(ordered) else None
             if c.acked_s <= s.began_s and (nxt is None or s.began_s < nxt.began_s):
-                in_force = c
+                in_force, which = c, k + 1
         if in_force is None or s.outcome == "failed":
             verdict.unjudged += 1
             continue
@@ -64,9 +64,9 @@ def check_acl(changes: list[PermChange], sends: list[SendAttempt]) -> AclVerdict
         if s.outcome == "ok" and not in_force.pub:
             verdict.violations.append(
                 f"a send that began {s.began_s - in_force.acked_s:.3f} s after PUB was revoked "
-                f"was accepted")
+                f"was accepted (change {which} of {len(ordered)})")
         elif s.outcome == "denied" and in_force.pub:
             verdict.violations.append(
                 f"a send that began {s.began_s - in_force.acked_s:.3f} s after PUB was granted "
-                f"was refused")
+                f"was refused (change {which} of {len(ordered)})")
     return verdict
