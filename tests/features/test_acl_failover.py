@@ -54,7 +54,7 @@ async def _history(ns: str, cluster: LocalCluster) -> AclVerdict:
                     outcome = "denied"
                 except ClientError:
                     outcome = "failed"
-                sends.append(SendAttempt(began, outcome))
+                sends.append(SendAttempt(began, time.monotonic(), outcome))
 
     async def judged_after(t: float, count: int) -> None:
         def decided() -> bool:

@@ -2,8 +2,9 @@
 permission changes an admin made (when each was acknowledged) and the sends an account attempted on
 a topic (when each began, how it ended).
 
-Judged, for a send that began after a change was acknowledged and before the next change began
-(sends overlapping a change may see either side):
+Judged, for a send that began after a change was acknowledged and ended before the next change
+began (a send overlapping a change, at either end, may see either side: one that began before
+the next change began may reach the leader after it was applied):
 - a send acknowledged although the permission in force denied PUB: an ACL change lost (a new
   leader that never learnt it, a replica that applied another table);
 - a send refused for access (ACCESS_DENIED, or an unknown account) although the permission in
@@ -29,7 +30,8 @@ class PermChange:
 
 @dataclass(frozen=True, slots=True)
 class SendAttempt:
-    began_s: float
+    began_s: float  # monotonic, when the send was called
+    ended_s: float  # when its outcome was known
     outcome: str  # "ok", "denied" (ACCESS_DENIED, SIGNATURE_REFUSED) or "failed" (anything else)
 
 
@@ -48,14 +50,15 @@ class AclVerdict:
 
 
 def check_acl(changes: list[PermChange], sends: list[SendAttempt]) -> AclVerdict:
-    """Each send judged against the change in force when it began (changes are sequential)."""
+    """Each send judged against the change in force from its start to its end (changes are
+    sequential); one that overlaps a change is counted, not judged."""
     ordered = sorted(changes, key=lambda c: c.began_s)
     verdict = AclVerdict(0, 0)
     for s in sorted(sends, key=lambda s: s.began_s):
         in_force, which = None, 0
         for k, c in enumerate(ordered):
             nxt = ordered[k + 1] if k + 1 < len(ordered) else None
-            if c.acked_s <= s.began_s and (nxt is None or s.began_s < nxt.began_s):
+            if c.acked_s <= s.began_s and (nxt is None or s.ended_s < nxt.began_s):
                 in_force, which = c, k + 1
         if in_force is None or s.outcome == "failed":
             verdict.unjudged += 1
