@@ -77,6 +77,10 @@ class Registration:
     # The node this node knows as the leader of its ``term`` ("" none yet): a follower's word
     # is what confirms another node's leader claim (``registry``: corroboration).
     leader: str = ""
+    # The queues a topic its first send creates gets (the broker's --default-queues), 0 when it
+    # creates none (--no-auto-create-topics), None from a broker that does not say: what a 4.x
+    # producer's stand-in route (TBW102) offers of the group (``namesrv.remoting``).
+    auto_create_queues: int | None = None
 
     @property
     def claims_leadership(self) -> bool:
@@ -153,7 +157,7 @@ def parse_registration(body: object) -> Registration:
     leader = _parse_id(obj, "leader") if obj.get("leader", "") != "" else ""
     return Registration(group, node_id, client_address, admin_address, role, term, topics,
                         _parse_instance(obj), _parse_members(obj), grpc_address, remoting_address,
-                        leader)
+                        leader, _parse_auto_create_queues(obj))
 
 
 def parse_unregistration(body: object) -> Unregistration:
@@ -177,6 +181,16 @@ def _parse_members(obj: Mapping[str, Any]) -> tuple[str, ...]:
     if not isinstance(value, list) or len(value) > MEMBERS_MAX:
         raise BadRequestError(f"members must be a list of at most {MEMBERS_MAX} node ids")
     return tuple(sorted(_parse_id({"member": m}, "member") for m in value))
+
+
+def _parse_auto_create_queues(obj: Mapping[str, Any]) -> int | None:
+    if "auto_create_queues" not in obj:
+        return None
+    value = obj["auto_create_queues"]
+    if type(value) is not int or not 0 <= value <= MAX_QUEUES:
+        raise BadRequestError(f"auto_create_queues must be an integer 0..{MAX_QUEUES}, "
+                              f"not {value!r}")
+    return value
 
 
 def _parse_instance(obj: Mapping[str, Any]) -> str:

@@ -129,6 +129,8 @@ class GroupView:
     term: int
     nodes: tuple[NodeView, ...]
     topics: Mapping[str, TopicRoute]
+    # the queues of a topic a first send creates there (0: none is created; None: not said)
+    auto_create_queues: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "leader": self.leader, "term": self.term,
@@ -308,8 +310,13 @@ class Registry:
 
     def cluster(self, now_s: float) -> list[GroupView]:
         """Every live group with its nodes, leader and topics, by group name."""
-        return [GroupView(g.name, g.leader, g.term, _node_views(g, now_s), _effective_topics(g))
-                for g in self._live_groups()]
+        views = []
+        for g in self._live_groups():
+            reg = _effective_registration(g)
+            views.append(GroupView(g.name, g.leader, g.term, _node_views(g, now_s),
+                                   reg.topics if reg is not None else {},
+                                   reg.auto_create_queues if reg is not None else None))
+        return views
 
     def topics(self) -> list[str]:
         """Every topic some live group serves, sorted."""
@@ -370,12 +377,18 @@ def _step_down(group: _GroupState, term: int) -> None:
 
 
 def _effective_topics(group: _GroupState) -> Mapping[str, TopicRoute]:
+    reg = _effective_registration(group)
+    return reg.topics if reg is not None else {}
+
+
+def _effective_registration(group: _GroupState) -> Registration | None:
+    """What the group's views take its topics and settings from: its leader's registration,
+    else its freshest node's."""
     if group.leader is not None and group.leader in group.nodes:
-        return group.nodes[group.leader].registration.topics
+        return group.nodes[group.leader].registration
     if not group.nodes:
-        return {}
-    freshest = max(group.nodes.values(), key=lambda r: (r.registration.term, r.last_seen_s))
-    return freshest.registration.topics
+        return None
+    return max(group.nodes.values(), key=lambda r: (r.registration.term, r.last_seen_s)).registration
 
 
 def _node_views(group: _GroupState, now_s: float) -> tuple[NodeView, ...]:

@@ -5,8 +5,11 @@ port as its HTTP API (``namesrv.listener`` tells them apart by the first byte).
   broker: ``brokerDatas`` (``brokerName`` the group, ``brokerAddrs`` the leader's remoting
   address under ``"0"`` and the other nodes' under 1, 2 ... by node id) and ``queueDatas``
   (read and write queue counts, perm). For ``TBW102`` (a 4.x producer's stand-in for a topic not
-  created yet) every group with a leader, its queues the broker's default: the first send
-  creates the topic there. A topic nobody serves: TOPIC_NOT_EXIST.
+  created yet) every group with a leader whose first send to a topic creates it, with the
+  queues it would create (its --default-queues, which the producer takes when below its own
+  count; as RocketMQ routes TBW102 to the brokers that auto-create, with their default topic's
+  queues); a group whose broker does not say (an older one), with DEFAULT_QUEUES. A topic
+  nobody serves: TOPIC_NOT_EXIST.
 - 106 GET_BROKER_CLUSTER_INFO: ``brokerAddrTable`` and ``clusterAddrTable`` (one cluster,
   ``CLUSTER``).
 - 206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ``{"topicList": [...]}``.
@@ -28,7 +31,7 @@ from protocol.remoting.command import Command, RemotingFrameError, decode, encod
 __all__ = ["CLUSTER", "DEFAULT_QUEUES", "RemotingNameServer", "answer"]
 
 CLUSTER = "dledger"  # the one cluster name a 4.x client sees
-DEFAULT_QUEUES = 4  # TBW102's queues: RocketMQ's defaultTopicQueueNums
+DEFAULT_QUEUES = 4  # TBW102's queues where a broker does not say: RocketMQ's defaultTopicQueueNums
 AUTO_CREATE_PERM = codes.PERM_READ | codes.PERM_WRITE | codes.PERM_INHERIT
 
 
@@ -66,10 +69,10 @@ def route_body(registry: Registry, topic: str, now_s: float) -> dict[str, Any] |
     if topic == codes.AUTO_CREATE_TOPIC:
         for g in registry.cluster(now_s):
             data = _broker_data(g.group, g.leader, g.nodes)
-            if "0" in data["brokerAddrs"]:
+            n = DEFAULT_QUEUES if g.auto_create_queues is None else g.auto_create_queues
+            if "0" in data["brokerAddrs"] and n:
                 brokers.append(data)
-                queues.append(_queue_data(g.group, DEFAULT_QUEUES, DEFAULT_QUEUES,
-                                          AUTO_CREATE_PERM))
+                queues.append(_queue_data(g.group, n, n, AUTO_CREATE_PERM))
     else:
         for r in registry.route(topic, now_s):
             data = _broker_data(r.group, r.leader, r.nodes)

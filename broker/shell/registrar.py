@@ -165,6 +165,8 @@ class Registrar:
                 "members": sorted(raft.voters + raft.learners),
                 **({"grpc_address": _fmt(s.grpc_address)} if s.grpc_address else {}),
                 **({"remoting_address": _fmt(s.remoting_address)} if s.remoting_address else {}),
+                "auto_create_queues": (s.config.default_queues if s.config.auto_create_topics
+                                       else 0),
                 "topics": {t.name: {"read_queues": t.read_queues, "write_queues": t.write_queues,
                                     "perm": t.perm} for t in s.state.topics.values()}}
 

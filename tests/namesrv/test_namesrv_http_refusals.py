@@ -59,6 +59,10 @@ BAD_REGISTRATIONS = [
     (_with(topics={"t": {"read_queues": 4, "write_queues": 4, "perm": 5}}),
      "topics['t'].perm must be 2 (write), 4 (read) or 6 (both)"),
     (_with(topics={"t": 4}), "topics['t'] must be a JSON object"),
+    (_with(auto_create_queues=-1), "auto_create_queues must be an integer 0..1024"),
+    (_with(auto_create_queues=1025), "auto_create_queues must be an integer 0..1024"),
+    (_with(auto_create_queues="4"), "auto_create_queues must be an integer 0..1024"),
+    (_with(auto_create_queues=True), "auto_create_queues must be an integer 0..1024"),
     ([1, 2], "the body must be a JSON object, not list"),
 ]
 

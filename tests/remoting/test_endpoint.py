@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -96,6 +97,23 @@ def test_the_namesrv_answers_4x_clients_on_its_http_port(ns: str) -> None:
         async with aiohttp.ClientSession() as s, s.get(f"http://{ns}/v1/cluster") as r:
             assert r.status == 200 and (await r.json())["groups"][0]["group"] == "a"
     asyncio.run(run())
+
+
+def test_tbw102_offers_the_queues_a_first_send_creates(tmp_path: Path) -> None:
+    """A group whose brokers create 2 queues for a new topic is offered under TBW102 with 2, so
+    that a 4.x producer never picks a queue the topic will not have."""
+    with namesrv_group(tmp_path, "--remoting-listen", "127.0.0.1:0",
+                       "--default-queues", "2") as (address, _):
+        async def offered() -> bool:
+            async with RawRemoting(address) as c:
+                answer = await c.call(codes.GET_ROUTEINFO_BY_TOPIC,
+                                      {"topic": codes.AUTO_CREATE_TOPIC})
+            if answer.code != codes.SUCCESS:
+                return False
+            [queues] = json.loads(answer.body)["queueDatas"]
+            assert (queues["readQueueNums"], queues["writeQueueNums"]) == (2, 2), queues
+            return True
+        asyncio.run(wait_until(offered, 30, "the group under TBW102"))
 
 
 def test_sends_pulls_offsets_and_lookups_on_a_broker_node(ns: str) -> None:

@@ -1,0 +1,40 @@
+"""What the NameServer's remoting route for ``TBW102`` (a 4.x producer's stand-in for a topic
+not created yet) offers: the groups whose first send creates a topic, each with the queues it
+would create (its broker's --default-queues, registered as ``auto_create_queues``); not a group
+that creates none; a group whose broker does not say, with the 4 queues of before."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from namesrv.registry import Registry
+from namesrv.remoting import DEFAULT_QUEUES, route_body
+from protocol.remoting import codes
+from tests.namesrv.test_namesrv_registry import reg
+
+
+def _routes(auto_create: dict[str, int | None]) -> dict[str, int]:
+    r = Registry(lease_s=10.0)
+    for port, (group, queues) in enumerate(auto_create.items()):
+        lone = reg("n0", "leader", 3, group=group, members=("n0",), port=10911 + 100 * port)
+        r.register(replace(lone, remoting_address=f"127.0.0.1:{20911 + port}",
+                           auto_create_queues=queues), now_s=0.0)
+    body = route_body(r, codes.AUTO_CREATE_TOPIC, 0.0)
+    if body is None:
+        return {}
+    assert [b["brokerName"] for b in body["brokerDatas"]] == \
+        [q["brokerName"] for q in body["queueDatas"]]
+    out = {}
+    for q in body["queueDatas"]:
+        assert q["readQueueNums"] == q["writeQueueNums"]
+        out[q["brokerName"]] = q["readQueueNums"]
+    return out
+
+
+def test_tbw102_offers_each_group_that_creates_topics_with_the_queues_it_creates() -> None:
+    assert _routes({"a": 2, "b": 0, "c": None, "d": 16}) == {"a": 2, "c": DEFAULT_QUEUES,
+                                                              "d": 16}
+
+
+def test_no_group_that_creates_topics_leaves_tbw102_unrouted() -> None:
+    assert _routes({"a": 0, "b": 0}) == {}
