@@ -213,8 +213,10 @@ class SendPath:
         messages, size, with_props = wire_messages(
             validate_topic_name(topic, reserved=SEND_RESERVED_TOPICS), raw,
             config.max_message_bytes, batch)
-        if queue_id < 0:
-            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue {queue_id} of {topic}")
+        if not 0 <= queue_id < MAX_QUEUES:  # (no topic has it; past the entry's integers, it
+            # would make every replica refuse the whole entry, other clients' runs with it)
+            raise SendRefusedError("QUEUE_NOT_FOUND", f"queue id out of 0..{MAX_QUEUES - 1} "
+                                   f"({topic})")
         cfg = self.host.state.topics.get(topic)
         if cfg is None and not config.auto_create_topics and topic != TRACE_TOPIC:
             raise SendRefusedError("TOPIC_NOT_FOUND", topic)

@@ -22,7 +22,8 @@ from client.types import MessageQueue, SendResult
 from dledger.client import LogClient
 from dledger.localcluster import LocalCluster
 from protocol import broker_kinds as bp
-from protocol.envelope import BadRequestError
+from protocol.envelope import BadRequestError, RemoteError
+from protocol.topics import MAX_QUEUES
 from tests.broker.test_broker_e2e import _wait_route
 from tests.broker.test_broker_processes import BROKER, _start_namesrv, _wait_leader
 from tests.clusters import namesrv_group
@@ -121,6 +122,32 @@ def test_fields_that_are_not_strings_are_refused_by_name_not_coerced(
             assert answers[1][0] == "SEND_OK"  # the other run is stored
             _, res = await lc.call_leader(bp.PULL, "strict", 0, 0, 32, 1 << 20, 0, [])
             assert res[4] == []  # nothing of the refused messages was stored
+
+    asyncio.run(run())
+
+
+def test_a_queue_id_past_any_topics_is_refused_alone_not_with_the_runs_it_travels_with(
+        cluster: tuple[str, LocalCluster]) -> None:
+    """A queue id no topic can have (at least MAX_QUEUES) to a topic the send would create is
+    refused as QUEUE_NOT_FOUND by the leader; it must not reach the log, where no replica
+    decodes it and the entry's other runs, other clients' sends, would be refused with it."""
+    _, c = cluster
+
+    async def run() -> None:
+        async with LogClient(c.client_addresses, timeout_s=5) as lc:
+            await _wait_leader(lc, c)
+            qids = (MAX_QUEUES, 2**64, 10**5000, -1)  # (the third: a 5,001-digit bignum)
+            for k, qid in enumerate(qids):
+                _, answers = await lc.call_leader(bp.SEND_RUNS, [
+                    [f"huge-qid-{k}", qid, [[b"bad", "", [], f"K-huge-{k}", [], 0]]],
+                    ["huge-qid-ok", 0, [[b"ok", "", [], f"K-ok-{k}", [], 0]]]])
+                assert answers[0][0] == "QUEUE_NOT_FOUND", answers
+                assert answers[1][0] == "SEND_OK", answers  # the other run is stored
+                with pytest.raises(RemoteError, match="QUEUE_NOT_FOUND"):
+                    await lc.call_leader(bp.SEND, f"huge-qid-alone-{k}", qid,
+                                         [[b"bad", "", [], f"K-alone-{k}", [], 0]])
+            _, res = await lc.call_leader(bp.PULL, "huge-qid-ok", 0, 0, 32, 1 << 20, 0, [])
+            assert [m[1] for m in res[4]] == [b"ok"] * len(qids)
 
     asyncio.run(run())
 
