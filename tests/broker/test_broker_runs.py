@@ -5,11 +5,16 @@ leader's checks of a send's fields and sizes (named errors, nothing coerced)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import cbor2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.api.sendpath import SendPath
+from broker.config import BrokerConfig
 from broker.core.codec import VERSION
 from broker.core.entries import (
     KIND_SEND_RUNS,
@@ -19,13 +24,15 @@ from broker.core.entries import (
     SendRunsEntry,
     StoredRuns,
     TopicPut,
+    encode_runs,
 )
 from broker.core.sendwire import run_answers, wire_messages
 from broker.machine.kinds import decode, decode_for_apply, encode, stored_messages
 from broker.machine.state import BrokerState
-from protocol.broker_errors import BadEntryError
+from dledger.node.runtime import NodeConfig
+from protocol.broker_errors import BadEntryError, BrokerError
 from protocol.broker_kinds import MessageTooLargeError, message_bytes, offset_msg_id
-from protocol.topics import PERM_READ
+from protocol.topics import MAX_QUEUES, PERM_READ, TopicConfig
 from tests.broker.test_broker_state import Log, decoders_agree
 
 
@@ -212,3 +219,39 @@ def test_the_status_names_offset_groups_within_a_byte_budget() -> None:
     assert shown == names[:len(shown)] and 0 < len(shown) < len(names)
     assert len(json.dumps(shown)) <= OFFSET_GROUPS_SHOWN_BYTES
     assert _shown(["a", "b"]) == ["a", "b"]
+
+
+# -- what the leader admits, every replica decodes (broker.api.sendpath) -------------------------
+
+_QUEUE_IDS = st.one_of(st.integers(-2, 2 * MAX_QUEUES), st.integers(-(2**80), 2**80),
+                       st.sampled_from([2**63 - 1, 2**63, 2**64, 10**30]))
+_TEXT = st.text(max_size=8)
+_MESSAGE = st.tuples(st.binary(max_size=8), _TEXT, st.lists(_TEXT, max_size=2), _TEXT,
+                     st.lists(st.lists(_TEXT, min_size=2, max_size=2), max_size=2),
+                     st.one_of(st.integers(0, 2**40), st.integers(-2, 2**65))).map(list)
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=st.lists(st.tuples(st.sampled_from(["t", "created", "TBW102", "%RETRY%g"]), _QUEUE_IDS,
+                               st.lists(_MESSAGE, min_size=1, max_size=2),
+                               st.lists(st.integers(-1, 2 * MAX_QUEUES), max_size=1)),
+                     min_size=1, max_size=4))
+def test_every_run_the_leader_admits_decodes_on_every_replica(
+        runs: list[tuple[str, int, list[list[Any]], list[int]]]) -> None:
+    """A run the leader's send path admits (``SendPath._run``) never makes the entry undecodable:
+    a field no replica decodes would refuse the entry's other runs, other clients' sends, too."""
+    node = NodeConfig(group="a", node_id="n0", peers={"n0": ("127.0.0.1", 1)}, data_dir="/nonexistent")
+    host = SimpleNamespace(config=BrokerConfig(node),
+                           state=SimpleNamespace(topics={"created": TopicConfig("created", 4, 4)}))
+    path = SendPath(host)  # type: ignore[arg-type]
+    admitted, created = [], {}
+    for topic, qid, raw, asked in runs:
+        try:
+            admitted.append(path._run(topic, qid, raw, False, list(asked), created))
+        except BrokerError:
+            continue
+    if not admitted:
+        return
+    entry = encode_runs(1, [[t, q, msgs, True, created.get(t, 4)] for t, q, msgs, _ in admitted])
+    stored = decode_for_apply(entry)  # (raises on an entry the replicas would refuse)
+    assert len(stored.runs) == len(admitted)
