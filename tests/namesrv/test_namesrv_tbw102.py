@@ -5,12 +5,18 @@ that creates none; a group whose broker does not say, with the 4 queues of befor
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from namesrv.registry import Registry
 from namesrv.remoting import DEFAULT_QUEUES, route_body
 from protocol.remoting import codes
+from tests.clusters import namesrv_group
 from tests.namesrv.test_namesrv_registry import reg
+from tests.nodes.test_processes import wait_until
+from tests.remoting.raw import RawRemoting
 
 
 def _routes(auto_create: dict[str, int | None]) -> dict[str, int]:
@@ -38,3 +44,20 @@ def test_tbw102_offers_each_group_that_creates_topics_with_the_queues_it_creates
 
 def test_no_group_that_creates_topics_leaves_tbw102_unrouted() -> None:
     assert _routes({"a": 0, "b": 0}) == {}
+
+
+def test_tbw102_offers_the_queues_a_first_send_creates(tmp_path: Path) -> None:
+    """A group whose brokers create 2 queues for a new topic is offered under TBW102 with 2, so
+    that a 4.x producer never picks a queue the topic will not have."""
+    with namesrv_group(tmp_path, "--remoting-listen", "127.0.0.1:0",
+                       "--default-queues", "2") as (address, _):
+        async def offered() -> bool:
+            async with RawRemoting(address) as c:
+                answer = await c.call(codes.GET_ROUTEINFO_BY_TOPIC,
+                                      {"topic": codes.AUTO_CREATE_TOPIC})
+            if answer.code != codes.SUCCESS:
+                return False
+            [queues] = json.loads(answer.body)["queueDatas"]
+            assert (queues["readQueueNums"], queues["writeQueueNums"]) == (2, 2), queues
+            return True
+        asyncio.run(wait_until(offered, 30, "the group under TBW102"))

@@ -9,7 +9,6 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -97,23 +96,6 @@ def test_the_namesrv_answers_4x_clients_on_its_http_port(ns: str) -> None:
         async with aiohttp.ClientSession() as s, s.get(f"http://{ns}/v1/cluster") as r:
             assert r.status == 200 and (await r.json())["groups"][0]["group"] == "a"
     asyncio.run(run())
-
-
-def test_tbw102_offers_the_queues_a_first_send_creates(tmp_path: Path) -> None:
-    """A group whose brokers create 2 queues for a new topic is offered under TBW102 with 2, so
-    that a 4.x producer never picks a queue the topic will not have."""
-    with namesrv_group(tmp_path, "--remoting-listen", "127.0.0.1:0",
-                       "--default-queues", "2") as (address, _):
-        async def offered() -> bool:
-            async with RawRemoting(address) as c:
-                answer = await c.call(codes.GET_ROUTEINFO_BY_TOPIC,
-                                      {"topic": codes.AUTO_CREATE_TOPIC})
-            if answer.code != codes.SUCCESS:
-                return False
-            [queues] = json.loads(answer.body)["queueDatas"]
-            assert (queues["readQueueNums"], queues["writeQueueNums"]) == (2, 2), queues
-            return True
-        asyncio.run(wait_until(offered, 30, "the group under TBW102"))
 
 
 def test_sends_pulls_offsets_and_lookups_on_a_broker_node(ns: str) -> None:
@@ -403,39 +385,6 @@ def test_a_closed_connection_takes_its_consumer_out_unless_it_is_live_on_another
             async def left() -> bool:  # both closed now: it leaves
                 return await members(watcher) == []
             await wait_until(left, 5, "the consumer to leave with its last connection")
-    asyncio.run(run())
-
-
-def test_a_joining_consumer_tells_the_others_but_is_not_told_itself(ns: str) -> None:
-    """NOTIFY_CONSUMER_IDS_CHANGED goes to the group's other consumers on the node when one
-    joins, not to the joiner: a notice from each node it reaches would start rebalances while
-    it still connects to the rest (the C++ client then fails an offset query on its own lock,
-    and starts that queue at its end)."""
-    def beat(client_id: str) -> bytes:
-        return json.dumps({"clientID": client_id, "consumerDataSet": [
-            {"groupName": "notice-g", "messageModel": "CLUSTERING",
-             "subscriptionDataSet": [{"topic": "t", "subString": "*"}]}]}).encode()
-
-    async def heartbeat_told(c: RawRemoting, client_id: str) -> list[int]:
-        """The codes of the server's requests on ``c`` before its heartbeat's answer (a notice
-        to the joiner is written before the answer, on the same connection)."""
-        c.send_raw(encode_frame(encode(Command(codes.HEART_BEAT, 7, body=beat(client_id)))))
-        told = []
-        while True:
-            cmd = await asyncio.wait_for(c.read(), 10)
-            if cmd.is_response and cmd.opaque == 7:
-                assert cmd.code == codes.SUCCESS, cmd.remark
-                return told
-            told.append(cmd.code)
-
-    async def run() -> None:
-        leader = (await _addrs(ns))["0"]
-        async with RawRemoting(leader) as first, RawRemoting(leader) as second:
-            assert await heartbeat_told(first, "first@1") == []
-            assert await heartbeat_told(second, "second@1") == []  # the joiner: not told
-            notice = await first.request(codes.NOTIFY_CONSUMER_IDS_CHANGED)  # the other: told
-            assert notice.ext["consumerGroup"] == "notice-g"
-            assert await heartbeat_told(second, "second@1") == []  # (no change: no notice)
     asyncio.run(run())
 
 
