@@ -181,6 +181,9 @@ class SendPath:
                 answers.append(None)
             except BrokerError as err:
                 answers.append([err.code, getattr(err, "detail", str(err))])
+            except (ValueError, TypeError) as err:  # a check that raised unnamed: this run is
+                # refused by name, never the request (other clients' runs travel in it)
+                answers.append([BadEntryError.code, f"malformed run: {str(err)[:200]}"])
         return runs, answers, created
 
     def _run(self, topic: Any, queue_id: Any, raw: Any, batch: bool, asked: list[Any],

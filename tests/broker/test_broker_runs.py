@@ -10,7 +10,7 @@ from typing import Any
 
 import cbor2
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.api.sendpath import SendPath
@@ -30,7 +30,7 @@ from broker.core.sendwire import run_answers, wire_messages
 from broker.machine.kinds import decode, decode_for_apply, encode, stored_messages
 from broker.machine.state import BrokerState
 from dledger.node.runtime import NodeConfig
-from protocol.broker_errors import BadEntryError, BrokerError
+from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import MessageTooLargeError, message_bytes, offset_msg_id
 from protocol.topics import MAX_QUEUES, PERM_READ, TopicConfig
 from tests.broker.test_broker_state import Log, decoders_agree
@@ -223,35 +223,51 @@ def test_the_status_names_offset_groups_within_a_byte_budget() -> None:
 
 # -- what the leader admits, every replica decodes (broker.api.sendpath) -------------------------
 
-_QUEUE_IDS = st.one_of(st.integers(-2, 2 * MAX_QUEUES), st.integers(-(2**80), 2**80),
+_QUEUE_IDS = st.one_of(st.integers(0, 3), st.integers(0, 3), st.integers(-2, 2 * MAX_QUEUES),
+                       st.integers(-(2**80), 2**80),
                        st.sampled_from([2**63 - 1, 2**63, 2**64, 10**30]))
 _TEXT = st.text(max_size=8)
+# values a property the broker reads as a number may be given: digits to isdigit() that int()
+# refuses ("²", "①") or reads ("٣"), signs, spaces, long ones
+_NUMBERISH = st.one_of(st.sampled_from(["0", "1", "3", "18", "99", "²", "1²", "①", "٣", "-1",
+                                        " 5", "", "9" * 19, "1e3"]), _TEXT)
+_NUMERIC_NAMES = st.sampled_from(["DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS",
+                                  "TIMER_DELAY_SEC", "TTL_MS", "PRIORITY", "REAL_QID", "UNIQ_KEY"])
+_PROPERTY = st.one_of(st.tuples(_NUMERIC_NAMES, _NUMBERISH), st.tuples(_NUMERIC_NAMES, _NUMBERISH),
+                      st.tuples(_TEXT, _TEXT)).map(list)
 _MESSAGE = st.tuples(st.binary(max_size=8), _TEXT, st.lists(_TEXT, max_size=2), _TEXT,
-                     st.lists(st.lists(_TEXT, min_size=2, max_size=2), max_size=2),
-                     st.one_of(st.integers(0, 2**40), st.integers(-2, 2**65))).map(list)
+                     st.lists(_PROPERTY, max_size=2),
+                     st.one_of(st.integers(0, 2**40), st.integers(0, 2**40),
+                               st.integers(-2, 2**65))).map(list)
+_GOOD = ["good", 0, [[b"ok", "", [], "K-good", [], 1]]]
 
 
-@settings(max_examples=300, deadline=None)
-@given(runs=st.lists(st.tuples(st.sampled_from(["t", "created", "TBW102", "%RETRY%g"]), _QUEUE_IDS,
+@settings(max_examples=400, deadline=None)
+@example(runs=[("t", 0, [[b"x", "", [], "K1", [["DELAY", "\u00b2"]], 1]], [])])  # int() refuses
+@example(runs=[("t", 2**63, [[b"x", "", [], "K2", [], 1]], [])])  # past an entry's integers
+@given(runs=st.lists(st.tuples(st.sampled_from(["t", "t2", "created", "TBW102", "%RETRY%g"]),
+                               _QUEUE_IDS,
                                st.lists(_MESSAGE, min_size=1, max_size=2),
                                st.lists(st.integers(-1, 2 * MAX_QUEUES), max_size=1)),
                      min_size=1, max_size=4))
-def test_every_run_the_leader_admits_decodes_on_every_replica(
+def test_no_run_the_leader_admits_fails_the_runs_it_travels_with(
         runs: list[tuple[str, int, list[list[Any]], list[int]]]) -> None:
-    """A run the leader's send path admits (``SendPath._run``) never makes the entry undecodable:
-    a field no replica decodes would refuse the entry's other runs, other clients' sends, too."""
-    node = NodeConfig(group="a", node_id="n0", peers={"n0": ("127.0.0.1", 1)}, data_dir="/nonexistent")
+    """Whatever a client puts in a run, the leader's send path (``SendPath._runs``, SEND_RUNS:
+    the front ends gather many clients' sends in one) refuses that run alone or admits it, and
+    an entry of the admitted runs decodes and applies on every replica with a good run beside
+    them stored: a field no replica decodes, or a check that raised unnamed, would have failed
+    the other runs, other clients' sends, with it."""
+    node = NodeConfig(group="a", node_id="n0", peers={"n0": ("127.0.0.1", 1)},
+                      data_dir="/nonexistent")
     host = SimpleNamespace(config=BrokerConfig(node),
                            state=SimpleNamespace(topics={"created": TopicConfig("created", 4, 4)}))
     path = SendPath(host)  # type: ignore[arg-type]
-    admitted, created = [], {}
-    for topic, qid, raw, asked in runs:
-        try:
-            admitted.append(path._run(topic, qid, raw, False, list(asked), created))
-        except BrokerError:
-            continue
-    if not admitted:
-        return
+    admitted, answers, created = path._runs([[list(_GOOD), *[[t, q, raw, *asked]
+                                                               for t, q, raw, asked in runs]]])
+    assert answers[0] is None and len(answers) == len(runs) + 1
     entry = encode_runs(1, [[t, q, msgs, True, created.get(t, 4)] for t, q, msgs, _ in admitted])
     stored = decode_for_apply(entry)  # (raises on an entry the replicas would refuse)
     assert len(stored.runs) == len(admitted)
+    result = BrokerState().apply(1, 0, entry)
+    assert result.status == "SEND_OK", result
+    assert result.run_results()[0].status == "SEND_OK"  # the good run, whatever rode with it

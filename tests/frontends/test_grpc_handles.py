@@ -15,6 +15,7 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 
 from broker.config import BrokerConfig
 from broker.frontends.grpc.codec import GatewayError
+from broker.frontends.grpc.consume import parse_handle
 from broker.frontends.grpc.handles import HANDLE_CHARS_MAX, HandleSigner, RecallTarget
 from chaos.live.checkers.batch import Stored, check_batches
 from dledger.node.config import NodeConfig
@@ -50,6 +51,9 @@ def test_a_receipt_handle_opens_only_unaltered_for_its_topic_and_group() -> None
         refused(signer.open_receipt, odd, "orders", "billing", code=bad, match="forged")
     refused(signer.open_receipt, "x" * (HANDLE_CHARS_MAX + 1), "orders", "billing", code=bad,
             match="over")
+    for text in ("a/\u00b2/17/42", "a/3/\u0663/42"):  # digits to isdigit() that int() refuses or
+        refused(parse_handle, text, code=bad, match="not a receipt handle")  # reads: refused
+    assert parse_handle("a/3/17/42") == ("a", 3, 17, 42)
 
 
 def test_a_recall_handle_names_its_message_and_opens_only_for_its_topic() -> None:

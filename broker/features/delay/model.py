@@ -81,8 +81,9 @@ def due_of(props: Iterable[list[str] | tuple[str, str]], now_ms: int, levels: tu
         raise DelayError(f"a message takes one of {', '.join(TIMER_PROPERTIES)}, not "
                          f"{', '.join(n for n, _ in found)}")
     name, value = found[0]
-    if not value.isdigit() or len(value) > 18:
-        raise DelayError(f"{name} must be a non-negative integer, not {value!r}")
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:  # ("²" is a digit to
+        # isdigit, and int() refuses it)
+        raise DelayError(f"{name} must be a non-negative integer, not {value[:40]!r}")
     number = int(value)
     if name == DELAY:
         if number == 0:
@@ -132,7 +133,8 @@ def timer_of(m: list[Any]) -> tuple[str, int, int]:
     topic = props.get(REAL_TOPIC)
     qid = props.get(REAL_QID, "")
     due = props.get(TIMER_DELIVER_MS, "")
-    if not topic or not qid.isdigit() or not due.isdigit() or len(due) > 18 or len(qid) > 6:
+    if not topic or not (qid + due).isascii() or not qid.isdigit() or not due.isdigit() \
+            or len(due) > 18 or len(qid) > 6:
         raise ValueError("a scheduled message needs REAL_TOPIC, REAL_QID and TIMER_DELIVER_MS")
     return topic, int(qid), int(due)
 

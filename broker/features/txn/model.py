@@ -80,7 +80,7 @@ def half_of(m: list[Any]) -> tuple[str, int, str, str]:
     props = dict(tuple(p) for p in m[4])
     try:
         qid = props[REAL_QID]
-        if not qid.isdigit() or len(qid) > 6:
+        if not (qid.isascii() and qid.isdigit()) or len(qid) > 6:
             raise ValueError(f"REAL_QID {qid!r} is not a queue id")
         txn_id = props[TRANSACTION_ID]
         if not 0 < len(txn_id) <= TXN_ID_MAX_CHARS:

@@ -246,7 +246,7 @@ def outbound(topic: str, queue_id: int, queue_offset: int, body: bytes, tags: st
             sp.born_host = value
         elif name == PRIORITY_PROPERTY and kind == pb.MessageType.NORMAL:
             sp.priority, kind = priority_of([(name, value)]), pb.MessageType.PRIORITY
-        elif name == PROP_DELIVER_MS and value.isdigit():
+        elif name == PROP_DELIVER_MS and value.isascii() and value.isdigit() and len(value) < 19:
             sp.delivery_timestamp.FromMilliseconds(int(value))
             kind = pb.MessageType.DELAY
         elif name not in SYSTEM_PROPERTY_NAMES:

@@ -47,7 +47,8 @@ def handle_text(group: str, queue_id: int, offset: int, epoch: int) -> str:
 
 def parse_handle(text: str) -> tuple[str, int, int, int]:
     parts = text.split("/")
-    if len(parts) != 4 or not parts[0] or not all(p.isdigit() and len(p) < 20 for p in parts[1:]):
+    if len(parts) != 4 or not parts[0] or not all(p.isascii() and p.isdigit() and len(p) < 20
+                                                   for p in parts[1:]):
         raise GatewayError(pb.Code.INVALID_RECEIPT_HANDLE, f"not a receipt handle: {text[:80]!r}")
     return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
 
