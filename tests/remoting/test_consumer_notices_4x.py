@@ -1,6 +1,7 @@
 """A broker node's NOTIFY_CONSUMER_IDS_CHANGED on the remoting endpoint, seen from the wire: the
 group's other consumers on the node are told when one joins, the joiner is not (it rebalances
-once it has heartbeated every node)."""
+once it has heartbeated every node), unless it asked the node for the group's members before
+it joined (it may have rebalanced on a list without itself)."""
 
 from __future__ import annotations
 
@@ -55,4 +56,12 @@ def test_a_joining_consumer_tells_the_others_but_is_not_told_itself(ns: str) -> 
             notice = await first.request(codes.NOTIFY_CONSUMER_IDS_CHANGED)  # the other: told
             assert notice.ext["consumerGroup"] == "notice-g"
             assert await heartbeat_told(second, "second@1") == []  # (no change: no notice)
+            async with RawRemoting(leader) as third:  # asks for the members, then joins
+                listed = await third.call(codes.GET_CONSUMER_LIST_BY_GROUP,
+                                          {"consumerGroup": "notice-g"})
+                assert sorted(json.loads(listed.body)["consumerIdList"]) == ["first@1",
+                                                                            "second@1"]
+                assert await heartbeat_told(third, "third@1") == [
+                    codes.NOTIFY_CONSUMER_IDS_CHANGED]  # told: it saw a list without itself
+                assert await heartbeat_told(third, "third@1") == []
     asyncio.run(run())

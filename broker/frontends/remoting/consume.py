@@ -21,7 +21,9 @@
   a group here has the group's other consumers on this node told at once (40
   NOTIFY_CONSUMER_IDS_CHANGED, oneway): they rebalance without waiting for their 20 s timer.
   The joining one is not told (RocketMQ's broker tells it too): it rebalances when it has
-  heartbeated every node.
+  heartbeated every node. Unless it asked this node for the group's members before it joined
+  (a node restarted, a partition healed: it may have rebalanced on a list without itself and
+  dropped its queues): then it is told too.
 - 36 CONSUMER_SEND_MSG_BACK: the message named by its commitlog offset (VIEW_MESSAGE) is
   SEND_BACK to ``%RETRY%group`` or ``%DLQ%group`` (``broker.features.retry``).
 - 41/42 LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (orderly consumers' queue locks, on the leader).
@@ -271,7 +273,11 @@ async def heart_beat(server: RemotingHost, conn: ClientConnection, cmd: Command)
                 str(s.get("subString", "*"))[:4096], str(s.get("expressionType", "TAG")))
         if (client_id, group) not in conn.consumers:
             conn.consumers.add((client_id, group))
-            server.consumers_changed(group, joined=conn)
+            # the joiner itself is told only if it asked for the members before: it may have
+            # rebalanced on a list without itself (at its start it asks after its heartbeats)
+            asked = group in conn.listed_unjoined
+            conn.listed_unjoined.discard(group)
+            server.consumers_changed(group, joined=None if asked else conn)
         if clustering and server.broker.node.is_leader:
             try:  # (the consumer heartbeats the leader too; a follower leaves it to it)
                 await server.broker.retries.ensure_retry_topic(group)
@@ -293,6 +299,9 @@ async def unregister_client(server: RemotingHost, conn: ClientConnection,
 
 async def consumer_list(server: RemotingHost, conn: ClientConnection, cmd: Command) -> Command:
     group = text(cmd.ext, "consumerGroup")
+    if len(conn.listed_unjoined) < CONSUMERS_PER_CONNECTION_MAX \
+            and not any(g == group for _, g in conn.consumers):
+        conn.listed_unjoined.add(group)  # it may rebalance on a list without itself
     members = server.broker.members.live(group, time.monotonic())
     if not members:
         return cmd.response(codes.SYSTEM_ERROR, f"no consumer of group {group} on this broker")

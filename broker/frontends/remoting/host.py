@@ -33,6 +33,7 @@ class RemotingHost(Protocol):
 
 class ClientConnection(Protocol):
     consumers: set[tuple[str, str]]  # (client id, group) that heartbeat on it
+    listed_unjoined: set[str]  # groups it asked the members of before it joined them
     # (group, topic) -> (expression, its type: TAG or SQL92), from the consumers' heartbeats
     subscriptions: dict[tuple[str, str], tuple[str, str]]
 

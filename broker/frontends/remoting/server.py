@@ -86,6 +86,9 @@ class RemotingConnection(FramedProtocol):
         self.server = server
         self.in_flight = 0
         self.consumers: set[tuple[str, str]] = set()  # (client id, group) heard on it
+        # groups it asked the members of before any consumer of them heartbeat on it (told
+        # when one joins: ``consume.heart_beat``)
+        self.listed_unjoined: set[str] = set()
         self.subscriptions: dict[tuple[str, str], tuple[str, str]] = {}  # (their heartbeats')
         self.peer: str = ""
         self.closing = False
