@@ -38,7 +38,10 @@ from tests.nodes.test_processes import wait_until
 
 pytestmark = pytest.mark.slow  # (the first test is pure; the rest start processes)
 TOPIC = "reset-me"
-FAST = dict(heartbeat_s=0.3, rebalance_s=0.5, commit_s=0.3, suspend_ms=300, start_from="first")
+# 1 s heartbeats: a member expires after 3 s (0.3 s gave 0.9 s, which a loaded CI run's stall of
+# the test's process, the CLI running in a thread of it, can pass: the member then leaves, comes
+# back, re-reads the forced offsets and consumes anew, so the replicas never all read the force)
+FAST = dict(heartbeat_s=1.0, rebalance_s=0.5, commit_s=0.3, suspend_ms=300, start_from="first")
 
 
 def test_an_offset_reset_entry_round_trips_and_applies_all_its_queues_at_once() -> None:
@@ -117,8 +120,11 @@ def test_reset_by_time_on_every_queue_and_replica_refused_while_live_unless_forc
                                       "--to-latest")
         assert got.exit_code == 0, got.output
 
+        last_read: list[Any] = [None]  # (what the replicas read last: a failure shows it)
+
         async def everywhere(offsets: dict[tuple[str, int], int]) -> bool:
-            return all(o == offsets for o in (await replica_offsets(local, "g")).values())
+            last_read[0] = await replica_offsets(local, "g")
+            return all(o == offsets for o in last_read[0].values())
         await wait_until(lambda: everywhere(latest), 10, "every replica to reset to the latest")
 
         # a live member of the group on the topic: refused (CLI and request); --force resets,
@@ -162,7 +168,11 @@ def test_reset_by_time_on_every_queue_and_replica_refused_while_live_unless_forc
             assert forced.exit_code == 0 and "will overwrite" in forced.output, forced.output
             assert "a/0" in forced.output and f"{latest[(TOPIC, 0)]} -> 0" in forced.output
             zero = {k: 0 for k in latest}
-            await wait_until(lambda: everywhere(zero), 10, "every replica to apply the force")
+            try:
+                await wait_until(lambda: everywhere(zero), 10, "every replica to apply the force")
+            except AssertionError as err:
+                raise AssertionError(f"{err}; the replicas read {last_read[0]}, the member "
+                                     f"was handed {len(seen)} messages") from None
             # the member knew nothing of it: its next commit (after a new message) overwrites
             async with Producer(ns) as p:
                 sent = await p.send_to(Message(TOPIC, b"after", tags="TagA"),
