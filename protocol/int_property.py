@@ -24,4 +24,14 @@ def int_property(value: object) -> int | None:
     return int(text) if _DECIMAL.fullmatch(text) else None
 
 
-__all__ = ["int_property"]
+def natural(value: object, max_digits: int) -> int | None:
+    """``value`` as a non-negative int if it is text of 1..``max_digits`` ASCII digits and
+    nothing else (no sign, no spaces: the broker's own fields, and those whose refusal every
+    replica must reach alike); None otherwise (``isdigit()`` alone passes "²", which ``int()``
+    refuses, and "٣", which it reads)."""
+    if not isinstance(value, str) or not 0 < len(value) <= max_digits:
+        return None
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
+__all__ = ["int_property", "natural"]

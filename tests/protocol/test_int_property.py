@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.int_property import int_property
+from protocol.int_property import int_property, natural
 from protocol.message_ttl import BadTtlError, expired, parse_ttl_ms, ttl_of
 from protocol.priority import BadPriorityError, parse_priority, priority_of
 
@@ -32,3 +32,9 @@ def test_a_stored_message_with_such_a_ttl_or_priority_reads_as_without(text: str
         parse_ttl_ms(text)
     with pytest.raises(BadPriorityError):
         parse_priority(text)
+
+
+def test_a_natural_is_ascii_digits_and_nothing_else_within_its_length() -> None:
+    assert [natural(v, 3) for v in ("0", "7", "042", "999")] == [0, 7, 42, 999]
+    for odd in ("", "1000", "-1", " 7", "7 ", "+7", "\u00b2", "1\u00b2", "\u0663", "1e3", 7, None):
+        assert natural(odd, 3) is None, odd

@@ -27,6 +27,7 @@ import struct
 from collections.abc import Iterable
 from typing import Any
 
+from protocol.int_property import natural
 from protocol.topics import SCHEDULE_TOPIC  # RocketMQ's; one queue (0) holds every pending message
 
 SCHEDULE_QUEUE = 0
@@ -81,10 +82,9 @@ def due_of(props: Iterable[list[str] | tuple[str, str]], now_ms: int, levels: tu
         raise DelayError(f"a message takes one of {', '.join(TIMER_PROPERTIES)}, not "
                          f"{', '.join(n for n, _ in found)}")
     name, value = found[0]
-    if not (value.isascii() and value.isdigit()) or len(value) > 18:  # ("²" is a digit to
-        # isdigit, and int() refuses it)
+    number = natural(value, 18)
+    if number is None:
         raise DelayError(f"{name} must be a non-negative integer, not {value[:40]!r}")
-    number = int(value)
     if name == DELAY:
         if number == 0:
             return None
@@ -131,12 +131,11 @@ def timer_of(m: list[Any]) -> tuple[str, int, int]:
     if the leader's properties are missing or malformed (every replica refuses alike)."""
     props = {p[0]: p[1] for p in m[4]}
     topic = props.get(REAL_TOPIC)
-    qid = props.get(REAL_QID, "")
-    due = props.get(TIMER_DELIVER_MS, "")
-    if not topic or not (qid + due).isascii() or not qid.isdigit() or not due.isdigit() \
-            or len(due) > 18 or len(qid) > 6:
+    qid = natural(props.get(REAL_QID), 6)
+    due = natural(props.get(TIMER_DELIVER_MS), 18)
+    if not topic or qid is None or due is None:
         raise ValueError("a scheduled message needs REAL_TOPIC, REAL_QID and TIMER_DELIVER_MS")
-    return topic, int(qid), int(due)
+    return topic, qid, due
 
 
 class DelayIndex:

@@ -30,6 +30,7 @@ from protocol.consume_rules import (
     dlq_topic,
     retry_topic,
 )
+from protocol.int_property import natural
 
 RETRY_TOPIC = "RETRY_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -47,7 +48,7 @@ def reconsume_times(props: list[Any] | tuple[Any, ...]) -> int:
     """A stored message's ``RECONSUME_TIME`` (0 for an original, or a malformed value)."""
     for name, value in props:
         if name == RECONSUME_TIME:
-            return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 0
+            return natural(value, 9) or 0
     return 0
 
 

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.int_property import natural
 from protocol.topics import HALF_TOPIC
 
 HALF_QUEUE = 0
@@ -79,13 +80,13 @@ def half_of(m: list[Any]) -> tuple[str, int, str, str]:
     ValueError if it lacks one."""
     props = dict(tuple(p) for p in m[4])
     try:
-        qid = props[REAL_QID]
-        if not (qid.isascii() and qid.isdigit()) or len(qid) > 6:
-            raise ValueError(f"REAL_QID {qid!r} is not a queue id")
+        qid = natural(props[REAL_QID], 6)
+        if qid is None:
+            raise ValueError(f"REAL_QID {props[REAL_QID]!r} is not a queue id")
         txn_id = props[TRANSACTION_ID]
         if not 0 < len(txn_id) <= TXN_ID_MAX_CHARS:
             raise ValueError("a transaction id has 1..128 characters")
-        return props[REAL_TOPIC], int(qid), props[PGROUP], txn_id
+        return props[REAL_TOPIC], qid, props[PGROUP], txn_id
     except KeyError as err:
         raise ValueError(f"a half message without {err}") from err
 

@@ -44,6 +44,7 @@ from protocol.errors import (
     WireError,
 )
 from protocol.group_client import UnavailableError
+from protocol.int_property import natural
 from protocol.priority import PRIORITY_MAX, PRIORITY_PROPERTY, priority_of
 
 __all__ = [
@@ -246,8 +247,8 @@ def outbound(topic: str, queue_id: int, queue_offset: int, body: bytes, tags: st
             sp.born_host = value
         elif name == PRIORITY_PROPERTY and kind == pb.MessageType.NORMAL:
             sp.priority, kind = priority_of([(name, value)]), pb.MessageType.PRIORITY
-        elif name == PROP_DELIVER_MS and value.isascii() and value.isdigit() and len(value) < 19:
-            sp.delivery_timestamp.FromMilliseconds(int(value))
+        elif name == PROP_DELIVER_MS and (deliver_ms := natural(value, 18)) is not None:
+            sp.delivery_timestamp.FromMilliseconds(deliver_ms)
             kind = pb.MessageType.DELAY
         elif name not in SYSTEM_PROPERTY_NAMES:
             m.user_properties[name] = value

@@ -34,6 +34,7 @@ from client import errors
 from client.cluster.routes import GroupRoute, Routes, TopicRoute
 from protocol import broker_kinds as bp
 from protocol.errors import DLedgerError
+from protocol.int_property import natural
 
 DEFAULT_INVISIBLE_MS = 60_000  # a push consumer's receive (it names none; RocketMQ's default)
 POLL_MS_MAX = 30_000
@@ -47,10 +48,10 @@ def handle_text(group: str, queue_id: int, offset: int, epoch: int) -> str:
 
 def parse_handle(text: str) -> tuple[str, int, int, int]:
     parts = text.split("/")
-    if len(parts) != 4 or not parts[0] or not all(p.isascii() and p.isdigit() and len(p) < 20
-                                                   for p in parts[1:]):
+    numbers = [n for n in (natural(p, 19) for p in parts[1:]) if n is not None]
+    if len(parts) != 4 or not parts[0] or len(numbers) != 3:
         raise GatewayError(pb.Code.INVALID_RECEIPT_HANDLE, f"not a receipt handle: {text[:80]!r}")
-    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+    return parts[0], numbers[0], numbers[1], numbers[2]
 
 
 def filter_of(expression: Any) -> tuple[list[str], str]:
