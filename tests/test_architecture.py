@@ -26,7 +26,8 @@ PURE_BROKER_MODULES = (
 PURE_PACKAGE_NAMES = ("dledger.raft", *PURE_BROKER_MODULES)
 # First-party modules a pure module may import (themselves checked the same way).
 PURE_FIRST_PARTY = {"protocol.errors", "protocol.auth_rules", "protocol.topics", "protocol.broker_errors",
-                    "protocol.filter_sql", "protocol.broker_kinds", "protocol.consume_rules"}
+                    "protocol.filter_sql", "protocol.broker_kinds", "protocol.consume_rules",
+                    "protocol.int_property"}
 ALLOWED_STDLIB = {"__future__", "collections", "dataclasses", "enum", "typing", "abc", "functools",
                   "itertools", "bisect", "heapq", "math", "operator", "re", "zlib", "struct",
                   "array", "hashlib",  # (hashlib: digests of bytes, e.g. the dedup fingerprints)
