@@ -231,16 +231,26 @@ def message_bytes(topic: str, body: bytes, tags: str, keys: Sequence[str], uniqu
 
 
 UNIQ_KEY = "UNIQ_KEY"
+# A stored unique key is the sender's and, after this mark, a digest of the message's content
+# that the leader adds (``broker.core.sendwire.scoped_key``): the dedup table's key. A control
+# character (the unit separator), so that no key stored before the leaders scoped keys holds
+# one, as ``#`` would (a pipeline's keyed outputs, a 4.x send's): their ids read unchanged.
+SCOPE_MARK = "\x1f"
+
+
+def unscoped(unique_key: str) -> str:
+    """The unique key as its sender gave it: the stored one up to its last ``SCOPE_MARK``."""
+    cut = unique_key.rfind(SCOPE_MARK)
+    return unique_key if cut < 0 else unique_key[:cut]
 
 
 def message_id(unique_key: str, properties: Iterable[Sequence[str]]) -> str:
     """The message id a consumer sees: the ``UNIQ_KEY`` property where the message carries one
-    (a copy whose unique key is scoped for the dedup table: a retry or dead-letter copy, a 4.x
-    client's send), else its unique key."""
+    (a retry or dead-letter copy, a 4.x client's send), else its stored unique key unscoped."""
     for name, value in properties:
         if name == UNIQ_KEY:
             return value
-    return unique_key
+    return unscoped(unique_key)
 
 
 def _utf8(text: str) -> int:

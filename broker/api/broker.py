@@ -51,6 +51,7 @@ from protocol.broker_kinds import (
     OFFSET_OUT_OF_RANGE,
     SendRefusedError,
     offset_msg_id,
+    unscoped,
 )
 from protocol.errors import DiskFullError, NotLeaderError
 from protocol.filter_sql import SqlFilter
@@ -244,7 +245,7 @@ class Broker:
             if m is None:
                 continue  # (an expired one is never delivered: passed as a filtered one)
             size += unit.size
-            out.append([offset + k, m.body, m.tags, list(m.keys), m.unique_key,
+            out.append([offset + k, m.body, m.tags, list(m.keys), unscoped(m.unique_key),
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
                         offset_msg_id(self.group, unit.position, unit.slot)])
         if passes.expired:

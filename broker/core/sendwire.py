@@ -8,6 +8,7 @@ Pure functions of their arguments; the server supplies its limits and its group'
 
 from __future__ import annotations
 
+from hashlib import blake2b
 from typing import Any
 
 from broker.core.applied import ApplyResult
@@ -15,6 +16,7 @@ from broker.core.codec import check_message
 from protocol.broker_errors import BadEntryError
 from protocol.broker_kinds import (
     MESSAGE_OVERHEAD_BYTES,
+    SCOPE_MARK,
     MessageTooLargeError,
     message_bytes,
     offset_msg_id,
@@ -43,12 +45,16 @@ def wire_messages(topic: str, raw: Any, max_bytes: int,
     base = len(topic) + 8 + MESSAGE_OVERHEAD_BYTES
     total = 0
     with_props = False
+    out: list[list[Any]] = []
     for k, m in enumerate(raw):
         try:
             check_message(m)  # what every replica checks at apply: never propose what it refuses
         except (TypeError, ValueError) as err:
             raise BadEntryError(f"message {k}: {err}") from err
-        body, tags, keys, unique_key, props, _ = m
+        body, tags, keys, unique_key, props, born = m
+        # a new list: a caller may send its own again (a retry), and it must scope alike
+        out.append([body, tags, keys, scoped_key(unique_key, body, tags, keys, props), props,
+                    born] if unique_key else m)
         if keys or props or not (tags.isascii() and unique_key.isascii()):
             _check_pairs(k, props)
             with_props = with_props or bool(props)
@@ -60,7 +66,40 @@ def wire_messages(topic: str, raw: Any, max_bytes: int,
         total += n
     if batch and total > max_bytes:
         raise MessageTooLargeError(f"batch of {total} bytes exceeds {max_bytes}")
-    return raw, total, with_props
+    return out, total, with_props
+
+
+def scoped_key(unique_key: str, body: bytes, tags: str, keys: list[str],
+               props: list[list[str]]) -> str:
+    """The unique key a message is stored (and deduplicated) under: its sender's, then
+    ``SCOPE_MARK`` and a 64-bit BLAKE2b digest of its content as sent (tags, keys, properties,
+    body; not its born time), in hex. A retry (the same message again) is stored once; another
+    message sent under the same key is stored as well, not answered as the first's duplicate:
+    keys are no secret (consumers see them, clients draw them in sequence), and a sender who
+    could make another's message a "duplicate" of its own would have it acknowledged and never
+    stored. Consumers see the key unscoped (``message_id``). The digest reads a head that ends
+    where its counts say (how many keys and properties, then each string length-prefixed:
+    tags, keys, names and values), then the body: no two contents read alike."""
+    if keys or props:
+        head = bytearray(len(keys).to_bytes(4, "little") + len(props).to_bytes(4, "little"))
+        for text in (tags, *keys, *(x for p in props for x in p)):
+            data = text.encode("utf-8", "surrogatepass")
+            head += len(data).to_bytes(4, "little") + data
+        digest = blake2b(head, digest_size=8, person=_PERSON)
+    elif tags:
+        data = tags.encode("utf-8", "surrogatepass")
+        digest = blake2b(_NONE_COUNTED + len(data).to_bytes(4, "little") + data, digest_size=8,
+                         person=_PERSON)
+    else:
+        digest = _UNTAGGED.copy()
+    digest.update(body)
+    return f"{unique_key}{SCOPE_MARK}{digest.hexdigest()}"
+
+
+_PERSON = b"dledger-uniq"
+_NONE_COUNTED = bytes(8)  # no keys, no properties
+_UNTAGGED = blake2b(_NONE_COUNTED + bytes(4), digest_size=8, person=_PERSON)  # the head of
+# a message of no tags, keys or properties: its digest is this one's copy, the body added
 
 
 CHECKED = {TTL_PROPERTY: parse_ttl_ms, PRIORITY_PROPERTY: parse_priority}  # property: its check
@@ -109,4 +148,4 @@ def check_entry_size(data: bytes) -> bytes:
     return data
 
 
-__all__ = ["MAX_ENTRY_BYTES", "check_entry_size", "run_answers", "wire_messages"]
+__all__ = ["MAX_ENTRY_BYTES", "check_entry_size", "run_answers", "scoped_key", "wire_messages"]

@@ -43,7 +43,7 @@ class FoundMessage:
     body: bytes
     tags: str
     keys: tuple[str, ...]
-    unique_key: str
+    unique_key: str  # as its sender gave it (the msg_id), without the broker's content digest
     properties: tuple[tuple[str, str], ...]
     born_ts_ms: int
     store_ts_ms: int
@@ -54,7 +54,8 @@ def _found(row: list[Any]) -> FoundMessage:
     (msg_id, group, topic, qid, offset, body, tags, keys, unique_key, props, born, stored,
      consumed) = row
     return FoundMessage(str(msg_id), str(group), str(topic), int(qid), int(offset), bytes(body),
-                        str(tags), tuple(keys), str(unique_key), tuple((k, v) for k, v in props),
+                        str(tags), tuple(keys), bp.message_id(str(unique_key), props),
+                        tuple((k, v) for k, v in props),
                         int(born), int(stored), tuple(consumed))
 
 

@@ -202,9 +202,10 @@ class Producer:
 
     async def send_keyed(self, message: Message, unique_key: str) -> SendResult:
         """Store ``message`` under a unique key of the caller's (the key a send is deduplicated
-        by): a broker group stores one message per key and topic within its dedup window (10
-        minutes by default) and answers a repeat with the original's result, however many
-        times and from however many processes it is sent. The queue is chosen by the key's hash
+        by): a broker group stores one message per key, content and topic within its dedup
+        window (10 minutes by default) and answers a repeat (the same message under the same
+        key) with the original's result, however many times and from however many processes it
+        is sent; another message under the key is stored as well. The queue is chosen by the key's hash
         (the same in every process, while the topic's queues stay the same), so a repeat goes
         to the group that has the original. Used by cross-group pipelines
         (``client.producer.pipeline``)."""

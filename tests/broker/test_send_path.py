@@ -1,6 +1,7 @@
 """The send path on real processes: concurrent sends of one producer spread over every queue of
 a topic yet share one entry; a deduplicated retry answers with the stored original's message id;
-a group that turned read-only for a topic is left for another; batches over the broker's maximum
+another message under a taken unique key is stored, not answered as one; a group that turned
+read-only for a topic is left for another; batches over the broker's maximum
 are refused, not split, and the maximum and the auto-created queue count are broker options
 (also from the TOML config); fields that are not strings are refused, not coerced."""
 
@@ -101,6 +102,39 @@ def test_a_deduplicated_retry_answers_with_the_original_message_id(
                                                                "RETRY-KEY-1")
             _, runs = await lc.call_leader(bp.SEND_RUNS, [["dedup", 3, [first_msg]]])
             assert runs[0][4] == [True] and runs[0][3][0] == first[3][1]
+
+    asyncio.run(run())
+
+
+def test_another_message_under_a_taken_unique_key_is_stored_not_taken_for_a_retry(
+        cluster: tuple[str, LocalCluster]) -> None:
+    """Unique keys are no secret (consumers see them; clients draw them in sequence): a sender
+    that stores a message under another's next key first must not make that one a "duplicate"
+    of its own, acknowledged and never stored. Each message is stored, a retry of each is
+    answered with its own original, and consumers see the key as sent."""
+    _, c = cluster
+
+    async def run() -> None:
+        async with LogClient(c.client_addresses, timeout_s=5) as lc:
+            await _wait_leader(lc, c)
+            key = "TAKEN-KEY-1"
+            first = [b"sent first, by another", "", [], key, [], 0]
+            victims = [[b"the victim's", "", [], key, [], 0],  # each differs from ``first``
+                       [b"sent first, by another", "TagA", [], key, [], 0],  # in one field
+                       [b"sent first, by another", "", ["k"], key, [], 0],
+                       [b"sent first, by another", "", [], key, [["p", "v"]], 0]]
+            for n, victim in enumerate(victims):
+                topic = f"taken-{n}"  # (the dedup table's keys are a topic's)
+                _, a = await lc.call_leader(bp.SEND, topic, 0, [first])
+                _, b = await lc.call_leader(bp.SEND, topic, 1, [victim])
+                assert (a[4], b[0], b[4]) == ([False], "SEND_OK", [False]), (n, b)
+                assert b[3][0] != a[3][0]
+                _, again = await lc.call_leader(bp.SEND, topic, 2, [[*victim[:5], 99]])
+                assert again[4] == [True] and again[3] == b[3]  # a retry (born time aside)
+                stored = await pull_all(lc, c, topic, 1)
+                assert [(r[1], r[2], r[4]) for r in stored] == [(victim[0], victim[1], key)]
+                _, again = await lc.call_leader(bp.SEND, topic, 2, [first])
+                assert again[4] == [True] and again[3] == a[3]
 
     asyncio.run(run())
 

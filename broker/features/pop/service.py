@@ -38,7 +38,7 @@ from broker.features.pop.entries import PopAck, PopChange, PopDead, PopEntry
 from broker.features.pop.model import INFLIGHT_MAX, PopKey
 from broker.features.pop.scan import PriorityMemo, scan_by_priority, scan_in_order
 from broker.features.retry.model import DLQ_QUEUES, dlq_topic, send_back
-from protocol.broker_kinds import SendRefusedError, offset_msg_id
+from protocol.broker_kinds import SendRefusedError, offset_msg_id, unscoped
 from protocol.consume_rules import MESSAGE_GROUP_PROPERTY
 from protocol.errors import DLedgerError
 from protocol.filter_sql import SqlFilter
@@ -257,7 +257,7 @@ class PopService:
             if unit is None or m is None:
                 gone.append((off, result.index))
                 continue
-            out.append([qid, off, m.body, m.tags, list(m.keys), m.unique_key,
+            out.append([qid, off, m.body, m.tags, list(m.keys), unscoped(m.unique_key),
                         [list(p) for p in m.properties], m.born_ts_ms, unit.store_ts_ms,
                         offset_msg_id(self.host.group, unit.position, unit.slot),
                         result.index, attempt])

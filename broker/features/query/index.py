@@ -101,13 +101,9 @@ def _run_hashes(topic: str, messages: list[Any], slot: int, out: list[int]) -> l
             for k in keys:
                 add(key_hash(topic, k))
                 add(slot)
-        if unique_key:
-            add(crc(unique_key.encode("utf-8", "surrogatepass"), seed))
+        if unique_key:  # by the id consumers see (a stored key is scoped: ``message_id``)
+            add(crc(message_id(unique_key, m[4]).encode("utf-8", "surrogatepass"), seed))
             add(slot)
-            shown = message_id(unique_key, m[4]) if m[4] else unique_key
-            if shown != unique_key:  # a copy or a 4.x send: found by the id consumers see too
-                add(crc(shown.encode("utf-8", "surrogatepass"), seed))
-                add(slot)
         slot += 1
     return out
 

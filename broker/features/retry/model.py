@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.features.delay.model import DELAY, REAL_QID, REAL_TOPIC, TIMER_PROPERTIES
+from protocol.broker_kinds import message_id
 from protocol.consume_rules import (
     DEFAULT_MAX_RECONSUME_TIMES,
     dlq_topic,
@@ -74,9 +75,9 @@ def send_back(group: str, m: list[Any], topic: str, offset_msg_id: str, delay_le
         kept.append([RETRY_TOPIC, topic])
     if ORIGIN_MESSAGE_ID not in given:
         kept.append([ORIGIN_MESSAGE_ID, offset_msg_id])
-    original_key = given.get(UNIQ_KEY, unique_key)
+    original_key = message_id(unique_key, props)
     if UNIQ_KEY not in given and unique_key:
-        kept.append([UNIQ_KEY, unique_key])
+        kept.append([UNIQ_KEY, original_key])
     count = times if dead else times + 1
     kept.append([RECONSUME_TIME, str(count)])
     if not dead:
@@ -91,10 +92,9 @@ def resent_from_dlq(m: list[Any], offset_msg_id: str) -> list[Any]:
     ``%RETRY%<group>`` at once, its reconsume count back to 0 (the group consumes it afresh),
     stored once however often the resend is retried within the dedup window."""
     body, tags, keys, unique_key, props, born = m
-    given = {p[0]: p[1] for p in props}
     kept = [[n, v] for n, v in props if n not in _DROPPED and n != RECONSUME_TIME]
     kept.append([RECONSUME_TIME, "0"])
-    return [body, tags, keys, f"{given.get(UNIQ_KEY, unique_key)}#{offset_msg_id}", kept, born]
+    return [body, tags, keys, f"{message_id(unique_key, props)}#{offset_msg_id}", kept, born]
 
 
 __all__ = ["DEFAULT_MAX_RECONSUME_TIMES", "SendBack", "dlq_topic", "reconsume_times",
