@@ -238,10 +238,15 @@ UNIQ_KEY = "UNIQ_KEY"
 SCOPE_MARK = "\x1f"
 
 
+SCOPE_CHARS = 17  # the mark and 16 hex digits
+
+
 def unscoped(unique_key: str) -> str:
-    """The unique key as its sender gave it: the stored one up to its last ``SCOPE_MARK``."""
-    cut = unique_key.rfind(SCOPE_MARK)
-    return unique_key if cut < 0 else unique_key[:cut]
+    """The unique key as its sender gave it: the stored one less its scope (a key stored before
+    the leaders scoped keys has none)."""
+    if len(unique_key) > SCOPE_CHARS and unique_key[-SCOPE_CHARS] == SCOPE_MARK:
+        return unique_key[:-SCOPE_CHARS]
+    return unique_key
 
 
 def message_id(unique_key: str, properties: Iterable[Sequence[str]]) -> str:

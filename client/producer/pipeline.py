@@ -19,9 +19,10 @@ cannot join the offset's transaction, which lives in one group's log. Such an ou
 before the transaction commits, under a unique key derived from its input (the input's offset
 message id and the output's index: ``Producer.send_keyed``), so a repeat after a crash is stored
 once by the output's group: exactly once as long as the input is processed again within that
-group's dedup window (10 minutes by default) and ``transform`` gives the same outputs in the same
-order; past the window, at least once. An output topic served by several groups may be stored
-in another group on a repeat if the topic's queues changed in between.
+group's dedup window (10 minutes by default) and ``transform`` gives the same outputs (byte for
+byte: a broker deduplicates by key and content) in the same order; past the window, at least
+once. An output topic served by several groups may be stored in another group on a repeat if the
+topic's queues changed in between.
 
 Each pipeline instance processes every queue of ``topic`` it is given (all of them by default):
 run one instance per set of queues; a second instance on the same queues is safe (the offset

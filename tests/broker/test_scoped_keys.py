@@ -55,7 +55,8 @@ def test_consumers_see_the_key_as_sent(key: str, body: bytes, tags: str,
 
 
 def test_keys_stored_before_the_leaders_scoped_them_read_unchanged() -> None:
-    for old in ("0A1B2C3D4E5F60718293A4B5C6D7E8F9", "group-0000000000001234-0#2", "a#b#c"):
+    for old in ("0A1B2C3D4E5F60718293A4B5C6D7E8F9", "group-0000000000001234-0#2", "a#b#c",
+                "a\x1fb", "\x1f" + "0" * 16):
         assert message_id(old, []) == old
 
 

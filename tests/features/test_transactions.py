@@ -47,6 +47,7 @@ class SeedListener:
 
     def __init__(self) -> None:
         self.checked: list[str] = []
+        self.checked_ids: set[str] = set()
 
     def execute_local_transaction(self, message: Message, arg: Any) -> TransactionState:
         return {"TAGA": TransactionState.COMMIT,
@@ -54,6 +55,7 @@ class SeedListener:
 
     def check_local_transaction(self, message: ReceivedMessage) -> TransactionState:
         self.checked.append(message.tags)
+        self.checked_ids.add(message.msg_id)
         return TransactionState.COMMIT
 
 
@@ -105,6 +107,7 @@ def test_the_seeds_three_tags(tmp_path: Path) -> None:
             assert got == [("TAGA", b"Hi,0"), ("TAGC", b"Hi,2")]
             assert listener.checked[:1] == ["TAGC"]  # TAGC only: TAGA and TAGB had ended
             assert set(listener.checked) == {"TAGC"}
+            assert listener.checked_ids == {results[2].transaction_id}  # the id as sent
             first = next(m for m in await consumed(ns, "TTopic") if m.tags == "TAGA")
             assert first.offset_msg_id == results[0].committed.offset_msg_id
             assert first.msg_id == results[0].transaction_id

@@ -23,7 +23,7 @@ from broker.features.delay.model import SCHEDULE_QUEUE, SCHEDULE_TOPIC
 from broker.features.host import BrokerHost
 from broker.features.query.index import KeyIndex, key_hash, unique_hash
 from protocol.broker_errors import BadEntryError, MessageNotFoundError
-from protocol.broker_kinds import message_id, offset_msg_id, parse_offset_msg_id
+from protocol.broker_kinds import message_id, offset_msg_id, parse_offset_msg_id, unscoped
 from protocol.errors import DLedgerError
 
 QUERY_MESSAGES_MAX = 1024  # messages one query answers at most
@@ -130,7 +130,7 @@ class Lookup:
         qid, offset = where
         body, tags, keys, unique_key, props, born = m
         return [offset_msg_id(self.host.group, position, slot), self.host.group, topic, qid,
-                offset, body, tags, list(keys), unique_key, [list(p) for p in props], born,
+                offset, body, tags, list(keys), unscoped(unique_key), [list(p) for p in props], born,
                 store_ts, self.consumed_by(topic, qid, offset)]
 
     def queue_of(self, topic: str, qid: int, position: int, slot: int) -> tuple[int, int] | None:

@@ -20,13 +20,12 @@ from broker.features.retry.model import (
     DLQ_QUEUES,
     RECONSUME_TIME,
     RETRY_QUEUES,
-    UNIQ_KEY,
     dlq_topic,
     resent_from_dlq,
     retry_topic,
     send_back,
 )
-from protocol.broker_kinds import SendRefusedError, offset_msg_id
+from protocol.broker_kinds import SendRefusedError, message_id, offset_msg_id
 from protocol.errors import DLedgerError
 from protocol.topics import PERM_RW
 
@@ -89,7 +88,7 @@ class RetryService:
         if term != self._local_term or len(self._local_counts) > _LOCAL_COUNTS_MAX:
             self._local_counts, self._local_term = {}, term  # a new leader knows no count
         props = m[4]
-        key = group + "/" + next((v for n, v in props if n == UNIQ_KEY), m[3])
+        key = group + "/" + message_id(m[3], props)
         count = self._local_counts.get(key, 0)
         self._local_counts[key] = count + 1
         kept = [[n, v] for n, v in props if n != RECONSUME_TIME] + [[RECONSUME_TIME, str(count)]]

@@ -43,7 +43,7 @@ from broker.features.txn.model import (
     half_message,
 )
 from protocol.broker_errors import BadTransactionError, BrokerError
-from protocol.broker_kinds import SendRefusedError, offset_msg_id
+from protocol.broker_kinds import SendRefusedError, offset_msg_id, unscoped
 from protocol.errors import DLedgerError
 
 log = logging.getLogger("broker.features.txn")
@@ -270,7 +270,7 @@ class TxnService:
         for offset in txn.halves[:1]:  # the first half stands for its transaction (RocketMQ's)
             m = self._half_message(offset)  # (refused if retention took it)
             unit = self.host.state.queues[(HALF_TOPIC, HALF_QUEUE)][offset]
-            messages.append([offset, *m, unit.store_ts_ms,
+            messages.append([offset, *m[:3], unscoped(m[3]), *m[4:], unit.store_ts_ms,
                              offset_msg_id(self.host.group, unit.position, unit.slot)])
         try:
             producer.conn.check_transaction(self.host.group, txn.producer_group, txn_id,

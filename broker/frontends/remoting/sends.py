@@ -12,7 +12,7 @@ the concurrent sends of other calls (``SendGather``); a batch as one run (all or
 answer carries the first message's ``offsetMsgId`` (``record.offset_msg_id_4x``: this node's
 address and the message's place), its queue and queue offset; a batch's ids comma-separated.
 A retried send carries the same ``UNIQ_KEY`` and content and is stored once (the state machine's
-dedup, under the key the send path scopes by the content, ``sendwire.scoped_key``). A send flagged
+dedup, under ``dedup_key``: a 4.x client's id and a digest of the content). A send flagged
 PREPARED is a transaction's half message (``broker.frontends.remoting.txn``). A send that creates
 its topic gives it the producer's ``defaultTopicQueueNums`` queues (1..1024, else refused by
 name), at most the broker's ``--default-queues``; without the field, the broker's default.
@@ -53,7 +53,7 @@ V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic",
             "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode",
             "l": "maxReconsumeTimes", "m": "batch"}
 QUEUE_ID_MAX = 65_535
-DIGEST_BYTES = 8  # of a half message's content in its transaction id (``txn_id_of``)
+DIGEST_BYTES = 8  # of a message's content in its dedup key (``dedup_key``)
 log = logging.getLogger("broker.remoting")
 ACK_EARLY = "remoting_ack_early"  # broker.config.REMOTING_CANARIES
 ACK_EARLY_S = 1.0  # how long after its acknowledgement the canary stores a send
@@ -80,17 +80,21 @@ def _row(body: bytes, props: str, born_ms: int, sys_flag: int, max_bytes: int) -
             raise RemotingRefusal(codes.MESSAGE_ILLEGAL,
                                   f"the body inflates past the broker's maximum of {max_bytes} bytes")
     tags, keys, unique, rest = split_properties(props)
-    if unique:  # (kept as the id consumers see: the stored key is scoped, ``message_id``)
+    if unique:
         rest.append([UNIQ_KEY, unique])
+        unique = dedup_key(unique, body, tags, keys, rest)
     return [body, tags, keys, unique, rest, born_ms]
 
 
-def txn_id_of(unique: str, body: bytes, tags: str, keys: list[str],
+def dedup_key(unique: str, body: bytes, tags: str, keys: list[str],
               props: list[list[str]]) -> str:
-    """A 4.x half message's transaction id: its ``UNIQ_KEY`` and a 64-bit BLAKE2b digest of
-    its content (body, tags, keys, properties), so that a retried half send is one transaction
-    while two halves under one id are two: the C++ client gives processes started in the same
-    second the same ids. (The send path scopes every stored key so: ``sendwire.scoped_key``.)"""
+    """The unique key a 4.x client's message is stored (and deduplicated) under: its
+    ``UNIQ_KEY`` and a 64-bit BLAKE2b digest of its content (body, tags, keys, properties), so
+    a retry (the same message again) is stored once while another message under the same id is
+    not taken for one: the C++ client gives processes started in the same second the same ids.
+    The ``UNIQ_KEY`` property keeps the id consumers see (``broker_kinds.message_id``). (A leader
+    scopes every key by the content again, ``sendwire.scoped_key``; this one is kept for a
+    leader of an older version, which does not, and as a half message's transaction id.)"""
     digest = hashlib.blake2b(body, digest_size=DIGEST_BYTES)
     digest.update(join_properties(tags, keys, "", props).encode("utf-8", "surrogatepass"))
     return f"{unique}{txn.DIGEST_MARK}{digest.hexdigest()}"
@@ -138,8 +142,6 @@ async def send_message(server: RemotingHost, conn: ClientConnection,
         return _answer(server, cmd, answer)
     row = _row(cmd.body, props, born_ms, sys_flag, max_bytes)
     if sys_flag & txn.PREPARED:
-        if row[3]:
-            row[3] = txn_id_of(row[3], row[0], row[1], row[2], row[4])
         answer = await txn.half(server, topic, queue_id, head.get("producerGroup", ""), row)
         response = _answer(server, cmd, answer)
         if response.code == codes.SUCCESS:

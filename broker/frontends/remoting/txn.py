@@ -1,8 +1,8 @@
 """Transactional messages over the remoting protocol (a 4.x ``TransactionMQProducer``):
 
 - a send whose sys flag says PREPARED (properties ``TRAN_MSG``, ``PGROUP``) is a half message:
-  TXN_HALF of the producer group, the transaction id being its ``UNIQ_KEY`` and a digest of
-  its content (``sends.txn_id_of``: a 4.x transaction is one
+  TXN_HALF of the producer group, the transaction id being the message's dedup key (its
+  ``UNIQ_KEY`` and a digest of its content, ``sends.dedup_key``: a 4.x transaction is one
   message; a retried half send is stored once); the answer carries it as ``transactionId`` and
   the half queue's offset as ``queueOffset``;
 - 37 END_TRANSACTION (``commitOrRollback`` 8 commit, 12 rollback, 0 not known yet: nothing to
@@ -40,7 +40,7 @@ __all__ = ["HANDLERS", "PREPARED", "check_request", "half"]
 PREPARED = 4  # MessageSysFlag.TRANSACTION_PREPARED_TYPE
 COMMIT_TYPE, ROLLBACK_TYPE, NOT_TYPE = 8, 12, 0
 TRAN_MSG, PGROUP = "TRAN_MSG", "PGROUP"
-DIGEST_MARK = "#"  # between a 4.x message's UNIQ_KEY and its content digest (``sends.txn_id_of``)
+DIGEST_MARK = "#"  # between a 4.x message's UNIQ_KEY and its content digest (``sends.dedup_key``)
 
 
 async def half(server: RemotingHost, topic: str, queue_id: int, producer_group: str,
@@ -89,7 +89,7 @@ async def _stored_txn_id(server: RemotingHost, msg_id: str, at: int) -> str:
             found = await server.call(VIEW_MESSAGE, our_id(server, at))
         except MessageNotFoundError:  # (our_id's position is any number a client sent)
             return msg_id
-    unique = unscoped(str(found[8]))  # (the transaction id: the stored key less the send path's
+    unique = unscoped(str(found[8]))  # (the transaction id: the stored key less the leader's
     if found[2] == HALF_TOPIC and unique.split(DIGEST_MARK, 1)[0] == msg_id:  # scope)
         return unique
     return msg_id
