@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,7 +36,10 @@ log = logging.getLogger("broker.core.cq_files")
 QUEUE_CANARIES = frozenset({"cq_keep_tail"})
 
 UNITS_PER_FILE = 1 << 18
-FDS_MAX = 256
+# Open files kept: a quarter of the process's soft limit, within these bounds. A checkpoint writes
+# every queue with units not yet written, one file each: a cache smaller than the queues written
+# between two checkpoints reopens every file, every checkpoint, on the event loop.
+FDS_MIN, FDS_MAX = 64, 4096
 FLUSH_BYTES = 1 << 16  # a queue's unwritten units are written once this many pile up
 DIRTY_BYTES_MAX = 4 << 20  # or once all queues' unwritten units come to this many
 
@@ -130,8 +134,11 @@ class FileConsumeQueue(UnitQueue):
 
     def trim(self, first_position: int) -> int:
         """Delete the files whose every message is before ``first_position`` in the log (never
-        the file being written); returns how many."""
+        the file being written); returns how many. A queue whose units written fit in one file
+        has none to delete: told without a look at its directory (a checkpoint asks every queue)."""
         upf = self.store.units_per_file
+        if self.flushed <= self.base or (self.flushed - 1) // upf == self.base // upf:
+            return 0
         deleted = 0
         for file_base, path in self.files()[:-1]:
             last = UNIT.unpack(self._read(file_base + upf - 1, file_base + upf))
@@ -148,7 +155,7 @@ class FileQueues:
     """The broker's ``QueueStore``: queues in files under ``root``."""
 
     def __init__(self, root: str, units_per_file: int = UNITS_PER_FILE,
-                 keep_tail: bool = False) -> None:
+                 keep_tail: bool = False, fds_max: int | None = None) -> None:
         self.root = root
         self.units_per_file = units_per_file
         # The seeded bug (tests only: the cq_keep_tail canary): a restore keeps the units
@@ -156,7 +163,9 @@ class FileQueues:
         # then written at once, as a busy queue's are: a quiet one's wait for the checkpoint.)
         self.keep_tail = keep_tail
         os.makedirs(root, exist_ok=True)
-        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._fds: OrderedDict[str, int] = OrderedDict()  # path -> descriptor, least recent first
+        self._dir_paths: dict[str, set[str]] = {}  # a queue's directory -> its paths open
+        self.fds_max = fds_max if fds_max is not None else _fds_max()
         self.dirty: dict[int, FileConsumeQueue] = {}  # queues with units not yet written
         self.dirty_bytes = 0  # how many bytes of units they hold
         self.flush_failures = 0
@@ -292,28 +301,44 @@ class FileQueues:
             return fd
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._fds[path] = fd
-        if len(self._fds) > FDS_MAX:
-            _, old = self._fds.popitem(last=False)
-            os.close(old)
+        self._dir_paths.setdefault(os.path.dirname(path), set()).add(path)
+        if len(self._fds) > self.fds_max:
+            self.forget_fd(next(iter(self._fds)))
         return fd
 
     def forget_fd(self, path: str) -> None:
         fd = self._fds.pop(path, None)
         if fd is not None:
             os.close(fd)
+            d = os.path.dirname(path)
+            paths = self._dir_paths.get(d)
+            if paths is not None:
+                paths.discard(path)
+                if not paths:
+                    del self._dir_paths[d]
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self._dir_paths.clear()
 
     def _dir(self, no: int) -> str:
         return os.path.join(self.root, f"{no:010d}")
 
     def _forget_fds_under(self, path: str) -> None:
-        for p in [p for p in self._fds if p.startswith(path + os.sep)]:
+        """Close the files open in queue directory ``path`` (never a walk of every file open:
+        a topic's creation and deletion do this for each of its queues)."""
+        for p in list(self._dir_paths.get(path, ())):
             self.forget_fd(p)
 
     def _remove_dir(self, path: str) -> None:
         self._forget_fds_under(path)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _fds_max() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return FDS_MAX
+    return max(FDS_MIN, min(FDS_MAX, soft // 4))

@@ -1,7 +1,8 @@
 """Consume queues in files (``broker.core.cq_files``): they read like the in-memory queues across file
 boundaries and unwritten units, a checkpoint records where they end, a restore cuts back what
 was written after it and refuses files that are short, deleted topics' files go only after a
-checkpoint without them, and retention deletes whole files from the front."""
+checkpoint without them, retention deletes whole files from the front, and the open files stay
+within their bound, those of a dropped queue closed."""
 
 from __future__ import annotations
 
@@ -142,3 +143,45 @@ def test_retention_deletes_whole_files_from_the_front(tmp_path: Path) -> None:
     assert q.first() == 16
     again = FileQueues(str(tmp_path), units_per_file=4).restore(7, [18, q.crc])
     assert again.first() == 16 and len(again) == 18 and again[17].position == 17_000
+    for i in range(18, 22):  # 18, 19 fill file 16; 20, 21 wait in memory for file 20
+        q.append(1000 * i, 0, 10, 0, i)
+    assert q.trim(10**9) == 0 and q.first() == 16
+    store.flush()
+    assert q.trim(10**9) == 1 and q.first() == 20
+
+
+def _open_under(root: Path) -> set[str]:
+    """The files under ``root`` this process holds open."""
+    fds = "/proc/self/fd"
+    paths = set()
+    for name in os.listdir(fds):
+        try:
+            target = os.readlink(os.path.join(fds, name))
+        except OSError:  # (the listing's own descriptor, closed since)
+            continue
+        if target.startswith(str(root) + os.sep):
+            paths.add(target)
+    return paths
+
+
+def test_open_files_stay_within_the_bound_and_a_dropped_queues_are_closed(
+        tmp_path: Path) -> None:
+    store = FileQueues(str(tmp_path), units_per_file=2, fds_max=4)
+    queues = [store.create(no) for no in range(3)]
+    for q in queues:
+        for i in range(6):  # three files each
+            q.append(1000 * i, 0, 10, 0, i)
+    store.flush()
+    for q in queues:
+        assert q[0:6] == [CQUnit(1000 * i, 0, 10, 0, i) for i in range(6)]
+        assert len(_open_under(tmp_path)) <= 4
+    last = queues[2]
+    assert isinstance(last, FileConsumeQueue)
+    assert {os.path.dirname(p) for p in _open_under(tmp_path)} >= {last.dir}
+    store.drop(last)
+    store.take_dropped()
+    held = _open_under(tmp_path)
+    assert held and all(os.path.dirname(p) != last.dir for p in held)
+    assert queues[0][0:6] == [CQUnit(1000 * i, 0, 10, 0, i) for i in range(6)]  # reopened
+    store.close()
+    assert _open_under(tmp_path) == set()
