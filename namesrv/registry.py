@@ -135,7 +135,8 @@ class GroupView:
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "leader": self.leader, "term": self.term,
                 "nodes": [n.to_json() for n in self.nodes],
-                "topics": {name: self.topics[name].to_json() for name in sorted(self.topics)}}
+                "topics": {name: self.topics[name].to_json() for name in sorted(self.topics)},
+                "auto_create_queues": self.auto_create_queues}
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,8 @@ def test_cluster_view_lists_every_group_with_admin_addresses_and_topics() -> Non
                        "nodes": [{"node_id": "m0", "client_address": "127.0.0.1:10911",
                                   "admin_address": "127.0.0.1:10921", "role": "leader",
                                   "term": 2, "last_seen_s_ago": 1.0}],
-                       "topics": {"pay": {"read_queues": 8, "write_queues": 8, "perm": 4}}}
+                       "topics": {"pay": {"read_queues": 8, "write_queues": 8, "perm": 4}},
+                       "auto_create_queues": None}
 
 
 # -- leadership by term and fencing ------------------------------------------------------------

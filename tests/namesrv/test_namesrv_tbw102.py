@@ -42,6 +42,15 @@ def test_tbw102_offers_each_group_that_creates_topics_with_the_queues_it_creates
                                                               "d": 16}
 
 
+def test_the_cluster_view_shows_what_each_group_creates() -> None:
+    r = Registry(lease_s=10.0)
+    for port, (group, queues) in enumerate({"a": 2, "b": 0, "c": None}.items()):
+        lone = reg("n0", "leader", 3, group=group, members=("n0",), port=10911 + 100 * port)
+        r.register(replace(lone, auto_create_queues=queues), now_s=0.0)
+    view = {g["group"]: g["auto_create_queues"] for g in (v.to_json() for v in r.cluster(0.0))}
+    assert view == {"a": 2, "b": 0, "c": None}  # (None: a broker that did not say)
+
+
 def test_no_group_that_creates_topics_leaves_tbw102_unrouted() -> None:
     assert _routes({"a": 0, "b": 0}) == {}
 
