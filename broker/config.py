@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.core.cq_files import QUEUE_CANARIES
+from broker.core.sendwire import SCOPE_CANARIES
 from broker.core.state import DEDUP_CANARIES
 from broker.features.acl.model import ACL_CANARIES
 from broker.features.delay.model import DEFAULT_LEVELS, DEFAULT_MAX_DELAY_MS, DELAY_CANARIES, parse_levels
@@ -34,7 +35,7 @@ REMOTING_CANARIES = frozenset({"remoting_ack_early"})
 GRPC_CANARIES = frozenset({"grpc_batch_torn"})
 BROKER_CANARIES = (DELAY_CANARIES | ORDERLY_CANARIES | TXN_CANARIES | POP_CANARIES
                    | POP_LEADER_CANARIES | RETRY_CANARIES | ACL_CANARIES | QUEUE_CANARIES
-                   | REMOTING_CANARIES | GRPC_CANARIES | DEDUP_CANARIES)
+                   | REMOTING_CANARIES | GRPC_CANARIES | DEDUP_CANARIES | SCOPE_CANARIES)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class SendPath:
     def __init__(self, host: SendHost) -> None:
         self.host = host
         self.groups = SendGroups(self._propose, self._answer)
+        self._key_only = "dedup_key_only" in host.config.canaries  # (sendwire.SCOPE_CANARIES)
 
     def handle(self, req: Request, conn: Connection) -> bool:
         """A SEND or SEND_RUNS request from ``conn``, answered on it when its entry is applied
@@ -216,6 +217,8 @@ class SendPath:
         messages, size, with_props = wire_messages(
             validate_topic_name(topic, reserved=SEND_RESERVED_TOPICS), raw,
             config.max_message_bytes, batch)
+        if self._key_only:  # THE CANARY: the sender's key alone, as before the scoping
+            messages = [[*m[:3], r[3], *m[4:]] for m, r in zip(messages, raw, strict=True)]
         if not 0 <= queue_id < MAX_QUEUES:  # (no topic has it; past the entry's integers, it
             # would make every replica refuse the whole entry, other clients' runs with it)
             raise SendRefusedError("QUEUE_NOT_FOUND", f"queue id out of 0..{MAX_QUEUES - 1} "

@@ -30,6 +30,10 @@ from protocol.topics import HALF_TOPIC, SCHEDULE_TOPIC
 # request's own fields need the rest), and a group would stall on it: refused at the leader.
 MAX_ENTRY_BYTES = DEFAULT_MAX_FRAME_BYTES - (64 << 10)
 SEND_OK = "SEND_OK"
+# Seeded bug (tests only): "dedup_key_only" has the leader store the sender's key unscoped
+# (``broker.api.sendpath``), as before ``scoped_key``: another message sent under a key already
+# taken is answered as its duplicate and never stored (the chaos workload's shared keys).
+SCOPE_CANARIES = frozenset({"dedup_key_only"})
 
 
 def wire_messages(topic: str, raw: Any, max_bytes: int,
@@ -148,4 +152,5 @@ def check_entry_size(data: bytes) -> bytes:
     return data
 
 
-__all__ = ["MAX_ENTRY_BYTES", "check_entry_size", "run_answers", "scoped_key", "wire_messages"]
+__all__ = ["MAX_ENTRY_BYTES", "SCOPE_CANARIES", "check_entry_size", "run_answers", "scoped_key",
+           "wire_messages"]

@@ -42,6 +42,10 @@ CANARIES: dict[str, tuple[str, dict[str, Any]]] = {
     # the replicas store a retried send again (the dedup table never finds its unique key): a
     # send whose answer was lost is stored twice by the library's retry (broker.core.state)
     "dedup_ignored": ("S21", {}),
+    # the leader dedups by the sender's key alone (broker.core.sendwire.SCOPE_CANARIES): the
+    # producers' values under a shared key are answered as one another's duplicates, never
+    # stored ("lost")
+    "dedup_key_only": ("S1", {}),
     # the remoting endpoint acknowledges a 4.x send before it is stored: lost with the leader
     "remoting_ack_early": ("S18", {}),
     # a restarted node forgets the membership changes its log holds (chaos.live.membership)

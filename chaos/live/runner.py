@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.config import REMOTING_CANARIES
+from broker.core.sendwire import SCOPE_CANARIES
 from broker.core.state import DEDUP_CANARIES
 from chaos import traces
 from chaos.live.canaries import CANARIES
@@ -89,7 +90,7 @@ def _broker_args(sc: Scenario, canary: str | None,
     """The brokers' extra options: the features' (with a broker canary), the remoting endpoint,
     the gRPC load's canaries."""
     args = broker_args(canary) if sc.features else ()
-    if canary in DEDUP_CANARIES:  # (the state machine's core: with or without the features)
+    if canary in DEDUP_CANARIES | SCOPE_CANARIES:  # (the core's: with or without the features)
         args += ("--broker-canary", canary)
     if sc.remoting:
         args += ("--remoting-listen", "127.0.0.1:0")

@@ -6,7 +6,10 @@ and the final drain of every replica.
 - Producers: each sends ``p<k>-<seq>`` values through the real client library (``Producer``), one
   at a time, recording invoke -> ok (queue, offset, node) | fail (certainly not stored) | info
   (outcome unknown). A value is never resent by the workload; the library's own retries reuse
-  the message's unique key, which the broker deduplicates.
+  the message's unique key, which the broker deduplicates. Every ``SHARED_KEY_EVERY``-th value
+  goes under a unique key every producer uses for its value of that number (``send_keyed``):
+  each of them must be stored, none taken for another's retry (the broker deduplicates by key
+  and content; a key is no secret).
 - Consumers: two per queue, through the real ``PullConsumer``: one tails the queue from 0 (and
   every 2 s commits its offset to the broker and reads it back through the leader), one re-reads
   the queue from 0 every few seconds (a new session each time).
@@ -34,6 +37,7 @@ from protocol.errors import DLedgerError
 
 TOPIC = "chaos"
 QUEUES = 4
+SHARED_KEY_EVERY = 8  # a producer's every 8th value goes under a key all producers share
 COMMIT_EVERY_S = 2.0  # tail consumers commit their offset and read it back this often
 
 
@@ -88,9 +92,11 @@ async def producer(history: History, namesrv: str, pid: int, stop: asyncio.Event
             value = f"{proc}-{seq}"
             seq += 1
             history.add(proc=proc, type="invoke", f="send", value=value)
+            message = Message(TOPIC, body_of(value, rng))
             try:
-                r = await asyncio.wait_for(prod.send(Message(TOPIC, body_of(value, rng))),
-                                           timeout_s + 2)
+                sent = prod.send_keyed(message, f"shared-{seq - 1}") \
+                    if (seq - 1) % SHARED_KEY_EVERY == 0 else prod.send(message)
+                r = await asyncio.wait_for(sent, timeout_s + 2)
             except (errors.RetriableError, errors.NonRetriableError) as err:
                 history.add(proc=proc, type="fail", f="send", value=value, error=_name(err))
             except (TimeoutError, errors.ClientError, DLedgerError, OSError) as err:

@@ -41,6 +41,7 @@ CANARY_DETECTORS = {
     "txn_forget": ("txn: unresolved", "txn: lost"),
     "cq_keep_tail": ("replica_divergences", "duplicates_protocol", "inconsistent_offsets"),
     "dedup_ignored": ("duplicates_protocol",),
+    "dedup_key_only": ("lost",),
     "remoting_ack_early": ("lost",),
     "membership_forget_on_restart": ("replica_divergences", "lost", "lost_on_replica",
                                      "order_producer", "order_realtime", "split brain"),
@@ -63,13 +64,13 @@ FEATURE_CANARIES = ("delay_early", "timer_redeliver", "lock_unfenced", "retry_co
 GRPC_CANARIES = ("fifo_group_overlap", "grpc_batch_torn", "recall_ignored", "ttl_ignored",
                  "priority_park_lost")
 SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signature",
-                  *GRPC_CANARIES)
+                  "dedup_key_only", *GRPC_CANARIES)  # (the shared keys: from the start)
 # The Raft and storage canaries are caught by the core checkers on the main workload: their runs
 # leave the messaging features out (a feature's finish then waits out its bound on a cluster the
 # seeded bug broke, the longest part of such a run)
 # (cq_keep_tail is a broker flag the features' broker options carry: it keeps them)
 CORE_CANARIES = ("commit_without_quorum", "async_flush_ack", "no_pre_vote_check_quorum",
-                 "skip_checksum")
+                 "skip_checksum", "dedup_key_only")
 
 
 def run_live(tmp_path: Path, scenario: str, canary: str | None = None,
