@@ -222,7 +222,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             await control.call_leader(bp.TOPIC_PUT, TOPIC, QUEUES, QUEUES, 6, timeout_s=10.0)
             workers = [asyncio.create_task(producer(history, cluster.namesrv, k, stop_producers,
                                                     sc.pause_s, random.Random(rng.random()),
-                                                    canaries=client_canaries))
+                                                    canaries=client_canaries,
+                                                    shared_keys=sc.producers > 1))
                        for k in range(sc.producers)]
             readers = [asyncio.create_task(consumer(
                 history, cluster.namesrv, f"c{q}{kind}", q, cluster.group, stop_consumers,

@@ -9,7 +9,7 @@ and the final drain of every replica.
   the message's unique key, which the broker deduplicates. Every ``SHARED_KEY_EVERY``-th value
   goes under a unique key every producer uses for its value of that number (``send_keyed``):
   each of them must be stored, none taken for another's retry (the broker deduplicates by key
-  and content; a key is no secret).
+  and content; a key is no secret). A lone producer (S16's) shares no key: it sends as it did.
 - Consumers: two per queue, through the real ``PullConsumer``: one tails the queue from 0 (and
   every 2 s commits its offset to the broker and reads it back through the leader), one re-reads
   the queue from 0 every few seconds (a new session each time).
@@ -84,7 +84,7 @@ def value_of(body: bytes) -> str:
 
 async def producer(history: History, namesrv: str, pid: int, stop: asyncio.Event,
                    pause_s: float, rng: random.Random, timeout_s: float = 3.0,
-                   canaries: tuple[str, ...] = ()) -> None:
+                   canaries: tuple[str, ...] = (), shared_keys: bool = True) -> None:
     proc = f"p{pid}"
     async with Producer(namesrv, send_timeout_s=timeout_s, canaries=canaries) as prod:
         seq = 0
@@ -95,7 +95,7 @@ async def producer(history: History, namesrv: str, pid: int, stop: asyncio.Event
             message = Message(TOPIC, body_of(value, rng))
             try:
                 sent = prod.send_keyed(message, f"shared-{seq - 1}") \
-                    if (seq - 1) % SHARED_KEY_EVERY == 0 else prod.send(message)
+                    if shared_keys and (seq - 1) % SHARED_KEY_EVERY == 0 else prod.send(message)
                 r = await asyncio.wait_for(sent, timeout_s + 2)
             except (errors.RetriableError, errors.NonRetriableError) as err:
                 history.add(proc=proc, type="fail", f="send", value=value, error=_name(err))
