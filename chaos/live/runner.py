@@ -212,8 +212,12 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
     client_log = contextlib.ExitStack()
     client_log.enter_context(log_to(os.path.join(base, "clients.log")))
+    def phase(text: str) -> None:  # (where a run's wall time goes, beside the faults')
+        say(f"[{label}] {time.time() - t0:6.1f} s  {text}")
+
     try:
         await asyncio.to_thread(cluster.start)
+        phase("processes started")
         nodes = cluster.node_ids
         async with LogClient(cluster.direct_client_addresses, timeout_s=3.0,
                              ssl_context=client_context(cluster.tls_ca) if cluster.tls_ca
@@ -261,21 +265,25 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                                 random.Random(f"forger-{cfg.seed}"), stop_producers,
                                 client_context(cluster.tls_ca) if cluster.tls_ca else None)
             workers.append(asyncio.create_task(forger.run()))
+            phase("the workload started")
             await asyncio.sleep(cfg.quiet_s)  # the quiet period before the first fault
             ctl = Ctl(cluster, history, rng, time.monotonic() + cfg.duration_s, control=control,
-                      say=lambda text: say(f"[{label}] {time.time() - t0:6.1f} s  {text}"))
+                      say=phase)
             await sc.schedule(ctl)
-            say(f"[{label}] {time.time() - t0:6.1f} s  heal everything")
+            phase("heal everything")
             await _final_heal(ctl, problems)
             history.add(proc="nemesis", type="info", f="heal")
             nodes = await _final_members(control, cluster, notes)
             await _after_heal(cfg, control, nodes, stop_producers, workers, notes, problems,
-                              feats, os.path.join(base, "features.jsonl"), remoting, grpc_load)
+                              feats, os.path.join(base, "features.jsonl"), remoting, grpc_load,
+                              phase)
             await asyncio.sleep(1.0)  # consumers' last long polls see the end of each queue
             stop_consumers.set()
             await asyncio.gather(*readers)
+            phase("the consumers stopped")
             replicas, leader_drain, drained = await drain(control, nodes)
             problems += drained
+            phase("every replica drained")
     except (HarnessError, ClusterError, ToxiproxyError) as err:
         problems.append(f"harness: {err}")
         notes.append("the run did not complete; the checks below cover what was recorded")
@@ -294,6 +302,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         client_log.close()
         history.close()
         await asyncio.to_thread(cluster.stop)
+        phase("the processes stopped")
     trace_events = traces.load(cluster.trace_paths())
     bound = None
     if sc.churn_bound:
@@ -382,7 +391,8 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
                       stop_producers: asyncio.Event, workers: list[asyncio.Task[None]],
                       notes: list[str], problems: list[str], feats: Features | None,
                       features_path: str, remoting: RemotingProducers | None = None,
-                      grpc_load: GrpcLoad | None = None) -> None:
+                      grpc_load: GrpcLoad | None = None,
+                      phase: Callable[[str], None] = lambda _text: None) -> None:
     """Wait for a leader, let the workload run on, stop the producers, let the features finish,
     wait until every replica has applied the whole log. A wait that runs out is a problem to
     report, and the run goes on to drain what the replicas hold (a seeded bug may have left a
@@ -396,12 +406,16 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
     await asyncio.sleep(cfg.recovery_s)  # the workload runs on: recovery is measured
     stop_producers.set()
     await asyncio.gather(*workers)
+    phase("the producers stopped")
     if remoting is not None:
         await remoting.stop()  # (their last sends are recorded before the drain)
+        phase("the 4.x producers stopped")
     if grpc_load is not None:  # (its consumers catch up, its batch topic is read back)
         await grpc_load.finish()
+        phase("the RocketMQ 5 clients finished")
     if feats is not None:
         await feats.finish(features_path)
+        phase("the features finished")
         ended = feats.result.get("finished_in_s")
         notes.append(f"the features' work ended {ended} s after the producers stopped"
                      if ended is not None else "the features' work had not ended when the wait "
@@ -422,5 +436,6 @@ async def _after_heal(cfg: RunConfig, control: LogClient, nodes: list[str],
     try:
         await _wait(caught_up, CATCH_UP_WAIT_S, "every replica to apply the whole log",
                     progress=lambda: seen[0], stall_s=CATCH_UP_STALL_S)
+        phase("every replica caught up")
     except HarnessError as err:
         problems.append(f"liveness: {err}")

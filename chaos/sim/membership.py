@@ -27,7 +27,7 @@ class MembershipWorld(Protocol):
 
     def event(self, text: str) -> None: ...
 
-    def observe(self) -> None: ...
+    def observe(self, node: SimNode | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class MembershipShell:
         world.event(f"{leader.id} proposes {kind} {who}: voters {list(new.voters)} learners "
                     f"{list(new.learners)}")
         leader.drain()
-        world.observe()
+        world.observe(leader)
 
 
 def _changed(m: Membership, kind: str, who: str) -> Membership:

@@ -42,7 +42,7 @@ class SnapshotWorld(Protocol):
 
     def event(self, text: str) -> None: ...
 
-    def observe(self) -> None: ...
+    def observe(self, node: SimNode | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,7 @@ class SnapshotShell:
         node.snapshot, node.snapshot_chain = meta, node._chain[:index]
         node.core.snapshot_taken(meta)
         self.world.count("snapshot_taken")
+        self.world.observe(node)
 
     def retain(self, node: SimNode) -> None:
         """Retention as the file store does it: never past the node's snapshot nor what is not
@@ -110,6 +111,7 @@ class SnapshotShell:
             target = min(target, node.core.safe_retain_index())
         if node.store.retain_from(target) > before:
             self.world.count("retain")
+            self.world.observe(node)
 
     # -- transfers ---------------------------------------------------------------------------------
 
@@ -163,11 +165,11 @@ class SnapshotShell:
         self.world.event(f"snapshot {m.meta.index} (term {m.meta.term}) reaches {m.dst}")
         dst.core.step(m)
         dst.drain()
-        self.world.observe()
+        self.world.observe(dst)
 
     def _report(self, src: SimNode, m: InstallSnapshot, ok: bool) -> None:
         core = src.core
         if src.up and core.role is Role.LEADER and core.term == m.term:
             core.report_snapshot(m.dst, ok)
             src.drain()
-            self.world.observe()
+            self.world.observe(src)

@@ -172,7 +172,7 @@ class World:
             self.event(f"deliver {type(m).__name__} {m.src}->{m.dst} t{m.term}")
             dst.core.step(m)
             dst.drain()
-            self.observe()
+            self.observe(dst)
 
     # -- clients -----------------------------------------------------------------------------------
 
@@ -195,7 +195,7 @@ class World:
             self.pending[(target, term, index)] = Proposal(value, target, term, index)
             self.event(f"propose {value.decode()} at {target} -> ({term}, {index})")
             node.drain()
-            self.observe()
+            self.observe(node)
 
     def on_applied(self, node: SimNode, e: Entry) -> None:
         p = self.pending.pop((node.id, e.term, e.index), None)
@@ -235,7 +235,7 @@ class World:
                 n.restart()
                 self.count("restart")
                 self.event(f"restart {n.id} at term {n.core.term}")
-                self.observe()
+                self.observe(n)
 
     def _admin_step(self) -> None:
         """Operator actions: leadership transfers, snapshots and retention."""
@@ -252,7 +252,7 @@ class World:
                 self.count("transfer")
                 self.event(f"transfer leadership {n.id} -> {to}")
                 n.drain()
-                self.observe()
+                self.observe(n)
             self.snapshots.maybe_take(n)
             if self.rng.random() < f.retain_rate:
                 self.snapshots.retain(n)
@@ -339,7 +339,7 @@ class World:
         for n in self.nodes:
             if n.up and n.background_syncs:
                 n.finish_background_syncs()
-                self.observe()
+                self.observe(n)
         self.snapshots.step()
         for n, rate in zip(self.nodes, self.faults.tick_rates):
             if not n.up:
@@ -350,13 +350,16 @@ class World:
                 n.core.tick()
                 n.drain()
                 self.events += 1
-                self.observe()
+                self.observe(n)
             if n.core.role is Role.LEADER:
                 self.leader_guess = n.id
         self._deliver_due()
 
-    def observe(self) -> None:
-        self.observer.after_event(self.nodes)
+    def observe(self, node: SimNode | None = None) -> None:
+        """The invariants after an event: the node it changed (every node when it names none:
+        an event changes one node's state, and the others' were checked when they last
+        changed), and what spans the nodes."""
+        self.observer.after_event(self.nodes, node)
         f = self.faults
         if self.healing or not (f.new_leader_crash_rate or f.new_leader_isolate_rate):
             return
