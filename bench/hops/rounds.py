@@ -1,7 +1,8 @@
 """``python -m bench.hops.rounds [--topics T] [--callers C] [--producers P] [--seconds S]
-[--mode sync|async] [--payload BYTES] [--busy-poll-us US]``: C closed-loop callers over T topics
-(caller i on topic i % T; ``dledger bench``'s "64 topics" row is 64 over 64, its "concurrent" row
-64 over 1), sharing P producers, against a fresh NameServer and 3-node group
+[--mode sync|async] [--payload BYTES] [--batch N] [--busy-poll-us US]``: C closed-loop callers
+over T topics (caller i on topic i % T; ``dledger bench``'s "64 topics" row is 64 over 64, its
+"concurrent" row 64 over 1, its fastest path 16 over 1 with ``--batch 64``: each call a
+``send_batch`` of N messages), sharing P producers, against a fresh NameServer and 3-node group
 (``bench.harness.broker_group``); after a 2 s warm-up, S seconds measured. Prints the rate, how
 the sends travelled (log entries and client requests, from the leader's ``/metrics``, and
 messages per each), and each process's CPU per message (the leader, the followers, the client).
@@ -66,9 +67,13 @@ async def _run(ns: str, admins: dict[str, tuple[str, int]], pids: dict[str, int]
 
         async def caller(i: int, until: float) -> int:
             p, message, sent = producers[i % len(producers)], Message(names[i % len(names)], body), 0
+            batch = [Message(names[i % len(names)], body) for _ in range(args.batch)]
             while time.monotonic() < until:
-                await p.send(message)
-                sent += 1
+                if args.batch > 1:
+                    await p.send_batch(batch)
+                else:
+                    await p.send(message)
+                sent += args.batch
             return sent
 
         await asyncio.gather(*(caller(i, time.monotonic() + WARM_UP_S) for i in range(args.callers)))
@@ -93,7 +98,8 @@ async def _run(ns: str, admins: dict[str, tuple[str, int]], pids: dict[str, int]
 
     followers = " ".join(f"{nid} {us(cpu[nid])}" for nid in sorted(cpu) if nid != leader)
     return (f"{sent} messages of {args.payload} B from {args.callers} callers over {args.topics} "
-            f"topics, {args.producers} producer(s), {args.mode} flush: "
+            f"topics{f' in batches of {args.batch}' if args.batch > 1 else ''}, "
+            f"{args.producers} producer(s), {args.mode} flush: "
             f"{sent / elapsed_s:.0f} msg/s\n"
             f"  {entries:.0f} entries, {requests:.0f} requests: "
             f"{stored / entries if entries else 0:.1f} messages an entry, "
@@ -110,14 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--mode", choices=("sync", "async"), default="sync")
     ap.add_argument("--payload", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="messages a call: 1 sends each alone, more a send_batch of that many")
     ap.add_argument("--busy-poll-us", type=int, default=None,
                     help="the nodes' --busy-poll-us (default: the node's default)")
     args = ap.parse_args(argv)
     if not (1 <= args.topics <= 1024 and 1 <= args.callers <= 1024
             and 1 <= args.producers <= args.callers and 0.1 <= args.seconds <= 600
-            and 1 <= args.payload <= 4 << 20):
+            and 1 <= args.payload <= 4 << 20 and 1 <= args.batch <= 1024):
         ap.error("--topics and --callers must be 1..1024, --producers 1..--callers, "
-                 "--seconds 0.1..600 and --payload 1..4194304")
+                 "--seconds 0.1..600, --payload 1..4194304 and --batch 1..1024")
     from bench.harness import broker_group
     from bench.nodeflags import NodeFlags
     flags = NodeFlags() if args.busy_poll_us is None else NodeFlags(busy_poll_us=args.busy_poll_us)
