@@ -7,8 +7,9 @@ in memory only the units not yet written (64 KiB of them at most, and 4 MiB for 
 together; written in one ``pwrite`` each) and reads the rest with ``pread`` through the page cache.
 Open files are shared through a bounded LRU of descriptors.
 
-Crash safety is the checkpoint's: before a checkpoint is written the files are flushed and
-fsynced, and the checkpoint records each queue's length (and the CRC32 of all its units). A
+Crash safety is the checkpoint's: before a checkpoint is written the files are written and
+fsynced (in a thread: ``sync_job``), and the checkpoint records each queue's length (and the CRC32
+of all its units). A
 restore cuts every file back to that length (units past it are applied again from the log) and
 deletes the directories of queues the checkpoint does not name (created after it, or of a topic
 deleted before it). A deleted topic's files stay until a checkpoint without it is on disk.
@@ -23,7 +24,6 @@ import os
 import resource
 import shutil
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 from broker.core.consumequeue import UNIT, UNIT_BYTES, UnitQueue
@@ -49,7 +49,7 @@ class ConsumeQueueFilesError(ValueError):
 
 
 class FileConsumeQueue(UnitQueue):
-    __slots__ = ("store", "dir", "base", "flushed", "tail")
+    __slots__ = ("store", "dir", "base", "flushed", "tail", "_file")
 
     def __init__(self, store: FileQueues, no: int, base: int, flushed: int, crc: int) -> None:
         super().__init__(no, crc)
@@ -58,6 +58,7 @@ class FileConsumeQueue(UnitQueue):
         self.base = base  # the first offset still in a file
         self.flushed = flushed  # units in files; the rest are in ``tail``
         self.tail = bytearray()
+        self._file = (-1, "")  # the last file's first offset and path (formatted once)
 
     def __len__(self) -> int:
         return self.flushed + len(self.tail) // UNIT_BYTES
@@ -96,7 +97,9 @@ class FileConsumeQueue(UnitQueue):
         return b"".join(parts)
 
     def _path(self, file_base: int) -> str:
-        return os.path.join(self.dir, f"{file_base:020d}")
+        if self._file[0] != file_base:
+            self._file = (file_base, f"{self.dir}{os.sep}{file_base:020d}")
+        return self._file[1]
 
     def flush(self) -> None:
         """Write the units in memory to their files (not fsynced: ``FileQueues.sync_job``). A
@@ -123,6 +126,37 @@ class FileConsumeQueue(UnitQueue):
             self.store.dirty_bytes -= done
             if not self.tail:
                 self.store.dirty.pop(self.no, None)
+
+    def pending_writes(self) -> list[tuple[str, int, bytes]]:
+        """The writes that would put this queue's units in memory in their files: (path, byte
+        offset, units), each within one file; nothing changes (``QueuesSync``)."""
+        upf, k = self.store.units_per_file, self.flushed
+        file_base = k - k % upf
+        if k + len(self.tail) // UNIT_BYTES <= file_base + upf:  # (the common case: one file)
+            return [(self._path(file_base), (k - file_base) * UNIT_BYTES, bytes(self.tail))]
+        out = []
+        done = 0
+        while done < len(self.tail):
+            file_base = k - k % upf
+            n = min(len(self.tail) - done, (file_base + upf - k) * UNIT_BYTES)
+            out.append((self._path(file_base), (k - file_base) * UNIT_BYTES,
+                        bytes(self.tail[done:done + n])))
+            done += n
+            k += n // UNIT_BYTES
+        return out
+
+    def written_up_to(self, length: int) -> None:
+        """Units up to ``length`` are in their files (a ``QueuesSync`` wrote them): dropped from
+        memory, unless a flush on the loop got there first."""
+        n = length - self.flushed
+        if n <= 0:
+            return
+        del self.tail[:n * UNIT_BYTES]
+        self.flushed = length
+        if self.store.dirty.get(self.no) is self:  # (a dropped queue's bytes are not counted)
+            self.store.dirty_bytes -= n * UNIT_BYTES
+            if not self.tail:
+                del self.store.dirty[self.no]
 
     def files(self) -> list[tuple[int, str]]:
         """(first offset, path) of each file, oldest first."""
@@ -259,27 +293,16 @@ class FileQueues:
                 log.warning("consume queue units not written yet (%d times): %s",
                             self.flush_failures, err)
 
-    def sync_job(self) -> Callable[[], None]:
-        """Everything written so far, to be made durable in a thread (before a checkpoint that
-        counts it is written)."""
-        self.flush()
-        paths, dirs = sorted(self.unsynced), sorted(self.created)
+    def sync_job(self) -> QueuesSync:
+        """Every unit appended so far, to be written and made durable in a thread (before a
+        checkpoint that counts it is written; then ``written()`` on the loop). The loop only
+        copies the units in memory: they stay there, readable, until written."""
+        writes = [w for q in self.dirty.values() for w in q.pending_writes()]
+        new_files = {os.path.dirname(path) for path, offset, _ in writes if offset == 0}
+        sync = QueuesSync(self, writes, [(q, len(q)) for q in self.dirty.values()],
+                          sorted(self.unsynced), self.created | new_files)
         self.unsynced, self.created = set(), set()
-
-        def job() -> None:
-            for path in paths:
-                try:
-                    fd = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
-                    continue  # trimmed or dropped since
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            for d in dirs:
-                if os.path.isdir(d):
-                    fsync_directory(d)
-        return job
+        return sync
 
     def take_dropped(self) -> list[int]:
         """The queues dropped so far, whose directories go once a checkpoint without them is
@@ -335,6 +358,60 @@ class FileQueues:
     def _remove_dir(self, path: str) -> None:
         self._forget_fds_under(path)
         shutil.rmtree(path, ignore_errors=True)
+
+
+class QueuesSync:
+    """A checkpoint's consume-queue work in a thread (``__call__``): the units that were in memory
+    written (each file opened for it: the loop's descriptors are the loop's), then every file
+    written since the last sync fsynced, and the directories of new files. Then, back on the
+    loop, ``written()`` lets the queues drop those units from memory. A failure (a full disk)
+    raises, and the units stay in memory: written at the next checkpoint, or by a flush."""
+
+    def __init__(self, store: FileQueues, writes: list[tuple[str, int, bytes]],
+                 lengths: list[tuple[FileConsumeQueue, int]], paths: list[str],
+                 dirs: set[str]) -> None:
+        self.store = store
+        self.writes, self.lengths, self.paths, self.dirs = writes, lengths, paths, sorted(dirs)
+
+    def __call__(self) -> None:
+        written: dict[str, int] = {}
+        try:
+            for path, offset, data in self.writes:
+                fd = written.get(path)
+                if fd is None:
+                    fd = written[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                done = 0
+                while done < len(data):
+                    done += os.pwrite(fd, data[done:], offset + done)
+            for fd in written.values():
+                os.fsync(fd)
+        finally:
+            for fd in written.values():
+                os.close(fd)
+        for path in self.paths:
+            if path in written:
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # trimmed or dropped since
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for d in self.dirs:
+            if os.path.isdir(d):
+                fsync_directory(d)
+
+    def written(self) -> None:
+        """On the loop, once the call returned: the queues' units it wrote leave memory."""
+        for queue, length in self.lengths:
+            queue.written_up_to(length)
+
+    def failed(self) -> None:
+        """On the loop, once the call raised: what it was to make durable is owed to the next."""
+        self.store.unsynced.update(self.paths)
+        self.store.created.update(self.dirs)
 
 
 def _fds_max() -> int:

@@ -142,11 +142,15 @@ class Checkpoints:
         except OSError as err:  # e.g. a full disk: the log still has it all; next time
             log.warning("checkpoint at index %d not written: %s", saved, err)
             self.failed += 1
+            if sync_queues is not None:
+                sync_queues.failed()
             if isinstance(queues, FileQueues):
                 queues.dropped.extend(dropped)
         else:
             self.written += 1
             self.checkpointed_index = saved
+            if sync_queues is not None:
+                sync_queues.written()  # (their units leave memory now that files hold them)
             server.node.snapshot_taken(saved)  # the log may be retained up to it
             if isinstance(queues, FileQueues) and queues is server.state.queue_store:
                 await asyncio.to_thread(queues.remove_queues, dropped)

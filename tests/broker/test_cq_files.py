@@ -185,3 +185,52 @@ def test_open_files_stay_within_the_bound_and_a_dropped_queues_are_closed(
     assert queues[0][0:6] == [CQUnit(1000 * i, 0, 10, 0, i) for i in range(6)]  # reopened
     store.close()
     assert _open_under(tmp_path) == set()
+
+
+def test_a_checkpoints_writes_go_in_a_thread_and_the_units_stay_readable_until_written(
+        tmp_path: Path) -> None:
+    """``sync_job`` copies the units in memory; until its job has written them (and
+    ``written()`` ran on the loop) they stay in memory and read as before, while appends and a
+    flush on the loop go on; a job that fails leaves them there for the next."""
+    store = FileQueues(str(tmp_path), units_per_file=4)
+    a, b = store.create(0), store.create(1)
+    mem = {0: ConsumeQueue(), 1: ConsumeQueue()}
+
+    def add(q: object, i: int) -> None:
+        unit = _unit(i)
+        for target in (q, mem[q.no]):  # type: ignore[attr-defined]
+            target.append(unit.position, unit.slot, unit.size, unit.tag_hash,  # type: ignore[attr-defined]
+                          unit.store_ts_ms)
+
+    for i in range(6):  # a: a file and a half; b: one unit
+        add(a, i)
+    add(b, 0)
+    sync = store.sync_job()
+    assert [(os.path.basename(p), off, len(d) // UNIT_BYTES) for p, off, d in sync.writes] == [
+        (f"{0:020d}", 0, 4), (f"{4:020d}", 0, 2), (f"{0:020d}", 0, 1)]
+    assert os.listdir(a.dir) == []  # type: ignore[attr-defined]  # nothing written on the loop
+    for i in range(6, 9):  # the loop goes on while the job runs: more units, and a flush of b
+        add(a, i)
+    add(b, 1)
+    b.flush()  # type: ignore[attr-defined]
+    assert list(a) == list(mem[0]) and list(b) == list(mem[1])
+    sync()
+    sync.written()
+    assert store.dirty_bytes == 3 * UNIT_BYTES and list(store.dirty) == [0]  # a's 6..8 only
+    assert list(a) == list(mem[0]) and list(b) == list(mem[1]) and a.crc == mem[0].crc
+    assert os.path.getsize(os.path.join(a.dir, f"{4:020d}")) == 2 * UNIT_BYTES  # type: ignore[attr-defined]
+    # a job that fails (the queue's directory gone) raises, and its units wait in memory
+    for i in range(9, 12):
+        add(a, i)
+    failing = store.sync_job()
+    os.rename(a.dir, a.dir + ".away")  # type: ignore[attr-defined]
+    with pytest.raises(OSError):
+        failing()
+    failing.failed()
+    os.rename(a.dir + ".away", a.dir)  # type: ignore[attr-defined]
+    assert len(a) == 12 and store.dirty_bytes == 6 * UNIT_BYTES
+    assert failing.paths and store.sync_job().paths == failing.paths  # owed to the next
+    store.flush()
+    assert list(a) == list(mem[0]) and store.dirty_bytes == 0
+    again = FileQueues(str(tmp_path), units_per_file=4).restore(0, [12, a.crc])
+    assert list(again) == list(mem[0])
