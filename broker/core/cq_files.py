@@ -374,20 +374,17 @@ class QueuesSync:
         self.writes, self.lengths, self.paths, self.dirs = writes, lengths, paths, sorted(dirs)
 
     def __call__(self) -> None:
-        written: dict[str, int] = {}
-        try:
-            for path, offset, data in self.writes:
-                fd = written.get(path)
-                if fd is None:
-                    fd = written[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        written = set()
+        for path, offset, data in self.writes:  # (one file open at a time: a checkpoint may
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # write to thousands)
+            try:
                 done = 0
                 while done < len(data):
                     done += os.pwrite(fd, data[done:], offset + done)
-            for fd in written.values():
                 os.fsync(fd)
-        finally:
-            for fd in written.values():
+            finally:
                 os.close(fd)
+            written.add(path)
         for path in self.paths:
             if path in written:
                 continue
@@ -409,7 +406,8 @@ class QueuesSync:
             queue.written_up_to(length)
 
     def failed(self) -> None:
-        """On the loop, once the call raised: what it was to make durable is owed to the next."""
+        """On the loop, once the call raised (or its checkpoint was not written): what it was
+        to make durable is owed to the next."""
         self.store.unsynced.update(self.paths)
         self.store.created.update(self.dirs)
 

@@ -118,11 +118,7 @@ class Checkpoints:
         saved = state.applied_index
         t0 = time.perf_counter()
         queues = state.queue_store
-        try:
-            sync_queues = queues.sync_job() if isinstance(queues, FileQueues) else None
-        except OSError as err:  # the queues' units could not be written: not this time
-            log.warning("checkpoint at index %d not written: %s", saved, err)
-            return time.perf_counter() - t0
+        sync_queues = queues.sync_job() if isinstance(queues, FileQueues) else None
         dropped = queues.take_dropped() if isinstance(queues, FileQueues) else []
         store = server.node.store
         index_job = server.index.checkpoint(store.first_index() if store else 1)
@@ -137,16 +133,21 @@ class Checkpoints:
             index_job()  # the key index next: it never lags the checkpoint
             save_checkpoint(data_dir, view)
 
+        thread = asyncio.ensure_future(asyncio.to_thread(job))
+        done = False
         try:
-            await asyncio.to_thread(job)
+            try:
+                await asyncio.shield(thread)
+            except asyncio.CancelledError:  # (a stop: the job runs to its end first, so that
+                await asyncio.wait([thread])  # nothing it reads is released under it, and the
+                if not thread.cancelled():  # stop's own checkpoint is not written beside it)
+                    thread.exception()  # (retrieved: this checkpoint counts as not written)
+                raise
         except OSError as err:  # e.g. a full disk: the log still has it all; next time
             log.warning("checkpoint at index %d not written: %s", saved, err)
             self.failed += 1
-            if sync_queues is not None:
-                sync_queues.failed()
-            if isinstance(queues, FileQueues):
-                queues.dropped.extend(dropped)
         else:
+            done = True
             self.written += 1
             self.checkpointed_index = saved
             if sync_queues is not None:
@@ -156,6 +157,11 @@ class Checkpoints:
                 await asyncio.to_thread(queues.remove_queues, dropped)
                 self.trim_queues(queues)
         finally:
+            if not done:  # (what this checkpoint was to settle is owed to the next)
+                if sync_queues is not None:
+                    sync_queues.failed()
+                if isinstance(queues, FileQueues):
+                    queues.dropped.extend(dropped)
             view.release()
             server.index.checkpoint_done()
         return spent_s

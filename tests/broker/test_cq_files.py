@@ -1,23 +1,32 @@
-"""Consume queues in files (``broker.core.cq_files``): they read like the in-memory queues across file
-boundaries and unwritten units, a checkpoint records where they end, a restore cuts back what
+"""Consume queues in files (``broker.core.cq_files``): they read like the in-memory queues across
+file boundaries and unwritten units, a checkpoint records where they end (its thread writing the
+units in memory, one file open at a time, and a stop waiting for it), a restore cuts back what
 was written after it and refuses files that are short, deleted topics' files go only after a
 checkpoint without them, retention deletes whole files from the front, and the open files stay
 within their bound, those of a dropped queue closed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+import resource
+import threading
 from pathlib import Path
 
 import pytest
 
+import broker.shell.checkpoint as checkpoint_module
+from broker.config import BrokerConfig
 from broker.core.consumequeue import UNIT_BYTES, ConsumeQueue, CQUnit
 from broker.core.cq_files import ConsumeQueueFilesError, FileConsumeQueue, FileQueues
 from broker.core.entries import TopicDelete, encode_send
 from broker.machine.kinds import encode
 from broker.machine.state import BrokerState
+from broker.server import BrokerServer
 from broker.shell.checkpoint import CHECKPOINT_FILE, QUEUES_DIR, load_checkpoint, save_checkpoint
+from dledger.node.runtime import NodeConfig
+from tests.log.test_runtime import wait_for
 
 
 class _Log:
@@ -234,3 +243,67 @@ def test_a_checkpoints_writes_go_in_a_thread_and_the_units_stay_readable_until_w
     assert list(a) == list(mem[0]) and store.dirty_bytes == 0
     again = FileQueues(str(tmp_path), units_per_file=4).restore(0, [12, a.crc])
     assert list(again) == list(mem[0])
+
+
+def test_a_checkpoints_thread_holds_one_file_open_at_a_time(tmp_path: Path) -> None:
+    """Thousands of dirty queues are written within a small open-file limit (the container's
+    is 1024): the thread opens, writes, fsyncs and closes one file at a time."""
+    store = FileQueues(str(tmp_path), fds_max=64)
+    queues = [store.create(no) for no in range(300)]
+    for q in queues:
+        q.append(1, 0, 10, 0, 0)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 100, hard))  # fewer than the queues
+    try:
+        sync = store.sync_job()
+        sync()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    sync.written()
+    assert store.dirty_bytes == 0 and all(len(q) == 1 for q in queues)
+    assert all(os.path.getsize(os.path.join(q.dir, f"{0:020d}")) == UNIT_BYTES  # type: ignore[attr-defined]
+               for q in queues)
+
+
+def test_a_stop_during_a_checkpoint_waits_for_its_thread(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint cancelled by a stop lets its thread finish before it releases what the thread
+    reads, and owes its files to the next checkpoint (which the stop then writes)."""
+    node = NodeConfig(group="g", node_id="n0", peers={"n0": ("127.0.0.1", 0)},
+                      data_dir=str(tmp_path), tick_interval_s=0.02)
+    server = BrokerServer(BrokerConfig(node, admin_listen=None, checkpoint_interval_s=3600))
+    entered, release = threading.Event(), threading.Event()
+    real_save = checkpoint_module.save_checkpoint
+
+    def slow_save(data_dir: str, view: object) -> None:
+        entered.set()
+        release.wait(30)
+        real_save(data_dir, view)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        await server.start()
+        try:
+            await wait_for(lambda: server.broker.node.is_leader, 10, "the node to lead")
+            await server.broker.sends.send("t", 0, [[b"m", "", [], "K1", [], 0]])
+            monkeypatch.setattr(checkpoint_module, "save_checkpoint", slow_save)
+            write = asyncio.create_task(server.checkpoints.write())
+            await wait_for(entered.is_set, 10, "the checkpoint's thread to start saving")
+            write.cancel()
+            await asyncio.wait([write], timeout=0.3)
+            assert not write.done()  # (it waits for the thread, which waits for release)
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await write
+            queues = server.broker.state.queue_store
+            # owed to the next checkpoint: the units (still in memory) and the new file's directory
+            assert queues.dirty_bytes > 0 and queues.created  # type: ignore[attr-defined]
+            monkeypatch.setattr(checkpoint_module, "save_checkpoint", real_save)
+            await server.checkpoints.write()
+            assert queues.dirty_bytes == 0  # type: ignore[attr-defined]
+        finally:
+            release.set()
+            await server.stop()
+
+    asyncio.run(run())
+    assert (tmp_path / CHECKPOINT_FILE).exists()
