@@ -3,6 +3,8 @@
     python -m chaos.toxiproxy --host 127.0.0.1 --port 8474 [--config proxies.json] [--seed N]
 
 Owns argument parsing and signal handling only; the server itself is ``server.ToxiproxyServer``.
+It runs as dledger's servers do (``dledger.evloop``: uvloop, the collector's thresholds raised):
+every byte of a chaos run passes through it, and it shares the cores with the nodes it proxies.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import click
 
 from chaos.toxiproxy.server import ToxiproxyServer
+from dledger import evloop
 
 
 async def _serve(server: ToxiproxyServer) -> None:
@@ -39,7 +42,7 @@ async def _serve(server: ToxiproxyServer) -> None:
 def main(host: str, port: int, config_path: str | None, seed: int | None, log_level: str) -> None:
     """Run a Toxiproxy-compatible server."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
-    asyncio.run(_serve(ToxiproxyServer(host, port, seed=seed, config_path=config_path)))
+    evloop.run(_serve(ToxiproxyServer(host, port, seed=seed, config_path=config_path)), server=True)
 
 
 if __name__ == "__main__":
