@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.config import REMOTING_CANARIES
+from broker.core.cq_files import QUEUE_CANARIES
 from broker.core.sendwire import SCOPE_CANARIES
 from broker.core.state import DEDUP_CANARIES
 from chaos import traces
@@ -90,8 +91,8 @@ def _broker_args(sc: Scenario, canary: str | None,
     """The brokers' extra options: the features' (with a broker canary), the remoting endpoint,
     the gRPC load's canaries."""
     args = broker_args(canary) if sc.features else ()
-    if canary in DEDUP_CANARIES | SCOPE_CANARIES:  # (the core's: with or without the features)
-        args += ("--broker-canary", canary)
+    if canary in DEDUP_CANARIES | SCOPE_CANARIES | QUEUE_CANARIES:  # (the core's: with or
+        args += ("--broker-canary", canary)  # without the features)
     if sc.remoting:
         args += ("--remoting-listen", "127.0.0.1:0")
         if canary in REMOTING_CANARIES:

@@ -68,9 +68,8 @@ SHORT_CANARIES = (*FEATURE_CANARIES, "remoting_ack_early", "namesrv_skip_signatu
 # The Raft and storage canaries are caught by the core checkers on the main workload: their runs
 # leave the messaging features out (a feature's finish then waits out its bound on a cluster the
 # seeded bug broke, the longest part of such a run)
-# (cq_keep_tail is a broker flag the features' broker options carry: it keeps them)
 CORE_CANARIES = ("commit_without_quorum", "async_flush_ack", "no_pre_vote_check_quorum",
-                 "skip_checksum", "dedup_key_only")
+                 "skip_checksum", "dedup_key_only", "cq_keep_tail")
 
 
 def run_live(tmp_path: Path, scenario: str, canary: str | None = None,

@@ -62,8 +62,7 @@ from protocol import broker_kinds as bp
 # The seeded broker bugs the features' checkers must catch (given to the brokers as
 # --broker-canary; chaos.live.canaries.CANARIES names each one's scenario).
 BROKER_CANARIES = frozenset({"delay_early", "timer_redeliver", "lock_unfenced",
-                             "retry_count_lost", "txn_half_visible", "txn_forget",
-                             "cq_keep_tail"})
+                             "retry_count_lost", "txn_half_visible", "txn_forget"})
 # A retry waits level 3 + its reconsume times: 1 s, 1.5 s, 2 s, so that a retried message's
 # copies span a few seconds and some of them cross each leader change.
 DELAY_LEVELS = "100ms 200ms 1s 1500ms 2s 2500ms " + " ".join(["3s"] * 12)
