@@ -53,7 +53,13 @@ class UnitQueue:
         self.crc = zlib.crc32(unit, self.crc)
         self._append(unit)
 
-    def _append(self, unit: bytes) -> None:
+    def append_packed(self, units: bytes | bytearray) -> None:
+        """Units packed as ``append`` packs them, one after the other (a run's, at once)."""
+        if units:
+            self.crc = zlib.crc32(units, self.crc)
+            self._append(units)
+
+    def _append(self, units: bytes | bytearray) -> None:
         raise NotImplementedError
 
     def _read(self, lo: int, hi: int) -> bytes:
@@ -103,8 +109,8 @@ class ConsumeQueue(UnitQueue):
         super().__init__(no, zlib.crc32(packed))
         self._buf = bytearray(packed)
 
-    def _append(self, unit: bytes) -> None:
-        self._buf += unit
+    def _append(self, units: bytes | bytearray) -> None:
+        self._buf += units
 
     def _read(self, lo: int, hi: int) -> bytes:
         return bytes(self._buf[lo * UNIT_BYTES:hi * UNIT_BYTES])

@@ -66,12 +66,12 @@ class FileConsumeQueue(UnitQueue):
     def first(self) -> int:
         return self.base
 
-    def _append(self, unit: bytes) -> None:
+    def _append(self, units: bytes | bytearray) -> None:
         store = self.store
         if not self.tail:
             store.dirty[self.no] = self
-        self.tail += unit
-        store.dirty_bytes += UNIT_BYTES
+        self.tail += units
+        store.dirty_bytes += len(units)
         if len(self.tail) >= FLUSH_BYTES or store.keep_tail:  # (the canary: at once, as a
             store.flush_safely(self)  # busy queue's are, so that a kill finds units past it)
         elif store.dirty_bytes >= DIRTY_BYTES_MAX:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from broker.core.applied import ApplyResult, tag_hash
-from broker.core.consumequeue import CQUnit, MemoryQueues, QueueStore, UnitQueue
+from broker.core.consumequeue import UNIT, CQUnit, MemoryQueues, QueueStore, UnitQueue
 from broker.core.dedup import DedupTable
 from broker.core.entries import (
     KIND_OFFSET_COMMIT,
@@ -162,24 +162,29 @@ class CoreState:
         lookup_or_add = self.dedup.lookup_or_add
         if "dedup_ignored" in self.config.canaries:
             lookup_or_add = _ignoring(lookup_or_add)
+        pack, packed = UNIT.pack, bytearray()  # the run's units, appended to the queue at once
+        offset = len(units)  # the next message's
         for k, m in enumerate(messages):
             qid = queue_id if real_qids is None else real_qids[k]
             unique_key = m[3]
-            seen = lookup_or_add(unique_key, topic, qid, len(units), store_ts_ms) \
+            seen = lookup_or_add(unique_key, topic, qid, offset, store_ts_ms) \
                 if unique_key else None
             if seen is not None:
                 offsets.append(seen[2])  # the original result; nothing stored again
                 qids.append(seen[1])
                 dups.append(True)
+                units.append_packed(packed)  # (the original may be one of this run's)
+                packed.clear()
                 originals.extend(self.original(k, topic, seen[1], seen[2]))
                 continue
-            offset = len(units)
-            units.append(position, first_slot + k, len(m[0]), tag_hash(m[1]), store_ts_ms)
+            packed += pack(position, first_slot + k, len(m[0]), tag_hash(m[1]), store_ts_ms)
             offsets.append(offset)
             qids.append(qid)
             dups.append(False)
             if stored is not None:
                 stored(k, offset)
+            offset += 1
+        units.append_packed(packed)
         return ApplyResult(index, "SEND_OK", topic, queue_id, tuple(offsets), tuple(dups),
                            tuple(qids), first_slot=first_slot, originals=tuple(originals))
 

@@ -97,6 +97,21 @@ def test_dedup_holds_across_runs_of_one_entry_and_across_entries() -> None:
     assert again.originals == ((0, 0, 2),)  # entry at position 0, slot 2
 
 
+def test_a_key_twice_in_one_run_stores_the_first_and_names_it_for_the_second() -> None:
+    """A run's units go to its queue at once (``CoreState.store``): a duplicate of a message of
+    the same run finds its original stored, and the units after it stay in order."""
+    log = Log()
+    first = log.apply(runs(("t", 0, msgs(b"a", b"x", b"a", b"b", keys=("K0", "K1", "K0", "K2")))))
+    (run,) = first.runs
+    assert run.duplicates == (False, False, True, False) and run.queue_offsets == (0, 1, 0, 2)
+    assert run.originals == ((2, 0, 0),)  # the third message names slot 0 of this entry
+    assert [u.slot for u in log.state.units("t", 0, 0, 9)] == [0, 1, 3]
+    replica = Log()  # the same units, the same checksum, however they were appended
+    for k, m in enumerate(msgs(b"a", b"x", b"b", keys=("K0", "K1", "K2"))):
+        replica.state.queue("t", 0).append(0, (0, 1, 3)[k], len(m.body), 0, 1000)
+    assert log.state.queues[("t", 0)].crc == replica.state.queues[("t", 0)].crc
+
+
 def test_a_duplicate_answer_names_the_stored_original_also_after_an_old_checkpoint() -> None:
     log = Log()
     log.apply(SendEntry("t", 1, 1000, msgs(b"a", b"b", keys=("K0", "K1")), auto_create=True))
