@@ -164,27 +164,29 @@ class CoreState:
             lookup_or_add = _ignoring(lookup_or_add)
         pack, packed = UNIT.pack, bytearray()  # the run's units, appended to the queue at once
         offset = len(units)  # the next message's
-        for k, m in enumerate(messages):
-            qid = queue_id if real_qids is None else real_qids[k]
-            unique_key = m[3]
-            seen = lookup_or_add(unique_key, topic, qid, offset, store_ts_ms) \
-                if unique_key else None
-            if seen is not None:
-                offsets.append(seen[2])  # the original result; nothing stored again
-                qids.append(seen[1])
-                dups.append(True)
-                units.append_packed(packed)  # (the original may be one of this run's)
-                packed.clear()
-                originals.extend(self.original(k, topic, seen[1], seen[2]))
-                continue
-            packed += pack(position, first_slot + k, len(m[0]), tag_hash(m[1]), store_ts_ms)
-            offsets.append(offset)
-            qids.append(qid)
-            dups.append(False)
-            if stored is not None:
-                stored(k, offset)
-            offset += 1
-        units.append_packed(packed)
+        try:  # (what a message that raises leaves behind is as unit by unit: the run so far)
+            for k, m in enumerate(messages):
+                qid = queue_id if real_qids is None else real_qids[k]
+                unique_key = m[3]
+                seen = lookup_or_add(unique_key, topic, qid, offset, store_ts_ms) \
+                    if unique_key else None
+                if seen is not None:
+                    offsets.append(seen[2])  # the original result; nothing stored again
+                    qids.append(seen[1])
+                    dups.append(True)
+                    units.append_packed(packed)  # (the original may be one of this run's)
+                    packed.clear()
+                    originals.extend(self.original(k, topic, seen[1], seen[2]))
+                    continue
+                packed += pack(position, first_slot + k, len(m[0]), tag_hash(m[1]), store_ts_ms)
+                offsets.append(offset)
+                qids.append(qid)
+                dups.append(False)
+                if stored is not None:
+                    stored(k, offset)
+                offset += 1
+        finally:
+            units.append_packed(packed)
         return ApplyResult(index, "SEND_OK", topic, queue_id, tuple(offsets), tuple(dups),
                            tuple(qids), first_slot=first_slot, originals=tuple(originals))
 

@@ -213,6 +213,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     stop_producers, stop_consumers = asyncio.Event(), asyncio.Event()
     client_log = contextlib.ExitStack()
     client_log.enter_context(log_to(os.path.join(base, "clients.log")))
+
     def phase(text: str) -> None:  # (where a run's wall time goes, beside the faults')
         say(f"[{label}] {time.time() - t0:6.1f} s  {text}")
 
