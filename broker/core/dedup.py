@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 from broker.core.dedup_format import (
@@ -151,6 +152,63 @@ class DedupTable:
                 return row
         self._add(fp, i, o, topic, queue_id, offset, store_ts_ms)
         return None
+
+    def lookup_or_add_run(self, keys: Sequence[str], topic: str, queue_id: int,
+                          qids: Sequence[int] | None, offset: int, store_ts_ms: int,
+                          found: list[tuple[str, int, int, int] | None],
+                          dups: bool = True) -> None:
+        """``lookup_or_add`` for each key of a run stored into one queue from ``offset`` on (the
+        broker's apply: one call a run), each answer appended to ``found`` as it is decided (so
+        that a caller knows how far a run that raised got). A stored key takes the next offset,
+        a duplicate none, an empty key no row (its message stored, unindexed). ``qids``: per
+        key, the queue id its row names (default ``queue_id``). ``dups`` False: the
+        ``dedup_ignored`` canary (a duplicate is not found: stored again, its row not added).
+        The same rows, runs and slots as the calls one by one (``tests/broker/dedup_model``);
+        the common case (the queue of the last row, its time in the epoch's span, under the
+        bound) inlined."""
+        if not self._slots:
+            self._allocate()
+        blake2b, fp_bytes = hashlib.blake2b, FP_BYTES
+        for k, key in enumerate(keys):
+            if not key:
+                found.append(None)
+                offset += 1
+                continue
+            qid = queue_id if qids is None else qids[k]
+            fp = blake2b(key.encode(), digest_size=12).digest()[:fp_bytes]
+            slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
+            if not slots:  # (a rebuild before may leave none)
+                self._allocate()
+                slots, mask = self._slots, self._mask
+            i = int.from_bytes(fp[:4], "little") & mask
+            while True:  # (``_find``)
+                v = slots[i]
+                if v == 0:
+                    o = -1
+                    break
+                o = ((v - 1 - base) & SEQ_MASK) * fp_bytes
+                if rows[o:o + fp_bytes] == fp:
+                    break
+                i = (i + 1) & mask
+            if o >= 0:
+                row = self._row(o)
+                if row[0] == topic:
+                    found.append(row if dups else None)
+                    offset += 0 if dups else 1
+                    continue
+            n = base + len(rows) // fp_bytes
+            last_topic, last_qid, ref = self._last_queue
+            newest = self._newest
+            ts = store_ts_ms if store_ts_ms > newest else newest
+            dts = ts - self._epoch
+            if (last_qid == qid and last_topic == topic and self._head != n
+                    and 0 <= offset <= OFFSET_MASK and dts < TS_SPAN):  # (``_add``'s common case)
+                self._newest = ts
+                self._append(fp, i, o, n, ref << OFFSET_BITS | offset, dts)
+            else:
+                self._add(fp, i, o, topic, qid, offset, store_ts_ms)
+            found.append(None)
+            offset += 1
 
     def remember(self, key: str, topic: str, queue_id: int, offset: int, store_ts_ms: int) -> None:
         self._remember_fp(fingerprint(key), topic, queue_id, offset, store_ts_ms)

@@ -159,34 +159,35 @@ class CoreState:
         dups: list[bool] = []
         qids: list[int] = []
         originals: list[tuple[int, int, int]] = []
-        lookup_or_add = self.dedup.lookup_or_add
-        if "dedup_ignored" in self.config.canaries:
-            lookup_or_add = _ignoring(lookup_or_add)
+        found: list[tuple[str, int, int, int] | None] = []  # per message: its original's row
         pack, packed = UNIT.pack, bytearray()  # the run's units, appended to the queue at once
         offset = len(units)  # the next message's
-        try:  # (what a message that raises leaves behind is as unit by unit: the run so far)
-            for k, m in enumerate(messages):
-                qid = queue_id if real_qids is None else real_qids[k]
-                unique_key = m[3]
-                seen = lookup_or_add(unique_key, topic, qid, offset, store_ts_ms) \
-                    if unique_key else None
-                if seen is not None:
-                    offsets.append(seen[2])  # the original result; nothing stored again
-                    qids.append(seen[1])
-                    dups.append(True)
-                    units.append_packed(packed)  # (the original may be one of this run's)
-                    packed.clear()
-                    originals.extend(self.original(k, topic, seen[1], seen[2]))
-                    continue
-                packed += pack(position, first_slot + k, len(m[0]), tag_hash(m[1]), store_ts_ms)
-                offsets.append(offset)
-                qids.append(qid)
-                dups.append(False)
-                if stored is not None:
-                    stored(k, offset)
-                offset += 1
+        try:  # (a key the table refuses leaves what the keys before it decided, as one by one)
+            self.dedup.lookup_or_add_run([m[3] for m in messages], topic, queue_id, real_qids,
+                                         offset, store_ts_ms, found,
+                                         dups="dedup_ignored" not in self.config.canaries)
         finally:
-            units.append_packed(packed)
+            try:
+                for k, seen in enumerate(found):
+                    if seen is not None:
+                        offsets.append(seen[2])  # the original result; nothing stored again
+                        qids.append(seen[1])
+                        dups.append(True)
+                        units.append_packed(packed)  # (the original may be one of this run's)
+                        packed.clear()
+                        originals.extend(self.original(k, topic, seen[1], seen[2]))
+                        continue
+                    m = messages[k]
+                    packed += pack(position, first_slot + k, len(m[0]), tag_hash(m[1]),
+                                   store_ts_ms)
+                    offsets.append(offset)
+                    qids.append(queue_id if real_qids is None else real_qids[k])
+                    dups.append(False)
+                    if stored is not None:
+                        stored(k, offset)
+                    offset += 1
+            finally:
+                units.append_packed(packed)
         return ApplyResult(index, "SEND_OK", topic, queue_id, tuple(offsets), tuple(dups),
                            tuple(qids), first_slot=first_slot, originals=tuple(originals))
 
@@ -233,13 +234,6 @@ class CoreState:
     def units(self, topic: str, queue_id: int, offset: int, count: int) -> list[CQUnit]:
         units = self.queues.get((topic, queue_id))
         return units[offset : offset + count] if units is not None else []
-
-
-def _ignoring(lookup_or_add: Callable[..., Any]) -> Callable[..., None]:
-    """The ``dedup_ignored`` canary's lookup: the key is remembered, a duplicate never found."""
-    def lookup(*args: Any) -> None:
-        lookup_or_add(*args)
-    return lookup
 
 
 # -- the core kinds' apply ------------------------------------------------------------------------

@@ -117,6 +117,9 @@ op_st = st.one_of(
     st.tuples(st.just("lookup"), key_st, topic_st, qid_st, offset_st, dt_st),
     st.tuples(st.just("batch"), st.lists(key_st, min_size=1, max_size=6), topic_st, qid_st,
               offset_st, dt_st, st.booleans()),
+    st.tuples(st.just("run"), st.lists(st.sampled_from(["", *KEYS]), min_size=1, max_size=8),
+              topic_st, st.one_of(st.none(), st.lists(qid_st, min_size=8, max_size=8)), qid_st,
+              offset_st, dt_st, st.booleans()),
     st.tuples(st.just("expire"), st.integers(-30, 30)),
     st.tuples(st.just("forget"), topic_st),
     st.tuples(st.just("jump"), jump_st),
@@ -146,6 +149,44 @@ def _send(tables: tuple[Any, ...], model: Model, look: bool, *args: Any) -> None
     if any(errors):
         raise _Refused(errors)
     assert answers == [answers[-1]] * len(answers), answers
+
+
+def one_by_one(table: Any, keys: list[str], topic: str, queue_id: int, qids: list[int] | None,
+               offset: int, store: int, found: list[Any], dups: bool = True) -> None:
+    """``DedupTable.lookup_or_add_run`` as the broker's apply did it before, a key at a time."""
+    for k, key in enumerate(keys):
+        if not key:
+            found.append(None)
+            offset += 1
+            continue
+        seen = table.lookup_or_add(key, topic, queue_id if qids is None else qids[k], offset,
+                                   store)
+        if seen is not None and dups:
+            found.append(seen)
+            continue
+        found.append(None)
+        offset += 1
+
+
+def _run(tables: tuple[DedupTable, ...], model: Model, keys: list[str], topic: str, qid: int,
+         qids: list[int] | None, offset: int, store: int, dups: bool) -> None:
+    """A run of keys: on the first table at once, on the others and the model one by one; the
+    same answers as far as each got, and all refuse it or none."""
+    answers, errors = [], []
+    for n, t in enumerate((*tables, model)):
+        found: list[Any] = []
+        try:
+            if n == 0:
+                tables[0].lookup_or_add_run(keys, topic, qid, qids, offset, store, found, dups)
+            else:
+                one_by_one(t, keys, topic, qid, qids, offset, store, found, dups)
+            errors.append(False)
+        except ValueError:
+            errors.append(True)
+        answers.append(found)
+    assert answers == [answers[-1]] * len(answers), answers
+    if any(errors):
+        raise _Refused(errors)
 
 
 class Replicas:
@@ -193,6 +234,13 @@ class Replicas:
                 return
             for j, key in enumerate(keys):
                 _send(tables, self.model, look, key, topic, qid, offset + j, self.clock)
+        elif kind == "run":  # one run of a send: keys (some empty), maybe each its own queue id
+            _, keys, topic, qids, qid, offset, dt, dups = op
+            self.clock += dt
+            offset = self._offset(topic, qid, offset, len(keys))
+            if offset is None:
+                return
+            _run(tables, self.model, keys, topic, qid, qids, offset, self.clock, dups)
         elif kind == "expire":
             now = self.clock + op[1] + (self.window if op[1] > 0 else 0)
             for t in tables:
