@@ -34,7 +34,7 @@ from broker.core.registry import EntryRegistry
 from broker.features.delay.model import SCHEDULE_TOPIC
 from broker.features.query.index_file import IndexFile, IndexFileError
 from protocol.broker_errors import BadEntryError
-from protocol.broker_kinds import message_id
+from protocol.broker_kinds import SCOPE_CHARS, SCOPE_MARK, message_id
 from protocol.topics import TRACE_TOPIC
 
 log = logging.getLogger("broker.features.query.index")
@@ -102,7 +102,11 @@ def _run_hashes(topic: str, messages: list[Any], slot: int, out: list[int]) -> l
                 add(key_hash(topic, k))
                 add(slot)
         if unique_key:  # by the id consumers see (a stored key is scoped: ``message_id``)
-            add(crc(message_id(unique_key, m[4]).encode("utf-8", "surrogatepass"), seed))
+            if m[4]:
+                unique_key = message_id(unique_key, m[4])
+            elif len(unique_key) > SCOPE_CHARS and unique_key[-SCOPE_CHARS] == SCOPE_MARK:
+                unique_key = unique_key[:-SCOPE_CHARS]  # (``unscoped``, inlined: no properties)
+            add(crc(unique_key.encode("utf-8", "surrogatepass"), seed))
             add(slot)
         slot += 1
     return out
