@@ -3,7 +3,7 @@
 with our guarantees can leave out, run as three server processes on uvloop beside NATS JetStream
 R3 (and, with ``--ours``, our broker) in the same run, with the same client-side harness
 (``bench.harness.closed``) and the same three workloads as ``dledger bench``: one producer one
-send at a time, 64 producers over 64 topics, and the fastest path (16 pipelined batches of 64).
+send at a time, 64 producers over 64 topics, and the fastest path (64 pipelined batches of 64).
 What it says: a row the floor meets by far is within reach of a Python broker, and the broker's
 own work is what keeps it short; a row the floor only just meets, or misses in some runs, leaves
 a broker little or no room. It is not a strict lower bound (its fsync blocks its loop; nothing
