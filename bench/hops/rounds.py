@@ -1,7 +1,7 @@
 """``python -m bench.hops.rounds [--topics T] [--callers C] [--producers P] [--seconds S]
 [--mode sync|async] [--payload BYTES] [--batch N] [--busy-poll-us US]``: C closed-loop callers
 over T topics (caller i on topic i % T; ``dledger bench``'s "64 topics" row is 64 over 64, its
-"concurrent" row 64 over 1, its fastest path 16 over 1 with ``--batch 64``: each call a
+"concurrent" row 64 over 1, its fastest path 64 over 1 with ``--batch 64``: each call a
 ``send_batch`` of N messages), sharing P producers, against a fresh NameServer and 3-node group
 (``bench.harness.broker_group``); after a 2 s warm-up, S seconds measured. Prints the rate, how
 the sends travelled (log entries and client requests, from the leader's ``/metrics``, and

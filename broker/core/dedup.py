@@ -158,14 +158,11 @@ class DedupTable:
                           found: list[tuple[str, int, int, int] | None],
                           dups: bool = True) -> None:
         """``lookup_or_add`` for each key of a run stored into one queue from ``offset`` on (the
-        broker's apply: one call a run), each answer appended to ``found`` as it is decided (so
-        that a caller knows how far a run that raised got). A stored key takes the next offset,
-        a duplicate none, an empty key no row (its message stored, unindexed). ``qids``: per
-        key, the queue id its row names (default ``queue_id``). ``dups`` False: the
-        ``dedup_ignored`` canary (a duplicate is not found: stored again, its row not added).
-        The same rows, runs and slots as the calls one by one (``tests/broker/dedup_model``);
-        the common case (the queue of the last row, its time in the epoch's span, under the
-        bound) inlined."""
+        apply's one call a run), each answer appended to ``found`` once decided (a run that
+        raised got that far). A stored key takes the next offset, a duplicate none, an empty key
+        no row. ``qids``: per key, the queue id its row names. ``dups`` False: the canary
+        ``dedup_ignored`` (a duplicate stored again, no row added). The same rows, runs and
+        slots as one by one (``tests/broker/dedup_model``), the common add inlined."""
         if not self._slots:
             self._allocate()
         blake2b, fp_bytes = hashlib.blake2b, FP_BYTES
