@@ -4,7 +4,8 @@ nodes run as child processes, and every directed link goes through its own proxy
 - peer links: node ``a`` dials node ``b`` through proxy ``a-b`` (3 nodes: 6 proxies, 5 nodes: 20);
 - client links: clients reach node ``a`` through proxy ``c-a`` (brokers advertise that address);
 - registration links: node ``a`` registers with the NameServer through proxy ``a-ns``;
-- with ``grpc``, each node's gRPC endpoint (RocketMQ 5 clients) on a fixed port, reached directly.
+- with ``grpc``, each node's gRPC endpoint (RocketMQ 5 clients) on a fixed port, reached directly;
+  with ``remoting``, each node's remoting endpoint (RocketMQ 4.x clients) likewise.
 
 Owns process lifecycle and the fault primitives a nemesis uses: cut/heal links, whole or one
 stream of them (a blackhole: bytes are swallowed, nothing is reset, until the heal resets the
@@ -99,6 +100,7 @@ class ChaosCluster:
     spares: int = 0  # nodes beyond the group's first members, started with --join when added
     grpc: bool = False  # each node serves RocketMQ 5 clients on a fixed port (grpc_addresses)
     grpc_addresses: dict[str, str] = field(default_factory=dict)  # node -> host:port, direct
+    remoting: bool = False  # each node serves RocketMQ 4.x clients on a fixed port
     brokers: LocalCluster = field(init=False)
     members: set[str] = field(default_factory=set)  # the group as the schedule changed it
     proxies: dict[Link, Address] = field(default_factory=dict)  # link -> proxy listen address
@@ -256,10 +258,16 @@ class ChaosCluster:
             dial = ",".join(f"{b}={_fmt(self.proxies[(nid, b)])}" for b in servers if b != nid)
             self.brokers.node_args[nid] = ("--dial", dial, "--advertise", _fmt(client),
                                            "--namesrv", _fmt(ns))
-        if self.grpc:  # (fixed: a node restarted after a kill is where the clients left it)
+        # Fixed ports: a node restarted after a kill is where the clients left it (a 4.x client
+        # reads routes every 30 s: one that still named a restarted leader's earlier port
+        # failed every send to it until then, in a CI run of S18).
+        for on, option in ((self.grpc, "--grpc-listen"), (self.remoting, "--remoting-listen")):
+            if not on:
+                continue
             for nid, port in zip(servers, free_ports(len(servers)), strict=True):
-                self.grpc_addresses[nid] = f"127.0.0.1:{port}"
-                self.brokers.node_args[nid] += ("--grpc-listen", self.grpc_addresses[nid])
+                self.brokers.node_args[nid] += (option, f"127.0.0.1:{port}")
+                if option == "--grpc-listen":
+                    self.grpc_addresses[nid] = f"127.0.0.1:{port}"
 
     # -- network faults ---------------------------------------------------------------------------
 

@@ -58,6 +58,13 @@ class RemotingProducers:
         self.orderly_unknown = 0  # orderly sends the client raised on (sent again)
         self.orderly_drained = False  # the consumers caught up before they were stopped
 
+    def procs_resending(self) -> list[str]:
+        """The procs whose client sends a message again on its own, under a new id: the C++
+        client (rocketmq-client-cpp's ``sendKernelImpl`` gives every attempt a fresh
+        ``UNIQ_KEY``, and its default two retries cannot be turned off through its C API), so
+        that an attempt stored but unanswered and its retry are two messages to the broker."""
+        return [f"r{k}" for k in range(self.count)]
+
     async def start(self) -> None:
         if not CPP_PYTHON.exists():
             raise RuntimeError(f"{CPP_PYTHON} is missing: run `make clients`")

@@ -88,15 +88,13 @@ class RunConfig:
 
 def _broker_args(sc: Scenario, canary: str | None,
                  also: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The brokers' extra options: the features' (with a broker canary), the remoting endpoint,
-    the gRPC load's canaries."""
+    """The brokers' extra options: the features' (with a broker canary), the remoting
+    endpoint's canary, the gRPC load's canaries."""
     args = broker_args(canary) if sc.features else ()
     if canary in DEDUP_CANARIES | SCOPE_CANARIES | QUEUE_CANARIES:  # (the core's: with or
         args += ("--broker-canary", canary)  # without the features)
-    if sc.remoting:
-        args += ("--remoting-listen", "127.0.0.1:0")
-        if canary in REMOTING_CANARIES:
-            args += ("--broker-canary", canary)
+    if sc.remoting and canary in REMOTING_CANARIES:  # (the listeners: ChaosCluster.remoting)
+        args += ("--broker-canary", canary)
     if sc.grpc:  # (the gRPC listeners: ChaosCluster.grpc)
         for c in (canary, *also):
             if c in GRPC_LOAD_CANARIES:
@@ -191,7 +189,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
                            broker_args=_broker_args(sc, cfg.canary, cfg.also_canaries),
                            namesrv_args=(("--canary", cfg.canary) if cfg.canary in NAMESRV_CANARIES
                                          else ()),
-                           tls=cfg.tls, grpc=sc.grpc)
+                           tls=cfg.tls, grpc=sc.grpc, remoting=sc.remoting > 0)
     wall0 = time.monotonic()
     t0 = time.time()
     say(f"[{label}] starting {sc.nodes} brokers, a NameServer and "
@@ -203,6 +201,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
     problems: list[str] = []
     replicas: dict[str, dict[int, list[tuple[int, str]]]] = {}
     leader_drain: dict[int, list[tuple[int, str]]] = {}
+    message_ids: dict[tuple[int, int], str] = {}  # the leader's messages' ids, by (queue, offset)
     ctl: Ctl | None = None
     feats: Features | None = None
     workers: list[asyncio.Task[None]] = []
@@ -283,7 +282,7 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
             stop_consumers.set()
             await asyncio.gather(*readers)
             phase("the consumers stopped")
-            replicas, leader_drain, drained = await drain(control, nodes)
+            replicas, leader_drain, drained = await drain(control, nodes, message_ids)
             problems += drained
             phase("every replica drained")
     except (HarnessError, ClusterError, ToxiproxyError) as err:
@@ -316,7 +315,8 @@ async def run_scenario(cfg: RunConfig, say: Callable[[str], None] = print) -> di
         # one incidental election per two windows is tolerated, and at least one per run.
         bound = max(1, windows // 2)
     result = check_run(history.events, replicas, leader_drain, trace_events,
-                       max_leader_changes=bound, silence=sc.silence)
+                       max_leader_changes=bound, silence=sc.silence, message_ids=message_ids,
+                       resending=frozenset(remoting.procs_resending()) if remoting else frozenset())
     forged = check_registrations(forger.attempts, forger.routed) if forger else None
     violations = list(result.violations) + problems + (feats.violations if feats else []) \
         + (remoting.orderly_violations() if remoting is not None and sc.remoting_orderly else []) \

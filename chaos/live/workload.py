@@ -183,8 +183,10 @@ def _name(err: BaseException) -> str:
 
 
 async def read_queue(client: LogClient, node: str | None, queue_id: int,
-                     deadline_s: float = 30.0) -> list[tuple[int, str]]:
-    """Every message of one queue from offset 0, from ``node`` alone (None: the leader)."""
+                     deadline_s: float = 30.0,
+                     ids: dict[tuple[int, int], str] | None = None) -> list[tuple[int, str]]:
+    """Every message of one queue from offset 0, from ``node`` alone (None: the leader);
+    ``ids``, if given, gets each message's id by (queue, offset)."""
     out: list[tuple[int, str]] = []
     offset = 0
     deadline = time.monotonic() + deadline_s
@@ -198,13 +200,18 @@ async def read_queue(client: LogClient, node: str | None, queue_id: int,
         if status != bp.FOUND:
             return out
         out.extend((int(r[0]), value_of(r[1])) for r in rows)
+        if ids is not None:
+            ids.update(((queue_id, int(r[0])), bp.message_id(r[4], r[5])) for r in rows)
         offset = int(nxt)
     raise TimeoutError(f"reading queue {queue_id} from {node or 'the leader'} took over {deadline_s} s")
 
 
-async def drain(client: LogClient, nodes: list[str]) -> tuple[dict[str, dict[int, list[tuple[int, str]]]],
-                                                             dict[int, list[tuple[int, str]]], list[str]]:
-    """(per-replica dumps, the leader's, problems) for every queue of the topic."""
+async def drain(client: LogClient, nodes: list[str],
+                ids: dict[tuple[int, int], str] | None = None,
+                ) -> tuple[dict[str, dict[int, list[tuple[int, str]]]],
+                           dict[int, list[tuple[int, str]]], list[str]]:
+    """(per-replica dumps, the leader's, problems) for every queue of the topic; ``ids`` gets
+    the message id of each message the leader holds, by (queue, offset)."""
     replicas: dict[str, dict[int, list[tuple[int, str]]]] = {}
     problems: list[str] = []
     for n in nodes:
@@ -217,7 +224,7 @@ async def drain(client: LogClient, nodes: list[str]) -> tuple[dict[str, dict[int
     leader: dict[int, list[tuple[int, str]]] = {}
     for q in range(QUEUES):
         try:
-            leader[q] = await read_queue(client, None, q)
+            leader[q] = await read_queue(client, None, q, ids=ids)
         except (DLedgerError, TimeoutError, OSError, ValueError, IndexError) as err:
             problems.append(f"queue {q} could not be read through the leader: {_name(err)}")
     return replicas, leader, problems

@@ -165,3 +165,30 @@ def test_at_most_ten_examples_but_the_full_count() -> None:
         r.send("p0", 0, store=False)
     found = checker.check_lost(checker.observe(r.history, {}, {}))
     assert found.count == 15 and len(found.examples) == checker.MAX_EXAMPLES
+
+
+def test_a_value_a_resending_client_stored_under_two_ids_is_a_retry_duplicate() -> None:
+    """The C++ client sends an unanswered message again under a new id (two messages to the
+    broker): a retry duplicate for its procs when the leader's copies have ids of their own,
+    and a protocol duplicate when one id is stored twice, an id is unknown, or another proc's."""
+    def run(proc: str) -> tuple[Run, list[tuple[int, int]]]:
+        r = clean()
+        value = r.send(proc, 0)  # acknowledged, then stored again by the client's retry
+        r.finish()
+        r.everywhere(0, value)
+        spots = [(0, o) for o, v in r.drain[0] if v == value]
+        assert len(spots) == 2
+        return r, spots
+
+    r, spots = run("r0")
+    result = r.check(message_ids={spots[0]: "A1", spots[1]: "A2"}, resending=frozenset({"r0"}))
+    assert result.verdict == "PASS" and result.duplicates.count == 0
+    assert result.retry_duplicates.examples[0]["message_ids"] == ["A1", "A2"]
+    for ids, resending in (({spots[0]: "A1", spots[1]: "A1"}, {"r0"}),  # one id stored twice
+                           ({spots[0]: "A1"}, {"r0"}),  # a copy the leader does not hold
+                           ({spots[0]: "A1", spots[1]: "A2"}, set())):  # a proc that never resends
+        result = r.check(message_ids=ids, resending=frozenset(resending))
+        assert result.verdict == "FAIL" and result.duplicates.count == 1, (ids, resending)
+    r, spots = run("p0")
+    result = r.check(message_ids={spots[0]: "A1", spots[1]: "A2"}, resending=frozenset({"r0"}))
+    assert result.duplicates.count == 1

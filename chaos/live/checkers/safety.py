@@ -180,19 +180,31 @@ def check_inconsistent_offsets(obs: Observed) -> Finding:
     return _finding(items)
 
 
-def check_duplicates(obs: Observed) -> tuple[Finding, Finding]:
+def check_duplicates(obs: Observed, message_ids: dict[tuple[int, int], str] | None = None,
+                     resending: frozenset[str] = frozenset()) -> tuple[Finding, Finding]:
     """Values at more than one (queue, offset) anywhere (one replica, the drain, acks vs reads):
-    (protocol duplicates, retry duplicates). Retry duplicates are values whose send was ``info``;
-    the harness never resends, so any other duplicate is the protocol's fault."""
+    (protocol duplicates, retry duplicates). Retry duplicates are values whose send was ``info``,
+    or, for a proc whose client resends on its own under a new message id (``resending``: the
+    C++ client), values whose every copy the leader holds has an id of its own
+    (``message_ids``, by (queue, offset)): two messages to the broker. The harness never
+    resends, so any other duplicate (one id stored twice, a copy the leader does not hold) is
+    the protocol's fault."""
     where: dict[str, set[tuple[int, int]]] = defaultdict(set)
     for _, q, o, v in obs.acks + obs.reads:
         where[v].add((q, o))
+    ids = message_ids or {}
     protocol: list[dict[str, Any]] = []
     retry: list[dict[str, Any]] = []
     for v, spots in sorted(where.items()):
         if len(spots) > 1:
             item = {"value": v, "positions": sorted(spots), "outcome": obs.outcome(v)}
-            (retry if item["outcome"] == "info" else protocol).append(item)
+            send = obs.sends.get(v)
+            copies = [ids.get(spot) for spot in spots]
+            resent = (send is not None and send.proc in resending and None not in copies
+                      and len(set(copies)) == len(copies))
+            if resent:
+                item["message_ids"] = sorted(str(c) for c in copies)
+            (retry if item["outcome"] == "info" or resent else protocol).append(item)
     return _finding(protocol), _finding(retry)
 
 
@@ -361,16 +373,19 @@ SAFETY = {"lost": "acknowledged values never read",
 
 def check_run(history: list[dict[str, Any]], replicas: dict[str, Dump], leader_drain: Dump,
               trace_events: list[dict[str, Any]], *, max_leader_changes: int | None = None,
-              allow_loss: bool = False, silence: SilenceBound | None = None) -> CheckResult:
+              allow_loss: bool = False, silence: SilenceBound | None = None,
+              message_ids: dict[tuple[int, int], str] | None = None,
+              resending: frozenset[str] = frozenset()) -> CheckResult:
     """All checks over one run. ``allow_loss`` reports lost / lost_on_replica without failing (runs
     whose durability mode may lose acked data); ``max_leader_changes`` bounds leader churn;
-    ``silence`` bounds the producers' availability under a leader's one-way silence."""
+    ``silence`` bounds the producers' availability under a leader's one-way silence;
+    ``message_ids`` and ``resending``: ``check_duplicates``."""
     avail = availability(history)
     silence_lines: list[str] = []
     if silence is not None:
         avail["silence"], silence_lines = check_silence(history, silence)
     obs = observe(history, replicas, leader_drain)
-    protocol, retry = check_duplicates(obs)
+    protocol, retry = check_duplicates(obs, message_ids, resending)
     stale, phantom = check_offset_reads(history)
     result = CheckResult(
         lost=check_lost(obs), lost_on_replica=check_lost_on_replica(obs),
