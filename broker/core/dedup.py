@@ -163,8 +163,6 @@ class DedupTable:
         no row. ``qids``: per key, the queue id its row names. ``dups`` False: the canary
         ``dedup_ignored`` (a duplicate stored again, no row added). The same rows, runs and
         slots as one by one (``tests/broker/dedup_model``), the common add inlined."""
-        if not self._slots:
-            self._allocate()
         blake2b, fp_bytes = hashlib.blake2b, FP_BYTES
         for k, key in enumerate(keys):
             if not key:
@@ -174,7 +172,7 @@ class DedupTable:
             qid = queue_id if qids is None else qids[k]
             fp = blake2b(key.encode(), digest_size=12).digest()[:fp_bytes]
             slots, rows, mask, base = self._slots, self._rows, self._mask, self._base
-            if not slots:  # (a rebuild before may leave none)
+            if not slots:  # (sized at the first key; a rebuild before may leave none)
                 self._allocate()
                 slots, mask = self._slots, self._mask
             i = int.from_bytes(fp[:4], "little") & mask

@@ -189,6 +189,10 @@ def test_a_value_a_resending_client_stored_under_two_ids_is_a_retry_duplicate() 
                            ({spots[0]: "A1", spots[1]: "A2"}, set())):  # a proc that never resends
         result = r.check(message_ids=ids, resending=frozenset(resending))
         assert result.verdict == "FAIL" and result.duplicates.count == 1, (ids, resending)
+    r.replicas["n1"][0].append((len(r.drain[0]), "r0-0"))  # a copy where the leader holds
+    r.drain[0].append((len(r.drain[0]), "p1-9"))  # another message (under an id of its own)
+    ids = {spots[0]: "A1", spots[1]: "A2", (0, len(r.drain[0]) - 1): "A3"}
+    assert r.check(message_ids=ids, resending=frozenset({"r0"})).duplicates.count == 1
     r, spots = run("p0")
     result = r.check(message_ids={spots[0]: "A1", spots[1]: "A2"}, resending=frozenset({"r0"}))
     assert result.duplicates.count == 1

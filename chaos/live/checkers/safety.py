@@ -185,7 +185,7 @@ def check_duplicates(obs: Observed, message_ids: dict[tuple[int, int], str] | No
     """Values at more than one (queue, offset) anywhere (one replica, the drain, acks vs reads):
     (protocol duplicates, retry duplicates). Retry duplicates are values whose send was ``info``,
     or, for a proc whose client resends on its own under a new message id (``resending``: the
-    C++ client), values whose every copy the leader holds has an id of its own
+    C++ client), values each of whose copies the leader holds, under an id of its own
     (``message_ids``, by (queue, offset)): two messages to the broker. The harness never
     resends, so any other duplicate (one id stored twice, a copy the leader does not hold) is
     the protocol's fault."""
@@ -193,13 +193,14 @@ def check_duplicates(obs: Observed, message_ids: dict[tuple[int, int], str] | No
     for _, q, o, v in obs.acks + obs.reads:
         where[v].add((q, o))
     ids = message_ids or {}
+    held = {(q, o): v for q, entries in obs.drain.items() for o, v in entries}  # the leader's
     protocol: list[dict[str, Any]] = []
     retry: list[dict[str, Any]] = []
     for v, spots in sorted(where.items()):
         if len(spots) > 1:
             item = {"value": v, "positions": sorted(spots), "outcome": obs.outcome(v)}
             send = obs.sends.get(v)
-            copies = [ids.get(spot) for spot in spots]
+            copies = [ids.get(spot) if held.get(spot) == v else None for spot in spots]
             resent = (send is not None and send.proc in resending and None not in copies
                       and len(set(copies)) == len(copies))
             if resent:
